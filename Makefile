@@ -1,0 +1,56 @@
+# convlog — the two commands: `make demo` (embedded, no Kafka/Java/Docker) and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+SERVICES := $(BIN)/python -m convlog.devservices
+
+.PHONY: help install demo test check lint typecheck pytest services-up services-down services-status bench clean
+
+help:
+	@echo "make demo           run convlog on embedded defaults (no Kafka, Java or Docker needed)"
+	@echo "make test           install, start Kafka + Postgres locally, lint, type-check, run every test"
+	@echo "make services-up    start the local Kafka (KRaft) and Postgres on loopback"
+	@echo "make services-down  stop them"
+	@echo "make bench          run the benchmarks in bench/ (needs services-up)"
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	$(BIN)/convlog demo
+
+services-up: install
+	$(SERVICES) up
+
+services-down:
+	@if [ -x $(BIN)/python ]; then $(SERVICES) down; fi
+
+services-status: install
+	$(SERVICES) status
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: install
+	$(BIN)/mypy
+
+# Runs the suite against the local services; exports their addresses for the tests.
+pytest: install
+	eval "$$($(SERVICES) env)" && $(BIN)/pytest $(PYTEST_ARGS)
+
+check: lint typecheck
+
+test: install services-up check pytest
+
+bench: install services-up
+	eval "$$($(SERVICES) env)" && $(BIN)/python bench/produce.py
+
+clean: services-down
+	rm -rf $(VENV) .convlog .pytest_cache .mypy_cache .ruff_cache

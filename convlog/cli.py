@@ -1,0 +1,52 @@
+"""The ``convlog`` command line. Later features add subcommands here."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+
+from convlog.settings import Settings
+from events.errors import ConvlogError
+from events.keys import ConversationKey
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="convlog", description="Event-sourced conversation log for LLM apps.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("demo", help="append the demo conversations and print the stored events")
+    events = sub.add_parser("events", help="print a conversation's stored events")
+    events.add_argument("key", help="conversation key tenant:user:conversation (':' and '\\' escaped with '\\')")
+    return parser
+
+
+async def _print_events(settings: Settings, key: ConversationKey) -> None:
+    from convlog.render import print_conversation_events  # noqa: PLC0415 - keep `--help` fast
+    from convlog.wiring import open_event_log  # noqa: PLC0415
+
+    event_log = await open_event_log(settings)
+    try:
+        await print_conversation_events(event_log, key)
+    finally:
+        await event_log.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _build_parser().parse_args(argv)
+    try:
+        settings = Settings.from_env()
+        if args.command == "demo":
+            from convlog.demo import main as demo_main  # noqa: PLC0415
+
+            demo_main(settings)
+        elif args.command == "events":
+            asyncio.run(_print_events(settings, ConversationKey.parse(args.key)))
+    except ConvlogError as e:
+        print(f"convlog: error: {e}", file=sys.stderr)
+        return 2 if not e.retriable else 75  # 75 = EX_TEMPFAIL: worth retrying
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""Human-readable renderings of events for the CLI and the demo."""
+
+from __future__ import annotations
+
+from events.keys import ConversationKey
+from events.log import EventLog, LogRecord
+from events.model import (
+    ConversationCleared,
+    ConversationErased,
+    ConversationStarted,
+    Event,
+    ImagePart,
+    MessageAppended,
+    MessageRedacted,
+    SummaryRecorded,
+)
+from events.reading import conversation_events
+
+_PREVIEW = 72
+
+
+def _preview(text: str | None) -> str:
+    if not text:
+        return ""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= _PREVIEW else flat[: _PREVIEW - 1] + "…"
+
+
+def describe(event: Event) -> str:
+    body = event.body
+    if isinstance(body, MessageAppended):
+        content = body.content
+        if isinstance(content, tuple):
+            text = " ".join("[image]" if isinstance(p, ImagePart) else p.text for p in content)
+        else:
+            text = content or ""
+        extras = []
+        if body.tool_calls:
+            extras.append("calls " + ", ".join(f"{c.name}({c.arguments})" for c in body.tool_calls))
+        if body.tool_call_id:
+            extras.append(f"answers {body.tool_call_id}")
+        if body.reasoning_content:
+            extras.append(f"reasoning {len(body.reasoning_content)} chars")
+        if body.finish_reason:
+            extras.append(f"finish={body.finish_reason}")
+        suffix = f"  [{'; '.join(extras)}]" if extras else ""
+        return f"{body.role:<9} {_preview(text)}{suffix}"
+    if isinstance(body, ConversationStarted):
+        return f"started   {body.title or ''}"
+    if isinstance(body, MessageRedacted):
+        return f"redacted  {body.message_id}: {body.reason}"
+    if isinstance(body, SummaryRecorded):
+        return f"summary   through {body.covers_through_message_id}: {_preview(body.text)}"
+    if isinstance(body, ConversationCleared):
+        return f"cleared   {body.reason or ''}"
+    if isinstance(body, ConversationErased):
+        return f"erased    {body.reason or ''}"
+    return event.event_type  # pragma: no cover - the body union is closed
+
+
+def format_line(record: LogRecord, event: Event) -> str:
+    return f"  p{record.partition}@{record.offset:<6} {describe(event)}"
+
+
+async def print_conversation_events(log: EventLog, key: ConversationKey, *, start_offset: int = 0) -> int:
+    print(f"conversation {key}")
+    count = 0
+    async for record, event in conversation_events(log, key, start_offset=start_offset):
+        print(format_line(record, event))
+        count += 1
+    print(f"  ({count} events)\n")
+    return count

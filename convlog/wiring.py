@@ -1,0 +1,31 @@
+"""The composition root: turns :class:`Settings` into the concrete log and producer."""
+
+from __future__ import annotations
+
+import structlog
+
+from convlog.settings import Settings
+from events.embedded_log import EmbeddedEventLog
+from events.kafka_log import KafkaEventLog
+from events.log import EventLog
+from events.producer import ConversationProducer
+
+log = structlog.get_logger(__name__)
+
+
+async def open_event_log(settings: Settings) -> EventLog:
+    """Kafka when ``CONVLOG_KAFKA_BOOTSTRAP`` is set, else the embedded file log."""
+    if settings.kafka_bootstrap:
+        log.info("event_log.kafka", bootstrap=settings.kafka_bootstrap, topic=settings.topic)
+        return await KafkaEventLog.connect(
+            bootstrap=settings.kafka_bootstrap,
+            topic=settings.topic,
+            partitions=settings.partitions,
+            max_request_size=settings.max_event_bytes + 64 * 1024,
+        )
+    log.info("event_log.embedded", path=str(settings.embedded_log_path))
+    return EmbeddedEventLog.open(settings.embedded_log_path, partitions=settings.partitions)
+
+
+def make_producer(event_log: EventLog, settings: Settings, *, producer: str = "convlog") -> ConversationProducer:
+    return ConversationProducer(event_log, producer=producer, max_event_bytes=settings.max_event_bytes)

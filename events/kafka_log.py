@@ -1,0 +1,214 @@
+"""The Kafka event log (aiokafka).
+
+Producer: ``acks=all`` and idempotence on, so an acknowledged append is on every in-sync
+replica and the producer's own retries cannot write it twice. The partition is chosen by
+:func:`events.keys.partition_for_key` — the Java client's murmur2 — and passed explicitly,
+so both backends and foreign producers agree by construction.
+
+Reader: a group-less consumer with manual assignment and seeks; it never commits offsets
+(positions belong to whoever reads — projectors keep theirs in Postgres).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import structlog
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaError, MessageSizeTooLargeError, RecordTooLargeError
+
+from events.errors import ConfigurationError, LogClosedError, LogError, LogUnavailableError
+from events.keys import partition_for_key
+from events.log import Coordinates, LogRecord
+
+log = structlog.get_logger(__name__)
+
+_TOPIC_ALREADY_EXISTS = 36
+
+
+def convert_kafka_error(e: BaseException, *, action: str) -> LogError:
+    """Map an aiokafka failure to the convlog tree, keeping Kafka's own retriable flag."""
+    if isinstance(e, MessageSizeTooLargeError | RecordTooLargeError):
+        return LogError(f"{action}: the broker refused the record as too large ({e})")
+    if isinstance(e, TimeoutError) or getattr(e, "retriable", False) or type(e).__name__ == "KafkaTimeoutError":
+        return LogUnavailableError(f"{action}: Kafka did not acknowledge in time or is unreachable ({e!r})")
+    return LogError(f"{action}: {e!r}")
+
+
+class KafkaEventLog:
+    """An :class:`~events.log.EventLog` on a Kafka topic. Create it with :meth:`connect`."""
+
+    def __init__(self, *, bootstrap: str, topic: str, partition_count: int, producer: AIOKafkaProducer,
+                 append_timeout_s: float) -> None:
+        self._bootstrap = bootstrap
+        self._topic = topic
+        self._partition_count = partition_count
+        self._producer = producer
+        self._append_timeout_s = append_timeout_s
+        self._consumer: AIOKafkaConsumer | None = None
+        self._next: dict[int, int] = {}  # where the reader's fetch position is, per assigned partition
+        self._closed = False
+
+    @classmethod
+    async def connect(
+        cls,
+        *,
+        bootstrap: str,
+        topic: str,
+        partitions: int = 12,
+        replication_factor: int = -1,
+        client_id: str = "convlog",
+        max_request_size: int = 2 * 1024 * 1024,
+        linger_ms: int = 2,
+        append_timeout_s: float = 30.0,
+    ) -> KafkaEventLog:
+        """Create the topic with ``partitions`` if missing, then start an idempotent producer.
+
+        ``replication_factor=-1`` uses the broker's ``default.replication.factor``.
+        """
+        try:
+            partition_count = await _ensure_topic(bootstrap, topic, partitions, replication_factor, client_id)
+            producer = AIOKafkaProducer(
+                bootstrap_servers=bootstrap,
+                client_id=client_id,
+                acks="all",
+                enable_idempotence=True,
+                linger_ms=linger_ms,
+                max_request_size=max_request_size,
+                request_timeout_ms=int(append_timeout_s * 1000),
+            )
+            await producer.start()
+        except KafkaError as e:
+            raise convert_kafka_error(e, action=f"connecting to Kafka at {bootstrap}") from e
+        if partition_count != partitions:
+            log.warning("kafka_log.partition_count_differs", topic=topic, actual=partition_count,
+                        configured=partitions)
+        return cls(bootstrap=bootstrap, topic=topic, partition_count=partition_count, producer=producer,
+                   append_timeout_s=append_timeout_s)
+
+    @property
+    def partition_count(self) -> int:
+        return self._partition_count
+
+    @property
+    def topic(self) -> str:
+        return self._topic
+
+    async def append(self, *, key: bytes, value: bytes, headers: Sequence[tuple[str, bytes]] = ()) -> Coordinates:
+        self._check_open()
+        partition = partition_for_key(key, self._partition_count)
+        try:
+            async with asyncio.timeout(self._append_timeout_s):
+                sent = await self._producer.send(self._topic, value, key=key, partition=partition,
+                                                 headers=list(headers))
+                # shield: on timeout stop waiting, but leave aiokafka's own delivery future alone.
+                metadata = await asyncio.shield(sent)
+        except (KafkaError, TimeoutError) as e:
+            raise convert_kafka_error(e, action=f"appending to {self._topic}[{partition}]") from e
+        return Coordinates(metadata.partition, metadata.offset)
+
+    async def read(
+        self, positions: Mapping[int, int], *, max_records: int = 1000, timeout_s: float = 1.0
+    ) -> Sequence[LogRecord]:
+        self._check_open()
+        try:
+            consumer = await self._reader()
+            self._position_reader(consumer, positions)
+            batches = await consumer.getmany(timeout_ms=int(timeout_s * 1000), max_records=max_records)
+        except KafkaError as e:
+            raise convert_kafka_error(e, action=f"reading {self._topic}") from e
+        records: list[LogRecord] = []
+        for tp, messages in batches.items():
+            for m in messages:
+                records.append(_to_record(m))
+            if messages:
+                self._next[tp.partition] = messages[-1].offset + 1
+        return records
+
+    def _position_reader(self, consumer: AIOKafkaConsumer, positions: Mapping[int, int]) -> None:
+        for p in positions:
+            if not 0 <= p < self._partition_count:
+                raise LogError(f"partition {p} does not exist (0..{self._partition_count - 1})")
+        if set(positions) != set(self._next):
+            consumer.assign([TopicPartition(self._topic, p) for p in positions])
+            self._next = {}
+        for p, offset in positions.items():
+            if self._next.get(p) != offset:
+                consumer.seek(TopicPartition(self._topic, p), offset)
+                self._next[p] = offset
+
+    async def end_offsets(self) -> dict[int, int]:
+        self._check_open()
+        tps = [TopicPartition(self._topic, p) for p in range(self._partition_count)]
+        try:
+            ends = await (await self._reader()).end_offsets(tps)
+        except KafkaError as e:
+            raise convert_kafka_error(e, action=f"reading end offsets of {self._topic}") from e
+        return {tp.partition: offset for tp, offset in ends.items()}
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._consumer is not None:
+            await self._consumer.stop()
+        await self._producer.stop()
+
+    async def _reader(self) -> AIOKafkaConsumer:
+        if self._consumer is None:
+            consumer = AIOKafkaConsumer(
+                bootstrap_servers=self._bootstrap,
+                group_id=None,
+                enable_auto_commit=False,
+                auto_offset_reset="earliest",
+                isolation_level="read_committed",
+            )
+            await consumer.start()
+            self._consumer = consumer
+        return self._consumer
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosedError(f"Kafka log for {self._topic} is closed")
+
+
+def _to_record(m: Any) -> LogRecord:
+    return LogRecord(
+        partition=m.partition,
+        offset=m.offset,
+        key=m.key or b"",
+        value=m.value or b"",
+        timestamp=datetime.fromtimestamp(m.timestamp / 1000, UTC),
+        headers=tuple((name, value or b"") for name, value in (m.headers or ())),
+    )
+
+
+async def _ensure_topic(bootstrap: str, topic: str, partitions: int, replication_factor: int,
+                        client_id: str) -> int:
+    """Create ``topic`` unless it exists; return its actual partition count."""
+    if partitions < 1:
+        raise ConfigurationError(f"partitions must be >= 1, got {partitions}")
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id=f"{client_id}-admin")
+    await admin.start()
+    try:
+        if topic not in await admin.list_topics():
+            response = await admin.create_topics(
+                [NewTopic(name=topic, num_partitions=partitions, replication_factor=replication_factor)]
+            )
+            for name, code, *rest in response.topic_errors:
+                if code not in (0, _TOPIC_ALREADY_EXISTS):
+                    raise LogError(f"creating topic {name} failed: error {code} {rest}")
+            log.info("kafka_log.topic_created", topic=topic, partitions=partitions)
+        for _ in range(50):  # metadata of a fresh topic propagates asynchronously
+            described = await admin.describe_topics([topic])
+            found = described[0].get("partitions") if described else None
+            if found and described[0].get("error_code", 0) == 0:
+                return len(found)
+            await asyncio.sleep(0.1)
+        raise LogUnavailableError(f"topic {topic} was not visible in metadata after creation")
+    finally:
+        await admin.close()

@@ -1,0 +1,153 @@
+"""Conversions from OpenAI Chat Completions shapes to the event model.
+
+Chat apps already hold messages, tool calls and usage in OpenAI's format; these helpers let
+them hand those over as they are. Every problem raises :class:`InvalidEventError` with the
+path of the offending field (``tool_calls[1].function.arguments``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
+
+from events.errors import InvalidEventError
+from events.model import (
+    FINISH_REASONS,
+    ROLES,
+    Content,
+    ContentPart,
+    FinishReason,
+    ImageDetail,
+    ImagePart,
+    MessageAppended,
+    Role,
+    TextPart,
+    ToolCall,
+    Usage,
+)
+
+ContentInput = str | Sequence[ContentPart | Mapping[str, Any]] | None
+ToolCallInput = ToolCall | Mapping[str, Any]
+UsageInput = Usage | Mapping[str, Any] | None
+
+
+def content_from_openai(content: ContentInput, *, field: str = "content") -> Content:
+    if content is None or isinstance(content, str):
+        return content
+    if not isinstance(content, Sequence):
+        raise InvalidEventError("must be a string or a list of content parts", field=field)
+    return tuple(_part(p, f"{field}[{i}]") for i, p in enumerate(content))
+
+
+def _part(part: ContentPart | Mapping[str, Any], field: str) -> ContentPart:
+    if isinstance(part, TextPart | ImagePart):
+        return part
+    if not isinstance(part, Mapping):
+        raise InvalidEventError("must be a content part object", field=field)
+    kind = part.get("type")
+    if kind == "text":
+        return TextPart(_str(part.get("text"), f"{field}.text"))
+    if kind == "image_url":
+        image = part.get("image_url")
+        if not isinstance(image, Mapping):
+            raise InvalidEventError("must be an object with a url", field=f"{field}.image_url")
+        detail = image.get("detail", "auto")
+        if detail not in ("auto", "low", "high"):
+            raise InvalidEventError("must be auto, low or high", field=f"{field}.image_url.detail")
+        return ImagePart(_str(image.get("url"), f"{field}.image_url.url"), cast(ImageDetail, detail))
+    raise InvalidEventError(f"unsupported content part type {kind!r} (text, image_url)", field=f"{field}.type")
+
+
+def tool_calls_from_openai(calls: Sequence[ToolCallInput] | None, *, field: str = "tool_calls") -> tuple[ToolCall, ...]:
+    if not calls:
+        return ()
+    if isinstance(calls, str | bytes) or not isinstance(calls, Sequence):
+        raise InvalidEventError("must be a list", field=field)
+    return tuple(_tool_call(c, f"{field}[{i}]") for i, c in enumerate(calls))
+
+
+def _tool_call(call: ToolCallInput, field: str) -> ToolCall:
+    if isinstance(call, ToolCall):
+        return call
+    if not isinstance(call, Mapping):
+        raise InvalidEventError("must be a tool call object", field=field)
+    if call.get("type", "function") != "function":
+        raise InvalidEventError("only function tool calls are supported", field=f"{field}.type")
+    function = call.get("function")
+    if not isinstance(function, Mapping):
+        raise InvalidEventError("must be an object with name and arguments", field=f"{field}.function")
+    arguments = function.get("arguments", "")
+    if isinstance(arguments, Mapping):  # a convenience: already-parsed arguments are serialised
+        arguments = json.dumps(arguments, ensure_ascii=False, separators=(",", ":"))
+    return ToolCall(
+        id=_str(call.get("id"), f"{field}.id"),
+        name=_str(function.get("name"), f"{field}.function.name"),
+        arguments=_str(arguments, f"{field}.function.arguments"),
+    )
+
+
+def usage_from_openai(usage: UsageInput, *, field: str = "usage") -> Usage | None:
+    """Accepts a :class:`Usage` or OpenAI's usage object (with its ``*_details`` sub-objects)."""
+    if usage is None or isinstance(usage, Usage):
+        return usage
+    if not isinstance(usage, Mapping):
+        raise InvalidEventError("must be an object", field=field)
+    prompt_details = usage.get("prompt_tokens_details") or {}
+    completion_details = usage.get("completion_tokens_details") or {}
+    return Usage(
+        prompt_tokens=_opt_int(usage.get("prompt_tokens"), f"{field}.prompt_tokens"),
+        completion_tokens=_opt_int(usage.get("completion_tokens"), f"{field}.completion_tokens"),
+        cached_tokens=_opt_int(usage.get("cached_tokens", prompt_details.get("cached_tokens")),
+                               f"{field}.cached_tokens"),
+        reasoning_tokens=_opt_int(usage.get("reasoning_tokens", completion_details.get("reasoning_tokens")),
+                                  f"{field}.reasoning_tokens"),
+    )
+
+
+def message_from_openai(message: Mapping[str, Any], *, message_id: str) -> MessageAppended:
+    """Build a :class:`MessageAppended` from an OpenAI chat message plus convlog's optional extras
+    (``reasoning_content``, ``thinking_duration_ms``, ``model``, ``usage``, ``finish_reason``,
+    ``metadata``). Validation of the combination happens in :func:`events.validation.validate_message`.
+    """
+    role = message.get("role")
+    if role not in ROLES:
+        raise InvalidEventError(f"unknown role {role!r}; expected one of {', '.join(ROLES)}", field="role")
+    finish_reason = message.get("finish_reason")
+    if finish_reason is not None and finish_reason not in FINISH_REASONS:
+        raise InvalidEventError(f"unknown finish_reason {finish_reason!r}", field="finish_reason")
+    metadata = message.get("metadata") or {}
+    if not isinstance(metadata, Mapping):
+        raise InvalidEventError("must be an object of strings", field="metadata")
+    return MessageAppended(
+        message_id=message_id,
+        role=cast(Role, role),
+        content=content_from_openai(message.get("content")),
+        name=_opt_str(message.get("name"), "name"),
+        tool_calls=tool_calls_from_openai(message.get("tool_calls")),
+        tool_call_id=_opt_str(message.get("tool_call_id"), "tool_call_id"),
+        reasoning_content=_opt_str(message.get("reasoning_content"), "reasoning_content"),
+        thinking_duration_ms=_opt_int(message.get("thinking_duration_ms"), "thinking_duration_ms"),
+        model=_opt_str(message.get("model"), "model"),
+        usage=usage_from_openai(message.get("usage")),
+        finish_reason=cast(FinishReason | None, finish_reason),
+        metadata=dict(metadata),
+    )
+
+
+def _str(value: object, field: str) -> str:
+    if not isinstance(value, str):
+        raise InvalidEventError("must be a string", field=field)
+    return value
+
+
+def _opt_str(value: object, field: str) -> str | None:
+    return None if value is None else _str(value, field)
+
+
+def _opt_int(value: object, field: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidEventError("must be an integer", field=field)
+    return value

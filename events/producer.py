@@ -1,0 +1,188 @@
+"""The producer API for chat apps: typed helpers that validate, encode and append events.
+
+Nothing reaches the log unvalidated: a bad event raises :class:`InvalidEventError` naming the
+field, before any I/O. ``event_id`` is the idempotency key — pass the same one when retrying
+after a :class:`LogUnavailableError` and projections will keep exactly one copy.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from events.codec import EventCodec, default_codec
+from events.errors import EventTooLargeError
+from events.keys import ConversationKey
+from events.log import Coordinates, EventLog
+from events.model import (
+    ConversationCleared,
+    ConversationErased,
+    ConversationStarted,
+    Event,
+    EventBody,
+    FinishReason,
+    MessageAppended,
+    MessageRedacted,
+)
+from events.openai_format import (
+    ContentInput,
+    ToolCallInput,
+    UsageInput,
+    content_from_openai,
+    message_from_openai,
+    tool_calls_from_openai,
+    usage_from_openai,
+)
+from events.validation import validate_event
+
+DEFAULT_MAX_EVENT_BYTES = 1024 * 1024
+EVENT_TYPE_HEADER = "convlog.event_type"
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """What an append returns: the event id, the message id (for messages) and where it landed."""
+
+    event_id: str
+    coordinates: Coordinates
+    message_id: str | None = None
+
+    @property
+    def partition(self) -> int:
+        return self.coordinates.partition
+
+    @property
+    def offset(self) -> int:
+        return self.coordinates.offset
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def _new_id() -> str:
+    return str(uuid.uuid4())
+
+
+class ConversationProducer:
+    """Appends conversation events to an :class:`~events.log.EventLog`."""
+
+    def __init__(
+        self,
+        log: EventLog,
+        *,
+        codec: EventCodec | None = None,
+        producer: str = "convlog",
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        clock: Callable[[], datetime] = _utcnow,
+        new_id: Callable[[], str] = _new_id,
+    ) -> None:
+        self._log = log
+        self._codec = codec or default_codec()
+        self._producer = producer
+        self._max_event_bytes = max_event_bytes
+        self._clock = clock
+        self._new_id = new_id
+
+    def build(self, key: ConversationKey, body: EventBody, *, event_id: str | None = None,
+              occurred_at: datetime | None = None) -> tuple[Event, bytes]:
+        """Validate and encode an event without appending it (what :meth:`append` sends)."""
+        event = Event(
+            event_id=event_id or self._new_id(),
+            key=key,
+            occurred_at=occurred_at or self._clock(),
+            producer=self._producer,
+            body=body,
+        )
+        validate_event(event)
+        data = self._codec.encode(event)
+        if len(data) > self._max_event_bytes:
+            raise EventTooLargeError(size=len(data), limit=self._max_event_bytes)
+        return event, data
+
+    async def append(self, key: ConversationKey, body: EventBody, *, event_id: str | None = None,
+                     occurred_at: datetime | None = None) -> Appended:
+        event, data = self.build(key, body, event_id=event_id, occurred_at=occurred_at)
+        coordinates = await self._log.append(
+            key=key.encode(), value=data, headers=((EVENT_TYPE_HEADER, event.event_type.encode()),)
+        )
+        message_id = body.message_id if isinstance(body, MessageAppended) else None
+        return Appended(event_id=event.event_id, coordinates=coordinates, message_id=message_id)
+
+    async def start_conversation(self, key: ConversationKey, *, title: str | None = None,
+                                 metadata: Mapping[str, str] | None = None,
+                                 event_id: str | None = None) -> Appended:
+        return await self.append(key, ConversationStarted(title=title, metadata=dict(metadata or {})),
+                                 event_id=event_id)
+
+    async def append_message(self, key: ConversationKey, message: Mapping[str, Any], *,
+                             message_id: str | None = None, event_id: str | None = None) -> Appended:
+        """Append an OpenAI-format chat message (plus convlog's optional extras)."""
+        event_id = event_id or self._new_id()
+        body = message_from_openai(message, message_id=message_id or message.get("message_id") or event_id)
+        return await self.append(key, body, event_id=event_id)
+
+    async def append_user(self, key: ConversationKey, content: ContentInput, *, name: str | None = None,
+                          message_id: str | None = None, metadata: Mapping[str, str] | None = None,
+                          event_id: str | None = None) -> Appended:
+        return await self._message(key, event_id, message_id, role="user", content=content, name=name,
+                                   metadata=metadata)
+
+    async def append_system(self, key: ConversationKey, content: ContentInput, *, name: str | None = None,
+                            message_id: str | None = None, metadata: Mapping[str, str] | None = None,
+                            event_id: str | None = None) -> Appended:
+        return await self._message(key, event_id, message_id, role="system", content=content, name=name,
+                                   metadata=metadata)
+
+    async def append_assistant(
+        self,
+        key: ConversationKey,
+        content: ContentInput = None,
+        *,
+        tool_calls: Sequence[ToolCallInput] = (),
+        reasoning_content: str | None = None,
+        thinking_duration_ms: int | None = None,
+        model: str | None = None,
+        usage: UsageInput = None,
+        finish_reason: FinishReason | None = None,
+        name: str | None = None,
+        message_id: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        event_id: str | None = None,
+    ) -> Appended:
+        return await self._message(
+            key, event_id, message_id, role="assistant", content=content, name=name, metadata=metadata,
+            tool_calls=tool_calls_from_openai(tool_calls), reasoning_content=reasoning_content,
+            thinking_duration_ms=thinking_duration_ms, model=model, usage=usage_from_openai(usage),
+            finish_reason=finish_reason,
+        )
+
+    async def append_tool_result(self, key: ConversationKey, *, tool_call_id: str, content: ContentInput,
+                                 name: str | None = None, message_id: str | None = None,
+                                 metadata: Mapping[str, str] | None = None,
+                                 event_id: str | None = None) -> Appended:
+        return await self._message(key, event_id, message_id, role="tool", content=content, name=name,
+                                   metadata=metadata, tool_call_id=tool_call_id)
+
+    async def redact(self, key: ConversationKey, message_id: str, *, reason: str,
+                     event_id: str | None = None) -> Appended:
+        return await self.append(key, MessageRedacted(message_id=message_id, reason=reason), event_id=event_id)
+
+    async def clear(self, key: ConversationKey, *, reason: str | None = None,
+                    event_id: str | None = None) -> Appended:
+        return await self.append(key, ConversationCleared(reason=reason), event_id=event_id)
+
+    async def erase(self, key: ConversationKey, *, reason: str | None = None,
+                    event_id: str | None = None) -> Appended:
+        return await self.append(key, ConversationErased(reason=reason), event_id=event_id)
+
+    async def _message(self, key: ConversationKey, event_id: str | None, message_id: str | None, *,
+                       content: ContentInput, metadata: Mapping[str, str] | None, **fields: Any) -> Appended:
+        event_id = event_id or self._new_id()
+        # Defaulting the message id to the event id keeps a retried append (same event id) identical.
+        body = MessageAppended(message_id=message_id or event_id, content=content_from_openai(content),
+                               metadata=dict(metadata or {}), **fields)
+        return await self.append(key, body, event_id=event_id)

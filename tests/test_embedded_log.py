@@ -1,0 +1,113 @@
+"""What the embedded backend adds to the contract: durability, crash recovery, one owner."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from events.embedded_log import EmbeddedEventLog
+from events.errors import LogError, LogLockedError
+
+
+async def test_records_survive_reopening(tmp_path: Path) -> None:
+    path = tmp_path / "events.log"
+    log = EmbeddedEventLog.open(path, partitions=3)
+    sent = [await log.append(key=f"k{i}".encode(), value=f"v{i}".encode(), headers=[("h", b"1")]) for i in range(9)]
+    await log.close()
+    reopened = EmbeddedEventLog.open(path, partitions=3)
+    try:
+        records = await reopened.read(dict.fromkeys(range(3), 0), timeout_s=0)
+        assert sorted(r.coordinates for r in records) == sorted(sent)
+        assert {r.value for r in records} == {f"v{i}".encode() for i in range(9)}
+        more = await reopened.append(key=b"k0", value=b"again")
+        assert more.offset == max(c.offset for c in sent if c.partition == more.partition) + 1
+    finally:
+        await reopened.close()
+
+
+async def test_an_existing_file_keeps_its_partition_count(tmp_path: Path) -> None:
+    path = tmp_path / "events.log"
+    await EmbeddedEventLog.open(path, partitions=5).close()
+    log = EmbeddedEventLog.open(path, partitions=12)
+    assert log.partition_count == 5
+    await log.close()
+
+
+async def test_a_torn_tail_is_cut_off_and_the_log_goes_on(tmp_path: Path) -> None:
+    path = tmp_path / "events.log"
+    log = EmbeddedEventLog.open(path, partitions=1)
+    for i in range(3):
+        await log.append(key=b"k", value=f"v{i}".encode())
+    await log.close()
+    intact = path.stat().st_size
+    with path.open("ab") as f:
+        f.write(b"\x40\x00\x00\x00\x01\x02partial frame from a crash")
+    log = EmbeddedEventLog.open(path, partitions=1)
+    try:
+        assert path.stat().st_size == intact
+        assert (await log.append(key=b"k", value=b"v3")).offset == 3
+        assert [r.value for r in await log.read({0: 0}, timeout_s=0)] == [b"v0", b"v1", b"v2", b"v3"]
+    finally:
+        await log.close()
+
+
+async def test_a_corrupted_frame_ends_the_log_at_the_last_good_record(tmp_path: Path) -> None:
+    path = tmp_path / "events.log"
+    log = EmbeddedEventLog.open(path, partitions=1)
+    for i in range(3):
+        await log.append(key=b"k", value=f"value-{i}".encode())
+    await log.close()
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 0xFF  # flip a byte inside the last frame: its CRC no longer matches
+    path.write_bytes(bytes(data))
+    log = EmbeddedEventLog.open(path, partitions=1)
+    try:
+        assert [r.value for r in await log.read({0: 0}, timeout_s=0)] == [b"value-0", b"value-1"]
+    finally:
+        await log.close()
+
+
+async def test_a_second_process_cannot_open_the_same_file(tmp_path: Path) -> None:
+    path = tmp_path / "events.log"
+    log = EmbeddedEventLog.open(path, partitions=1)
+    try:
+        probe = (
+            "import sys\nfrom pathlib import Path\nfrom events.embedded_log import EmbeddedEventLog\n"
+            "from events.errors import LogLockedError\n"
+            "try:\n    EmbeddedEventLog.open(Path(sys.argv[1]))\nexcept LogLockedError:\n    sys.exit(3)\n"
+        )
+        result = subprocess.run([sys.executable, "-c", probe, str(path)], check=False,
+                                cwd=Path(__file__).parent.parent, env=os.environ.copy())
+        assert result.returncode == 3
+        with pytest.raises(LogLockedError):
+            EmbeddedEventLog.open(path)
+    finally:
+        await log.close()
+    await EmbeddedEventLog.open(path).close()  # the lock goes with the owner
+
+
+async def test_a_foreign_file_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "not-a-log"
+    path.write_bytes(b"hello world, this is not a convlog file")
+    with pytest.raises(LogError, match="not a convlog embedded log"):
+        EmbeddedEventLog.open(path)
+
+
+async def test_a_cancelled_append_is_still_written(tmp_path: Path) -> None:
+    """Like Kafka, giving up on an append does not unsend it; the record keeps its offset."""
+    import asyncio  # noqa: PLC0415
+
+    log = EmbeddedEventLog.open(tmp_path / "events.log", partitions=1)
+    try:
+        task = asyncio.create_task(log.append(key=b"k", value=b"first"))
+        await asyncio.sleep(0)
+        task.cancel()
+        second = await log.append(key=b"k", value=b"second")
+        assert second.offset == 1
+        assert [r.value for r in await log.read({0: 0}, timeout_s=0)] == [b"first", b"second"]
+    finally:
+        await log.close()
