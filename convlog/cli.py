@@ -7,6 +7,7 @@ import asyncio
 import sys
 from collections.abc import Sequence
 
+from convlog.logs import configure_logging
 from convlog.settings import Settings
 from events.errors import ConvlogError
 from events.keys import ConversationKey
@@ -34,6 +35,7 @@ async def _print_events(settings: Settings, key: ConversationKey) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _build_parser().parse_args(argv)
+    configure_logging(default_level="warning")  # commands print their results; logs are for trouble
     try:
         settings = Settings.from_env()
         if args.command == "demo":

@@ -60,7 +60,7 @@ class KafkaEventLog:
         bootstrap: str,
         topic: str,
         partitions: int = 12,
-        replication_factor: int = -1,
+        replication_factor: int | None = None,
         client_id: str = "convlog",
         max_request_size: int = 2 * 1024 * 1024,
         linger_ms: int = 2,
@@ -68,7 +68,9 @@ class KafkaEventLog:
     ) -> KafkaEventLog:
         """Create the topic with ``partitions`` if missing, then start an idempotent producer.
 
-        ``replication_factor=-1`` uses the broker's ``default.replication.factor``.
+        A new topic keeps its records forever (``retention.ms=-1``: the log is the source of
+        truth) and gets ``replication_factor`` replicas — by default min(3, brokers) — with
+        ``min.insync.replicas`` = min(2, replicas), so ``acks=all`` means two copies when it can.
         """
         try:
             partition_count = await _ensure_topic(bootstrap, topic, partitions, replication_factor, client_id)
@@ -187,7 +189,7 @@ def _to_record(m: Any) -> LogRecord:
     )
 
 
-async def _ensure_topic(bootstrap: str, topic: str, partitions: int, replication_factor: int,
+async def _ensure_topic(bootstrap: str, topic: str, partitions: int, replication_factor: int | None,
                         client_id: str) -> int:
     """Create ``topic`` unless it exists; return its actual partition count."""
     if partitions < 1:
@@ -196,8 +198,12 @@ async def _ensure_topic(bootstrap: str, topic: str, partitions: int, replication
     await admin.start()
     try:
         if topic not in await admin.list_topics():
+            brokers = len((await admin.describe_cluster()).get("brokers") or ()) or 1
+            replicas = replication_factor or min(3, brokers)
+            configs = {"retention.ms": "-1", "retention.bytes": "-1", "min.insync.replicas": str(min(2, replicas))}
             response = await admin.create_topics(
-                [NewTopic(name=topic, num_partitions=partitions, replication_factor=replication_factor)]
+                [NewTopic(name=topic, num_partitions=partitions, replication_factor=replicas,
+                          topic_configs=configs)]
             )
             for name, code, *rest in response.topic_errors:
                 if code not in (0, _TOPIC_ALREADY_EXISTS):

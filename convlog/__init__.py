@@ -1,0 +1,1 @@
+"""convlog: an event-sourced conversation log on Kafka and Postgres."""

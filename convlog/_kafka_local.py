@@ -1,0 +1,561 @@
+"""A local single-node Kafka broker (KRaft, broker+controller in one JVM) for development and tests.
+
+The broker's classpath is resolved with Maven from ``services/kafka/pom.xml`` (jars cached in
+``~/.m2``, the resulting classpath cached next to the data directories), the storage is formatted
+once with ``kafka.tools.StorageTool format --standalone`` and the broker runs as a detached
+``java -cp ... kafka.Kafka server.properties`` (own session, output to files, pid file).
+
+Also holds the small process helpers shared with :mod:`convlog._postgres_local`.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import functools
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+
+HOST = "127.0.0.1"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+class ServiceError(RuntimeError):
+    """A local service could not be prepared, started or reached."""
+
+
+def services_root() -> Path:
+    """``$CONVLOG_DATA_DIR/services``, by default ``.convlog/services`` in the repo (or cwd)."""
+    base = os.environ.get("CONVLOG_DATA_DIR")
+    if base:
+        return Path(base).resolve() / "services"
+    root = REPO_ROOT if (REPO_ROOT / "pyproject.toml").is_file() else Path.cwd()
+    return root / ".convlog" / "services"
+
+
+# ---------------------------------------------------------------- process helpers (shared)
+
+
+def progress(message: str) -> None:
+    sys.stderr.write(f"devservices: {message}\n")
+    sys.stderr.flush()
+
+
+def _proc_stat(pid: int) -> tuple[str, int] | None:
+    """(state letter, parent pid) of ``pid`` from /proc, None if there is no such process."""
+    return _proc_stat_path(Path(f"/proc/{pid}/stat"))
+
+
+def _proc_stat_path(path: Path) -> tuple[str, int] | None:
+    try:
+        fields = path.read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return fields[0], int(fields[1])
+
+
+def pid_alive(pid: int) -> bool:
+    """True if ``pid`` runs. Reaps it if it is an exited child of ours; zombies count as dead
+    (an orphan's zombie may never be reaped when PID 1 is not a real init, as in some sandboxes).
+    """
+    with contextlib.suppress(OSError):
+        os.waitpid(pid, os.WNOHANG)
+    stat = _proc_stat(pid)
+    if stat is not None:
+        if stat[0] not in ("Z", "X"):
+            return True
+        # A multi-threaded process (a JVM) shows its leader as a zombie while its other threads,
+        # which still hold its sockets and files, are exiting: alive until they are all gone.
+        return any(
+            (_proc_stat_path(task / "stat") or ("Z", 0))[0] not in ("Z", "X")
+            for task in Path(f"/proc/{pid}/task").glob("[0-9]*")
+        )
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def cmdline(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return [""]
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and its live descendants (PostgreSQL's children run in sessions of their own)."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        stat = _proc_stat(int(entry.name))
+        if stat is not None and stat[0] not in ("Z", "X"):
+            parents.setdefault(stat[1], []).append(int(entry.name))
+    tree, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        tree.append(current)
+        todo.extend(parents.get(current, []))
+    return tree
+
+
+def kill_tree(pids: list[int], timeout: float = 10.0) -> None:
+    """SIGKILL ``pids`` (and the process groups they lead) and wait until they are gone."""
+    for pid in pids:
+        for kill in (os.killpg, os.kill):
+            with contextlib.suppress(OSError):
+                kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + timeout
+    while any(pid_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def stop_process(pid: int, sig: int, timeout: float) -> bool:
+    """Send ``sig`` to ``pid``, wait up to ``timeout`` s for it and its descendants to exit, then
+    SIGKILL them. Returns True if they exited by themselves.
+    """
+    tree = process_tree(pid)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, sig)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not any(pid_alive(p) for p in tree):
+            return True
+        time.sleep(0.1)
+    kill_tree(process_tree(pid) + tree)
+    return False
+
+
+def read_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def tail(path: Path, lines: int = 40) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return f"(no {path})"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def ensure_port_free(port: int, what: str) -> None:
+    """Fail early, with a clear message, if something already listens on 127.0.0.1:``port``."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers do: TIME_WAIT is fine
+        try:
+            sock.bind((HOST, port))
+        except OSError as exc:
+            raise ServiceError(
+                f"{what}: {HOST}:{port} is already in use ({exc.strerror}); "
+                "stop whatever listens there or pick other ports"
+            ) from exc
+
+
+def spawn_detached(
+    argv: Sequence[str],
+    log: Path,
+    *,
+    cwd: Path,
+    user: int | None = None,
+    group: int | None = None,
+    env: dict[str, str] | None = None,
+) -> int:
+    """Start ``argv`` in its own session with stdout/stderr appended to ``log``; return its pid.
+
+    With ``user``/``group`` (we are root) the process runs as that uid/gid without extra groups.
+    """
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as out:
+        shown = " ".join(arg if len(arg) < 200 else f"{arg[:80]}...({len(arg)} chars)" for arg in argv)
+        out.write(f"\n==== {time.strftime('%Y-%m-%d %H:%M:%S')} {shown}\n".encode())
+        out.flush()
+        proc = subprocess.Popen(  # noqa: S603 - fixed argv built by us
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+            cwd=cwd,
+            env=env,
+            user=user,
+            group=group,
+            extra_groups=[] if user is not None else None,
+        )
+    proc.returncode = 0  # we track the pid ourselves; keep Popen.__del__ from warning
+    return int(proc.pid)
+
+
+# ---------------------------------------------------------------- classpath
+
+
+def kafka_pom() -> Path:
+    for candidate in (
+        os.environ.get("CONVLOG_SERVICES_KAFKA_POM"),
+        REPO_ROOT / "services" / "kafka" / "pom.xml",
+        Path.cwd() / "services" / "kafka" / "pom.xml",
+    ):
+        if candidate and Path(candidate).is_file():
+            return Path(candidate).resolve()
+    raise ServiceError(
+        "services/kafka/pom.xml not found (run from the convlog repo or set CONVLOG_SERVICES_KAFKA_POM)"
+    )
+
+
+@functools.cache
+def kafka_classpath(cache_dir: Path) -> str:
+    """The broker classpath (``:``-joined jars), resolved with Maven once and cached in ``cache_dir``."""
+    pom = kafka_pom()
+    version = os.environ.get("CONVLOG_SERVICES_KAFKA_VERSION", "")
+    key = hashlib.sha256(pom.read_bytes() + version.encode()).hexdigest()[:12]
+    cached = cache_dir / f"kafka-classpath-{key}.txt"
+    if cached.is_file():
+        classpath = cached.read_text().strip()
+        if classpath and all(Path(jar).is_file() for jar in classpath.split(os.pathsep)):
+            return classpath
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise ServiceError("Maven (mvn) is not on PATH; it is needed once to fetch the Kafka jars")
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    tmp = cached.with_suffix(f".{os.getpid()}.tmp")
+    argv = [mvn, "-q", "-B", "-f", str(pom), "dependency:build-classpath", f"-Dmdep.outputFile={tmp}"]
+    if version:
+        argv.append(f"-Dkafka.version={version}")
+    progress(
+        f"resolving the Kafka broker classpath with Maven ({pom}); "
+        "the first run downloads ~60 MB into ~/.m2 ..."
+    )
+    started = time.monotonic()
+    result = subprocess.run(argv, capture_output=True, text=True, check=False)  # noqa: S603
+    if result.returncode != 0 or not tmp.is_file():
+        raise ServiceError(f"Maven failed ({' '.join(argv)}):\n{(result.stdout + result.stderr)[-4000:]}")
+    tmp.replace(cached)
+    progress(f"Kafka classpath ready in {time.monotonic() - started:.1f}s")
+    return cached.read_text().strip()
+
+
+def java_executable() -> str:
+    home = os.environ.get("JAVA_HOME")
+    java = str(Path(home) / "bin" / "java") if home else shutil.which("java")
+    if not java or not Path(java).exists():
+        raise ServiceError("java not found (Kafka 4.x brokers need Java 17+)")
+    return java
+
+
+# ---------------------------------------------------------------- wire check
+
+
+def _kafka_call(sock: socket.socket, api_key: int, version: int, body: bytes, correlation: int) -> bytes:
+    client = b"convlog-devservices"
+    header = struct.pack(">hhih", api_key, version, correlation, len(client)) + client
+    request = header + body
+    sock.sendall(struct.pack(">i", len(request)) + request)
+    size = struct.unpack(">i", _recv(sock, 4))[0]
+    response = _recv(sock, size)
+    if struct.unpack(">i", response[:4])[0] != correlation:
+        raise ServiceError("Kafka answered with a wrong correlation id")
+    return response[4:]
+
+
+def _recv(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise ConnectionError("Kafka closed the connection")
+        data += chunk
+    return data
+
+
+def kafka_metadata(host: str, port: int, timeout: float = 5.0) -> tuple[list[int], list[str]]:
+    """(broker ids, topic names) from a Metadata v4 request: proof that the broker serves requests."""
+    with socket.create_connection((host, port), timeout=timeout) as sock:
+        body = _kafka_call(sock, 18, 0, b"", 1)  # ApiVersions v0
+        if struct.unpack(">h", body[:2])[0] != 0:
+            raise ServiceError("Kafka ApiVersions failed")
+        body = _kafka_call(sock, 3, 4, struct.pack(">ib", -1, 0), 2)  # Metadata v4, all topics
+    pos = 4  # throttle_time_ms
+
+    def take(fmt: str) -> int:
+        nonlocal pos
+        (value,) = struct.unpack_from(fmt, body, pos)
+        pos += struct.calcsize(fmt)
+        return int(value)
+
+    def string() -> str:
+        nonlocal pos
+        n = take(">h")
+        text = body[pos : pos + max(n, 0)].decode()
+        pos += max(n, 0)
+        return text
+
+    brokers = []
+    for _ in range(take(">i")):
+        brokers.append(take(">i"))
+        string(), take(">i"), string()  # host, port, rack
+    string(), take(">i")  # cluster_id, controller_id
+    topics = []
+    for _ in range(take(">i")):
+        take(">h")
+        topics.append(string())
+        take(">b")
+        for _ in range(take(">i")):
+            take(">h"), take(">i"), take(">i")
+            for _ in range(take(">i")):
+                take(">i")
+            for _ in range(take(">i")):
+                take(">i")
+    return brokers, topics
+
+
+# ---------------------------------------------------------------- the broker
+
+_LOG4J2 = """\
+status = warn
+shutdownHook = disable
+appender.file.type = RollingFile
+appender.file.name = FILE
+appender.file.fileName = {logs}/server.log
+appender.file.filePattern = {logs}/server.log.%i
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+appender.file.policies.type = Policies
+appender.file.policies.size.type = SizeBasedTriggeringPolicy
+appender.file.policies.size.size = 50MB
+appender.file.strategy.type = DefaultRolloverStrategy
+appender.file.strategy.max = 3
+rootLogger.level = info
+rootLogger.appenderRef.file.ref = FILE
+logger.request.name = kafka.request.logger
+logger.request.level = warn
+"""
+
+
+def _cluster_id() -> str:
+    """A random Kafka Uuid in its base64 form (as ``StorageTool random-uuid`` prints)."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
+
+
+class KafkaHandle:
+    """A local broker living in ``data_dir``; the handle can (re)start, stop and kill it."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        port: int = 19092,
+        controller_port: int = 19093,
+        heap: str = "512m",
+        classpath_cache: Path | None = None,
+    ) -> None:
+        self.data_dir = Path(data_dir).resolve()
+        self.port = port
+        self.controller_port = controller_port
+        self.heap = heap
+        self.classpath_cache = classpath_cache or services_root() / "cache"
+        self.pid_file = self.data_dir / "kafka.pid"
+        self.log_path = self.data_dir / "logs" / "server.log"
+        self.out_path = self.data_dir / "logs" / "kafka.out"
+
+    @property
+    def bootstrap(self) -> str:
+        """host:port for Kafka clients."""
+        return f"{HOST}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        """Pid of the running broker JVM, None if it does not run."""
+        pid = read_pid(self.pid_file)
+        if pid is None or not pid_alive(pid) or str(self.data_dir / "server.properties") not in cmdline(pid):
+            return None
+        return pid
+
+    @property
+    def running(self) -> bool:
+        return self.pid is not None
+
+    def _prepare(self) -> list[str]:
+        state_file = self.data_dir / "convlog-kafka.json"
+        state = json.loads(state_file.read_text()) if state_file.is_file() else {}
+        kraft = self.data_dir / "kraft-logs"
+        formatted = (kraft / "meta.properties").is_file()
+        if formatted and state.get("controller_port", self.controller_port) != self.controller_port:
+            raise ServiceError(
+                f"{self.data_dir} was formatted for controller port {state['controller_port']}, "
+                f"not {self.controller_port}; use that port or delete the directory"
+            )
+        logs = self.data_dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        props = self.data_dir / "server.properties"
+        props.write_text(
+            "\n".join(
+                [
+                    "process.roles=broker,controller",
+                    "node.id=1",
+                    f"controller.quorum.bootstrap.servers={HOST}:{self.controller_port}",
+                    f"listeners=PLAINTEXT://{HOST}:{self.port},CONTROLLER://{HOST}:{self.controller_port}",
+                    f"advertised.listeners=PLAINTEXT://{HOST}:{self.port},CONTROLLER://{HOST}:{self.controller_port}",
+                    "controller.listener.names=CONTROLLER",
+                    "inter.broker.listener.name=PLAINTEXT",
+                    "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+                    f"log.dirs={kraft}",
+                    "num.partitions=12",
+                    "default.replication.factor=1",
+                    "min.insync.replicas=1",
+                    "offsets.topic.replication.factor=1",
+                    "transaction.state.log.replication.factor=1",
+                    "transaction.state.log.min.isr=1",
+                    "share.coordinator.state.topic.replication.factor=1",
+                    "share.coordinator.state.topic.min.isr=1",
+                    "group.initial.rebalance.delay.ms=0",
+                    # After a kill -9 the restarted broker cannot register until its old session
+                    # expires (default 9 s): keep that short for a single local node.
+                    "broker.heartbeat.interval.ms=500",
+                    "broker.session.timeout.ms=3000",
+                    "auto.create.topics.enable=false",
+                    "",
+                ]
+            )
+        )
+        log4j = self.data_dir / "log4j2.properties"
+        log4j.write_text(_LOG4J2.format(logs=logs))
+        classpath = kafka_classpath(self.classpath_cache)
+        java = [
+            java_executable(),
+            "-cp",
+            classpath,
+            f"-Dlog4j2.configurationFile={log4j}",
+            f"-Dkafka.logs.dir={logs}",
+            "-Djava.awt.headless=true",
+        ]
+        if not formatted:
+            cluster_id = state.get("cluster_id") or _cluster_id()
+            argv = [
+                *java,
+                "-Xmx256m",
+                "kafka.tools.StorageTool",
+                "format",
+                "--standalone",
+                "-t",
+                cluster_id,
+                "-c",
+                str(props),
+            ]
+            result = subprocess.run(argv, capture_output=True, text=True, check=False)  # noqa: S603
+            if result.returncode != 0:
+                raise ServiceError(f"kafka storage format failed:\n{result.stdout}{result.stderr}")
+            state = {"cluster_id": cluster_id, "controller_port": self.controller_port}
+        state["port"] = self.port
+        state_file.write_text(json.dumps(state))
+        extra = os.environ.get("CONVLOG_SERVICES_KAFKA_JVM_OPTS", "").split()
+        return [
+            *java,
+            "-Xms128m",
+            f"-Xmx{self.heap}",
+            "-XX:+UseG1GC",
+            "-XX:MaxGCPauseMillis=20",
+            *extra,
+            "kafka.Kafka",
+            str(props),
+        ]
+
+    def start(self, *, timeout: float = 120.0, wait: bool = True) -> KafkaHandle:
+        """Start the broker unless it runs; with ``wait``, return once it answers metadata requests."""
+        if not self.running:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            ensure_port_free(self.port, "Kafka")
+            ensure_port_free(self.controller_port, "Kafka controller")
+            argv = self._prepare()
+            self.pid_file.write_text(f"{spawn_detached(argv, self.out_path, cwd=self.data_dir)}\n")
+        if wait:
+            self.wait_ready(timeout)
+        return self
+
+    def wait_ready(self, timeout: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout
+        error: Exception | None = None
+        while time.monotonic() < deadline:
+            if not self.running:
+                raise ServiceError(f"Kafka exited during start-up; {self.log_path}:\n{self.log_tail()}")
+            try:
+                if kafka_metadata(HOST, self.port, timeout=2.0)[0]:
+                    return
+            except (OSError, ServiceError, struct.error) as exc:
+                error = exc
+            time.sleep(0.2)
+        raise ServiceError(
+            f"Kafka not ready on {self.bootstrap} after {timeout:.0f}s ({error}); "
+            f"{self.log_path}:\n{self.log_tail()}"
+        )
+
+    def stop(self, timeout: float = 30.0) -> bool:
+        """Controlled shutdown (SIGTERM); SIGKILL after ``timeout`` s. True if it stopped by itself."""
+        pid = self.pid
+        graceful = True if pid is None else stop_process(pid, signal.SIGTERM, timeout)
+        self.pid_file.unlink(missing_ok=True)
+        return graceful
+
+    def kill(self) -> None:
+        """SIGKILL the broker (a crash: no controlled shutdown, no flush)."""
+        pid = self.pid
+        if pid is not None:
+            kill_tree(process_tree(pid))
+        self.pid_file.unlink(missing_ok=True)
+
+    def log_tail(self, lines: int = 30) -> str:
+        """Recent ERROR lines and the tail of the broker log, then the tail of its stdout/stderr."""
+        errors = [
+            line
+            for line in tail(self.log_path, 2000).splitlines()
+            if " ERROR " in line or "Exception:" in line
+        ]
+        return (
+            f"--- errors:\n{chr(10).join(errors[-8:])}\n--- {self.log_path}:\n{tail(self.log_path, lines)}"
+            f"\n--- {self.out_path}:\n{tail(self.out_path, 10)}"
+        )
+
+    def __enter__(self) -> KafkaHandle:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"KafkaHandle({str(self.data_dir)!r}, bootstrap={self.bootstrap!r}, pid={self.pid})"
+
+
+def start_kafka(
+    data_dir: Path,
+    *,
+    port: int,
+    controller_port: int,
+    timeout: float = 120.0,
+    wait: bool = True,
+    heap: str = "512m",
+) -> KafkaHandle:
+    """Start (formatting on first use) a broker in ``data_dir`` on 127.0.0.1:``port``."""
+    return KafkaHandle(data_dir, port=port, controller_port=controller_port, heap=heap).start(
+        timeout=timeout, wait=wait
+    )

