@@ -33,16 +33,23 @@ TEXT = "提交之后审批流程是怎样的？外包员工需要驻场负责人
 def make_events(n: int, conversations: int) -> list[Event]:
     now = datetime.now(UTC)
     return [
-        Event(event_id=str(uuid.uuid4()), key=ConversationKey("bench", f"user-{i % 97}", f"conv-{i % conversations}"),
-              occurred_at=now, producer="bench",
-              body=MessageAppended(message_id=f"m{i}", role="user" if i % 2 == 0 else "assistant", content=TEXT))
+        Event(
+            event_id=str(uuid.uuid4()),
+            key=ConversationKey("bench", f"user-{i % 97}", f"conv-{i % conversations}"),
+            occurred_at=now,
+            producer="bench",
+            body=MessageAppended(
+                message_id=f"m{i}", role="user" if i % 2 == 0 else "assistant", content=TEXT
+            ),
+        )
         for i in range(n)
     ]
 
 
 async def run_convlog(bootstrap: str, events: list[Event], workers: int, partitions: int) -> float:
-    log = await KafkaEventLog.connect(bootstrap=bootstrap, topic=f"bench.api.{uuid.uuid4().hex[:8]}",
-                                      partitions=partitions)
+    log = await KafkaEventLog.connect(
+        bootstrap=bootstrap, topic=f"bench.api.{uuid.uuid4().hex[:8]}", partitions=partitions
+    )
     producer = ConversationProducer(log, producer="bench")
     await producer.append(events[0].key, events[0].body)  # warm up metadata and the connection
 
@@ -58,12 +65,19 @@ async def run_convlog(bootstrap: str, events: list[Event], workers: int, partiti
 
 
 async def _raw_producer(bootstrap: str) -> tuple[AIOKafkaProducer, str, int]:
-    log = await KafkaEventLog.connect(bootstrap=bootstrap, topic=f"bench.raw.{uuid.uuid4().hex[:8]}",
-                                      partitions=12)  # creates the topic the same way
+    log = await KafkaEventLog.connect(
+        bootstrap=bootstrap, topic=f"bench.raw.{uuid.uuid4().hex[:8]}", partitions=12
+    )  # creates the topic the same way
     topic, partitions = log.topic, log.partition_count
     await log.close()
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, linger_ms=2,
-                                max_request_size=2 * 1024 * 1024, request_timeout_ms=30000)
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap,
+        acks="all",
+        enable_idempotence=True,
+        linger_ms=2,
+        max_request_size=2 * 1024 * 1024,
+        request_timeout_ms=30000,
+    )
     await producer.start()
     await producer.send_and_wait(topic, b"warm-up", key=b"w", partition=0)
     return producer, topic, partitions
@@ -74,8 +88,13 @@ async def run_raw(bootstrap: str, encoded: list[tuple[bytes, bytes, bytes]], wor
 
     async def worker(share: list[tuple[bytes, bytes, bytes]]) -> None:
         for key, value, event_type in share:
-            await producer.send_and_wait(topic, value, key=key, partition=partition_for_key(key, partitions),
-                                         headers=[(EVENT_TYPE_HEADER, event_type)])
+            await producer.send_and_wait(
+                topic,
+                value,
+                key=key,
+                partition=partition_for_key(key, partitions),
+                headers=[(EVENT_TYPE_HEADER, event_type)],
+            )
 
     started = time.perf_counter()
     await asyncio.gather(*(worker(encoded[w::workers]) for w in range(workers)))
@@ -87,9 +106,16 @@ async def run_raw(bootstrap: str, encoded: list[tuple[bytes, bytes, bytes]], wor
 async def run_raw_pipelined(bootstrap: str, encoded: list[tuple[bytes, bytes, bytes]]) -> float:
     producer, topic, partitions = await _raw_producer(bootstrap)
     started = time.perf_counter()
-    futures = [await producer.send(topic, value, key=key, partition=partition_for_key(key, partitions),
-                                   headers=[(EVENT_TYPE_HEADER, event_type)])
-               for key, value, event_type in encoded]
+    futures = [
+        await producer.send(
+            topic,
+            value,
+            key=key,
+            partition=partition_for_key(key, partitions),
+            headers=[(EVENT_TYPE_HEADER, event_type)],
+        )
+        for key, value, event_type in encoded
+    ]
     await asyncio.gather(*futures)
     elapsed = time.perf_counter() - started
     await producer.stop()
@@ -97,21 +123,29 @@ async def run_raw_pipelined(bootstrap: str, encoded: list[tuple[bytes, bytes, by
 
 
 async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--events", type=int, default=20_000)
     parser.add_argument("--workers", type=int, default=256)
     parser.add_argument("--conversations", type=int, default=500)
-    parser.add_argument("--rounds", type=int, default=2, help="alternate raw/convlog this many times; best of each")
+    parser.add_argument(
+        "--rounds", type=int, default=2, help="alternate raw/convlog this many times; best of each"
+    )
     args = parser.parse_args()
     bootstrap = os.environ.get("CONVLOG_KAFKA_BOOTSTRAP")
     if not bootstrap:
-        raise SystemExit("set CONVLOG_KAFKA_BOOTSTRAP (make services-up; eval \"$(python -m convlog.devservices env)\")")
+        raise SystemExit(
+            'set CONVLOG_KAFKA_BOOTSTRAP (make services-up; eval "$(python -m convlog.devservices env)")'
+        )
     events = make_events(args.events, args.conversations)
     codec = default_codec()
     encoded = [(e.key.encode(), codec.encode(e), e.event_type.encode()) for e in events]
     size = sum(len(v) for _, v, _ in encoded) / len(encoded)
-    print(f"{args.events} events of ~{size:.0f} bytes, {args.conversations} conversations, "
-          f"{args.workers} concurrent appenders, acks=all, idempotent, linger_ms=2")
+    print(
+        f"{args.events} events of ~{size:.0f} bytes, {args.conversations} conversations, "
+        f"{args.workers} concurrent appenders, acks=all, idempotent, linger_ms=2"
+    )
     raw, api = 0.0, 0.0
     for _ in range(args.rounds):
         raw = max(raw, await run_raw(bootstrap, encoded, args.workers))

@@ -24,8 +24,10 @@ from events.producer import Appended, ConversationProducer
 
 
 async def append_oa_conversation(producer: ConversationProducer, key: ConversationKey) -> list[Appended]:
-    done = [await producer.start_conversation(key, title="OA 加班申请"),
-            await producer.append_system(key, OA_SYSTEM_PROMPT)]
+    done = [
+        await producer.start_conversation(key, title="OA 加班申请"),
+        await producer.append_system(key, OA_SYSTEM_PROMPT),
+    ]
     for question, answer in OA_TURNS:
         done.append(await producer.append_user(key, question))
         done.append(await producer.append_assistant(key, answer, model="gpt-4o-mini", finish_reason="stop"))
@@ -33,16 +35,21 @@ async def append_oa_conversation(producer: ConversationProducer, key: Conversati
 
 
 async def append_tools_conversation(producer: ConversationProducer, key: ConversationKey) -> list[Appended]:
-    done = [await producer.start_conversation(key, title="加班时长查询"),
-            await producer.append_system(key, TOOLS_SYSTEM_PROMPT),
-            await producer.append_user(key, TOOLS_USER_QUESTION),
-            await producer.append_message(key, {"role": "assistant", "content": None, **TOOLS_ASSISTANT_CALLS})]
+    done = [
+        await producer.start_conversation(key, title="加班时长查询"),
+        await producer.append_system(key, TOOLS_SYSTEM_PROMPT),
+        await producer.append_user(key, TOOLS_USER_QUESTION),
+        await producer.append_message(key, {"role": "assistant", "content": None, **TOOLS_ASSISTANT_CALLS}),
+    ]
     for call_id, name, result in TOOLS_RESULTS:
         done.append(await producer.append_tool_result(key, tool_call_id=call_id, name=name, content=result))
     done.append(await producer.append_message(key, {"role": "assistant", **TOOLS_ANSWER}))
     done.append(await producer.append_user(key, INTERRUPTED_QUESTION))
-    done.append(await producer.append_assistant(key, INTERRUPTED_ANSWER, model="deepseek-v4",
-                                                finish_reason="interrupted"))
+    done.append(
+        await producer.append_assistant(
+            key, INTERRUPTED_ANSWER, model="deepseek-v4", finish_reason="interrupted"
+        )
+    )
     return done
 
 
@@ -55,8 +62,10 @@ async def run_demo(settings: Settings) -> None:
         producer = make_producer(event_log, settings, producer="convlog-demo")
         where = settings.kafka_bootstrap or str(settings.embedded_log_path)
         print(f"convlog demo — appending to {where} ({event_log.partition_count} partitions)\n")
-        for key, appended in ((oa_key, await append_oa_conversation(producer, oa_key)),
-                              (tools_key, await append_tools_conversation(producer, tools_key))):
+        for key, appended in (
+            (oa_key, await append_oa_conversation(producer, oa_key)),
+            (tools_key, await append_tools_conversation(producer, tools_key)),
+        ):
             await print_conversation_events(event_log, key, start_offset=appended[0].offset)
     finally:
         await event_log.close()

@@ -8,26 +8,31 @@ OA_SYSTEM_PROMPT = "你是公司内部知识库助手，回答 OA 系统、考�
 
 # (user, assistant) per turn; turn 10 is the seed's "如果它超过三天没审批怎么办？"
 OA_TURNS: tuple[tuple[str, str], ...] = (
-    ("OA 系统怎么提交加班申请？我是外包员工。",
-     "登录 OA → 考勤管理 → 加班申请，填写日期、时长和事由后提交。外包员工还要选择所属供应商，由驻场负责人先确认。"),
-    ("提交之后审批流程是怎样的？",
-     "正式员工：直属主管 → 部门经理。外包员工多一级：驻场负责人 → 直属主管 → 供应商管理员。"),
-    ("加班审批通过后怎么看记录？",
-     "您可以在 OA 系统的“我的申请”里按状态筛选“已通过”，考勤月报里也有汇总。"),
-    ("那调休假怎么申请？",
-     "调休假申请的流程是：考勤管理 → 请假申请 → 类型选“调休”，系统自动扣减已审批的加班时长。"),
-    ("调休有有效期吗？",
-     "加班产生的调休额度有效期为 6 个月，过期清零；外包员工以供应商合同约定为准。"),
-    ("周末加班和工作日加班算法一样吗？",
-     "不一样：工作日加班按 1:1 折算调休，周末按 1:1.5；法定节假日加班发加班费，不转调休。"),
-    ("加班申请可以事后补吗？",
-     "可以，加班结束后 3 个工作日内补提；超过 3 天需要部门经理特批。"),
-    ("补提的申请需要附什么材料？",
-     "附上门禁记录或工作成果截图；外包员工还需要驻场负责人签字的确认单。"),
-    ("审批人出差了怎么办？",
-     "审批人可以在 OA 里设置代理人；没设代理时，流程 48 小时后会自动提醒其上级。"),
-    ("如果它超过三天没审批怎么办？",
-     "超过三天未审批，系统会自动升级给部门经理；你也可以在“我的申请”里点“催办”。外包员工可同时联系供应商管理员。"),
+    (
+        "OA 系统怎么提交加班申请？我是外包员工。",
+        "登录 OA → 考勤管理 → 加班申请，填写日期、时长和事由后提交。外包员工还要选择所属供应商，由驻场负责人先确认。",
+    ),
+    (
+        "提交之后审批流程是怎样的？",
+        "正式员工：直属主管 → 部门经理。外包员工多一级：驻场负责人 → 直属主管 → 供应商管理员。",
+    ),
+    ("加班审批通过后怎么看记录？", "您可以在 OA 系统的“我的申请”里按状态筛选“已通过”，考勤月报里也有汇总。"),
+    (
+        "那调休假怎么申请？",
+        "调休假申请的流程是：考勤管理 → 请假申请 → 类型选“调休”，系统自动扣减已审批的加班时长。",
+    ),
+    ("调休有有效期吗？", "加班产生的调休额度有效期为 6 个月，过期清零；外包员工以供应商合同约定为准。"),
+    (
+        "周末加班和工作日加班算法一样吗？",
+        "不一样：工作日加班按 1:1 折算调休，周末按 1:1.5；法定节假日加班发加班费，不转调休。",
+    ),
+    ("加班申请可以事后补吗？", "可以，加班结束后 3 个工作日内补提；超过 3 天需要部门经理特批。"),
+    ("补提的申请需要附什么材料？", "附上门禁记录或工作成果截图；外包员工还需要驻场负责人签字的确认单。"),
+    ("审批人出差了怎么办？", "审批人可以在 OA 里设置代理人；没设代理时，流程 48 小时后会自动提醒其上级。"),
+    (
+        "如果它超过三天没审批怎么办？",
+        "超过三天未审批，系统会自动升级给部门经理；你也可以在“我的申请”里点“催办”。外包员工可同时联系供应商管理员。",
+    ),
 )
 
 TOOLS_SYSTEM_PROMPT = "You are an HR assistant. Use the tools to look up the employee's records."
@@ -36,23 +41,41 @@ TOOLS_USER_QUESTION = "帮我查一下我这个月的加班时长和剩余调休
 
 TOOLS_ASSISTANT_CALLS: dict[str, Any] = {
     "reasoning_content": "The user wants two numbers for November 2026: overtime hours and the remaining "
-                         "compensatory leave. Two independent lookups — call both tools at once.",
+    "compensatory leave. Two independent lookups — call both tools at once.",
     "thinking_duration_ms": 1830,
     "model": "deepseek-v4",
     "finish_reason": "tool_calls",
-    "usage": {"prompt_tokens": 412, "completion_tokens": 96, "prompt_tokens_details": {"cached_tokens": 384},
-              "completion_tokens_details": {"reasoning_tokens": 58}},
+    "usage": {
+        "prompt_tokens": 412,
+        "completion_tokens": 96,
+        "prompt_tokens_details": {"cached_tokens": 384},
+        "completion_tokens_details": {"reasoning_tokens": 58},
+    },
     "tool_calls": [
-        {"id": "call_overtime", "type": "function",
-         "function": {"name": "get_overtime_hours", "arguments": '{"month": "2026-11"}'}},
-        {"id": "call_leave", "type": "function",
-         "function": {"name": "get_leave_balance", "arguments": '{"type": "compensatory"}'}},
+        {
+            "id": "call_overtime",
+            "type": "function",
+            "function": {"name": "get_overtime_hours", "arguments": '{"month": "2026-11"}'},
+        },
+        {
+            "id": "call_leave",
+            "type": "function",
+            "function": {"name": "get_leave_balance", "arguments": '{"type": "compensatory"}'},
+        },
     ],
 }
 
 TOOLS_RESULTS: tuple[tuple[str, str, str], ...] = (
-    ("call_overtime", "get_overtime_hours", '{"month": "2026-11", "approved_hours": 14.5, "pending_hours": 3}'),
-    ("call_leave", "get_leave_balance", '{"type": "compensatory", "remaining_hours": 21, "expires": "2027-05-31"}'),
+    (
+        "call_overtime",
+        "get_overtime_hours",
+        '{"month": "2026-11", "approved_hours": 14.5, "pending_hours": 3}',
+    ),
+    (
+        "call_leave",
+        "get_leave_balance",
+        '{"type": "compensatory", "remaining_hours": 21, "expires": "2027-05-31"}',
+    ),
 )
 
 TOOLS_ANSWER: dict[str, Any] = {

@@ -6,7 +6,6 @@ from events.keys import ConversationKey
 from events.log import EventLog, LogRecord
 from events.model import (
     ConversationCleared,
-    ConversationErased,
     ConversationStarted,
     Event,
     ImagePart,
@@ -53,9 +52,7 @@ def describe(event: Event) -> str:
         return f"summary   through {body.covers_through_message_id}: {_preview(body.text)}"
     if isinstance(body, ConversationCleared):
         return f"cleared   {body.reason or ''}"
-    if isinstance(body, ConversationErased):
-        return f"erased    {body.reason or ''}"
-    return event.event_type  # pragma: no cover - the body union is closed
+    return f"erased    {body.reason or ''}"
 
 
 def format_line(record: LogRecord, event: Event) -> str:

@@ -72,8 +72,12 @@ class EmbeddedEventLog:
             os.close(fd)
             raise
         if partition_count != partitions:
-            log.warning("embedded_log.partition_count_kept", path=str(path), stored=partition_count,
-                        requested=partitions)
+            log.warning(
+                "embedded_log.partition_count_kept",
+                path=str(path),
+                stored=partition_count,
+                requested=partitions,
+            )
         return cls(path, fd, partition_count, index, end)
 
     @property
@@ -84,7 +88,9 @@ class EmbeddedEventLog:
     def path(self) -> Path:
         return self._path
 
-    async def append(self, *, key: bytes, value: bytes, headers: Sequence[tuple[str, bytes]] = ()) -> Coordinates:
+    async def append(
+        self, *, key: bytes, value: bytes, headers: Sequence[tuple[str, bytes]] = ()
+    ) -> Coordinates:
         self._check_open()
         partition = partition_for_key(key, self._partition_count)
         frame = _encode_frame(partition, key, value, headers)
@@ -145,8 +151,7 @@ class EmbeddedEventLog:
             frames = self._index[partition]
             start = max(positions[partition], 0)
             stop = min(len(frames), start + max_records - len(records))
-            for offset in range(start, stop):
-                records.append(_read_frame(self._fd, frames[offset], offset))
+            records.extend(_read_frame(self._fd, frames[offset], offset) for offset in range(start, stop))
             if len(records) >= max_records:
                 break
         return records
@@ -171,8 +176,13 @@ class EmbeddedEventLog:
 
 def _encode_frame(partition: int, key: bytes, value: bytes, headers: Sequence[tuple[str, bytes]]) -> bytes:
     now_ms = int(datetime.now(UTC).timestamp() * 1000)
-    parts = [_PAYLOAD_HEAD.pack(partition, now_ms, len(key)), key, _U32.pack(len(value)), value,
-             _U16.pack(len(headers))]
+    parts = [
+        _PAYLOAD_HEAD.pack(partition, now_ms, len(key)),
+        key,
+        _U32.pack(len(value)),
+        value,
+        _U16.pack(len(headers)),
+    ]
     for name, header_value in headers:
         raw_name = name.encode("utf-8")
         parts += [_U16.pack(len(raw_name)), raw_name, _U32.pack(len(header_value)), header_value]
@@ -215,8 +225,14 @@ def _decode_payload(payload: bytes, offset: int) -> LogRecord:
         pos += _U32.size
         headers.append((name, payload[pos : pos + hv_len]))
         pos += hv_len
-    return LogRecord(partition=partition, offset=offset, key=key, value=value,
-                     timestamp=datetime.fromtimestamp(ts_ms / 1000, UTC), headers=tuple(headers))
+    return LogRecord(
+        partition=partition,
+        offset=offset,
+        key=key,
+        value=value,
+        timestamp=datetime.fromtimestamp(ts_ms / 1000, UTC),
+        headers=tuple(headers),
+    )
 
 
 def _load(fd: int, path: Path, partitions: int) -> tuple[int, list[array[int]], int]:
@@ -234,7 +250,7 @@ def _load(fd: int, path: Path, partitions: int) -> tuple[int, list[array[int]], 
         raise LogError(f"{path} is not a convlog embedded log")
     index = [array("q") for _ in range(count)]
     position = _FILE_HEADER.size
-    with open(fd, "rb", closefd=False) as f:  # noqa: PTH123 - a file object over our locked fd
+    with open(fd, "rb", closefd=False) as f:
         f.seek(position)
         while position < size:
             head = f.read(_FRAME_HEADER.size)
@@ -250,8 +266,12 @@ def _load(fd: int, path: Path, partitions: int) -> tuple[int, list[array[int]], 
             index[partition].append(position)
             position += _FRAME_HEADER.size + length
     if position < size:
-        log.warning("embedded_log.torn_tail_truncated", path=str(path), kept_bytes=position,
-                    dropped_bytes=size - position)
+        log.warning(
+            "embedded_log.torn_tail_truncated",
+            path=str(path),
+            kept_bytes=position,
+            dropped_bytes=size - position,
+        )
         os.ftruncate(fd, position)
         os.fsync(fd)
     return count, index, position

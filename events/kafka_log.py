@@ -34,7 +34,11 @@ def convert_kafka_error(e: BaseException, *, action: str) -> LogError:
     """Map an aiokafka failure to the convlog tree, keeping Kafka's own retriable flag."""
     if isinstance(e, MessageSizeTooLargeError | RecordTooLargeError):
         return LogError(f"{action}: the broker refused the record as too large ({e})")
-    if isinstance(e, TimeoutError) or getattr(e, "retriable", False) or type(e).__name__ == "KafkaTimeoutError":
+    if (
+        isinstance(e, TimeoutError)
+        or getattr(e, "retriable", False)
+        or type(e).__name__ == "KafkaTimeoutError"
+    ):
         return LogUnavailableError(f"{action}: Kafka did not acknowledge in time or is unreachable ({e!r})")
     return LogError(f"{action}: {e!r}")
 
@@ -42,8 +46,15 @@ def convert_kafka_error(e: BaseException, *, action: str) -> LogError:
 class KafkaEventLog:
     """An :class:`~events.log.EventLog` on a Kafka topic. Create it with :meth:`connect`."""
 
-    def __init__(self, *, bootstrap: str, topic: str, partition_count: int, producer: AIOKafkaProducer,
-                 append_timeout_s: float) -> None:
+    def __init__(
+        self,
+        *,
+        bootstrap: str,
+        topic: str,
+        partition_count: int,
+        producer: AIOKafkaProducer,
+        append_timeout_s: float,
+    ) -> None:
         self._bootstrap = bootstrap
         self._topic = topic
         self._partition_count = partition_count
@@ -87,10 +98,19 @@ class KafkaEventLog:
         except KafkaError as e:
             raise convert_kafka_error(e, action=f"connecting to Kafka at {bootstrap}") from e
         if partition_count != partitions:
-            log.warning("kafka_log.partition_count_differs", topic=topic, actual=partition_count,
-                        configured=partitions)
-        return cls(bootstrap=bootstrap, topic=topic, partition_count=partition_count, producer=producer,
-                   append_timeout_s=append_timeout_s)
+            log.warning(
+                "kafka_log.partition_count_differs",
+                topic=topic,
+                actual=partition_count,
+                configured=partitions,
+            )
+        return cls(
+            bootstrap=bootstrap,
+            topic=topic,
+            partition_count=partition_count,
+            producer=producer,
+            append_timeout_s=append_timeout_s,
+        )
 
     @property
     def partition_count(self) -> int:
@@ -100,13 +120,16 @@ class KafkaEventLog:
     def topic(self) -> str:
         return self._topic
 
-    async def append(self, *, key: bytes, value: bytes, headers: Sequence[tuple[str, bytes]] = ()) -> Coordinates:
+    async def append(
+        self, *, key: bytes, value: bytes, headers: Sequence[tuple[str, bytes]] = ()
+    ) -> Coordinates:
         self._check_open()
         partition = partition_for_key(key, self._partition_count)
         try:
             async with asyncio.timeout(self._append_timeout_s):
-                sent = await self._producer.send(self._topic, value, key=key, partition=partition,
-                                                 headers=list(headers))
+                sent = await self._producer.send(
+                    self._topic, value, key=key, partition=partition, headers=list(headers)
+                )
                 # shield: on timeout stop waiting, but leave aiokafka's own delivery future alone.
                 metadata = await asyncio.shield(sent)
         except (KafkaError, TimeoutError) as e:
@@ -125,8 +148,7 @@ class KafkaEventLog:
             raise convert_kafka_error(e, action=f"reading {self._topic}") from e
         records: list[LogRecord] = []
         for tp, messages in batches.items():
-            for m in messages:
-                records.append(_to_record(m))
+            records.extend(_to_record(m) for m in messages)
             if messages:
                 self._next[tp.partition] = messages[-1].offset + 1
         return records
@@ -189,8 +211,9 @@ def _to_record(m: Any) -> LogRecord:
     )
 
 
-async def _ensure_topic(bootstrap: str, topic: str, partitions: int, replication_factor: int | None,
-                        client_id: str) -> int:
+async def _ensure_topic(
+    bootstrap: str, topic: str, partitions: int, replication_factor: int | None, client_id: str
+) -> int:
     """Create ``topic`` unless it exists; return its actual partition count."""
     if partitions < 1:
         raise ConfigurationError(f"partitions must be >= 1, got {partitions}")
@@ -200,10 +223,20 @@ async def _ensure_topic(bootstrap: str, topic: str, partitions: int, replication
         if topic not in await admin.list_topics():
             brokers = len((await admin.describe_cluster()).get("brokers") or ()) or 1
             replicas = replication_factor or min(3, brokers)
-            configs = {"retention.ms": "-1", "retention.bytes": "-1", "min.insync.replicas": str(min(2, replicas))}
+            configs = {
+                "retention.ms": "-1",
+                "retention.bytes": "-1",
+                "min.insync.replicas": str(min(2, replicas)),
+            }
             response = await admin.create_topics(
-                [NewTopic(name=topic, num_partitions=partitions, replication_factor=replicas,
-                          topic_configs=configs)]
+                [
+                    NewTopic(
+                        name=topic,
+                        num_partitions=partitions,
+                        replication_factor=replicas,
+                        topic_configs=configs,
+                    )
+                ]
             )
             for name, code, *rest in response.topic_errors:
                 if code not in (0, _TOPIC_ALREADY_EXISTS):

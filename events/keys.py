@@ -13,12 +13,14 @@ contain them still give one unambiguous key (``a:b`` as a user id never collides
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from events.errors import InvalidKeyError
 
 MAX_KEY_PART_LENGTH = 256
 _SEPARATOR = ":"
+_CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 _ESCAPE = "\\"
 
 
@@ -64,7 +66,7 @@ def _check_part(field: str, value: object) -> None:
         raise InvalidKeyError("must not be empty", field=field)
     if len(value) > MAX_KEY_PART_LENGTH:
         raise InvalidKeyError(f"longer than {MAX_KEY_PART_LENGTH} characters", field=field)
-    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+    if _CONTROL_CHARS.search(value):
         raise InvalidKeyError("must not contain control characters", field=field)
 
 

@@ -103,7 +103,7 @@ class SummaryRecorded:
 
 @dataclass(frozen=True, slots=True)
 class ConversationCleared:
-    """"New chat": window and summary restart; the audit transcript keeps everything."""
+    """ "New chat": window and summary restart; the audit transcript keeps everything."""
 
     reason: str | None = None
 

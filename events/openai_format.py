@@ -35,9 +35,9 @@ UsageInput = Usage | Mapping[str, Any] | None
 def content_from_openai(content: ContentInput, *, field: str = "content") -> Content:
     if content is None or isinstance(content, str):
         return content
-    if not isinstance(content, Sequence):
+    if not _is_list(content):
         raise InvalidEventError("must be a string or a list of content parts", field=field)
-    return tuple(_part(p, f"{field}[{i}]") for i, p in enumerate(content))
+    return tuple(_part(p, f"{field}[{i}]") for i, p in enumerate(cast("Sequence[Any]", content)))
 
 
 def _part(part: ContentPart | Mapping[str, Any], field: str) -> ContentPart:
@@ -55,14 +55,18 @@ def _part(part: ContentPart | Mapping[str, Any], field: str) -> ContentPart:
         detail = image.get("detail", "auto")
         if detail not in ("auto", "low", "high"):
             raise InvalidEventError("must be auto, low or high", field=f"{field}.image_url.detail")
-        return ImagePart(_str(image.get("url"), f"{field}.image_url.url"), cast(ImageDetail, detail))
-    raise InvalidEventError(f"unsupported content part type {kind!r} (text, image_url)", field=f"{field}.type")
+        return ImagePart(_str(image.get("url"), f"{field}.image_url.url"), cast("ImageDetail", detail))
+    raise InvalidEventError(
+        f"unsupported content part type {kind!r} (text, image_url)", field=f"{field}.type"
+    )
 
 
-def tool_calls_from_openai(calls: Sequence[ToolCallInput] | None, *, field: str = "tool_calls") -> tuple[ToolCall, ...]:
+def tool_calls_from_openai(
+    calls: Sequence[ToolCallInput] | None, *, field: str = "tool_calls"
+) -> tuple[ToolCall, ...]:
     if not calls:
         return ()
-    if isinstance(calls, str | bytes) or not isinstance(calls, Sequence):
+    if not _is_list(calls):
         raise InvalidEventError("must be a list", field=field)
     return tuple(_tool_call(c, f"{field}[{i}]") for i, c in enumerate(calls))
 
@@ -98,10 +102,13 @@ def usage_from_openai(usage: UsageInput, *, field: str = "usage") -> Usage | Non
     return Usage(
         prompt_tokens=_opt_int(usage.get("prompt_tokens"), f"{field}.prompt_tokens"),
         completion_tokens=_opt_int(usage.get("completion_tokens"), f"{field}.completion_tokens"),
-        cached_tokens=_opt_int(usage.get("cached_tokens", prompt_details.get("cached_tokens")),
-                               f"{field}.cached_tokens"),
-        reasoning_tokens=_opt_int(usage.get("reasoning_tokens", completion_details.get("reasoning_tokens")),
-                                  f"{field}.reasoning_tokens"),
+        cached_tokens=_opt_int(
+            usage.get("cached_tokens", prompt_details.get("cached_tokens")), f"{field}.cached_tokens"
+        ),
+        reasoning_tokens=_opt_int(
+            usage.get("reasoning_tokens", completion_details.get("reasoning_tokens")),
+            f"{field}.reasoning_tokens",
+        ),
     )
 
 
@@ -121,7 +128,7 @@ def message_from_openai(message: Mapping[str, Any], *, message_id: str) -> Messa
         raise InvalidEventError("must be an object of strings", field="metadata")
     return MessageAppended(
         message_id=message_id,
-        role=cast(Role, role),
+        role=cast("Role", role),
         content=content_from_openai(message.get("content")),
         name=_opt_str(message.get("name"), "name"),
         tool_calls=tool_calls_from_openai(message.get("tool_calls")),
@@ -130,9 +137,14 @@ def message_from_openai(message: Mapping[str, Any], *, message_id: str) -> Messa
         thinking_duration_ms=_opt_int(message.get("thinking_duration_ms"), "thinking_duration_ms"),
         model=_opt_str(message.get("model"), "model"),
         usage=usage_from_openai(message.get("usage")),
-        finish_reason=cast(FinishReason | None, finish_reason),
+        finish_reason=cast("FinishReason | None", finish_reason),
         metadata=dict(metadata),
     )
+
+
+def _is_list(value: object) -> bool:
+    """JSON input can put anything anywhere: a string is a sequence too, but not a list of parts."""
+    return isinstance(value, Sequence) and not isinstance(value, str | bytes)
 
 
 def _str(value: object, field: str) -> str:

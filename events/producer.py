@@ -87,8 +87,14 @@ class ConversationProducer:
         self._clock = clock
         self._new_id = new_id
 
-    def build(self, key: ConversationKey, body: EventBody, *, event_id: str | None = None,
-              occurred_at: datetime | None = None) -> tuple[Event, bytes]:
+    def build(
+        self,
+        key: ConversationKey,
+        body: EventBody,
+        *,
+        event_id: str | None = None,
+        occurred_at: datetime | None = None,
+    ) -> tuple[Event, bytes]:
         """Validate and encode an event without appending it (what :meth:`append` sends)."""
         event = Event(
             event_id=event_id or self._new_id(),
@@ -103,8 +109,14 @@ class ConversationProducer:
             raise EventTooLargeError(size=len(data), limit=self._max_event_bytes)
         return event, data
 
-    async def append(self, key: ConversationKey, body: EventBody, *, event_id: str | None = None,
-                     occurred_at: datetime | None = None) -> Appended:
+    async def append(
+        self,
+        key: ConversationKey,
+        body: EventBody,
+        *,
+        event_id: str | None = None,
+        occurred_at: datetime | None = None,
+    ) -> Appended:
         event, data = self.build(key, body, event_id=event_id, occurred_at=occurred_at)
         coordinates = await self._log.append(
             key=key.encode(), value=data, headers=((EVENT_TYPE_HEADER, event.event_type.encode()),)
@@ -112,30 +124,58 @@ class ConversationProducer:
         message_id = body.message_id if isinstance(body, MessageAppended) else None
         return Appended(event_id=event.event_id, coordinates=coordinates, message_id=message_id)
 
-    async def start_conversation(self, key: ConversationKey, *, title: str | None = None,
-                                 metadata: Mapping[str, str] | None = None,
-                                 event_id: str | None = None) -> Appended:
-        return await self.append(key, ConversationStarted(title=title, metadata=dict(metadata or {})),
-                                 event_id=event_id)
+    async def start_conversation(
+        self,
+        key: ConversationKey,
+        *,
+        title: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        event_id: str | None = None,
+    ) -> Appended:
+        return await self.append(
+            key, ConversationStarted(title=title, metadata=dict(metadata or {})), event_id=event_id
+        )
 
-    async def append_message(self, key: ConversationKey, message: Mapping[str, Any], *,
-                             message_id: str | None = None, event_id: str | None = None) -> Appended:
+    async def append_message(
+        self,
+        key: ConversationKey,
+        message: Mapping[str, Any],
+        *,
+        message_id: str | None = None,
+        event_id: str | None = None,
+    ) -> Appended:
         """Append an OpenAI-format chat message (plus convlog's optional extras)."""
         event_id = event_id or self._new_id()
         body = message_from_openai(message, message_id=message_id or message.get("message_id") or event_id)
         return await self.append(key, body, event_id=event_id)
 
-    async def append_user(self, key: ConversationKey, content: ContentInput, *, name: str | None = None,
-                          message_id: str | None = None, metadata: Mapping[str, str] | None = None,
-                          event_id: str | None = None) -> Appended:
-        return await self._message(key, event_id, message_id, role="user", content=content, name=name,
-                                   metadata=metadata)
+    async def append_user(
+        self,
+        key: ConversationKey,
+        content: ContentInput,
+        *,
+        name: str | None = None,
+        message_id: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        event_id: str | None = None,
+    ) -> Appended:
+        return await self._message(
+            key, event_id, message_id, role="user", content=content, name=name, metadata=metadata
+        )
 
-    async def append_system(self, key: ConversationKey, content: ContentInput, *, name: str | None = None,
-                            message_id: str | None = None, metadata: Mapping[str, str] | None = None,
-                            event_id: str | None = None) -> Appended:
-        return await self._message(key, event_id, message_id, role="system", content=content, name=name,
-                                   metadata=metadata)
+    async def append_system(
+        self,
+        key: ConversationKey,
+        content: ContentInput,
+        *,
+        name: str | None = None,
+        message_id: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        event_id: str | None = None,
+    ) -> Appended:
+        return await self._message(
+            key, event_id, message_id, role="system", content=content, name=name, metadata=metadata
+        )
 
     async def append_assistant(
         self,
@@ -154,35 +194,76 @@ class ConversationProducer:
         event_id: str | None = None,
     ) -> Appended:
         return await self._message(
-            key, event_id, message_id, role="assistant", content=content, name=name, metadata=metadata,
-            tool_calls=tool_calls_from_openai(tool_calls), reasoning_content=reasoning_content,
-            thinking_duration_ms=thinking_duration_ms, model=model, usage=usage_from_openai(usage),
+            key,
+            event_id,
+            message_id,
+            role="assistant",
+            content=content,
+            name=name,
+            metadata=metadata,
+            tool_calls=tool_calls_from_openai(tool_calls),
+            reasoning_content=reasoning_content,
+            thinking_duration_ms=thinking_duration_ms,
+            model=model,
+            usage=usage_from_openai(usage),
             finish_reason=finish_reason,
         )
 
-    async def append_tool_result(self, key: ConversationKey, *, tool_call_id: str, content: ContentInput,
-                                 name: str | None = None, message_id: str | None = None,
-                                 metadata: Mapping[str, str] | None = None,
-                                 event_id: str | None = None) -> Appended:
-        return await self._message(key, event_id, message_id, role="tool", content=content, name=name,
-                                   metadata=metadata, tool_call_id=tool_call_id)
+    async def append_tool_result(
+        self,
+        key: ConversationKey,
+        *,
+        tool_call_id: str,
+        content: ContentInput,
+        name: str | None = None,
+        message_id: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        event_id: str | None = None,
+    ) -> Appended:
+        return await self._message(
+            key,
+            event_id,
+            message_id,
+            role="tool",
+            content=content,
+            name=name,
+            metadata=metadata,
+            tool_call_id=tool_call_id,
+        )
 
-    async def redact(self, key: ConversationKey, message_id: str, *, reason: str,
-                     event_id: str | None = None) -> Appended:
-        return await self.append(key, MessageRedacted(message_id=message_id, reason=reason), event_id=event_id)
+    async def redact(
+        self, key: ConversationKey, message_id: str, *, reason: str, event_id: str | None = None
+    ) -> Appended:
+        return await self.append(
+            key, MessageRedacted(message_id=message_id, reason=reason), event_id=event_id
+        )
 
-    async def clear(self, key: ConversationKey, *, reason: str | None = None,
-                    event_id: str | None = None) -> Appended:
+    async def clear(
+        self, key: ConversationKey, *, reason: str | None = None, event_id: str | None = None
+    ) -> Appended:
         return await self.append(key, ConversationCleared(reason=reason), event_id=event_id)
 
-    async def erase(self, key: ConversationKey, *, reason: str | None = None,
-                    event_id: str | None = None) -> Appended:
+    async def erase(
+        self, key: ConversationKey, *, reason: str | None = None, event_id: str | None = None
+    ) -> Appended:
         return await self.append(key, ConversationErased(reason=reason), event_id=event_id)
 
-    async def _message(self, key: ConversationKey, event_id: str | None, message_id: str | None, *,
-                       content: ContentInput, metadata: Mapping[str, str] | None, **fields: Any) -> Appended:
+    async def _message(
+        self,
+        key: ConversationKey,
+        event_id: str | None,
+        message_id: str | None,
+        *,
+        content: ContentInput,
+        metadata: Mapping[str, str] | None,
+        **fields: Any,
+    ) -> Appended:
         event_id = event_id or self._new_id()
         # Defaulting the message id to the event id keeps a retried append (same event id) identical.
-        body = MessageAppended(message_id=message_id or event_id, content=content_from_openai(content),
-                               metadata=dict(metadata or {}), **fields)
+        body = MessageAppended(
+            message_id=message_id or event_id,
+            content=content_from_openai(content),
+            metadata=dict(metadata or {}),
+            **fields,
+        )
         return await self.append(key, body, event_id=event_id)

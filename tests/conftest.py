@@ -35,7 +35,8 @@ async def event_log(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIter
         log = EmbeddedEventLog.open(tmp_path / "events.log", partitions=CONTRACT_PARTITIONS)
     else:
         bootstrap = request.getfixturevalue("kafka_bootstrap")
-        log = await KafkaEventLog.connect(bootstrap=bootstrap, topic=unique_topic(),
-                                          partitions=CONTRACT_PARTITIONS, append_timeout_s=20)
+        log = await KafkaEventLog.connect(
+            bootstrap=bootstrap, topic=unique_topic(), partitions=CONTRACT_PARTITIONS, append_timeout_s=20
+        )
     yield log
     await log.close()

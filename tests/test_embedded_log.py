@@ -16,7 +16,10 @@ from events.errors import LogError, LogLockedError
 async def test_records_survive_reopening(tmp_path: Path) -> None:
     path = tmp_path / "events.log"
     log = EmbeddedEventLog.open(path, partitions=3)
-    sent = [await log.append(key=f"k{i}".encode(), value=f"v{i}".encode(), headers=[("h", b"1")]) for i in range(9)]
+    sent = [
+        await log.append(key=f"k{i}".encode(), value=f"v{i}".encode(), headers=[("h", b"1")])
+        for i in range(9)
+    ]
     await log.close()
     reopened = EmbeddedEventLog.open(path, partitions=3)
     try:
@@ -80,8 +83,12 @@ async def test_a_second_process_cannot_open_the_same_file(tmp_path: Path) -> Non
             "from events.errors import LogLockedError\n"
             "try:\n    EmbeddedEventLog.open(Path(sys.argv[1]))\nexcept LogLockedError:\n    sys.exit(3)\n"
         )
-        result = subprocess.run([sys.executable, "-c", probe, str(path)], check=False,
-                                cwd=Path(__file__).parent.parent, env=os.environ.copy())
+        result = subprocess.run(
+            [sys.executable, "-c", probe, str(path)],
+            check=False,
+            cwd=Path(__file__).parent.parent,
+            env=os.environ.copy(),
+        )
         assert result.returncode == 3
         with pytest.raises(LogLockedError):
             EmbeddedEventLog.open(path)

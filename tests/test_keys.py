@@ -24,9 +24,9 @@ KAFKA_UTILS_TEST = {
     "abc": 479470107,
 }
 
-part = st.text(
-    alphabet=st.characters(blacklist_categories=("Cc", "Cs")), min_size=1, max_size=40
-).filter(lambda s: s.strip() != "")
+part = st.text(alphabet=st.characters(blacklist_categories=("Cc", "Cs")), min_size=1, max_size=40).filter(
+    lambda s: s.strip() != ""
+)
 
 
 @pytest.mark.parametrize(("text", "expected"), KAFKA_UTILS_TEST.items())

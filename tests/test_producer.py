@@ -39,13 +39,23 @@ async def _stored(log: EmbeddedEventLog) -> list[Any]:
 async def test_helpers_store_what_the_app_said(producer: ConversationProducer, log: EmbeddedEventLog) -> None:
     await producer.start_conversation(KEY, title="t")
     await producer.append_system(KEY, "be brief")
-    await producer.append_user(KEY, [{"type": "text", "text": "what is this?"},
-                                     {"type": "image_url", "image_url": {"url": "https://x/y.png"}}])
-    await producer.append_assistant(KEY, None, tool_calls=[CALL], reasoning_content="think",
-                                    thinking_duration_ms=12, model="gpt-4o",
-                                    usage={"prompt_tokens": 5, "completion_tokens": 2,
-                                           "prompt_tokens_details": {"cached_tokens": 1}},
-                                    finish_reason="tool_calls")
+    await producer.append_user(
+        KEY,
+        [
+            {"type": "text", "text": "what is this?"},
+            {"type": "image_url", "image_url": {"url": "https://x/y.png"}},
+        ],
+    )
+    await producer.append_assistant(
+        KEY,
+        None,
+        tool_calls=[CALL],
+        reasoning_content="think",
+        thinking_duration_ms=12,
+        model="gpt-4o",
+        usage={"prompt_tokens": 5, "completion_tokens": 2, "prompt_tokens_details": {"cached_tokens": 1}},
+        finish_reason="tool_calls",
+    )
     await producer.append_tool_result(KEY, tool_call_id="call_1", content="42", name="lookup")
     await producer.append_assistant(KEY, "it is 42", finish_reason="stop")
     appended = await producer.append_user(KEY, "thanks")
@@ -54,8 +64,16 @@ async def test_helpers_store_what_the_app_said(producer: ConversationProducer, l
     await producer.erase(KEY, reason="gdpr")
     events = await _stored(log)
     assert [e.event_type for e in events] == [
-        "ConversationStarted", "MessageAppended", "MessageAppended", "MessageAppended", "MessageAppended",
-        "MessageAppended", "MessageAppended", "MessageRedacted", "ConversationCleared", "ConversationErased",
+        "ConversationStarted",
+        "MessageAppended",
+        "MessageAppended",
+        "MessageAppended",
+        "MessageAppended",
+        "MessageAppended",
+        "MessageAppended",
+        "MessageRedacted",
+        "ConversationCleared",
+        "ConversationErased",
     ]
     user = events[2].body
     assert user.content == (TextPart("what is this?"), ImagePart("https://x/y.png"))
@@ -83,9 +101,17 @@ async def test_event_id_is_the_idempotency_key_and_the_default_message_id(
     assert a.message_id == b.message_id == "req-1"
 
 
-async def test_openai_message_dicts_are_accepted(producer: ConversationProducer, log: EmbeddedEventLog) -> None:
-    await producer.append_message(KEY, {"role": "assistant", "content": "ok", "tool_calls": [
-        {"id": "c", "type": "function", "function": {"name": "f", "arguments": {"a": 1}}}]})
+async def test_openai_message_dicts_are_accepted(
+    producer: ConversationProducer, log: EmbeddedEventLog
+) -> None:
+    await producer.append_message(
+        KEY,
+        {
+            "role": "assistant",
+            "content": "ok",
+            "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": {"a": 1}}}],
+        },
+    )
     body = (await _stored(log))[0].body
     assert isinstance(body, MessageAppended)
     assert json.loads(body.tool_calls[0].arguments) == {"a": 1}
@@ -97,20 +123,40 @@ async def test_openai_message_dicts_are_accepted(producer: ConversationProducer,
         ({"role": "wizard", "content": "x"}, "role"),
         ({"role": "tool", "content": "42"}, "tool_call_id"),
         ({"role": "tool", "content": "42", "tool_call_id": ""}, "tool_call_id"),
-        ({"role": "assistant", "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": "{}"}}]},
-         "tool_calls[0].id"),
-        ({"role": "assistant", "tool_calls": [{**CALL, "function": {"name": "lookup", "arguments": "{oops"}}]},
-         "tool_calls[0].arguments"),
+        (
+            {
+                "role": "assistant",
+                "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": "{}"}}],
+            },
+            "tool_calls[0].id",
+        ),
+        (
+            {
+                "role": "assistant",
+                "tool_calls": [{**CALL, "function": {"name": "lookup", "arguments": "{oops"}}],
+            },
+            "tool_calls[0].arguments",
+        ),
         ({"role": "assistant", "tool_calls": [CALL, CALL]}, "tool_calls[1].id"),
-        ({"role": "assistant", "tool_calls": [{**CALL, "function": {"name": "bad name", "arguments": "{}"}}]},
-         "tool_calls[0].name"),
+        (
+            {
+                "role": "assistant",
+                "tool_calls": [{**CALL, "function": {"name": "bad name", "arguments": "{}"}}],
+            },
+            "tool_calls[0].name",
+        ),
         ({"role": "user", "content": ""}, "content"),
         ({"role": "user"}, "content"),
         ({"role": "user", "content": "x", "tool_call_id": "c"}, "tool_call_id"),
         ({"role": "user", "content": "x", "reasoning_content": "r"}, "reasoning_content"),
-        ({"role": "system", "content": [{"type": "image_url", "image_url": {"url": "https://x"}}]},
-         "content[0]"),
-        ({"role": "user", "content": [{"type": "image_url", "image_url": {"url": "ftp://x"}}]}, "content[0].url"),
+        (
+            {"role": "system", "content": [{"type": "image_url", "image_url": {"url": "https://x"}}]},
+            "content[0]",
+        ),
+        (
+            {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "ftp://x"}}]},
+            "content[0].url",
+        ),
         ({"role": "user", "content": [{"type": "audio"}]}, "content[0].type"),
         ({"role": "user", "content": "x", "name": "has space"}, "name"),
         ({"role": "assistant", "content": "x", "finish_reason": "bored"}, "finish_reason"),
@@ -133,7 +179,9 @@ async def test_interrupted_stream_is_kept_even_with_unfinished_tool_arguments(
     producer: ConversationProducer,
 ) -> None:
     appended = await producer.append_assistant(
-        KEY, "I was say", finish_reason="interrupted",
+        KEY,
+        "I was say",
+        finish_reason="interrupted",
         tool_calls=[{**CALL, "function": {"name": "lookup", "arguments": '{"q": "x'}}],
     )
     assert appended.offset == 0

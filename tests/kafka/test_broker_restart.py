@@ -42,8 +42,9 @@ def private_broker(tmp_path: Path, kafka_bootstrap: str) -> Iterator[KafkaHandle
 
 
 async def test_acknowledged_appends_survive_a_broker_crash_exactly_once(private_broker: KafkaHandle) -> None:
-    log = await KafkaEventLog.connect(bootstrap=private_broker.bootstrap, topic="restart", partitions=3,
-                                      append_timeout_s=APPEND_TIMEOUT_S)
+    log = await KafkaEventLog.connect(
+        bootstrap=private_broker.bootstrap, topic="restart", partitions=3, append_timeout_s=APPEND_TIMEOUT_S
+    )
     producer = ConversationProducer(log, producer="restart-test")
     acked: list[str] = []
     failed: dict[str, ConvlogError] = {}
@@ -82,7 +83,9 @@ async def test_acknowledged_appends_survive_a_broker_crash_exactly_once(private_
     await log.close()
 
     assert failed, "the outage was too short to fail any append; the test proves nothing"
-    assert all(e.retriable for e in failed.values()), {k: repr(e) for k, e in failed.items() if not e.retriable}
+    assert all(e.retriable for e in failed.values()), {
+        k: repr(e) for k, e in failed.items() if not e.retriable
+    }
 
     reader = await KafkaEventLog.connect(bootstrap=private_broker.bootstrap, topic="restart", partitions=3)
     try:
@@ -95,8 +98,10 @@ async def test_acknowledged_appends_survive_a_broker_crash_exactly_once(private_
     assert not missing, f"{len(missing)} acknowledged appends are not in the log: {missing[:5]}"
     assert not doubled, f"appends stored twice: {doubled[:5]}"
     assert set(counts) <= set(acked) | set(failed), "the log holds events nobody appended"
-    print(f"\nacked={len(acked)} failed(retriable)={len(failed)} "
-          f"failed-but-written={len(set(failed) & set(counts))}")
+    print(
+        f"\nacked={len(acked)} failed(retriable)={len(failed)} "
+        f"failed-but-written={len(set(failed) & set(counts))}"
+    )
 
 
 async def _all_event_ids(log: KafkaEventLog, *, expected_at_least: int) -> list[str]:

@@ -22,8 +22,9 @@ def _random_keys(n: int) -> list[str]:
     alphabet = "abcXYZ019-_:\\/.@ 租户用户会话éß😀"
     keys = []
     for _ in range(n):
-        parts = ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 24))).strip() or "x"
-                 for _ in range(3)]
+        parts = [
+            "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 24))).strip() or "x" for _ in range(3)
+        ]
         keys.append(str(ConversationKey(*parts)))
     return keys
 
@@ -31,8 +32,14 @@ def _random_keys(n: int) -> list[str]:
 def test_partitions_equal_the_java_clients_for_random_keys(kafka_bootstrap: str) -> None:
     keys = _random_keys(300)
     classpath = kafka_classpath(services_root() / "cache")
-    result = subprocess.run([java_executable(), "-cp", classpath, str(PROGRAM)], input="\n".join(keys),
-                            capture_output=True, text=True, check=True, timeout=120)
+    result = subprocess.run(
+        [java_executable(), "-cp", classpath, str(PROGRAM)],
+        input="\n".join(keys),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
     vectors = [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
     assert [v["key"] for v in vectors] == keys
     for vector in vectors:
