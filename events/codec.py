@@ -21,12 +21,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Final, TypeAlias, cast
 
-from fastavro import parse_schema, schemaless_reader, schemaless_writer
+from fastavro import parse_schema, schemaless_reader
 from fastavro.read import SchemaResolutionError
 from fastavro.schema import fingerprint as avro_fingerprint
 from fastavro.schema import to_parsing_canonical_form
 
 from events.avro_reader import compile_reader
+from events.avro_writer import compile_writer
 from events.errors import ConfigurationError, CorruptRecordError, InvalidEventError, UnknownSchemaError
 from events.keys import ConversationKey
 from events.model import (
@@ -190,7 +191,7 @@ def _micros(value: datetime) -> int:
 
 
 class _Version:
-    __slots__ = ("fingerprint", "number", "read", "schema")
+    __slots__ = ("fingerprint", "number", "read", "schema", "write")
 
     def __init__(self, number: int, path: Path) -> None:
         try:
@@ -199,6 +200,7 @@ class _Version:
             self.schema = cast("Record", parse_schema(_strip_logical_types(raw), named_schemas={}))
             self.fingerprint = bytes.fromhex(avro_fingerprint(to_parsing_canonical_form(raw), "CRC-64-AVRO"))
             self.read = compile_reader(self.schema, {})
+            self.write = compile_writer(self.schema, {})
         except Exception as e:  # anything wrong with a schema file is a configuration error
             raise ConfigurationError(f"cannot load Avro schema {path}: {e!r}") from e
         self.number = number
@@ -257,29 +259,31 @@ class EventCodec:
 
     def encode(self, event: Event) -> bytes:
         """Raises :class:`InvalidEventError` when the event does not fit the schema."""
-        converter = _TO_RECORD.get(type(event.body))
-        if converter is None:
-            raise InvalidEventError(f"unknown body type {type(event.body).__name__}", field="body")
-        name, to_record = converter
         try:
-            key = event.key
-            record = {
-                "event_id": event.event_id,
-                "tenant_id": key.tenant_id,
-                "user_id": key.user_id,
-                "conversation_id": key.conversation_id,
-                "occurred_at": _micros(event.occurred_at),
-                "producer": event.producer,
-                "body": (name, to_record(event.body)),
-            }
-            out = io.BytesIO()
-            out.write(self._header)
-            schemaless_writer(out, self._current.schema, record)
+            out = bytearray(self._header)
+            self._current.write(self.to_record(event), out)
         except InvalidEventError:
             raise
         except (KeyError, ValueError, TypeError, AttributeError, OverflowError) as e:
             raise InvalidEventError(f"does not fit schema v{self.version}: {e!r}", field="event") from e
-        return out.getvalue()
+        return bytes(out)
+
+    def to_record(self, event: Event) -> Record:
+        """The event as the Avro record the current schema writes (fastavro's value shapes)."""
+        converter = _TO_RECORD.get(type(event.body))
+        if converter is None:
+            raise InvalidEventError(f"unknown body type {type(event.body).__name__}", field="body")
+        name, to_record = converter
+        key = event.key
+        return {
+            "event_id": event.event_id,
+            "tenant_id": key.tenant_id,
+            "user_id": key.user_id,
+            "conversation_id": key.conversation_id,
+            "occurred_at": _micros(event.occurred_at),
+            "producer": event.producer,
+            "body": (name, to_record(event.body)),
+        }
 
     def decode(self, data: bytes | memoryview) -> Event:
         """Raises :class:`UnknownSchemaError` or :class:`CorruptRecordError`, nothing else."""

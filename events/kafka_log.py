@@ -53,13 +53,11 @@ class KafkaEventLog:
         topic: str,
         partition_count: int,
         producer: AIOKafkaProducer,
-        append_timeout_s: float,
     ) -> None:
         self._bootstrap = bootstrap
         self._topic = topic
         self._partition_count = partition_count
         self._producer = producer
-        self._append_timeout_s = append_timeout_s
         self._consumer: AIOKafkaConsumer | None = None
         self._next: dict[int, int] = {}  # where the reader's fetch position is, per assigned partition
         self._closed = False
@@ -109,7 +107,6 @@ class KafkaEventLog:
             topic=topic,
             partition_count=partition_count,
             producer=producer,
-            append_timeout_s=append_timeout_s,
         )
 
     @property
@@ -126,13 +123,13 @@ class KafkaEventLog:
         self._check_open()
         partition = partition_for_key(key, self._partition_count)
         try:
-            async with asyncio.timeout(self._append_timeout_s):
-                sent = await self._producer.send(
-                    self._topic, value, key=key, partition=partition, headers=list(headers)
-                )
-                # shield: on timeout stop waiting, but leave aiokafka's own delivery future alone.
-                metadata = await asyncio.shield(sent)
-        except (KafkaError, TimeoutError) as e:
+            # aiokafka bounds every step by request_timeout_ms (= append_timeout_s): waiting for
+            # metadata, for buffer space, and the batch's delivery, after which it fails the future.
+            sent = await self._producer.send(
+                self._topic, value, key=key, partition=partition, headers=list(headers)
+            )
+            metadata = await sent
+        except KafkaError as e:
             raise convert_kafka_error(e, action=f"appending to {self._topic}[{partition}]") from e
         return Coordinates(metadata.partition, metadata.offset)
 

@@ -14,7 +14,7 @@ contain them still give one unambiguous key (``a:b`` as a user id never collides
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from events.errors import InvalidKeyError
 
@@ -31,17 +31,20 @@ class ConversationKey:
     tenant_id: str
     user_id: str
     conversation_id: str
+    _text: str = field(init=False, repr=False, compare=False)  # the encoded form, built once
 
     def __post_init__(self) -> None:
-        for field in ("tenant_id", "user_id", "conversation_id"):
-            _check_part(field, getattr(self, field))
+        for name in ("tenant_id", "user_id", "conversation_id"):
+            _check_part(name, getattr(self, name))
+        text = _SEPARATOR.join(_escape(p) for p in (self.tenant_id, self.user_id, self.conversation_id))
+        object.__setattr__(self, "_text", text)
 
     def __str__(self) -> str:
-        return _SEPARATOR.join(_escape(p) for p in (self.tenant_id, self.user_id, self.conversation_id))
+        return self._text
 
     def encode(self) -> bytes:
         """The Kafka record key."""
-        return str(self).encode("utf-8")
+        return self._text.encode("utf-8")
 
     @classmethod
     def parse(cls, raw: str | bytes) -> ConversationKey:
