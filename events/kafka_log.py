@@ -12,6 +12,8 @@ Reader: a group-less consumer with manual assignment and seeks; it never commits
 from __future__ import annotations
 
 import asyncio
+import time
+from collections import deque
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -53,11 +55,13 @@ class KafkaEventLog:
         topic: str,
         partition_count: int,
         producer: AIOKafkaProducer,
+        append_timeout_s: float,
     ) -> None:
         self._bootstrap = bootstrap
         self._topic = topic
         self._partition_count = partition_count
         self._producer = producer
+        self._deadlines = _AckDeadlines(append_timeout_s)
         self._consumer: AIOKafkaConsumer | None = None
         self._next: dict[int, int] = {}  # where the reader's fetch position is, per assigned partition
         self._closed = False
@@ -107,6 +111,7 @@ class KafkaEventLog:
             topic=topic,
             partition_count=partition_count,
             producer=producer,
+            append_timeout_s=append_timeout_s,
         )
 
     @property
@@ -123,14 +128,23 @@ class KafkaEventLog:
         self._check_open()
         partition = partition_for_key(key, self._partition_count)
         try:
-            # aiokafka bounds every step by request_timeout_ms (= append_timeout_s): waiting for
-            # metadata, for buffer space, and the batch's delivery, after which it fails the future.
+            # send() itself is bounded by request_timeout_ms (metadata and buffer waits); the
+            # acknowledgement is not — aiokafka retries a batch for as long as the broker is away.
             sent = await self._producer.send(
                 self._topic, value, key=key, partition=partition, headers=list(headers)
             )
+            self._deadlines.watch(sent)
             metadata = await sent
         except KafkaError as e:
             raise convert_kafka_error(e, action=f"appending to {self._topic}[{partition}]") from e
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # our caller is being cancelled, not the acknowledgement
+            raise LogUnavailableError(
+                f"appending to {self._topic}[{partition}]: no acknowledgement within "
+                f"{self._deadlines.timeout_s:g}s; it may still be written: retry with the same event_id"
+            ) from None
         return Coordinates(metadata.partition, metadata.offset)
 
     async def read(
@@ -178,6 +192,7 @@ class KafkaEventLog:
         if self._consumer is not None:
             await self._consumer.stop()
         await self._producer.stop()
+        self._deadlines.stop()
 
     async def _reader(self) -> AIOKafkaConsumer:
         if self._consumer is None:
@@ -195,6 +210,43 @@ class KafkaEventLog:
     def _check_open(self) -> None:
         if self._closed:
             raise LogClosedError(f"Kafka log for {self._topic} is closed")
+
+
+class _AckDeadlines:
+    """Gives up on acknowledgements that take longer than ``timeout_s``.
+
+    One watcher task for all appends instead of a timer per append (a per-append
+    ``asyncio.timeout`` cost the producer a sixth of its throughput). Cancelling aiokafka's
+    delivery future is documented as safe: the record is not unsent, the caller stops waiting.
+    """
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        self._pending: deque[tuple[float, asyncio.Future[Any]]] = deque()
+        self._task: asyncio.Task[None] | None = None
+
+    def watch(self, future: asyncio.Future[Any]) -> None:
+        self._pending.append((time.monotonic() + self.timeout_s, future))
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._expire())
+
+    async def _expire(self) -> None:
+        pending = self._pending
+        while pending:
+            deadline, future = pending[0]
+            if future.done():
+                pending.popleft()
+                continue
+            wait = deadline - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(min(wait, 1.0))
+                continue
+            pending.popleft()
+            future.cancel()
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
 
 
 def _to_record(m: Any) -> LogRecord:
