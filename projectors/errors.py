@@ -1,0 +1,37 @@
+"""Errors of the projection side; all are :class:`~events.errors.ConvlogError`s."""
+
+from __future__ import annotations
+
+from events.errors import ConvlogError
+
+
+class ProjectionError(ConvlogError):
+    code = "projection_error"
+
+
+class StoreUnavailableError(ProjectionError):
+    """Postgres could not be reached or the connection broke; retry with backoff."""
+
+    code = "store_unavailable"
+    retriable = True
+
+
+class PositionConflictError(ProjectionError):
+    """The stored position is not the one this consumer expected: another consumer owns the
+    partition now (a zombie after a rebalance) or applied it already. Nothing was written;
+    reload positions and seek."""
+
+    code = "position_conflict"
+    retriable = True
+
+
+class InvariantError(ProjectionError):
+    """A decodable event breaks the event model's rules for its conversation (for example a
+    redaction of a message the conversation never had). The record goes to dead letters and
+    its conversation is parked."""
+
+    code = "invariant_violation"
+
+
+class MigrationError(ProjectionError):
+    code = "migration_error"

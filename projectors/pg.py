@@ -1,0 +1,235 @@
+"""The Postgres edge: a connection pool, psycopg errors turned into convlog errors, and retries.
+
+Everything above this module sees :class:`~projectors.errors.StoreUnavailableError` (retriable:
+Postgres is down, restarting, overloaded, or broke the connection; the same operation can succeed
+later) or :class:`~projectors.errors.ProjectionError` (not retriable: the statement or the data is
+wrong, retrying cannot help). :func:`retrying` retries only the former, with capped exponential
+backoff and full jitter; with ``attempts=None`` it waits out an outage of any length.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeAlias, TypeVar
+
+import psycopg
+import psycopg_pool
+import structlog
+from psycopg.conninfo import conninfo_to_dict
+from psycopg.rows import TupleRow
+
+from events.errors import ConfigurationError, ConvlogError
+from projectors.errors import ProjectionError, StoreUnavailableError
+
+__all__ = [
+    "PgPool",
+    "convert_pg_error",
+    "describe_url",
+    "is_retriable_sqlstate",
+    "open_pool",
+    "retrying",
+]
+
+T = TypeVar("T")
+
+PgPool: TypeAlias = psycopg_pool.AsyncConnectionPool[psycopg.AsyncConnection[TupleRow]]
+
+# SQLSTATEs after which the same operation can succeed on a later attempt (class 08 as a prefix).
+_RETRIABLE_SQLSTATES = frozenset(
+    {
+        "57P01",  # admin_shutdown: the server is stopping (fast/smart shutdown, pg_terminate_backend)
+        "57P02",  # crash_shutdown: another backend crashed, the server restarts
+        "57P03",  # cannot_connect_now: starting up / recovering
+        "53300",  # too_many_connections
+        "40001",  # serialization_failure
+        "40P01",  # deadlock_detected
+    }
+)
+# libpq reports connection-time failures without a SQLSTATE. These few are configuration
+# mistakes, not outages: retrying them forever would hide the mistake. (Server messages in
+# English, i.e. the default lc_messages; other languages fall back to "retriable".)
+_PERMANENT_CONNECT_FAILURES = re.compile(
+    r'FATAL:\s+(database|role) ".*" does not exist'
+    r"|password authentication failed|no pg_hba\.conf entry|SSL was required"
+    r"|invalid (connection option|URI|integer value)|missing \"=\" after"
+)
+_DEFAULT_CONNECT_TIMEOUT_S = 10
+
+
+def is_retriable_sqlstate(sqlstate: str) -> bool:
+    """True for connection exceptions (class 08), shutdowns, too many connections,
+    serialization failures and deadlocks."""
+    return sqlstate.startswith("08") or sqlstate in _RETRIABLE_SQLSTATES
+
+
+def describe_url(url: str) -> str:
+    """``user@host:port/dbname`` of a libpq URL or DSN, without the password."""
+    try:
+        params = conninfo_to_dict(url)
+    except psycopg.Error:
+        return "<unparsable database URL>"
+    user = f"{params['user']}@" if params.get("user") else ""
+    host = params.get("host") or params.get("hostaddr") or "localhost"
+    port = f":{params['port']}" if params.get("port") else ""
+    return f"{user}{host}{port}/{params.get('dbname', '')}"
+
+
+def convert_pg_error(e: BaseException, *, action: str) -> ConvlogError:
+    """The convlog error for a driver exception raised while doing ``action``.
+
+    Raise the result ``from e``. Retriable (:class:`StoreUnavailableError`): connection-level
+    ``OperationalError``/``InterfaceError`` (refused, closed, broken; they carry no SQLSTATE),
+    pool timeouts, ``TimeoutError``/``ConnectionError`` and the SQLSTATEs of :func:`is_retriable_sqlstate`.
+    Everything else is a :class:`ProjectionError` (not retriable) whose message carries ``action``
+    and the SQLSTATE. A :class:`ConvlogError` is returned unchanged.
+    """
+    if isinstance(e, ConvlogError):
+        return e
+    kind = type(e).__name__
+    message = str(e).strip() or kind
+    error: ConvlogError
+    if isinstance(e, psycopg_pool.PoolClosed):
+        error = ProjectionError(f"{action}: the connection pool is closed ({message})")
+    elif isinstance(e, psycopg_pool.PoolTimeout | psycopg_pool.TooManyRequests):
+        error = StoreUnavailableError(f"{action}: no Postgres connection available: {message}")
+    elif isinstance(e, psycopg.Error):
+        sqlstate = e.sqlstate
+        if sqlstate is not None:
+            cls = StoreUnavailableError if is_retriable_sqlstate(sqlstate) else ProjectionError
+            error = cls(f"{action}: {kind}: {message} (SQLSTATE {sqlstate})")
+        elif isinstance(e, psycopg.OperationalError | psycopg.InterfaceError):
+            if _PERMANENT_CONNECT_FAILURES.search(message):
+                error = ProjectionError(f"{action}: cannot connect to Postgres: {message}")
+            else:
+                error = StoreUnavailableError(f"{action}: Postgres unavailable: {kind}: {message}")
+        else:
+            error = ProjectionError(f"{action}: {kind}: {message} (no SQLSTATE)")
+    elif isinstance(e, TimeoutError | ConnectionError):
+        error = StoreUnavailableError(f"{action}: Postgres unavailable: {kind}: {message}")
+    else:
+        error = ProjectionError(f"{action}: {kind}: {message}")
+    error.__cause__ = e
+    return error
+
+
+def _sqlstate(error: BaseException) -> str | None:
+    """The SQLSTATE of the driver error behind ``error``, if any."""
+    current: BaseException | None = error
+    while current is not None:
+        if isinstance(current, psycopg.Error):
+            return current.sqlstate
+        current = current.__cause__
+    return None
+
+
+async def open_pool(
+    url: str,
+    *,
+    min_size: int = 1,
+    max_size: int = 10,
+    name: str = "convlog",
+    timeout_s: float = 30.0,
+) -> PgPool:
+    """An opened pool of non-autocommit connections (``application_name`` = ``name``).
+
+    Waits up to ``timeout_s`` for ``min_size`` connections; connections are checked when taken
+    from the pool, so ones broken by a server restart are replaced instead of handed out.
+    Raises :class:`StoreUnavailableError` if Postgres cannot be reached in time, and
+    :class:`~events.errors.ConfigurationError` for a malformed URL.
+    """
+    try:
+        params = conninfo_to_dict(url)
+    except psycopg.Error as e:
+        raise ConfigurationError(f"malformed database URL: {e}") from e
+    kwargs: dict[str, Any] = {"autocommit": False, "application_name": name}
+    if "connect_timeout" not in params:
+        kwargs["connect_timeout"] = _DEFAULT_CONNECT_TIMEOUT_S
+    pool: PgPool = psycopg_pool.AsyncConnectionPool(
+        url,
+        min_size=min_size,
+        max_size=max_size,
+        name=name,
+        kwargs=kwargs,
+        open=False,
+        check=psycopg_pool.AsyncConnectionPool.check_connection,
+    )
+    action = f"open pool {name!r} to {describe_url(url)}"
+    try:
+        await pool.open(wait=True, timeout=timeout_s)
+    except psycopg.Error as e:
+        await pool.close()
+        # The pool only says it timed out; one direct attempt tells why (refused, no such database).
+        reason = await _connect_failure(url, kwargs) if isinstance(e, psycopg_pool.PoolTimeout) else None
+        raise convert_pg_error(reason or e, action=action) from (reason or e)
+    except BaseException:
+        await pool.close()
+        raise
+    return pool
+
+
+async def _connect_failure(url: str, kwargs: dict[str, Any]) -> psycopg.Error | None:
+    """The error one direct connection attempt gets, None if it succeeds."""
+    try:
+        conn = await psycopg.AsyncConnection.connect(url, **{**kwargs, "connect_timeout": 5})
+    except psycopg.Error as e:
+        return e
+    await conn.close()
+    return None
+
+
+async def retrying(
+    op: Callable[[], Awaitable[T]],
+    *,
+    action: str,
+    attempts: int | None = None,
+    base_delay_s: float = 0.2,
+    max_delay_s: float = 5.0,
+    on_retry: Callable[[int, ConvlogError, float], None] | None = None,
+) -> T:
+    """``await op()``, retrying it while it fails with a retriable store error.
+
+    Driver errors are converted with :func:`convert_pg_error`. A retriable one (or a
+    :class:`StoreUnavailableError` raised by ``op`` itself) is retried after a delay drawn
+    uniformly from ``[0, min(max_delay_s, base_delay_s * 2**(n-1))]`` (full jitter), with
+    ``on_retry(n, error, delay)`` called and a ``pg.retry`` warning logged before retry ``n``.
+    ``attempts`` caps the number of calls (None: retry forever). Non-retriable errors are
+    raised at once: converted driver errors as :class:`ProjectionError`, other
+    :class:`ConvlogError`\\ s (such as :class:`~projectors.errors.PositionConflictError`, whose
+    remedy is the caller's) and non-driver exceptions unchanged. ``op`` must be safe to repeat:
+    a broken connection can hide whether a commit went through.
+    """
+    if attempts is not None and attempts < 1:
+        raise ValueError(f"attempts must be >= 1 or None, got {attempts}")
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            return await op()
+        except StoreUnavailableError as e:
+            error: ConvlogError = e
+        except ConvlogError:
+            raise
+        except (psycopg.Error, TimeoutError, ConnectionError) as e:
+            error = convert_pg_error(e, action=action)
+            if not error.retriable:
+                raise error from e
+        if attempts is not None and attempt >= attempts:
+            raise error  # its __cause__ is the driver error
+        ceiling = min(max_delay_s, base_delay_s * 2 ** (attempt - 1))
+        delay = random.uniform(0.0, ceiling)  # noqa: S311 - jitter, not cryptography
+        structlog.get_logger(__name__).warning(
+            "pg.retry",
+            action=action,
+            attempt=attempt,
+            attempts=attempts,
+            delay_s=round(delay, 3),
+            code=error.code,
+            sqlstate=_sqlstate(error),
+            error=str(error),
+        )
+        if on_retry is not None:
+            on_retry(attempt, error, delay)
+        await asyncio.sleep(delay)

@@ -1,0 +1,263 @@
+"""Where a projector gets its records from, and which partitions it owns.
+
+A projector keeps its positions in Postgres, never in Kafka. When it is given partitions, its
+:class:`AssignmentListener` loads their positions and the source seeks there; when they are
+taken away, the listener hears it and the source returns no more of their records.
+
+- :class:`KafkaGroupSource`: a Kafka consumer group; Kafka spreads the partitions over the
+  group's members and moves them when members come and go. It never commits offsets.
+- :class:`LogSource`: any :class:`~events.log.EventLog` read by one process that owns every
+  partition (the embedded log).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+import structlog
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import KafkaError
+
+from events.errors import LogClosedError
+from events.kafka_log import _to_record, convert_kafka_error
+from events.log import EventLog, LogRecord
+from projectors.errors import ProjectionError
+
+log = structlog.get_logger(__name__)
+
+
+class AssignmentListener(Protocol):
+    async def on_assigned(self, partitions: frozenset[int]) -> Mapping[int, int]:
+        """Partitions now owned; returns, for each of them, the next offset to read (from Postgres)."""
+        ...
+
+    async def on_revoked(self, partitions: frozenset[int]) -> None:
+        """Partitions no longer owned (also on :meth:`RecordSource.stop`); none of their records follow."""
+        ...
+
+
+class RecordSource(Protocol):
+    async def start(self, listener: AssignmentListener) -> None: ...
+
+    async def fetch(self, *, max_records: int, timeout_s: float) -> Sequence[LogRecord]:
+        """Up to ``max_records`` records of owned partitions, each partition's in offset order;
+        empty when nothing arrived within ``timeout_s``."""
+        ...
+
+    def seek(self, partition: int, offset: int) -> None:
+        """Read ``partition`` from ``offset`` next (after a position conflict, say); ignored
+        for a partition not owned."""
+        ...
+
+    @property
+    def assigned(self) -> frozenset[int]: ...
+
+    async def stop(self) -> None: ...
+
+
+def _checked(partitions: frozenset[int], positions: Mapping[int, int]) -> dict[int, int]:
+    missing = partitions - positions.keys()
+    if missing:
+        raise ProjectionError(f"assignment listener returned no position for partitions {sorted(missing)}")
+    return {p: positions[p] for p in partitions}
+
+
+class LogSource:
+    """Reads an :class:`~events.log.EventLog` as the single owner of all its partitions."""
+
+    def __init__(self, log: EventLog) -> None:
+        self._log = log
+        self._listener: AssignmentListener | None = None
+        self._next: dict[int, int] = {}
+
+    async def start(self, listener: AssignmentListener) -> None:
+        partitions = frozenset(range(self._log.partition_count))
+        self._next = _checked(partitions, await listener.on_assigned(partitions))
+        self._listener = listener
+
+    async def fetch(self, *, max_records: int, timeout_s: float) -> Sequence[LogRecord]:
+        if self._listener is None:
+            raise LogClosedError("the record source is not running")
+        records = await self._log.read(dict(self._next), max_records=max_records, timeout_s=timeout_s)
+        for r in records:
+            self._next[r.partition] = r.offset + 1
+        return records
+
+    def seek(self, partition: int, offset: int) -> None:
+        if partition in self._next:
+            self._next[partition] = offset
+
+    @property
+    def assigned(self) -> frozenset[int]:
+        return frozenset(self._next)
+
+    async def stop(self) -> None:
+        listener, owned = self._listener, self.assigned
+        self._listener, self._next = None, {}
+        if listener is not None and owned:
+            await listener.on_revoked(owned)
+
+
+class KafkaGroupSource:
+    """A member of Kafka consumer group ``group_id`` reading ``topic``.
+
+    aiokafka runs the rebalance callbacks in its own task, concurrently with whoever calls
+    :meth:`fetch`, and it rebalances eagerly: every owned partition is revoked, then the new
+    set (which may repeat some) is assigned. Assigned partitions stay paused until the
+    listener has returned their positions; if it fails, the next :meth:`fetch` asks again and
+    raises the listener's error. The listener must answer within ``rebalance_timeout_ms``
+    (aiokafka's default: ``session_timeout_ms``) or the broker drops this member.
+    """
+
+    def __init__(
+        self,
+        *,
+        bootstrap: str,
+        topic: str,
+        group_id: str,
+        client_id: str = "convlog-projector",
+        max_poll_interval_ms: int = 300_000,
+        session_timeout_ms: int = 10_000,
+        heartbeat_interval_ms: int = 3_000,
+        rebalance_timeout_ms: int | None = None,
+    ) -> None:
+        self._topic = topic
+        self._options: dict[str, Any] = {
+            "bootstrap_servers": bootstrap,
+            "group_id": group_id,
+            "client_id": client_id,
+            "enable_auto_commit": False,
+            "auto_offset_reset": "earliest",
+            "isolation_level": "read_committed",
+            "max_poll_interval_ms": max_poll_interval_ms,
+            "session_timeout_ms": session_timeout_ms,
+            "heartbeat_interval_ms": heartbeat_interval_ms,
+            "rebalance_timeout_ms": rebalance_timeout_ms,
+        }
+        self._consumer: AIOKafkaConsumer | None = None
+        self._listener: AssignmentListener | None = None
+        self._next: dict[int, int] = {}  # owned and positioned partition -> next offset to return
+        self._unpositioned: frozenset[int] = frozenset()  # assigned, paused, listener not yet answered
+        self._generation = 0  # bumped by every rebalance callback
+
+    async def start(self, listener: AssignmentListener) -> None:
+        consumer = AIOKafkaConsumer(**self._options)
+        self._listener = listener
+        try:
+            await consumer.start()
+            consumer.subscribe([self._topic], listener=_Rebalance(self))
+        except KafkaError as e:
+            await consumer.stop()
+            raise convert_kafka_error(e, action=f"joining group {self._options['group_id']}") from e
+        self._consumer = consumer
+
+    async def fetch(self, *, max_records: int, timeout_s: float) -> Sequence[LogRecord]:
+        consumer = self._running()
+        if self._unpositioned:
+            await self._position(self._unpositioned)
+        try:
+            # getmany waits for a rebalance in progress without a bound of its own
+            async with asyncio.timeout(timeout_s):
+                batches = await consumer.getmany(timeout_ms=int(timeout_s * 1000), max_records=max_records)
+        except KafkaError as e:
+            raise convert_kafka_error(e, action=f"reading {self._topic}") from e
+        except TimeoutError:
+            return []
+        records: list[LogRecord] = []
+        for tp, messages in batches.items():
+            next_offset = self._next.get(tp.partition)
+            if next_offset is None:
+                continue  # revoked while the fetch was under way
+            fresh = [m for m in messages if m.offset >= next_offset]
+            if len(fresh) < len(messages):
+                log.warning("sources.stale_records_dropped", partition=tp.partition, next_offset=next_offset)
+            if fresh:
+                records.extend(_to_record(m) for m in fresh)
+                self._next[tp.partition] = fresh[-1].offset + 1
+        return records
+
+    def seek(self, partition: int, offset: int) -> None:
+        if partition not in self._next:
+            return
+        try:
+            self._running().seek(TopicPartition(self._topic, partition), offset)
+        except KafkaError as e:
+            raise convert_kafka_error(e, action=f"seeking {self._topic}[{partition}]") from e
+        self._next[partition] = offset
+
+    @property
+    def assigned(self) -> frozenset[int]:
+        return frozenset(self._next)
+
+    async def stop(self) -> None:
+        """Tell the listener it owns nothing any more, then leave the group (no commit)."""
+        consumer, listener, owned = self._consumer, self._listener, self.assigned
+        self._consumer, self._listener, self._next, self._unpositioned = None, None, {}, frozenset()
+        if consumer is None:
+            return
+        try:
+            if listener is not None and owned:
+                await listener.on_revoked(owned)
+        finally:
+            await consumer.stop()
+
+    def _running(self) -> AIOKafkaConsumer:
+        if self._consumer is None:
+            raise LogClosedError(f"the group source for {self._topic} is not running")
+        return self._consumer
+
+    async def _revoked(self, partitions: frozenset[int]) -> None:
+        if self._consumer is None:
+            return  # stopping: stop() told the listener already
+        self._generation += 1
+        owned = self.assigned & partitions
+        self._next = {p: o for p, o in self._next.items() if p not in partitions}
+        self._unpositioned -= partitions
+        if owned and self._listener is not None:
+            await self._listener.on_revoked(owned)
+
+    async def _assigned(self, partitions: frozenset[int]) -> None:
+        if self._consumer is None:
+            return
+        self._generation += 1
+        self._unpositioned = partitions
+        self._running().pause(*(TopicPartition(self._topic, p) for p in partitions))
+        await self._position(partitions)
+
+    async def _position(self, partitions: frozenset[int]) -> None:
+        """Ask the listener where ``partitions`` start, seek there and resume them."""
+        generation, listener, consumer = self._generation, self._listener, self._running()
+        assert listener is not None
+        positions = _checked(partitions, await listener.on_assigned(partitions))
+        if generation != self._generation or self._consumer is None:
+            return  # a rebalance or stop overtook this answer; the newer callback positions
+        try:
+            for p, offset in positions.items():
+                consumer.seek(TopicPartition(self._topic, p), offset)
+            consumer.resume(*(TopicPartition(self._topic, p) for p in partitions))
+        except KafkaError as e:
+            raise convert_kafka_error(e, action=f"seeking {self._topic}") from e
+        self._next.update(positions)
+        self._unpositioned -= partitions
+
+
+class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is untyped
+    """aiokafka awaits these in its coordinator task and only logs what they raise."""
+
+    def __init__(self, source: KafkaGroupSource) -> None:
+        self._source = source
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        try:
+            await self._source._revoked(frozenset(tp.partition for tp in revoked))
+        except Exception:
+            log.exception("sources.on_revoked_failed", partitions=sorted(tp.partition for tp in revoked))
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        try:
+            await self._source._assigned(frozenset(tp.partition for tp in assigned))
+        except Exception:
+            # the partitions stay paused; the next fetch asks the listener again
+            log.exception("sources.on_assigned_failed", partitions=sorted(tp.partition for tp in assigned))

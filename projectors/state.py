@@ -1,0 +1,287 @@
+"""Event application: pure functions from (conversation state, event) to (state, row changes).
+
+No I/O here. The store loads the states of a batch's conversations, folds the batch's events
+through :func:`apply_event`, and writes the resulting rows and the final states in the same
+transaction as the positions. Everything is derived from the events alone (never from the
+clock or from offsets' absolute values beyond recording them), so a rebuild from offset 0
+produces the same rows.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any, TypeAlias
+
+from events.keys import ConversationKey
+from events.log import Coordinates
+from events.model import (
+    ConversationCleared,
+    ConversationStarted,
+    Event,
+    MessageAppended,
+    MessageRedacted,
+    SummaryRecorded,
+    TextPart,
+)
+from projectors.errors import InvariantError
+from projectors.window import EMPTY_WINDOW, Window, WindowPolicy, on_user_message
+
+# Why a stored message is kept for audit but never served.
+FLAG_UNKNOWN_TOOL_CALL = "unknown_tool_call"  # answers a call id the conversation has not open
+FLAG_DUPLICATE_TOOL_RESULT = "duplicate_tool_result"  # a second answer to the same call
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationState:
+    key: ConversationKey
+    exists: bool = False
+    title: str | None = None
+    metadata: dict[str, str] = field(default_factory=dict)
+    started_at: datetime | None = None
+    last_activity_at: datetime | None = None  # last user message: conversation lists sort by it
+    last_event_at: datetime | None = None
+    message_count: int = 0
+    turn_count: int = 0
+    next_seq: int = 0
+    epoch: int = 0  # bumps on clear and erase: the window and summary restart
+    clear_count: int = 0
+    erased_at: datetime | None = None
+    open_tool_calls: tuple[str, ...] = ()  # calls of the latest assistant message not answered yet
+    answered_tool_calls: tuple[str, ...] = ()  # calls of that message already answered
+    window: Window = EMPTY_WINDOW
+
+
+@dataclass(frozen=True, slots=True)
+class TranscriptRow:
+    conversation_key: str
+    seq: int
+    partition: int
+    offset: int
+    event_id: str
+    message_id: str
+    role: str
+    content: Any  # JSON: a string, OpenAI content parts, or None
+    name: str | None
+    tool_calls: Any  # JSON: OpenAI's nested tool_calls format, or None
+    tool_call_id: str | None
+    reasoning_content: str | None
+    thinking_duration_ms: int | None
+    finish_reason: str | None
+    model: str | None
+    usage: Any  # JSON or None
+    metadata: dict[str, str]
+    occurred_at: datetime
+    epoch: int
+    turn: int  # number of user messages up to and including this message's turn
+    flag: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryRow:
+    conversation_key: str
+    seq: int  # position in the conversation's event order, like a message's
+    partition: int
+    offset: int
+    event_id: str
+    summary_id: str
+    epoch: int
+    text: str
+    covers_through_message_id: str
+    model: str
+    prompt_version: str
+    input_tokens: int | None
+    output_tokens: int | None
+    summary_tokens: int | None
+    occurred_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Redaction:
+    conversation_key: str
+    message_id: str
+    reason: str
+    occurred_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Erasure:
+    conversation_key: str
+    occurred_at: datetime
+
+
+Change: TypeAlias = TranscriptRow | SummaryRow | Redaction | Erasure
+MessageKnown: TypeAlias = Callable[[str], bool]
+
+
+def apply_event(
+    state: ConversationState,
+    event: Event,
+    at: Coordinates,
+    *,
+    policy: WindowPolicy,
+    message_known: MessageKnown,
+) -> tuple[ConversationState, list[Change]]:
+    """Fold one event into its conversation. ``message_known(message_id)`` tells whether the
+    conversation already holds that message (stored, or earlier in the same batch).
+
+    Raises :class:`InvariantError` for events that cannot be applied (they are dead-lettered
+    and the conversation parked); inconsistent but storable messages are flagged instead.
+    """
+    if event.key != state.key:
+        raise InvariantError(f"event {event.event_id} belongs to {event.key}, not to {state.key}")
+    body = event.body
+    base = replace(
+        state,
+        exists=True,
+        started_at=state.started_at or event.occurred_at,
+        last_event_at=event.occurred_at,
+    )
+    key = str(state.key)
+    if isinstance(body, MessageAppended):
+        return _apply_message(base, event, body, at, policy)
+    if isinstance(body, MessageRedacted):
+        if not message_known(body.message_id):
+            raise InvariantError(f"redaction of message {body.message_id!r}, which {key} does not have")
+        return base, [Redaction(key, body.message_id, body.reason, event.occurred_at)]
+    if isinstance(body, SummaryRecorded):
+        if not message_known(body.covers_through_message_id):
+            raise InvariantError(
+                f"summary {body.summary_id!r} covers message {body.covers_through_message_id!r}, "
+                f"which {key} does not have"
+            )
+        row = SummaryRow(
+            conversation_key=key, seq=base.next_seq, partition=at.partition, offset=at.offset,
+            event_id=event.event_id, summary_id=body.summary_id, epoch=base.epoch, text=body.text,
+            covers_through_message_id=body.covers_through_message_id, model=body.model,
+            prompt_version=body.prompt_version, input_tokens=body.input_tokens,
+            output_tokens=body.output_tokens, summary_tokens=body.summary_tokens,
+            occurred_at=event.occurred_at,
+        )  # fmt: skip
+        return replace(base, next_seq=base.next_seq + 1), [row]
+    if isinstance(body, ConversationStarted):
+        return replace(base, title=body.title or base.title, metadata={**base.metadata, **body.metadata}), []
+    if isinstance(body, ConversationCleared):
+        return _restart(base, clear_count=base.clear_count + 1), []
+    erased = _restart(
+        base, clear_count=base.clear_count, title=None, metadata={}, erased_at=event.occurred_at
+    )
+    return erased, [Erasure(key, event.occurred_at)]
+
+
+def _restart(state: ConversationState, **changes: Any) -> ConversationState:
+    """A new epoch: the window and the running summary start over; the audit keeps all."""
+    return replace(
+        state,
+        epoch=state.epoch + 1,
+        window=EMPTY_WINDOW,
+        open_tool_calls=(),
+        answered_tool_calls=(),
+        **changes,
+    )
+
+
+def _apply_message(
+    state: ConversationState, event: Event, msg: MessageAppended, at: Coordinates, policy: WindowPolicy
+) -> tuple[ConversationState, list[Change]]:
+    seq = state.next_seq
+    flag: str | None = None
+    open_calls, answered = state.open_tool_calls, state.answered_tool_calls
+    turn_count, window, last_activity = state.turn_count, state.window, state.last_activity_at
+    if msg.role == "tool":
+        call_id = msg.tool_call_id or ""
+        if call_id in open_calls:
+            open_calls = tuple(c for c in open_calls if c != call_id)
+            answered = (*answered, call_id)
+        else:
+            flag = FLAG_DUPLICATE_TOOL_RESULT if call_id in answered else FLAG_UNKNOWN_TOOL_CALL
+    elif msg.role == "assistant":
+        # Calls of an interrupted stream never ran: nothing may answer them.
+        open_calls = () if msg.finish_reason == "interrupted" else tuple(c.id for c in msg.tool_calls)
+        answered = ()
+    elif msg.role == "user":
+        open_calls, answered = (), ()
+        turn_count += 1
+        last_activity = event.occurred_at
+        window = on_user_message(window, seq, policy)
+    row = TranscriptRow(
+        conversation_key=str(state.key), seq=seq, partition=at.partition, offset=at.offset,
+        event_id=event.event_id, message_id=msg.message_id, role=msg.role, content=content_json(msg),
+        name=msg.name, tool_calls=tool_calls_json(msg), tool_call_id=msg.tool_call_id,
+        reasoning_content=msg.reasoning_content, thinking_duration_ms=msg.thinking_duration_ms,
+        finish_reason=msg.finish_reason, model=msg.model, usage=usage_json(msg), metadata=dict(msg.metadata),
+        occurred_at=event.occurred_at, epoch=state.epoch, turn=turn_count, flag=flag,
+    )  # fmt: skip
+    new_state = replace(
+        state,
+        next_seq=seq + 1,
+        message_count=state.message_count + 1,
+        turn_count=turn_count,
+        last_activity_at=last_activity,
+        open_tool_calls=open_calls,
+        answered_tool_calls=answered,
+        window=window,
+    )
+    return new_state, [row]
+
+
+def content_json(msg: MessageAppended) -> Any:
+    if msg.content is None or isinstance(msg.content, str):
+        return msg.content
+    return [
+        {"type": "text", "text": p.text}
+        if isinstance(p, TextPart)
+        else {"type": "image_url", "image_url": {"url": p.url, "detail": p.detail}}
+        for p in msg.content
+    ]
+
+
+def tool_calls_json(msg: MessageAppended) -> Any:
+    if not msg.tool_calls:
+        return None
+    return [
+        {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+        for c in msg.tool_calls
+    ]
+
+
+def usage_json(msg: MessageAppended) -> Any:
+    u = msg.usage
+    if u is None:
+        return None
+    return {
+        k: v
+        for k, v in (
+            ("prompt_tokens", u.prompt_tokens),
+            ("completion_tokens", u.completion_tokens),
+            ("cached_tokens", u.cached_tokens),
+            ("reasoning_tokens", u.reasoning_tokens),
+        )
+        if v is not None
+    }
+
+
+def countable_text(row: TranscriptRow) -> str:
+    """The text whose tokens a served message costs, besides reasoning: content text parts,
+    and each tool call's name and arguments. Images are estimated at serving time."""
+    parts: list[str] = []
+    if isinstance(row.content, str):
+        parts.append(row.content)
+    elif row.content:
+        parts.extend(p["text"] for p in row.content if p.get("type") == "text")
+    for call in row.tool_calls or ():
+        parts.append(call["function"]["name"])
+        parts.append(call["function"]["arguments"])
+    return "\n".join(parts)
+
+
+def image_count(row: TranscriptRow) -> int:
+    if not isinstance(row.content, list):
+        return 0
+    return sum(1 for p in row.content if p.get("type") == "image_url")
+
+
+def to_json(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, ensure_ascii=False, separators=(",", ":"))

@@ -1,0 +1,70 @@
+"""The window policy: where a conversation's raw history window starts.
+
+Pure functions over a frozen :class:`Window`. The window starts at a user message (a turn
+boundary), only ever moves forward, and keeps at most ``max_turns`` turns. When one more turn
+would exceed that, it jumps forward to keep only the last ``keep_turns`` — so the prompt
+prefix stays byte-identical for several turns and provider prompt caches keep hitting
+(seed 000 keeps 8 turns; Semantic Kernel and LlamaIndex use the same target/threshold idea).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from events.errors import ConfigurationError
+
+DEFAULT_MAX_TURNS = 8
+DEFAULT_KEEP_TURNS = 6
+
+
+@dataclass(frozen=True, slots=True)
+class WindowPolicy:
+    max_turns: int = DEFAULT_MAX_TURNS
+    keep_turns: int = DEFAULT_KEEP_TURNS
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.keep_turns <= self.max_turns:
+            raise ConfigurationError(
+                f"window turns: need 1 <= keep_turns ({self.keep_turns}) <= max_turns ({self.max_turns})"
+            )
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> WindowPolicy:
+        def number(name: str, default: int) -> int:
+            raw = env.get(name)
+            try:
+                return int(raw) if raw else default
+            except ValueError as e:
+                raise ConfigurationError(f"{name} must be an integer, got {raw!r}") from e
+
+        return cls(
+            max_turns=number("CONVLOG_WINDOW_MAX_TURNS", DEFAULT_MAX_TURNS),
+            keep_turns=number("CONVLOG_WINDOW_KEEP_TURNS", DEFAULT_KEEP_TURNS),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """``start_seq`` is the sequence number of the user message the window starts at (None
+    until the current epoch has a user message); ``turn_starts`` are the sequence numbers of
+    the user messages from there on, ascending — the turns inside the window."""
+
+    start_seq: int | None = None
+    turn_starts: tuple[int, ...] = ()
+
+
+EMPTY_WINDOW = Window()
+
+
+def on_user_message(window: Window, seq: int, policy: WindowPolicy) -> Window:
+    """A new turn starts at ``seq`` (sequence numbers only grow)."""
+    if window.turn_starts and seq <= window.turn_starts[-1]:
+        raise ValueError(f"turn start {seq} is not after {window.turn_starts[-1]}")
+    starts = (*window.turn_starts, seq)
+    if window.start_seq is None:
+        return Window(seq, starts)
+    if len(starts) > policy.max_turns:
+        starts = starts[-policy.keep_turns :]
+        return Window(starts[0], starts)
+    return Window(window.start_seq, starts)

@@ -1,0 +1,273 @@
+"""The window policy and event folding, as pure functions (no servers)."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from events.codec import default_codec
+from events.errors import ConfigurationError
+from events.keys import ConversationKey
+from events.log import LogRecord
+from events.model import (
+    ConversationCleared,
+    Event,
+    EventBody,
+    MessageAppended,
+    MessageRedacted,
+    ToolCall,
+)
+from projectors.fold import BatchInputs, BatchOutcome, decode_batch, fold_batch
+from projectors.state import FLAG_DUPLICATE_TOOL_RESULT, FLAG_UNKNOWN_TOOL_CALL, ConversationState
+from projectors.window import Window, WindowPolicy, on_user_message
+
+KEY = ConversationKey("t", "u", "c")
+CODEC = default_codec()
+T0 = datetime(2026, 11, 30, tzinfo=UTC)
+
+
+def test_policy_keeps_eight_then_drops_to_six() -> None:
+    policy = WindowPolicy()
+    window = Window()
+    starts = []
+    for turn in range(9):
+        window = on_user_message(window, turn * 2, policy)
+        starts.append(window.start_seq)
+    assert starts[:8] == [0] * 8  # the prefix stays put for eight turns
+    assert window.start_seq == 6  # the ninth turn drops down to the last six: turns 4..9 start at 6
+    assert window.turn_starts == (6, 8, 10, 12, 14, 16)
+
+
+@pytest.mark.parametrize(("max_turns", "keep_turns"), [(0, 0), (3, 4), (5, 0)])
+def test_bad_policies_are_refused(max_turns: int, keep_turns: int) -> None:
+    with pytest.raises(ConfigurationError):
+        WindowPolicy(max_turns=max_turns, keep_turns=keep_turns)
+
+
+def test_policy_from_env() -> None:
+    assert WindowPolicy.from_env({"CONVLOG_WINDOW_MAX_TURNS": "4", "CONVLOG_WINDOW_KEEP_TURNS": "2"}) == (
+        WindowPolicy(4, 2)
+    )
+    with pytest.raises(ConfigurationError, match="CONVLOG_WINDOW_MAX_TURNS"):
+        WindowPolicy.from_env({"CONVLOG_WINDOW_MAX_TURNS": "many"})
+
+
+# ---- random valid conversations --------------------------------------------------------------
+
+ops = st.lists(
+    st.one_of(
+        st.just(("user",)),
+        st.just(("assistant",)),
+        st.tuples(st.just("assistant_calls"), st.integers(1, 3)),
+        st.just(("answer",)),
+        st.just(("interrupted",)),
+        st.just(("system",)),
+        st.just(("clear",)),
+        st.just(("redact",)),
+        st.just(("duplicate",)),
+    ),
+    max_size=60,
+)
+
+
+def build_events(script: list[tuple[object, ...]]) -> list[Event]:
+    """A valid event sequence following the script; tool results answer open calls."""
+    events: list[Event] = []
+    open_calls: list[str] = []
+    messages: list[str] = []
+    for i, op in enumerate(script):
+        body: EventBody
+        kind = op[0]
+        mid = f"m{i}"
+        if kind == "user":
+            body = MessageAppended(mid, "user", f"question {i}")
+        elif kind == "assistant":
+            body = MessageAppended(mid, "assistant", f"answer {i}", finish_reason="stop")
+        elif kind == "assistant_calls":
+            calls = tuple(ToolCall(f"call{i}_{j}", "lookup", "{}") for j in range(int(str(op[1]))))
+            open_calls = [c.id for c in calls]
+            body = MessageAppended(mid, "assistant", None, tool_calls=calls, finish_reason="tool_calls")
+        elif kind == "answer" and open_calls:
+            body = MessageAppended(mid, "tool", "result", tool_call_id=open_calls.pop(0))
+        elif kind == "interrupted":
+            body = MessageAppended(mid, "assistant", "half", finish_reason="interrupted")
+        elif kind == "system":
+            body = MessageAppended(mid, "system", "be brief")
+        elif kind == "clear":
+            body = ConversationCleared()
+        elif kind == "redact" and messages:
+            body = MessageRedacted(messages[-1], "pii")
+        elif kind == "duplicate" and events:
+            events.append(events[-1])  # a double-submit: the same event id again
+            continue
+        else:
+            continue
+        if isinstance(body, MessageAppended):
+            messages.append(mid)
+            if body.role in ("user", "assistant") and kind != "assistant_calls":
+                open_calls = []
+        events.append(Event(f"e{i}", KEY, T0 + timedelta(seconds=i), "test", body))
+    return events
+
+
+def as_records(events: list[Event]) -> list[LogRecord]:
+    return [LogRecord(0, offset, KEY.encode(), CODEC.encode(e), T0) for offset, e in enumerate(events)]
+
+
+def fold_in_batches(
+    records: list[LogRecord], cuts: list[int], policy: WindowPolicy
+) -> tuple[list[BatchOutcome], ConversationState | None]:
+    """Fold batch after batch, carrying state like the store does between transactions."""
+    state: ConversationState | None = None
+    seen: set[tuple[str, str]] = set()
+    known: set[tuple[str, str]] = set()
+    outcomes = []
+    bounds = sorted({0, len(records), *(c for c in cuts if 0 < c < len(records))})
+    for start, stop in itertools.pairwise(bounds):
+        decoded = decode_batch(records[start:stop], codec=CODEC, max_event_bytes=1 << 20)
+        states = {str(KEY): state} if state else {}
+        out = fold_batch(
+            decoded,
+            BatchInputs(states, frozenset(), frozenset(seen), frozenset(known)),
+            policy=policy,
+            fail_fast=True,
+        )
+        state = out.states.get(str(KEY), state)
+        seen.update(out.applied_event_ids)
+        known.update((r.conversation_key, r.message_id) for r in out.transcript)
+        outcomes.append(out)
+    return outcomes, state
+
+
+policies = st.builds(
+    lambda keep, extra: WindowPolicy(keep + extra, keep), st.integers(1, 4), st.integers(0, 4)
+)
+
+
+@settings(max_examples=150)
+@given(ops, policies)
+def test_window_rules_hold_on_random_conversations(
+    script: list[tuple[object, ...]], policy: WindowPolicy
+) -> None:
+    records = as_records(build_events(script))
+    rows = [r for out in fold_in_batches(records, [], policy)[0] for r in out.transcript]
+    by_seq = {r.seq: r for r in rows}
+    # Replay the rows one by one and watch the window after every user message.
+    window, epoch = Window(), 0
+    for row in rows:
+        if row.epoch != epoch:
+            window, epoch = Window(), row.epoch
+        if row.role != "user":
+            continue
+        before = window.start_seq
+        window = on_user_message(window, row.seq, policy)
+        assert window.start_seq is not None
+        assert by_seq[window.start_seq].role == "user"  # starts at a turn boundary
+        assert by_seq[window.start_seq].epoch == epoch
+        assert before is None or window.start_seq >= before  # never backwards
+        assert len(window.turn_starts) <= policy.max_turns
+        assert all(by_seq[s].role == "user" for s in window.turn_starts)
+
+
+@settings(max_examples=150)
+@given(ops, policies, st.lists(st.integers(0, 70), max_size=6))
+def test_folding_is_independent_of_batch_boundaries(
+    script: list[tuple[object, ...]], policy: WindowPolicy, cuts: list[int]
+) -> None:
+    """Whatever batches a crash or a restart cuts the log into, the result is the same."""
+    records = as_records(build_events(script))
+    whole, final = fold_in_batches(records, [], policy)
+    pieces, final_pieces = fold_in_batches(records, cuts, policy)
+    assert [r for o in whole for r in o.transcript] == [r for o in pieces for r in o.transcript]
+    assert [r for o in whole for r in o.redactions] == [r for o in pieces for r in o.redactions]
+    assert final == final_pieces
+
+
+def test_duplicate_event_ids_change_nothing() -> None:
+    event = Event("e1", KEY, T0, "t", MessageAppended("m1", "user", "hi"))
+    records = as_records([event, event, event])
+    out, _ = fold_in_batches(records, [1, 2], WindowPolicy())
+    assert sum(len(o.transcript) for o in out) == 1
+    assert sum(o.duplicates for o in out) == 2
+
+
+def test_foreign_tool_results_are_kept_flagged() -> None:
+    calls = (ToolCall("a", "f", "{}"),)
+    events = [
+        Event("e0", KEY, T0, "t", MessageAppended("m0", "user", "q")),
+        Event("e1", KEY, T0, "t", MessageAppended("m1", "assistant", None, tool_calls=calls)),
+        Event("e2", KEY, T0, "t", MessageAppended("m2", "tool", "r", tool_call_id="a")),
+        Event("e3", KEY, T0, "t", MessageAppended("m3", "tool", "again", tool_call_id="a")),
+        Event("e4", KEY, T0, "t", MessageAppended("m4", "tool", "who?", tool_call_id="never-made")),
+    ]
+    rows = fold_in_batches(as_records(events), [], WindowPolicy())[0][0].transcript
+    assert [r.flag for r in rows] == [None, None, None, FLAG_DUPLICATE_TOOL_RESULT, FLAG_UNKNOWN_TOOL_CALL]
+
+
+def test_interrupted_tool_calls_cannot_be_answered() -> None:
+    calls = (ToolCall("a", "f", '{"x'),)
+    events = [
+        Event("e0", KEY, T0, "t", MessageAppended("m0", "user", "q")),
+        Event(
+            "e1",
+            KEY,
+            T0,
+            "t",
+            MessageAppended("m1", "assistant", "I'll", tool_calls=calls, finish_reason="interrupted"),
+        ),
+        Event("e2", KEY, T0, "t", MessageAppended("m2", "tool", "r", tool_call_id="a")),
+    ]
+    rows = fold_in_batches(as_records(events), [], WindowPolicy())[0][0].transcript
+    assert rows[2].flag == FLAG_UNKNOWN_TOOL_CALL
+
+
+def test_poison_parks_only_its_conversation_and_holds_its_later_records() -> None:
+    other = ConversationKey("t", "u", "other")
+    good = Event("e0", KEY, T0, "t", MessageAppended("m0", "user", "q"))
+    later = Event("e2", KEY, T0, "t", MessageAppended("m2", "user", "q2"))
+    neighbour = Event("e3", other, T0, "t", MessageAppended("m3", "user", "hello"))
+    records = [
+        LogRecord(0, 0, KEY.encode(), CODEC.encode(good), T0),
+        LogRecord(0, 1, KEY.encode(), CODEC.encode(good)[:-3], T0),  # truncated Avro
+        LogRecord(0, 2, KEY.encode(), CODEC.encode(later), T0),
+        LogRecord(0, 3, other.encode(), CODEC.encode(neighbour), T0),
+        LogRecord(0, 4, KEY.encode(), CODEC.encode(replace(later, event_id="e4")), T0),
+    ]
+    out = fold_batch(
+        decode_batch(records, codec=CODEC, max_event_bytes=1 << 20), BatchInputs({}), policy=WindowPolicy()
+    )
+    assert [(p.record.offset, p.conversation_key, p.error_code) for p in out.poisoned] == [
+        (1, str(KEY), "corrupt_record")
+    ]
+    assert [r.offset for _, r in out.held] == [2, 4]
+    assert [r.message_id for r in out.transcript] == ["m0", "m3"]
+
+
+@pytest.mark.parametrize(
+    ("value", "code"),
+    [
+        (b"\xc3\x01" + b"\x00" * 8 + b"junk", "unknown_schema"),
+        (b"x" * 2048, "event_too_large"),
+    ],
+)
+def test_poison_kinds_are_named(value: bytes, code: str) -> None:
+    records = [LogRecord(3, 17, KEY.encode(), value, T0)]
+    out = fold_batch(
+        decode_batch(records, codec=CODEC, max_event_bytes=1024), BatchInputs({}), policy=WindowPolicy()
+    )
+    assert [(p.record.partition, p.record.offset, p.error_code) for p in out.poisoned] == [(3, 17, code)]
+
+
+def test_a_redaction_of_an_unknown_message_is_poison() -> None:
+    event = Event("e0", KEY, T0, "t", MessageRedacted("nope", "pii"))
+    out = fold_batch(
+        decode_batch(as_records([event]), codec=CODEC, max_event_bytes=1 << 20),
+        BatchInputs({}),
+        policy=WindowPolicy(),
+    )
+    assert [p.error_code for p in out.poisoned] == ["invariant_violation"]
