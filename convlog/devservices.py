@@ -81,9 +81,7 @@ def kafka_handle() -> KafkaHandle:
 
 def postgres_handle() -> PostgresHandle:
     """The shared dev Postgres (port from ``CONVLOG_SERVICES_POSTGRES_PORT``, default 15432)."""
-    handle = PostgresHandle(
-        services_root() / "postgres", port=_env_port("CONVLOG_SERVICES_POSTGRES_PORT", 15432)
-    )
+    handle = PostgresHandle(services_root() / "postgres", port=_env_port("CONVLOG_SERVICES_POSTGRES_PORT", 15432))
     with contextlib.suppress(OSError, ValueError, IndexError):
         if handle.running:  # report where it really listens (postmaster.pid line 4)
             handle.port = int((handle.pgdata / "postmaster.pid").read_text().splitlines()[3])
@@ -120,9 +118,7 @@ def _up(services: dict[str, _Service], timeout: float) -> int:
     for name, service in services.items():
         service.wait_ready(timeout)
         if name in started:
-            print(
-                f"{name}: ready at {_address(service)} (pid {service.pid}, {time.monotonic() - began:.1f}s)"
-            )
+            print(f"{name}: ready at {_address(service)} (pid {service.pid}, {time.monotonic() - began:.1f}s)")
     return 0
 
 
@@ -183,9 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="seconds to wait for readiness (up, default 120) or a graceful exit (down, default 30)",
     )
-    parser.add_argument(
-        "--check", action="store_true", help="status: exit 3 unless all selected services serve"
-    )
+    parser.add_argument("--check", action="store_true", help="status: exit 3 unless all selected services serve")
     args = parser.parse_args(argv)
 
     try:

@@ -27,7 +27,5 @@ async def open_event_log(settings: Settings) -> EventLog:
     return EmbeddedEventLog.open(settings.embedded_log_path, partitions=settings.partitions)
 
 
-def make_producer(
-    event_log: EventLog, settings: Settings, *, producer: str = "convlog"
-) -> ConversationProducer:
+def make_producer(event_log: EventLog, settings: Settings, *, producer: str = "convlog") -> ConversationProducer:
     return ConversationProducer(event_log, producer=producer, max_event_bytes=settings.max_event_bytes)

@@ -136,8 +136,7 @@ def compile_writer(schema: Any, named: dict[str, Writer], kinds: dict[str, str] 
 
         named[schema["name"]], kinds[schema["name"]] = write_record, "record"
         fields.extend(
-            (f["name"], compile_writer(f["type"], named, kinds), f.get("default", _REQUIRED))
-            for f in schema["fields"]
+            (f["name"], compile_writer(f["type"], named, kinds), f.get("default", _REQUIRED)) for f in schema["fields"]
         )
         return write_record
     if kind == "enum":
@@ -185,9 +184,7 @@ def _compile_union(branches: list[Any], named: dict[str, Writer], named_kinds: d
                 _write_long(i, out)
                 write(value, out)
                 return
-        raise TypeError(
-            f"{type(value).__name__} fits no branch of union {[_branch_name(b) for b in branches]}"
-        )
+        raise TypeError(f"{type(value).__name__} fits no branch of union {[_branch_name(b) for b in branches]}")
 
     if len(branches) == 2 and branches[0] == "null":
         write_value = writers[1]

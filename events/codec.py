@@ -123,9 +123,7 @@ def _message_body(r: Record) -> MessageAppended:
         role=r["role"],
         content=content,
         name=r["name"],
-        tool_calls=tuple(
-            ToolCall(id=t["id"], name=t["name"], arguments=t["arguments"]) for t in r["tool_calls"]
-        ),
+        tool_calls=tuple(ToolCall(id=t["id"], name=t["name"], arguments=t["arguments"]) for t in r["tool_calls"]),
         tool_call_id=r["tool_call_id"],
         reasoning_content=r["reasoning_content"],
         thinking_duration_ms=r["thinking_duration_ms"],
@@ -225,17 +223,13 @@ class EventCodec:
 
     def __init__(self, schema_dir: Path | None = None) -> None:
         directory = schema_dir or _bundled_schema_dir()
-        found = sorted(
-            (int(m[1]), p) for p in directory.glob("event.v*.avsc") if (m := _SCHEMA_FILE.fullmatch(p.name))
-        )
+        found = sorted((int(m[1]), p) for p in directory.glob("event.v*.avsc") if (m := _SCHEMA_FILE.fullmatch(p.name)))
         if not found:
             raise ConfigurationError(f"no event.vN.avsc schema in {directory}")
         versions = [_Version(n, p) for n, p in found]
         self._current = versions[-1]
         self._known = {v.fingerprint: v for v in versions}  # the current version last: it wins ties
-        bodies: list[Any] = next(
-            (f["type"] for f in self._current.schema.get("fields", ()) if f["name"] == "body"), []
-        )
+        bodies: list[Any] = next((f["type"] for f in self._current.schema.get("fields", ()) if f["name"] == "body"), [])
         unknown = {b["name"] if isinstance(b, dict) else b for b in bodies} ^ set(_FROM_RECORD)
         if unknown:
             raise ConfigurationError(f"schema v{self.version} and events.model disagree on {sorted(unknown)}")

@@ -88,9 +88,7 @@ class EmbeddedEventLog:
     def path(self) -> Path:
         return self._path
 
-    async def append(
-        self, *, key: bytes, value: bytes, headers: Sequence[tuple[str, bytes]] = ()
-    ) -> Coordinates:
+    async def append(self, *, key: bytes, value: bytes, headers: Sequence[tuple[str, bytes]] = ()) -> Coordinates:
         self._check_open()
         partition = partition_for_key(key, self._partition_count)
         frame = _encode_frame(partition, key, value, headers)

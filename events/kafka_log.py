@@ -36,11 +36,7 @@ def convert_kafka_error(e: BaseException, *, action: str) -> LogError:
     """Map an aiokafka failure to the convlog tree, keeping Kafka's own retriable flag."""
     if isinstance(e, MessageSizeTooLargeError | RecordTooLargeError):
         return LogError(f"{action}: the broker refused the record as too large ({e})")
-    if (
-        isinstance(e, TimeoutError)
-        or getattr(e, "retriable", False)
-        or type(e).__name__ == "KafkaTimeoutError"
-    ):
+    if isinstance(e, TimeoutError) or getattr(e, "retriable", False) or type(e).__name__ == "KafkaTimeoutError":
         return LogUnavailableError(f"{action}: Kafka did not acknowledge in time or is unreachable ({e!r})")
     return LogError(f"{action}: {e!r}")
 
@@ -122,17 +118,13 @@ class KafkaEventLog:
     def topic(self) -> str:
         return self._topic
 
-    async def append(
-        self, *, key: bytes, value: bytes, headers: Sequence[tuple[str, bytes]] = ()
-    ) -> Coordinates:
+    async def append(self, *, key: bytes, value: bytes, headers: Sequence[tuple[str, bytes]] = ()) -> Coordinates:
         self._check_open()
         partition = partition_for_key(key, self._partition_count)
         try:
             # send() itself is bounded by request_timeout_ms (metadata and buffer waits); the
             # acknowledgement is not — aiokafka retries a batch for as long as the broker is away.
-            sent = await self._producer.send(
-                self._topic, value, key=key, partition=partition, headers=list(headers)
-            )
+            sent = await self._producer.send(self._topic, value, key=key, partition=partition, headers=list(headers))
             self._deadlines.watch(sent)
             metadata = await sent
         except KafkaError as e:

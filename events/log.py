@@ -44,9 +44,7 @@ class EventLog(Protocol):
     @property
     def partition_count(self) -> int: ...
 
-    async def append(
-        self, *, key: bytes, value: bytes, headers: Sequence[tuple[str, bytes]] = ()
-    ) -> Coordinates:
+    async def append(self, *, key: bytes, value: bytes, headers: Sequence[tuple[str, bytes]] = ()) -> Coordinates:
         """Store one record on the key's partition; resolves once it is durable (acks=all / fsync).
 
         Raises :class:`~events.errors.LogUnavailableError` (retriable) when the outcome is

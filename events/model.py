@@ -116,12 +116,7 @@ class ConversationErased:
 
 
 EventBody: TypeAlias = (
-    ConversationStarted
-    | MessageAppended
-    | MessageRedacted
-    | SummaryRecorded
-    | ConversationCleared
-    | ConversationErased
+    ConversationStarted | MessageAppended | MessageRedacted | SummaryRecorded | ConversationCleared | ConversationErased
 )
 BODY_TYPES: tuple[type[EventBody], ...] = (
     ConversationStarted,

@@ -56,14 +56,10 @@ def _part(part: ContentPart | Mapping[str, Any], field: str) -> ContentPart:
         if detail not in ("auto", "low", "high"):
             raise InvalidEventError("must be auto, low or high", field=f"{field}.image_url.detail")
         return ImagePart(_str(image.get("url"), f"{field}.image_url.url"), cast("ImageDetail", detail))
-    raise InvalidEventError(
-        f"unsupported content part type {kind!r} (text, image_url)", field=f"{field}.type"
-    )
+    raise InvalidEventError(f"unsupported content part type {kind!r} (text, image_url)", field=f"{field}.type")
 
 
-def tool_calls_from_openai(
-    calls: Sequence[ToolCallInput] | None, *, field: str = "tool_calls"
-) -> tuple[ToolCall, ...]:
+def tool_calls_from_openai(calls: Sequence[ToolCallInput] | None, *, field: str = "tool_calls") -> tuple[ToolCall, ...]:
     if not calls:
         return ()
     if not _is_list(calls):

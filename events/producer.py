@@ -234,18 +234,12 @@ class ConversationProducer:
     async def redact(
         self, key: ConversationKey, message_id: str, *, reason: str, event_id: str | None = None
     ) -> Appended:
-        return await self.append(
-            key, MessageRedacted(message_id=message_id, reason=reason), event_id=event_id
-        )
+        return await self.append(key, MessageRedacted(message_id=message_id, reason=reason), event_id=event_id)
 
-    async def clear(
-        self, key: ConversationKey, *, reason: str | None = None, event_id: str | None = None
-    ) -> Appended:
+    async def clear(self, key: ConversationKey, *, reason: str | None = None, event_id: str | None = None) -> Appended:
         return await self.append(key, ConversationCleared(reason=reason), event_id=event_id)
 
-    async def erase(
-        self, key: ConversationKey, *, reason: str | None = None, event_id: str | None = None
-    ) -> Appended:
+    async def erase(self, key: ConversationKey, *, reason: str | None = None, event_id: str | None = None) -> Appended:
         return await self.append(key, ConversationErased(reason=reason), event_id=event_id)
 
     async def _message(

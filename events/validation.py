@@ -62,9 +62,7 @@ def validate_event(event: Event) -> None:
 def validate_message(msg: MessageAppended) -> None:
     _require_id(msg.message_id, "message_id")
     if msg.role not in ROLES:
-        raise InvalidEventError(
-            f"unknown role {msg.role!r}; expected one of {', '.join(ROLES)}", field="role"
-        )
+        raise InvalidEventError(f"unknown role {msg.role!r}; expected one of {', '.join(ROLES)}", field="role")
     if msg.name is not None and not _NAME_RE.match(msg.name):
         raise InvalidEventError("must match ^[A-Za-z0-9_-]{1,64}$", field="name")
     if msg.finish_reason is not None and msg.finish_reason not in FINISH_REASONS:
@@ -81,9 +79,7 @@ def validate_message(msg: MessageAppended) -> None:
                 raise InvalidEventError(f"only assistant messages carry {name}", field=name)
     if msg.role == "tool":
         if not msg.tool_call_id:
-            raise InvalidEventError(
-                "a tool message needs the id of the call it answers", field="tool_call_id"
-            )
+            raise InvalidEventError("a tool message needs the id of the call it answers", field="tool_call_id")
     elif msg.tool_call_id is not None:
         raise InvalidEventError("only tool messages carry tool_call_id", field="tool_call_id")
     if msg.role == "assistant":
@@ -100,9 +96,7 @@ def _check_content(msg: MessageAppended) -> None:
                 if msg.role != "user":
                     raise InvalidEventError("only user messages may carry images", field=f"content[{i}]")
                 if not part.url.startswith(_IMAGE_URL_PREFIXES):
-                    raise InvalidEventError(
-                        "must be an http(s) or data:image/ URL", field=f"content[{i}].url"
-                    )
+                    raise InvalidEventError("must be an http(s) or data:image/ URL", field=f"content[{i}].url")
             elif not isinstance(part, TextPart):
                 raise InvalidEventError("must be a text or image_url part", field=f"content[{i}]")
         return

@@ -52,6 +52,7 @@ class ConversationState:
     open_tool_calls: tuple[str, ...] = ()  # calls of the latest assistant message not answered yet
     answered_tool_calls: tuple[str, ...] = ()  # calls of that message already answered
     window: Window = EMPTY_WINDOW
+    last_at: tuple[int, int] = (-1, -1)  # (partition, offset) of the last event applied
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +111,7 @@ class Redaction:
 class Erasure:
     conversation_key: str
     occurred_at: datetime
+    before_seq: int  # rows of the conversation before this sequence number lose their content
 
 
 Change: TypeAlias = TranscriptRow | SummaryRow | Redaction | Erasure
@@ -138,6 +140,7 @@ def apply_event(
         exists=True,
         started_at=state.started_at or event.occurred_at,
         last_event_at=event.occurred_at,
+        last_at=(at.partition, at.offset),
     )
     key = str(state.key)
     if isinstance(body, MessageAppended):
@@ -165,10 +168,8 @@ def apply_event(
         return replace(base, title=body.title or base.title, metadata={**base.metadata, **body.metadata}), []
     if isinstance(body, ConversationCleared):
         return _restart(base, clear_count=base.clear_count + 1), []
-    erased = _restart(
-        base, clear_count=base.clear_count, title=None, metadata={}, erased_at=event.occurred_at
-    )
-    return erased, [Erasure(key, event.occurred_at)]
+    erased = _restart(base, clear_count=base.clear_count, title=None, metadata={}, erased_at=event.occurred_at)
+    return erased, [Erasure(key, event.occurred_at, base.next_seq)]
 
 
 def _restart(state: ConversationState, **changes: Any) -> ConversationState:
@@ -242,8 +243,7 @@ def tool_calls_json(msg: MessageAppended) -> Any:
     if not msg.tool_calls:
         return None
     return [
-        {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-        for c in msg.tool_calls
+        {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in msg.tool_calls
     ]
 
 

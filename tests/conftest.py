@@ -12,7 +12,7 @@ import pytest
 from events.embedded_log import EmbeddedEventLog
 from events.kafka_log import KafkaEventLog
 from events.log import EventLog
-from tests.support import unique_topic
+from tests.support import services_required, unique_topic
 
 CONTRACT_PARTITIONS = 4
 
@@ -22,8 +22,8 @@ def kafka_bootstrap() -> str:
     bootstrap = os.environ.get("CONVLOG_KAFKA_BOOTSTRAP")
     if bootstrap:
         return bootstrap
-    if os.environ.get("CONVLOG_REQUIRE_KAFKA") == "1":
-        pytest.fail("CONVLOG_REQUIRE_KAFKA=1 but CONVLOG_KAFKA_BOOTSTRAP is not set (run `make services-up`)")
+    if services_required():
+        pytest.fail("CONVLOG_REQUIRE_SERVICES=1 but CONVLOG_KAFKA_BOOTSTRAP is not set (run `make services-up`)")
     pytest.skip("no Kafka: set CONVLOG_KAFKA_BOOTSTRAP (make services-up) to run Kafka tests")
 
 
@@ -40,3 +40,13 @@ async def event_log(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIter
         )
     yield log
     await log.close()
+
+
+@pytest.fixture(scope="session")
+def pg_admin_url() -> str:
+    url = os.environ.get("CONVLOG_DATABASE_URL")
+    if url:
+        return url
+    if services_required():
+        pytest.fail("CONVLOG_REQUIRE_SERVICES=1 but CONVLOG_DATABASE_URL is not set (run `make services-up`)")
+    pytest.skip("no Postgres: set CONVLOG_DATABASE_URL (make services-up) to run Postgres tests")

@@ -7,3 +7,10 @@ import uuid
 
 def unique_topic(prefix: str = "test") -> str:
     return f"{prefix}.{uuid.uuid4().hex[:12]}"
+
+
+def services_required() -> bool:
+    """``.ci/run`` sets this: a missing Kafka or Postgres then fails the run instead of skipping."""
+    import os  # noqa: PLC0415
+
+    return os.environ.get("CONVLOG_REQUIRE_SERVICES") == "1" or os.environ.get("CONVLOG_REQUIRE_KAFKA") == "1"

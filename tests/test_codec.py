@@ -141,9 +141,7 @@ def test_non_utc_time_is_stored_as_the_same_instant() -> None:
     [
         (Event("e", KEY, datetime(2025, 1, 1), "p", ConversationCleared()), "occurred_at"),  # noqa: DTZ001
         (
-            Event(
-                "e", KEY, datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=1))), "p", ConversationCleared()
-            ),
+            Event("e", KEY, datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=1))), "p", ConversationCleared()),
             "occurred_at",
         ),
         (Event("e", KEY, AT, "p", MessageAppended("m", "robot")), "event"),  # type: ignore[arg-type]
@@ -211,9 +209,7 @@ def test_spec_legal_block_encodings_decode() -> None:
     call = s("c1") + s("f") + s("{}")
     blocks = zz(1) + call + zz(-1) + zz(len(call)) + call + zz(0)  # second block carries its size
     entries = zz(1) + s("a") + s("1") + zz(-1) + zz(4) + s("b") + s("2") + zz(0)
-    body = message(
-        tool_calls=blocks, metadata=entries, finish_reason=b"\x82\x00" + zz(0)
-    )  # non-minimal index
+    body = message(tool_calls=blocks, metadata=entries, finish_reason=b"\x82\x00" + zz(0))  # non-minimal index
     decoded = CODEC.decode(record(1, body)).body
     assert decoded == MessageAppended(
         "m-1",
@@ -340,9 +336,7 @@ bodies = st.one_of(
     st.builds(ConversationStarted, optional_texts, metadata),
     messages,
     st.builds(MessageRedacted, texts, texts),
-    st.builds(
-        SummaryRecorded, texts, texts, texts, texts, texts, optional_longs, optional_longs, optional_longs
-    ),
+    st.builds(SummaryRecorded, texts, texts, texts, texts, texts, optional_longs, optional_longs, optional_longs),
     st.builds(ConversationCleared, optional_texts),
     st.builds(ConversationErased, optional_texts),
 )
@@ -353,9 +347,7 @@ events = st.builds(
     occurred_at=st.datetimes(
         min_value=datetime(2, 1, 1),  # noqa: DTZ001 - hypothesis bounds are naive
         max_value=datetime(9998, 12, 31),  # noqa: DTZ001
-        timezones=st.sampled_from(
-            [UTC, timezone(timedelta(hours=5, minutes=30)), timezone(-timedelta(hours=8))]
-        ),
+        timezones=st.sampled_from([UTC, timezone(timedelta(hours=5, minutes=30)), timezone(-timedelta(hours=8))]),
     ),
     producer=texts,
     body=bodies,

@@ -16,10 +16,7 @@ from events.errors import LogError, LogLockedError
 async def test_records_survive_reopening(tmp_path: Path) -> None:
     path = tmp_path / "events.log"
     log = EmbeddedEventLog.open(path, partitions=3)
-    sent = [
-        await log.append(key=f"k{i}".encode(), value=f"v{i}".encode(), headers=[("h", b"1")])
-        for i in range(9)
-    ]
+    sent = [await log.append(key=f"k{i}".encode(), value=f"v{i}".encode(), headers=[("h", b"1")]) for i in range(9)]
     await log.close()
     reopened = EmbeddedEventLog.open(path, partitions=3)
     try:

@@ -101,9 +101,7 @@ async def test_event_id_is_the_idempotency_key_and_the_default_message_id(
     assert a.message_id == b.message_id == "req-1"
 
 
-async def test_openai_message_dicts_are_accepted(
-    producer: ConversationProducer, log: EmbeddedEventLog
-) -> None:
+async def test_openai_message_dicts_are_accepted(producer: ConversationProducer, log: EmbeddedEventLog) -> None:
     await producer.append_message(
         KEY,
         {

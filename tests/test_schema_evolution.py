@@ -66,9 +66,7 @@ def compatible_v2(v1: Schema) -> Schema:
     """v1 plus optional fields with defaults; no enum symbol changes."""
     v2 = copy.deepcopy(v1)
     v2["doc"] = "synthetic v2 for tests"
-    add_fields(
-        v2, "MessageAppended", {"name": "audio_transcript", "type": ["null", "string"], "default": None}
-    )
+    add_fields(v2, "MessageAppended", {"name": "audio_transcript", "type": ["null", "string"], "default": None})
     add_fields(v2, "Usage", {"name": "total_tokens", "type": ["null", "long"], "default": None})
     add_fields(
         v2,
@@ -84,9 +82,7 @@ def compatible_v2(v1: Schema) -> Schema:
     return v2
 
 
-def schema_dir(
-    tmp_path: Path, *, name: str = "v1+v2", v2: Callable[[Schema], Schema] = compatible_v2
-) -> Path:
+def schema_dir(tmp_path: Path, *, name: str = "v1+v2", v2: Callable[[Schema], Schema] = compatible_v2) -> Path:
     directory = tmp_path / name
     directory.mkdir()
     shutil.copy(SCHEMAS_DIR / "event.v1.avsc", directory)
@@ -216,9 +212,7 @@ def test_no_schema_is_a_configuration_error(tmp_path: Path) -> None:
 
 
 def test_a_broken_schema_file_is_a_configuration_error(tmp_path: Path) -> None:
-    (tmp_path / "event.v1.avsc").write_text(
-        '{"type": "record", "name": "Event", "fields": [', encoding="utf-8"
-    )
+    (tmp_path / "event.v1.avsc").write_text('{"type": "record", "name": "Event", "fields": [', encoding="utf-8")
     with pytest.raises(ConfigurationError, match=r"event\.v1\.avsc"):
         EventCodec(schema_dir=tmp_path)
 

@@ -144,16 +144,12 @@ def fold_in_batches(
     return outcomes, state
 
 
-policies = st.builds(
-    lambda keep, extra: WindowPolicy(keep + extra, keep), st.integers(1, 4), st.integers(0, 4)
-)
+policies = st.builds(lambda keep, extra: WindowPolicy(keep + extra, keep), st.integers(1, 4), st.integers(0, 4))
 
 
 @settings(max_examples=150)
 @given(ops, policies)
-def test_window_rules_hold_on_random_conversations(
-    script: list[tuple[object, ...]], policy: WindowPolicy
-) -> None:
+def test_window_rules_hold_on_random_conversations(script: list[tuple[object, ...]], policy: WindowPolicy) -> None:
     records = as_records(build_events(script))
     rows = [r for out in fold_in_batches(records, [], policy)[0] for r in out.transcript]
     by_seq = {r.seq: r for r in rows}
@@ -257,9 +253,7 @@ def test_poison_parks_only_its_conversation_and_holds_its_later_records() -> Non
 )
 def test_poison_kinds_are_named(value: bytes, code: str) -> None:
     records = [LogRecord(3, 17, KEY.encode(), value, T0)]
-    out = fold_batch(
-        decode_batch(records, codec=CODEC, max_event_bytes=1024), BatchInputs({}), policy=WindowPolicy()
-    )
+    out = fold_batch(decode_batch(records, codec=CODEC, max_event_bytes=1024), BatchInputs({}), policy=WindowPolicy())
     assert [(p.record.partition, p.record.offset, p.error_code) for p in out.poisoned] == [(3, 17, code)]
 
 

@@ -69,9 +69,7 @@ async def test_max_records_bounds_a_batch_and_paging_sees_everything_once(event_
     records = await _read_all(event_log, expected=40, max_records=7)
     assert len(records) == 40
     assert sorted(int(r.value) for r in records) == list(range(40))
-    batch = await event_log.read(
-        dict.fromkeys(range(event_log.partition_count), 0), max_records=3, timeout_s=5
-    )
+    batch = await event_log.read(dict.fromkeys(range(event_log.partition_count), 0), max_records=3, timeout_s=5)
     assert 0 < len(batch) <= 3
 
 

@@ -83,9 +83,7 @@ async def test_acknowledged_appends_survive_a_broker_crash_exactly_once(private_
     await log.close()
 
     assert failed, "the outage was too short to fail any append; the test proves nothing"
-    assert all(e.retriable for e in failed.values()), {
-        k: repr(e) for k, e in failed.items() if not e.retriable
-    }
+    assert all(e.retriable for e in failed.values()), {k: repr(e) for k, e in failed.items() if not e.retriable}
 
     reader = await KafkaEventLog.connect(bootstrap=private_broker.bootstrap, topic="restart", partitions=3)
     try:
@@ -98,10 +96,7 @@ async def test_acknowledged_appends_survive_a_broker_crash_exactly_once(private_
     assert not missing, f"{len(missing)} acknowledged appends are not in the log: {missing[:5]}"
     assert not doubled, f"appends stored twice: {doubled[:5]}"
     assert set(counts) <= set(acked) | set(failed), "the log holds events nobody appended"
-    print(
-        f"\nacked={len(acked)} failed(retriable)={len(failed)} "
-        f"failed-but-written={len(set(failed) & set(counts))}"
-    )
+    print(f"\nacked={len(acked)} failed(retriable)={len(failed)} failed-but-written={len(set(failed) & set(counts))}")
 
 
 async def _all_event_ids(log: KafkaEventLog, *, expected_at_least: int) -> list[str]:

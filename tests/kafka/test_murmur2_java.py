@@ -22,9 +22,7 @@ def _random_keys(n: int) -> list[str]:
     alphabet = "abcXYZ019-_:\\/.@ 租户用户会话éß😀"
     keys = []
     for _ in range(n):
-        parts = [
-            "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 24))).strip() or "x" for _ in range(3)
-        ]
+        parts = ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 24))).strip() or "x" for _ in range(3)]
         keys.append(str(ConversationKey(*parts)))
     return keys
 

@@ -1,0 +1,150 @@
+"""The projector loop: fetch records, apply them in batches, keep going through outages.
+
+Positions come from Postgres on every assignment; the source seeks there. A batch is retried
+(with backoff) while Postgres is unavailable — the projector reports itself not ready and
+never skips ahead. A position conflict means another consumer owns the partition now: the
+projector reloads the stored positions, seeks, and goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import structlog
+
+from events.log import LogRecord
+from projectors.errors import PositionConflictError, StoreUnavailableError
+from projectors.pg import retrying
+from projectors.sources import RecordSource
+from projectors.store import BatchReport, ProjectionStore
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(slots=True)
+class ProjectorStats:
+    applied: int = 0
+    duplicates: int = 0
+    dead_lettered: int = 0
+    held: int = 0
+    batches: int = 0
+    conflicts: int = 0
+    store_retries: int = 0
+    last_batch_at: float | None = None
+    positions: dict[int, int] = field(default_factory=dict)
+
+
+class Projector:
+    """Runs one projection version from a :class:`RecordSource` into a :class:`ProjectionStore`."""
+
+    def __init__(
+        self,
+        source: RecordSource,
+        store: ProjectionStore,
+        *,
+        batch_size: int = 2000,
+        fetch_timeout_s: float = 0.5,
+        retry_max_delay_s: float = 5.0,
+    ) -> None:
+        self._source = source
+        self._store = store
+        self._batch_size = batch_size
+        self._fetch_timeout_s = fetch_timeout_s
+        self._retry_max_delay_s = retry_max_delay_s
+        self._expected: dict[int, int] = {}  # owned partitions -> next offset stored in Postgres
+        self._ready = False
+        self.stats = ProjectorStats(positions=self._expected)
+
+    @property
+    def ready(self) -> bool:
+        """True once positions are loaded and the last write to Postgres succeeded."""
+        return self._ready
+
+    @property
+    def positions(self) -> Mapping[int, int]:
+        return dict(self._expected)
+
+    async def on_assigned(self, partitions: frozenset[int]) -> Mapping[int, int]:
+        stored = await retrying(
+            lambda: self._store.positions(sorted(partitions)),
+            action="loading positions",
+            max_delay_s=self._retry_max_delay_s,
+            on_retry=self._not_ready,
+        )
+        self._expected.update(stored)
+        self._ready = True
+        log.info("projector.assigned", schema=self._store.schema, positions=stored)
+        return stored
+
+    async def on_revoked(self, partitions: frozenset[int]) -> None:
+        for p in partitions:
+            self._expected.pop(p, None)
+        log.info("projector.revoked", schema=self._store.schema, partitions=sorted(partitions))
+
+    def _not_ready(self, attempt: int, error: Exception, delay: float) -> None:
+        self._ready = False
+        self.stats.store_retries += 1
+        log.warning("projector.store_unavailable", attempt=attempt, retry_in_s=round(delay, 2), error=str(error))
+
+    async def run(self, stop: asyncio.Event, *, until: Mapping[int, int] | None = None) -> None:
+        """Project until ``stop`` is set, or — with ``until`` — until every partition reached
+        the given offset (a rebuild catching up to the log end it saw when it started)."""
+        await self._source.start(self)
+        try:
+            while not stop.is_set():
+                if until is not None and all(self._expected.get(p, 0) >= o for p, o in until.items()):
+                    return
+                records = self._owned(
+                    await self._source.fetch(max_records=self._batch_size, timeout_s=self._fetch_timeout_s)
+                )
+                if records:
+                    await self._apply(records)
+        finally:
+            await self._source.stop()
+
+    def _owned(self, records: Sequence[LogRecord]) -> list[LogRecord]:
+        """Records of owned partitions at or after the stored position (a prefetch from before a
+        seek or a revoke is dropped, never applied twice)."""
+        return [r for r in records if r.partition in self._expected and r.offset >= self._expected[r.partition]]
+
+    async def _apply(self, records: list[LogRecord]) -> None:
+        expected = {r.partition: self._expected[r.partition] for r in records}
+        try:
+            report: BatchReport = await retrying(
+                lambda: self._store.apply(records, expected),
+                action="applying a batch",
+                max_delay_s=self._retry_max_delay_s,
+                on_retry=self._not_ready,
+            )
+        except PositionConflictError as e:
+            self.stats.conflicts += 1
+            log.warning("projector.position_conflict", error=str(e))
+            await self._reload(frozenset(expected))
+            return
+        except StoreUnavailableError:  # only when retrying gives up, i.e. never by default
+            raise
+        self._ready = True
+        for p, o in report.positions.items():
+            if p in self._expected:
+                self._expected[p] = o
+        s = self.stats
+        s.applied += report.applied
+        s.duplicates += report.duplicates
+        s.dead_lettered += report.dead_lettered
+        s.held += report.held
+        s.batches += 1
+        s.last_batch_at = time.monotonic()
+        if report.dead_lettered:
+            log.warning("projector.dead_lettered", count=report.dead_lettered, schema=self._store.schema)
+
+    async def _reload(self, partitions: frozenset[int]) -> None:
+        owned = partitions & frozenset(self._expected)
+        if not owned:
+            return
+        stored = await self._store.positions(sorted(owned))
+        for p, o in stored.items():
+            self._expected[p] = o
+            self._source.seek(p, o)

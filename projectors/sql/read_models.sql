@@ -1,0 +1,144 @@
+-- The read models of one projection version, created in their own schema ({schema}), so a
+-- rebuild can run beside the live version (blue/green). Every column is derived from the
+-- events alone, except where marked "operational": a rebuild reproduces the rest exactly.
+
+CREATE SCHEMA {schema};
+
+-- Next offset to apply per partition, written in the same transaction as the rows.
+CREATE TABLE {schema}.positions (
+    partition   integer PRIMARY KEY,
+    next_offset bigint  NOT NULL CHECK (next_offset >= 0)
+);
+
+CREATE TABLE {schema}.conversations (
+    conversation_key    text PRIMARY KEY,  -- tenant:user:conversation, escaped (events/keys.py)
+    tenant_id           text        NOT NULL,
+    user_id             text        NOT NULL,
+    conversation_id     text        NOT NULL,
+    title               text,
+    metadata            jsonb       NOT NULL,
+    started_at          timestamptz NOT NULL,
+    last_activity_at    timestamptz,           -- last user message: lists sort by it (seed 000)
+    last_event_at       timestamptz NOT NULL,
+    message_count       integer     NOT NULL,
+    turn_count          integer     NOT NULL,
+    next_seq            bigint      NOT NULL,
+    epoch               integer     NOT NULL,  -- bumps on clear and erase
+    clear_count         integer     NOT NULL,
+    erased_at           timestamptz,
+    open_tool_calls     text[]      NOT NULL,
+    answered_tool_calls text[]      NOT NULL,
+    last_partition      integer     NOT NULL,
+    last_offset         bigint      NOT NULL
+);
+CREATE INDEX conversations_by_activity
+    ON {schema}.conversations (tenant_id, user_id, last_activity_at DESC NULLS LAST, conversation_id);
+
+-- Where the raw history window starts (projectors/window.py).
+CREATE TABLE {schema}.windows (
+    conversation_key text PRIMARY KEY,
+    epoch            integer  NOT NULL,
+    start_seq        bigint,
+    turn_starts      bigint[] NOT NULL
+);
+
+-- Every message in log order: the audit source.
+CREATE TABLE {schema}.transcript (
+    conversation_key        text        NOT NULL,
+    seq                     bigint      NOT NULL,
+    partition               integer     NOT NULL,
+    "offset"                bigint      NOT NULL,
+    event_id                text        NOT NULL,
+    message_id              text        NOT NULL,
+    role                    text        NOT NULL,
+    content                 jsonb,
+    name                    text,
+    tool_calls              jsonb,
+    tool_call_id            text,
+    reasoning_content       text,
+    thinking_duration_ms    bigint,
+    finish_reason           text,
+    model                   text,
+    usage                   jsonb,
+    metadata                jsonb       NOT NULL,
+    occurred_at             timestamptz NOT NULL,
+    epoch                   integer     NOT NULL,
+    turn                    integer     NOT NULL,
+    flag                    text,                  -- kept for audit, never served
+    image_count             integer     NOT NULL,
+    tokens_o200k            integer     NOT NULL,  -- content text + tool calls, tiktoken
+    tokens_cl100k           integer     NOT NULL,
+    reasoning_tokens_o200k  integer     NOT NULL,
+    reasoning_tokens_cl100k integer     NOT NULL,
+    redacted_at             timestamptz,
+    redaction_reason        text,
+    erased_at               timestamptz,
+    PRIMARY KEY (conversation_key, seq)
+);
+CREATE INDEX transcript_by_message_id ON {schema}.transcript (conversation_key, message_id);
+
+CREATE TABLE {schema}.summaries (
+    conversation_key          text        NOT NULL,
+    seq                       bigint      NOT NULL,
+    partition                 integer     NOT NULL,
+    "offset"                  bigint      NOT NULL,
+    event_id                  text        NOT NULL,
+    summary_id                text        NOT NULL,
+    epoch                     integer     NOT NULL,
+    text                      text,                 -- NULL once erased
+    covers_through_message_id text        NOT NULL,
+    model                     text        NOT NULL,
+    prompt_version            text        NOT NULL,
+    input_tokens              bigint,
+    output_tokens             bigint,
+    summary_tokens            bigint,
+    occurred_at               timestamptz NOT NULL,
+    erased_at                 timestamptz,
+    PRIMARY KEY (conversation_key, seq)
+);
+
+-- Idempotency: an event id applied once per conversation is never applied again.
+CREATE TABLE {schema}.event_ids (
+    conversation_key text NOT NULL,
+    event_id         text NOT NULL,
+    PRIMARY KEY (conversation_key, event_id)
+);
+
+-- Operational: records that could not be decoded or applied, and what was done about them.
+CREATE TABLE {schema}.dead_letters (
+    id               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    partition        integer     NOT NULL,
+    "offset"         bigint      NOT NULL,
+    conversation_key text,
+    record_key       bytea       NOT NULL,
+    record_value     bytea       NOT NULL,
+    headers          jsonb       NOT NULL,
+    record_timestamp timestamptz NOT NULL,
+    error_code       text        NOT NULL,
+    error            text        NOT NULL,
+    status           text        NOT NULL DEFAULT 'parked'
+                     CHECK (status IN ('parked', 'released', 'skipped')),
+    resolution       text,
+    created_at       timestamptz NOT NULL DEFAULT now(),
+    resolved_at      timestamptz,
+    UNIQUE (partition, "offset")
+);
+
+-- Operational: conversations waiting for an operator, and the records held behind them.
+CREATE TABLE {schema}.parked (
+    conversation_key text PRIMARY KEY,
+    dead_letter_id   bigint      NOT NULL REFERENCES {schema}.dead_letters (id),
+    parked_at        timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE TABLE {schema}.held_records (
+    partition        integer     NOT NULL,
+    "offset"         bigint      NOT NULL,
+    conversation_key text        NOT NULL,
+    record_key       bytea       NOT NULL,
+    record_value     bytea       NOT NULL,
+    headers          jsonb       NOT NULL,
+    record_timestamp timestamptz NOT NULL,
+    PRIMARY KEY (partition, "offset")
+);
+CREATE INDEX held_by_conversation ON {schema}.held_records (conversation_key, partition, "offset");

@@ -1,0 +1,304 @@
+"""The Postgres side of a projection version: apply a batch of records exactly once.
+
+One transaction per batch: lock and check the positions (a consumer that lost its partitions
+finds another value and writes nothing), prefetch what the fold needs, fold, write rows with
+COPY, and move the positions. A crash anywhere leaves either the whole batch or none of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, LiteralString
+
+from psycopg import AsyncCursor, sql
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from events.codec import EventCodec
+from events.log import LogRecord
+from projectors.errors import PositionConflictError, ProjectionError
+from projectors.fold import BatchInputs, BatchOutcome, Decoded, decode_batch, fold_batch, lookups
+from projectors.rows import (
+    CONVERSATION_COLUMNS,
+    HELD_COLUMNS,
+    SUMMARY_COLUMNS,
+    TRANSCRIPT_COLUMNS,
+    TokenCounting,
+    column_list,
+    conversation_row,
+    record_from_row,
+    record_row,
+    state_from_row,
+    summary_copy_rows,
+    transcript_copy_rows,
+    window_row,
+)
+from projectors.state import ConversationState
+from projectors.window import WindowPolicy
+
+Cursor = AsyncCursor[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class BatchReport:
+    positions: dict[int, int]  # the new next offsets of the batch's partitions
+    applied: int
+    duplicates: int
+    dead_lettered: int
+    held: int
+
+
+class ProjectionStore:
+    """Applies records to the read models in one Postgres schema (one projection version)."""
+
+    def __init__(
+        self,
+        pool: AsyncConnectionPool[Any],
+        *,
+        schema: str,
+        codec: EventCodec,
+        counter: TokenCounting,
+        policy: WindowPolicy,
+        max_event_bytes: int,
+        fail_fast: bool = False,
+    ) -> None:
+        self._pool = pool
+        self.schema = schema
+        self._codec = codec
+        self._counter = counter
+        self._policy = policy
+        self._max_event_bytes = max_event_bytes
+        self._fail_fast = fail_fast
+
+    def _q(self, text: LiteralString) -> sql.Composed:
+        return sql.SQL(text).format(s=sql.Identifier(self.schema))
+
+    async def positions(self, partitions: Sequence[int]) -> dict[int, int]:
+        """Stored next offsets; partitions never seen start at 0 (and get their row now)."""
+        async with self._pool.connection() as conn, conn.cursor() as cur:
+            await cur.execute(
+                self._q(
+                    "INSERT INTO {s}.positions (partition, next_offset) SELECT p, 0 FROM unnest(%s::int[]) p "
+                    "ON CONFLICT (partition) DO NOTHING"
+                ),
+                [list(partitions)],
+            )
+            await cur.execute(
+                self._q("SELECT partition, next_offset FROM {s}.positions WHERE partition = ANY(%s)"),
+                [list(partitions)],
+            )
+            return dict(await cur.fetchall())
+
+    async def apply(self, records: Sequence[LogRecord], expected: Mapping[int, int]) -> BatchReport:
+        """Apply ``records`` (per partition in offset order, starting at ``expected``)."""
+        decoded = decode_batch(records, codec=self._codec, max_event_bytes=self._max_event_bytes)
+        new_positions: dict[int, int] = {}
+        for r in records:
+            new_positions[r.partition] = r.offset + 1
+        async with (
+            self._pool.connection() as conn,
+            conn.transaction(),
+            conn.cursor(row_factory=dict_row) as cur,
+        ):
+            await self._check_positions(cur, {p: expected[p] for p in new_positions})
+            outcome = await self._fold(cur, decoded, parked_override=None)
+            await self._write(cur, outcome)
+            await self._move_positions(cur, {p: expected[p] for p in new_positions}, new_positions)
+        return BatchReport(
+            positions=new_positions,
+            applied=len(outcome.applied_event_ids),
+            duplicates=outcome.duplicates,
+            dead_lettered=len(outcome.poisoned),
+            held=len(outcome.held),
+        )
+
+    async def _check_positions(self, cur: Cursor, expected: Mapping[int, int]) -> None:
+        await cur.execute(
+            self._q("SELECT partition, next_offset FROM {s}.positions WHERE partition = ANY(%s) FOR UPDATE"),
+            [sorted(expected)],
+        )
+        stored = {row["partition"]: row["next_offset"] for row in await cur.fetchall()}
+        wrong = {p: (o, stored.get(p)) for p, o in expected.items() if stored.get(p) != o}
+        if wrong:
+            raise PositionConflictError(
+                "positions moved under this consumer (expected, stored): "
+                + ", ".join(f"p{p}: {e} != {s}" for p, (e, s) in sorted(wrong.items()))
+            )
+
+    async def _move_positions(self, cur: Cursor, expected: Mapping[int, int], new: Mapping[int, int]) -> None:
+        parts = sorted(new)
+        await cur.execute(
+            self._q(
+                "UPDATE {s}.positions AS p SET next_offset = v.next FROM unnest(%s::int[], %s::bigint[], "
+                "%s::bigint[]) AS v(partition, next, expected) "
+                "WHERE p.partition = v.partition AND p.next_offset = v.expected RETURNING p.partition"
+            ),
+            [parts, [new[p] for p in parts], [expected[p] for p in parts]],
+        )
+        if len(await cur.fetchall()) != len(parts):  # cannot happen under FOR UPDATE; guards a bug
+            raise PositionConflictError("a position changed inside the batch transaction")
+
+    async def _fold(self, cur: Cursor, decoded: Sequence[Decoded], *, parked_override: str | None) -> BatchOutcome:
+        look = lookups(decoded)
+        keys = sorted(look.keys)
+        await cur.execute(
+            self._q(
+                "SELECT c.*, w.start_seq, w.turn_starts FROM {s}.conversations c "
+                "LEFT JOIN {s}.windows w USING (conversation_key) WHERE c.conversation_key = ANY(%s)"
+            ),
+            [keys],
+        )
+        states: dict[str, ConversationState] = {
+            row["conversation_key"]: state_from_row(row) for row in await cur.fetchall()
+        }
+        # FOR SHARE: a concurrent release of one of these conversations waits for this batch.
+        await cur.execute(
+            self._q("SELECT conversation_key FROM {s}.parked WHERE conversation_key = ANY(%s) FOR SHARE"),
+            [keys],
+        )
+        parked = {row["conversation_key"] for row in await cur.fetchall()} - {parked_override}
+        seen = await self._existing(cur, "event_ids", "event_id", look.event_ids)
+        known = await self._existing(cur, "transcript", "message_id", look.referenced_messages)
+        inputs = BatchInputs(states, frozenset(k for k in parked if k), seen, known)
+        return fold_batch(decoded, inputs, policy=self._policy, fail_fast=self._fail_fast)
+
+    async def _existing(
+        self, cur: Cursor, table: LiteralString, column: LiteralString, pairs: frozenset[tuple[str, str]]
+    ) -> frozenset[tuple[str, str]]:
+        if not pairs:
+            return frozenset()
+        keys, values = zip(*sorted(pairs), strict=True)
+        query = sql.SQL(
+            "SELECT DISTINCT conversation_key, {c} FROM {s}.{t} WHERE (conversation_key, {c}) IN "
+            "(SELECT * FROM unnest(%s::text[], %s::text[]))"
+        ).format(s=sql.Identifier(self.schema), t=sql.Identifier(table), c=sql.Identifier(column))
+        await cur.execute(query, [list(keys), list(values)])
+        return frozenset((row["conversation_key"], row[column]) for row in await cur.fetchall())
+
+    async def _copy(self, cur: Cursor, table: LiteralString, columns: Sequence[str], rows: Sequence[Any]) -> None:
+        if not rows:
+            return
+        statement = sql.SQL("COPY {s}.{t} ({c}) FROM STDIN").format(
+            s=sql.Identifier(self.schema), t=sql.Identifier(table), c=sql.SQL(column_list(columns))
+        )
+        async with cur.copy(statement) as copy:
+            for row in rows:
+                await copy.write_row(row)
+
+    async def _write(self, cur: Cursor, out: BatchOutcome) -> None:
+        await self._copy(cur, "transcript", TRANSCRIPT_COLUMNS, transcript_copy_rows(out.transcript, self._counter))
+        await self._copy(cur, "summaries", SUMMARY_COLUMNS, summary_copy_rows(out.summaries))
+        await self._copy(cur, "event_ids", ("conversation_key", "event_id"), out.applied_event_ids)
+        # After the COPY: a redaction or erasure may concern rows of this very batch.
+        if out.redactions:
+            await cur.executemany(
+                self._q(
+                    "UPDATE {s}.transcript SET content = NULL, reasoning_content = NULL, tool_calls = NULL, "
+                    "metadata = '{{}}', redacted_at = coalesce(redacted_at, %s), "
+                    "redaction_reason = coalesce(redaction_reason, %s) "
+                    "WHERE conversation_key = %s AND message_id = %s"
+                ),
+                [(r.occurred_at, r.reason, r.conversation_key, r.message_id) for r in out.redactions],
+            )
+        for erasure in out.erasures:
+            args = (erasure.occurred_at, erasure.conversation_key, erasure.before_seq)
+            await cur.execute(
+                self._q(
+                    "UPDATE {s}.transcript SET content = NULL, reasoning_content = NULL, tool_calls = NULL, "
+                    "name = NULL, metadata = '{{}}', usage = NULL, erased_at = coalesce(erased_at, %s) "
+                    "WHERE conversation_key = %s AND seq < %s"
+                ),
+                args,
+            )
+            await cur.execute(
+                self._q(
+                    "UPDATE {s}.summaries SET text = NULL, erased_at = coalesce(erased_at, %s) "
+                    "WHERE conversation_key = %s AND seq < %s"
+                ),
+                args,
+            )
+        await self._write_states(cur, out)
+        await self._write_poison(cur, out)
+
+    async def _write_states(self, cur: Cursor, out: BatchOutcome) -> None:
+        if not out.states:
+            return
+        updates = ", ".join(f'"{c}" = excluded."{c}"' for c in CONVERSATION_COLUMNS[1:])
+        placeholders = ", ".join(["%s"] * len(CONVERSATION_COLUMNS))
+        statement = sql.SQL(
+            "INSERT INTO {s}.conversations ({cols}) VALUES ({ph}) ON CONFLICT (conversation_key) DO UPDATE SET {u}"
+        ).format(
+            s=sql.Identifier(self.schema),
+            cols=sql.SQL(column_list(CONVERSATION_COLUMNS)),
+            ph=sql.SQL(placeholders),
+            u=sql.SQL(updates),
+        )
+        await cur.executemany(statement, [conversation_row(s) for s in out.states.values()])
+        await cur.executemany(
+            self._q(
+                "INSERT INTO {s}.windows (conversation_key, epoch, start_seq, turn_starts) VALUES (%s, %s, %s, %s) "
+                "ON CONFLICT (conversation_key) DO UPDATE SET epoch = excluded.epoch, "
+                "start_seq = excluded.start_seq, turn_starts = excluded.turn_starts"
+            ),
+            [window_row(s) for s in out.states.values()],
+        )
+
+    async def _write_poison(self, cur: Cursor, out: BatchOutcome) -> None:
+        for poison in out.poisoned:
+            row = record_row(poison.record, poison.conversation_key)
+            await cur.execute(
+                self._q(
+                    'INSERT INTO {s}.dead_letters (partition, "offset", conversation_key, record_key, record_value, '
+                    "headers, record_timestamp, error_code, error) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) "
+                    "ON CONFLICT (partition, \"offset\") DO UPDATE SET status = 'parked', error = excluded.error, "
+                    "error_code = excluded.error_code, resolved_at = NULL, resolution = NULL RETURNING id"
+                ),
+                (*row, poison.error_code, poison.error),
+            )
+            fetched = await cur.fetchone()
+            if poison.conversation_key is not None and fetched is not None:
+                await cur.execute(
+                    self._q(
+                        "INSERT INTO {s}.parked (conversation_key, dead_letter_id) VALUES (%s, %s) "
+                        "ON CONFLICT (conversation_key) DO UPDATE SET dead_letter_id = excluded.dead_letter_id"
+                    ),
+                    (poison.conversation_key, fetched["id"]),
+                )
+        await self._copy(cur, "held_records", HELD_COLUMNS, [record_row(r, key) for key, r in out.held])
+
+    async def resolve(self, dead_letter_id: int, *, skip_reason: str | None = None) -> BatchReport:
+        """Release a parked record (apply it, then the records held behind it, in order) or skip
+        it with a recorded reason (then apply the held records). If it still cannot be applied,
+        nothing changes and a :class:`ProjectionError` says why."""
+        async with (
+            self._pool.connection() as conn,
+            conn.transaction(),
+            conn.cursor(row_factory=dict_row) as cur,
+        ):
+            await cur.execute(self._q("SELECT * FROM {s}.dead_letters WHERE id = %s FOR UPDATE"), [dead_letter_id])
+            letter = await cur.fetchone()
+            if letter is None or letter["status"] != "parked":
+                raise ProjectionError(f"dead letter {dead_letter_id} is not parked (unknown or already resolved)")
+            key = letter["conversation_key"]
+            await cur.execute(
+                self._q('SELECT * FROM {s}.held_records WHERE conversation_key = %s ORDER BY partition, "offset"'),
+                [key],
+            )
+            held = [record_from_row(row) for row in await cur.fetchall()]
+            first = [] if skip_reason is not None else [record_from_row(letter)]
+            decoded = decode_batch([*first, *held], codec=self._codec, max_event_bytes=self._max_event_bytes)
+            if first and decoded[0].poison is not None:
+                raise ProjectionError(f"dead letter {dead_letter_id} still fails: {decoded[0].poison.error}")
+            outcome = await self._fold(cur, decoded, parked_override=key)
+            if first and outcome.poisoned and outcome.poisoned[0].record == first[0]:
+                raise ProjectionError(f"dead letter {dead_letter_id} still fails: {outcome.poisoned[0].error}")
+            await cur.execute(self._q("DELETE FROM {s}.held_records WHERE conversation_key = %s"), [key])
+            await cur.execute(self._q("DELETE FROM {s}.parked WHERE conversation_key = %s"), [key])
+            await cur.execute(
+                self._q("UPDATE {s}.dead_letters SET status = %s, resolution = %s, resolved_at = now() WHERE id = %s"),
+                ["skipped" if skip_reason is not None else "released", skip_reason, dead_letter_id],
+            )
+            await self._write(cur, outcome)  # re-parks and re-holds if a held record fails now
+        return BatchReport({}, len(outcome.applied_event_ids), outcome.duplicates, len(outcome.poisoned),
+                           len(outcome.held))  # fmt: skip

@@ -1,0 +1,123 @@
+"""Projection versions (blue/green): each version's read models live in a schema of their own.
+
+A rebuild creates version N+1 (``building``) beside the live one, fills it from offset 0,
+compares checksums, and :func:`switch` makes it live in one transaction; the old one is
+``retired`` but kept until it is dropped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from psycopg import AsyncConnection, sql
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from projectors.errors import ProjectionError
+
+READ_MODELS = "read_models"
+_DDL = resources.files("projectors").joinpath("sql/read_models.sql")
+
+# Tables compared between versions: all derived from events alone (operational tables — dead
+# letters, parked and held records — describe the run, not the log).
+CHECKED_TABLES: dict[str, str] = {
+    "conversations": "conversation_key",
+    "windows": "conversation_key",
+    "transcript": "conversation_key, seq",
+    "summaries": "conversation_key, seq",
+    "event_ids": "conversation_key, event_id",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectionVersion:
+    projection: str
+    version: int
+    schema: str
+    status: str
+
+
+def schema_name(projection: str, version: int) -> str:
+    return f"convlog_{projection}_v{version}"
+
+
+async def create_version(conn: AsyncConnection[Any], projection: str = READ_MODELS) -> ProjectionVersion:
+    """Create the next version's schema and tables; it is live at once if nothing is live yet."""
+    async with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute("SELECT pg_advisory_xact_lock(hashtext('convlog.projection_versions'))")
+        await cur.execute(
+            "SELECT coalesce(max(version), 0) + 1 AS next, bool_or(status = 'live') AS has_live "
+            "FROM convlog.projection_versions WHERE projection = %s",
+            [projection],
+        )
+        row = await cur.fetchone()
+        assert row is not None
+        version, status = row["next"], "building" if row["has_live"] else "live"
+        schema = schema_name(projection, version)
+        ddl = _DDL.read_text(encoding="utf-8")
+        await cur.execute(sql.SQL(ddl).format(schema=sql.Identifier(schema)))
+        await cur.execute(
+            "INSERT INTO convlog.projection_versions (projection, version, schema_name, status, switched_at) "
+            "VALUES (%s, %s, %s, %s, CASE WHEN %s = 'live' THEN now() END)",
+            [projection, version, schema, status, status],
+        )
+    return ProjectionVersion(projection, version, schema, status)
+
+
+async def versions(conn: AsyncConnection[Any], projection: str = READ_MODELS) -> list[ProjectionVersion]:
+    async with conn.cursor() as cur:
+        await cur.execute(
+            "SELECT projection, version, schema_name, status FROM convlog.projection_versions "
+            "WHERE projection = %s ORDER BY version",
+            [projection],
+        )
+        return [ProjectionVersion(*row) for row in await cur.fetchall()]
+
+
+async def live_version(conn: AsyncConnection[Any], projection: str = READ_MODELS) -> ProjectionVersion | None:
+    return next((v for v in await versions(conn, projection) if v.status == "live"), None)
+
+
+async def ensure_live_version(pool: AsyncConnectionPool[Any], projection: str = READ_MODELS) -> ProjectionVersion:
+    async with pool.connection() as conn:
+        live = await live_version(conn, projection)
+        return live or await create_version(conn, projection)
+
+
+async def switch(conn: AsyncConnection[Any], projection: str, version: int) -> None:
+    """Make ``version`` live and retire the previous live one, atomically."""
+    async with conn.transaction(), conn.cursor() as cur:
+        await cur.execute(
+            "UPDATE convlog.projection_versions SET status = 'retired' WHERE projection = %s AND status = 'live'",
+            [projection],
+        )
+        await cur.execute(
+            "UPDATE convlog.projection_versions SET status = 'live', switched_at = now() "
+            "WHERE projection = %s AND version = %s AND status <> 'live' RETURNING version",
+            [projection, version],
+        )
+        if await cur.fetchone() is None:
+            raise ProjectionError(f"{projection} has no version {version} to switch to")
+
+
+async def checksums(conn: AsyncConnection[Any], schema: str) -> dict[tuple[str, str], str]:
+    """md5 per (table, conversation) over the rows in key order."""
+    result: dict[tuple[str, str], str] = {}
+    async with conn.cursor() as cur:
+        for table, order in CHECKED_TABLES.items():
+            query = sql.SQL(
+                "SELECT conversation_key, md5(string_agg(t::text, E'\\n' ORDER BY {order})) "
+                "FROM {s}.{t} AS t GROUP BY conversation_key"
+            ).format(order=sql.SQL(order), s=sql.Identifier(schema), t=sql.Identifier(table))
+            await cur.execute(query)
+            for key, digest in await cur.fetchall():
+                result[(table, key)] = digest
+    return result
+
+
+async def compare(conn: AsyncConnection[Any], schema_a: str, schema_b: str) -> list[tuple[str, str]]:
+    """The (table, conversation) pairs whose rows differ between two versions, sorted."""
+    a, b = await checksums(conn, schema_a), await checksums(conn, schema_b)
+    return sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))

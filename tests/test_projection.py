@@ -1,0 +1,220 @@
+"""Projections on real Postgres, fed from the embedded log: rows, idempotency, fencing,
+poison handling, erasure and rebuilds."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from convlog.demo import append_oa_conversation, append_tools_conversation
+from events.codec import EventCodec
+from events.embedded_log import EmbeddedEventLog
+from events.keys import ConversationKey
+from events.producer import ConversationProducer
+from projectors.errors import PositionConflictError, ProjectionError
+from projectors.tokens import get_encoding
+from projectors.versions import compare
+from tests.projection_support import Projection, project_all, projection_database
+from tests.test_schema_evolution import schema_dir
+
+pytestmark = pytest.mark.postgres
+
+OA = ConversationKey("acme", "employee-42", "oa")
+TOOLS = ConversationKey("acme", "employee-42", "tools")
+
+
+@pytest.fixture
+async def projection(pg_admin_url: str) -> AsyncIterator[Projection]:
+    async with projection_database(pg_admin_url) as p:
+        yield p
+
+
+@pytest.fixture
+async def log(tmp_path: Path) -> AsyncIterator[EmbeddedEventLog]:
+    log = EmbeddedEventLog.open(tmp_path / "events.log", partitions=4)
+    yield log
+    await log.close()
+
+
+@pytest.fixture
+def producer(log: EmbeddedEventLog) -> ConversationProducer:
+    return ConversationProducer(log, producer="test")
+
+
+async def test_the_demo_conversations_become_read_models(
+    projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer
+) -> None:
+    await append_oa_conversation(producer, OA)
+    await append_tools_conversation(producer, TOOLS)
+    await project_all(log, projection.store())
+
+    oa = await projection.rows(
+        "SELECT message_count, turn_count, title, next_seq FROM {s}.conversations WHERE conversation_key = %s",
+        str(OA),
+    )
+    assert oa == [(21, 10, "OA 加班申请", 21)]
+    # Ten turns with max 8 / keep 6: the ninth turn moved the window to turn 4 (seq 7).
+    window = await projection.rows("SELECT start_seq, turn_starts FROM {s}.windows WHERE conversation_key = %s",
+                                   str(OA))  # fmt: skip
+    assert window == [(7, [7, 9, 11, 13, 15, 17, 19])]
+    roles = await projection.rows("SELECT role FROM {s}.transcript WHERE conversation_key = %s ORDER BY seq",
+                                  str(TOOLS))  # fmt: skip
+    assert [r for (r,) in roles] == ["system", "user", "assistant", "tool", "tool", "assistant", "user", "assistant"]
+    listed = await projection.rows(
+        "SELECT conversation_id FROM {s}.conversations WHERE tenant_id = 'acme' AND user_id = 'employee-42' "
+        "ORDER BY last_activity_at DESC"
+    )
+    assert [c for (c,) in listed] == ["tools", "oa"]
+
+
+async def test_token_counts_equal_tiktoken_on_the_same_text(
+    projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer
+) -> None:
+    await append_tools_conversation(producer, TOOLS)
+    await project_all(log, projection.store())
+    rows = await projection.rows(
+        "SELECT content, tool_calls, reasoning_content, tokens_o200k, tokens_cl100k, reasoning_tokens_o200k "
+        "FROM {s}.transcript ORDER BY seq"
+    )
+    o200k, cl100k = get_encoding("o200k_base"), get_encoding("cl100k_base")
+    for content, calls, reasoning, t_o200k, t_cl100k, r_o200k in rows:
+        parts = [content] if isinstance(content, str) else []
+        for call in calls or ():
+            parts += [call["function"]["name"], call["function"]["arguments"]]
+        text = "\n".join(parts)
+        assert t_o200k == len(o200k.encode_ordinary(text))
+        assert t_cl100k == len(cl100k.encode_ordinary(text))
+        assert r_o200k == len(o200k.encode_ordinary(reasoning or ""))
+
+
+async def test_a_repeated_event_id_changes_nothing(
+    projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer
+) -> None:
+    for _ in range(3):
+        await producer.append_user(OA, "double click", event_id="click-1")
+    await project_all(log, projection.store())
+    assert await projection.rows("SELECT count(*) FROM {s}.transcript") == [(1,)]
+
+
+async def test_redelivery_and_zombies_change_nothing(
+    projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer
+) -> None:
+    await append_oa_conversation(producer, OA)
+    store = projection.store()
+    records = list(await log.read(dict.fromkeys(range(4), 0), timeout_s=0))
+    partition = records[0].partition
+    stored = await store.positions([partition])
+    await store.apply(records, stored)
+    before = await _checksums(projection)
+    # The same batch again (a redelivery after a crash between commit and ack) ...
+    with pytest.raises(PositionConflictError):
+        await store.apply(records, stored)
+    # ... or a zombie that still believes it owns the partition from an older position.
+    zombie = projection.store()
+    with pytest.raises(PositionConflictError):
+        await zombie.apply(records[5:], {partition: 5})
+    assert await _checksums(projection) == before
+    assert await store.positions([partition]) == {partition: records[-1].offset + 1}
+
+
+async def test_poison_parks_its_conversation_and_release_applies_held_records_in_order(
+    projection: Projection, log: EmbeddedEventLog, tmp_path: Path
+) -> None:
+    # A producer with a newer schema writes records this build cannot decode yet.
+    future = EventCodec(schema_dir(tmp_path))
+    old_producer = ConversationProducer(log, producer="old")
+    new_producer = ConversationProducer(log, producer="new", codec=future)
+    await old_producer.append_user(OA, "first")
+    await new_producer.append_user(OA, "from the future")  # poison for this build
+    await old_producer.append_user(OA, "after it")
+    await old_producer.append_user(TOOLS, "a neighbour")
+    await project_all(log, projection.store())
+
+    letters = await projection.rows('SELECT id, partition, "offset", conversation_key, error_code, status '
+                                    "FROM {s}.dead_letters")  # fmt: skip
+    assert len(letters) == 1
+    letter_id, partition, offset, key, code, status = letters[0]
+    assert (partition, offset, key, code, status) == (letters[0][1], 1, str(OA), "unknown_schema", "parked")
+    assert await projection.rows("SELECT conversation_key FROM {s}.parked") == [(str(OA),)]
+    assert await projection.rows('SELECT "offset" FROM {s}.held_records') == [(2,)]
+    texts = await projection.rows("SELECT conversation_key, content FROM {s}.transcript ORDER BY conversation_key")
+    assert texts == [(str(OA), "first"), (str(TOOLS), "a neighbour")]  # the neighbour went on
+
+    # Releasing with the old code fails and changes nothing; with the new schema it applies.
+    with pytest.raises(ProjectionError, match="still fails"):
+        await projection.store().resolve(letter_id)
+    report = await projection.store(codec=future).resolve(letter_id)
+    assert report.applied == 2
+    rows = await projection.rows("SELECT seq, content FROM {s}.transcript WHERE conversation_key = %s ORDER BY seq",
+                                 str(OA))  # fmt: skip
+    assert rows == [(0, "first"), (1, "from the future"), (2, "after it")]
+    assert await projection.rows("SELECT count(*) FROM {s}.parked") == [(0,)]
+    assert await projection.rows("SELECT status FROM {s}.dead_letters") == [("released",)]
+
+
+async def test_skipping_a_dead_letter_records_why_and_applies_the_rest(
+    projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer
+) -> None:
+    await producer.append_user(OA, "first")
+    await log.append(key=OA.encode(), value=b"\xc3\x01garbage")
+    await producer.append_user(OA, "after it")
+    await project_all(log, projection.store())
+    [(letter_id,)] = await projection.rows("SELECT id FROM {s}.dead_letters")
+    await projection.store().resolve(letter_id, skip_reason="written by a broken client, ticket 42")
+    assert await projection.rows("SELECT status, resolution FROM {s}.dead_letters") == [
+        ("skipped", "written by a broken client, ticket 42")
+    ]
+    rows = await projection.rows("SELECT content FROM {s}.transcript ORDER BY seq")
+    assert rows == [("first",), ("after it",)]
+
+
+async def test_erasure_removes_content_everywhere_but_keeps_a_marker(
+    projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer
+) -> None:
+    await append_tools_conversation(producer, TOOLS)
+    await producer.erase(TOOLS, reason="gdpr")
+    await producer.append_user(TOOLS, "a new start")
+    await project_all(log, projection.store())
+    rows = await projection.rows(
+        "SELECT content IS NULL, reasoning_content IS NULL, tool_calls IS NULL, erased_at IS NOT NULL "
+        "FROM {s}.transcript ORDER BY seq"
+    )
+    assert rows[:-1] == [(True, True, True, True)] * (len(rows) - 1)
+    assert rows[-1] == (False, True, True, False)
+    assert await projection.rows("SELECT title, epoch FROM {s}.conversations") == [(None, 1)]
+
+
+async def test_redaction_removes_the_message_content(
+    projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer
+) -> None:
+    secret = await producer.append_user(OA, "my id number is 12345")
+    await producer.redact(OA, secret.message_id or "", reason="pii")
+    await project_all(log, projection.store())
+    assert await projection.rows("SELECT content, redaction_reason FROM {s}.transcript") == [(None, "pii")]
+
+
+async def test_a_rebuild_equals_the_live_tables_and_a_corrupted_row_is_found(
+    projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer
+) -> None:
+    await append_oa_conversation(producer, OA)
+    await append_tools_conversation(producer, TOOLS)
+    await producer.clear(OA)
+    await producer.append_user(OA, "again")
+    await project_all(log, projection.store(), batch_size=3)
+    rebuilt = await projection.new_version()
+    await project_all(log, projection.store(schema=rebuilt.schema, fail_fast=True), batch_size=1000)
+    async with projection.pool.connection() as conn:
+        assert await compare(conn, projection.version.schema, rebuilt.schema) == []
+    tamper = "UPDATE {s}.transcript SET content = '\"tampered\"' WHERE seq = 3 AND conversation_key = %s"
+    await projection.execute(tamper, str(OA))
+    async with projection.pool.connection() as conn:
+        assert await compare(conn, projection.version.schema, rebuilt.schema) == [("transcript", str(OA))]
+
+
+async def _checksums(projection: Projection) -> object:
+    from projectors.versions import checksums  # noqa: PLC0415
+
+    async with projection.pool.connection() as conn:
+        return await checksums(conn, projection.version.schema)
