@@ -17,6 +17,8 @@ def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="convlog", description="Event-sourced conversation log for LLM apps.")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("demo", help="append the demo conversations and print the stored events")
+    sub.add_parser("migrate", help="apply the Postgres migrations (schema convlog)")
+    sub.add_parser("project", help="run the read-model projector until interrupted")
     events = sub.add_parser("events", help="print a conversation's stored events")
     events.add_argument("key", help="conversation key tenant:user:conversation (':' and '\\' escaped with '\\')")
     return parser
@@ -42,6 +44,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             from convlog.demo import main as demo_main  # noqa: PLC0415
 
             demo_main(settings)
+        elif args.command == "migrate":
+            from convlog.embedded_pg import database_url  # noqa: PLC0415
+            from projectors.migrate import migrate_command  # noqa: PLC0415
+
+            return asyncio.run(migrate_command(database_url(settings)))
+        elif args.command == "project":
+            from convlog.projecting import main as project_main  # noqa: PLC0415
+
+            configure_logging(default_level="info")
+            project_main(settings)
         elif args.command == "events":
             asyncio.run(_print_events(settings, ConversationKey.parse(args.key)))
     except ConvlogError as e:

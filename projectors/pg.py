@@ -137,8 +137,9 @@ async def open_pool(
 
     Waits up to ``timeout_s`` for ``min_size`` connections; connections are checked when taken
     from the pool, so ones broken by a server restart are replaced instead of handed out.
-    Raises :class:`StoreUnavailableError` if Postgres cannot be reached in time, and
-    :class:`~events.errors.ConfigurationError` for a malformed URL.
+    Raises :class:`StoreUnavailableError` (retriable) if Postgres cannot be reached in time,
+    :class:`ProjectionError` if it refuses us for good (no such database or role, bad password)
+    and :class:`~events.errors.ConfigurationError` for a malformed URL.
     """
     try:
         params = conninfo_to_dict(url)

@@ -1,0 +1,287 @@
+"""Schema migrations: the folder's rules, and applying on real Postgres (a fresh database per test)."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import errors
+
+from projectors.errors import MigrationError, StoreUnavailableError
+from projectors.migrate import (
+    LOCK_KEY,
+    MIGRATIONS_DIR,
+    load_migrations,
+    migrate,
+    migrate_command,
+    schema_version,
+)
+from tests.test_pg import admin_url, free_port, temporary_database
+
+
+@pytest.fixture
+async def db_url() -> AsyncIterator[str]:
+    async with temporary_database(admin_url()) as url:
+        yield url
+
+
+async def _rows(url: str, query: str) -> list[tuple[object, ...]]:
+    async with await psycopg.AsyncConnection.connect(url) as conn:
+        return await (await conn.execute(query)).fetchall()
+
+
+def _write(folder: Path, files: dict[str, str]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    return folder
+
+
+THREE = {
+    "0001_one.sql": "CREATE SCHEMA IF NOT EXISTS convlog; CREATE TABLE convlog.t1 (id int);",
+    "0002_two.sql": "SELECT pg_sleep(0.2);\nCREATE TABLE convlog.t2 (id int);\n",
+    "0003_three.sql": "CREATE TABLE convlog.t3 (id int);",
+}
+
+
+# ---------------------------------------------------------------- the folder (no server)
+
+
+def test_the_shipped_migrations_are_valid_and_start_with_core() -> None:
+    migrations = load_migrations()
+    assert [m.version for m in migrations] == list(range(1, len(migrations) + 1))
+    assert migrations[0].label == "0001_core"
+    assert migrations[0].name == "core"
+    assert all(re.fullmatch(r"[0-9a-f]{64}", m.checksum) for m in migrations)
+    assert MIGRATIONS_DIR.is_dir()
+    assert MIGRATIONS_DIR.parent.name == "projectors"
+    assert not (MIGRATIONS_DIR / "__init__.py").exists()
+
+
+def test_checksums_ignore_crlf_line_endings(tmp_path: Path) -> None:
+    unix = load_migrations(_write(tmp_path / "lf", {"0001_a.sql": "SELECT 1;\nSELECT 2;\n"}))
+    dos = load_migrations(_write(tmp_path / "crlf", {"0001_a.sql": "SELECT 1;\r\nSELECT 2;\r\n"}))
+    assert unix[0].checksum == dos[0].checksum
+
+
+@pytest.mark.parametrize(
+    ("files", "message"),
+    [
+        ({"0001_a.sql": "", "0003_c.sql": ""}, r"0002_\*\.sql is missing"),
+        ({"0002_b.sql": ""}, r"0001_\*\.sql is missing"),
+        ({"0001_a.sql": "", "0001_b.sql": ""}, "duplicate migration version 1: 0001_a.sql and 0001_b.sql"),
+        ({"0001_a.sql": "", "2_b.sql": ""}, "2_b.sql .*not named NNNN_name.sql"),
+        ({"0001_a.sql": "", "0002_Bad-Name.sql": ""}, "0002_Bad-Name.sql .*not named"),
+        ({"README.md": "no sql here"}, "no migration files"),
+    ],
+)
+def test_a_broken_folder_is_refused(tmp_path: Path, files: dict[str, str], message: str) -> None:
+    with pytest.raises(MigrationError, match=message):
+        load_migrations(_write(tmp_path / "m", files))
+
+
+def test_a_missing_folder_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(MigrationError, match="does not exist"):
+        load_migrations(tmp_path / "nope")
+
+
+async def test_a_broken_folder_fails_before_connecting(tmp_path: Path) -> None:
+    folder = _write(tmp_path / "m", {"0002_b.sql": ""})
+    unreachable = f"postgresql://convlog@127.0.0.1:{free_port()}/convlog"
+    with pytest.raises(MigrationError, match="missing"):
+        await migrate(unreachable, migrations_dir=folder)
+
+
+async def test_an_unreachable_server_is_a_retriable_error() -> None:
+    with pytest.raises(StoreUnavailableError) as info:
+        await migrate(f"postgresql://convlog@127.0.0.1:{free_port()}/convlog")
+    assert info.value.retriable
+
+
+# ---------------------------------------------------------------- applying (real Postgres)
+
+pg = pytest.mark.postgres
+
+
+@pg
+async def test_migrate_creates_the_core_schema_and_a_second_run_is_a_no_op(db_url: str) -> None:
+    latest = load_migrations()[-1].version
+    assert await schema_version(db_url) == 0
+    assert await migrate(db_url) == list(range(1, latest + 1))
+    recorded = await _rows(db_url, "SELECT version, name, checksum, applied_at FROM convlog.schema_migrations")
+    assert recorded[0][:3] == (1, "core", load_migrations()[0].checksum)
+    assert await migrate(db_url) == []
+    assert await _rows(db_url, "SELECT version, name, checksum, applied_at FROM convlog.schema_migrations") == (
+        recorded
+    )
+    assert await schema_version(db_url) == latest
+
+
+@pg
+async def test_projection_versions_allows_one_live_version_per_projection(db_url: str) -> None:
+    await migrate(db_url)
+    async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
+        insert = "INSERT INTO convlog.projection_versions (projection, version, schema_name, status) "
+        await conn.execute(insert + "VALUES ('contexts', 1, 'contexts_v1', 'live')")
+        await conn.execute(insert + "VALUES ('contexts', 2, 'contexts_v2', 'building')")
+        await conn.execute(insert + "VALUES ('search', 1, 'search_v1', 'live')")
+        with pytest.raises(errors.UniqueViolation, match="projection_versions_one_live"):
+            await conn.execute("UPDATE convlog.projection_versions SET status = 'live' WHERE version = 2")
+        # the switch: retire the old live version, promote the new one, in one transaction
+        async with conn.transaction():
+            await conn.execute(
+                "UPDATE convlog.projection_versions SET status = 'retired', switched_at = now() "
+                "WHERE projection = 'contexts' AND version = 1"
+            )
+            await conn.execute(
+                "UPDATE convlog.projection_versions SET status = 'live', switched_at = now() "
+                "WHERE projection = 'contexts' AND version = 2"
+            )
+        await conn.execute(insert + "VALUES ('contexts', 3, 'contexts_v3', 'retired')")
+        with pytest.raises(errors.CheckViolation):
+            await conn.execute(insert + "VALUES ('contexts', 4, 'contexts_v4', 'paused')")
+        with pytest.raises(errors.UniqueViolation):  # schema names are unique across projections
+            await conn.execute(insert + "VALUES ('search', 2, 'contexts_v1', 'building')")
+        with pytest.raises(errors.UniqueViolation):  # (projection, version) is the key
+            await conn.execute(insert + "VALUES ('search', 1, 'search_v1b', 'building')")
+        with pytest.raises(errors.NotNullViolation):
+            await conn.execute(insert + "VALUES ('search', 3, NULL, 'building')")
+        row = await (
+            await conn.execute("SELECT created_at IS NOT NULL FROM convlog.projection_versions LIMIT 1")
+        ).fetchone()
+        assert row == (True,)
+
+
+@pg
+async def test_concurrent_migrators_apply_each_version_once(db_url: str) -> None:
+    latest = load_migrations()[-1].version
+    results = await asyncio.gather(*(migrate(db_url) for _ in range(6)))
+    assert sorted(v for applied in results for v in applied) == list(range(1, latest + 1))
+    assert sum(1 for applied in results if applied) == 1  # one migrator did it all, the rest waited
+    count = await _rows(db_url, "SELECT count(*) FROM convlog.schema_migrations")
+    assert count == [(latest,)]
+
+
+@pg
+async def test_concurrent_migrators_with_slow_files(db_url: str, tmp_path: Path) -> None:
+    folder = _write(tmp_path / "m", THREE)
+    first = await migrate(db_url, migrations_dir=folder, target=1)
+    assert first == [1]
+    results = await asyncio.gather(*(migrate(db_url, migrations_dir=folder) for _ in range(4)))
+    assert sorted(v for applied in results for v in applied) == [2, 3]
+    rows = await _rows(db_url, "SELECT version FROM convlog.schema_migrations ORDER BY version")
+    assert rows == [(1,), (2,), (3,)]
+
+
+@pg
+async def test_migrators_wait_for_the_lock_holder(db_url: str) -> None:
+    async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as holder:
+        await holder.execute("SELECT pg_advisory_lock(%s)", (LOCK_KEY,))
+        task = asyncio.create_task(migrate(db_url))
+        await asyncio.sleep(0.5)
+        assert not task.done()
+        assert await schema_version(db_url) == 0
+        await holder.execute("SELECT pg_advisory_unlock(%s)", (LOCK_KEY,))
+        assert await asyncio.wait_for(task, timeout=10) == [m.version for m in load_migrations()]
+
+
+@pg
+async def test_a_tampered_checksum_is_refused(db_url: str) -> None:
+    await migrate(db_url)
+    async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
+        await conn.execute("UPDATE convlog.schema_migrations SET checksum = repeat('0', 64) WHERE version = 1")
+    with pytest.raises(MigrationError, match=r"0001_core\.sql was changed after it was applied"):
+        await migrate(db_url)
+
+
+@pg
+async def test_an_applied_file_edited_later_is_refused_and_nothing_new_is_applied(db_url: str, tmp_path: Path) -> None:
+    folder = _write(tmp_path / "m", {k: v for k, v in THREE.items() if k != "0003_three.sql"})
+    assert await migrate(db_url, migrations_dir=folder) == [1, 2]
+    (folder / "0002_two.sql").write_text(THREE["0002_two.sql"] + "CREATE TABLE convlog.extra (id int);\n")
+    _write(folder, {"0003_three.sql": THREE["0003_three.sql"]})
+    with pytest.raises(MigrationError, match=r"0002_two\.sql was changed"):
+        await migrate(db_url, migrations_dir=folder)
+    assert await schema_version(db_url) == 2
+    (folder / "0002_two.sql").rename(folder / "0002_renamed.sql")
+    (folder / "0002_renamed.sql").write_text(THREE["0002_two.sql"])
+    with pytest.raises(MigrationError, match=r"applied as 0002_two\.sql but the file is now 0002_renamed\.sql"):
+        await migrate(db_url, migrations_dir=folder)
+
+
+@pg
+async def test_a_failing_migration_is_rolled_back_and_named(db_url: str, tmp_path: Path) -> None:
+    folder = _write(
+        tmp_path / "m",
+        {
+            "0001_one.sql": THREE["0001_one.sql"],
+            "0002_bad.sql": "CREATE TABLE convlog.half (id int);\nCREATE TABLE convlog.oops (id nosuchtype);\n",
+        },
+    )
+    with pytest.raises(
+        MigrationError, match=r"(?s)^migration 0002_bad\.sql failed and was rolled back: .*nosuchtype.*SQLSTATE 42704"
+    ):
+        await migrate(db_url, migrations_dir=folder)
+    assert await schema_version(db_url) == 1  # 0001 stays applied
+    tables = await _rows(db_url, "SELECT to_regclass('convlog.t1') IS NOT NULL, to_regclass('convlog.half')")
+    assert tables == [(True, None)]
+    (folder / "0002_bad.sql").write_text("CREATE TABLE convlog.half (id int);\n")  # fixed before it applied
+    assert await migrate(db_url, migrations_dir=folder) == [2]
+
+
+@pg
+async def test_target_applies_up_to_a_version(db_url: str, tmp_path: Path) -> None:
+    folder = _write(tmp_path / "m", THREE)
+    assert await migrate(db_url, migrations_dir=folder, target=2) == [1, 2]
+    assert await migrate(db_url, migrations_dir=folder, target=1) == []  # already past it
+    assert await migrate(db_url, migrations_dir=folder) == [3]
+    for bad in (0, 4):
+        with pytest.raises(MigrationError, match=f"target version {bad} does not exist"):
+            await migrate(db_url, migrations_dir=folder, target=bad)
+
+
+@pg
+async def test_a_database_newer_than_the_migrations_is_refused(db_url: str, tmp_path: Path) -> None:
+    folder = _write(tmp_path / "m", THREE)
+    await migrate(db_url, migrations_dir=folder)
+    older = _write(tmp_path / "older", {k: v for k, v in THREE.items() if k != "0003_three.sql"})
+    with pytest.raises(MigrationError, match=r"version\(s\) \[3\].*older than the database schema"):
+        await migrate(db_url, migrations_dir=older)
+
+
+@pg
+async def test_migrate_on_a_callers_connection(db_url: str) -> None:
+    async with await psycopg.AsyncConnection.connect(db_url) as conn:
+        assert not conn.autocommit
+        assert await migrate(conn) == [m.version for m in load_migrations()]
+        assert not conn.autocommit  # restored
+        assert await schema_version(conn) == load_migrations()[-1].version
+        await conn.execute("SELECT 1")  # now inside a transaction
+        with pytest.raises(MigrationError, match="idle connection"):
+            await migrate(conn)
+        await conn.rollback()
+        assert await migrate(conn) == []
+        locks = await (await conn.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'")).fetchone()
+        assert locks == (0,)  # released
+
+
+@pg
+async def test_migrate_command_prints_what_it_did(db_url: str) -> None:
+    out = io.StringIO()
+    assert await migrate_command(db_url, out=out) == 0
+    assert out.getvalue().splitlines()[0] == "applied 0001_core"
+    out = io.StringIO()
+    assert await migrate_command(db_url, out=out) == 0
+    latest = load_migrations()[-1].version
+    assert out.getvalue() == f"schema is up to date (version {latest})\n"
+
+
+@pg
+async def test_migrate_command_writes_to_stdout(db_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    await migrate_command(db_url)
+    assert "applied 0001_core" in capsys.readouterr().out
