@@ -132,10 +132,13 @@ async def open_pool(
     max_size: int = 10,
     name: str = "convlog",
     timeout_s: float = 30.0,
+    acquire_timeout_s: float = 5.0,
 ) -> PgPool:
     """An opened pool of non-autocommit connections (``application_name`` = ``name``).
 
-    Waits up to ``timeout_s`` for ``min_size`` connections; connections are checked when taken
+    Waits up to ``timeout_s`` for ``min_size`` connections. Taking a connection fails after
+    ``acquire_timeout_s`` (a retriable error): during an outage callers learn it within seconds
+    and report themselves not ready, instead of hanging. Connections are checked when taken
     from the pool, so ones broken by a server restart are replaced instead of handed out.
     Raises :class:`StoreUnavailableError` (retriable) if Postgres cannot be reached in time,
     :class:`ProjectionError` if it refuses us for good (no such database or role, bad password)
@@ -155,6 +158,7 @@ async def open_pool(
         name=name,
         kwargs=kwargs,
         open=False,
+        timeout=acquire_timeout_s,
         check=psycopg_pool.AsyncConnectionPool.check_connection,
     )
     action = f"open pool {name!r} to {describe_url(url)}"
