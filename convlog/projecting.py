@@ -41,6 +41,7 @@ async def run_projector(settings: Settings, stop: asyncio.Event) -> Projector:
                 # How long a crashed member keeps its partitions before the group moves them.
                 session_timeout_ms=int(os.environ.get("CONVLOG_KAFKA_SESSION_TIMEOUT_MS", "10000")),
                 heartbeat_interval_ms=1000,
+                group_instance_id=os.environ.get("CONVLOG_PROJECTOR_INSTANCE_ID") or None,
             )
         else:
             event_log = await open_event_log(settings)

@@ -151,7 +151,7 @@ class KafkaEventLog:
             raise convert_kafka_error(e, action=f"reading {self._topic}") from e
         records: list[LogRecord] = []
         for tp, messages in batches.items():
-            records.extend(_to_record(m) for m in messages)
+            records.extend(to_log_record(m) for m in messages)
             if messages:
                 self._next[tp.partition] = messages[-1].offset + 1
         return records
@@ -241,7 +241,8 @@ class _AckDeadlines:
             self._task.cancel()
 
 
-def _to_record(m: Any) -> LogRecord:
+def to_log_record(m: Any) -> LogRecord:
+    """An aiokafka ConsumerRecord as the port's LogRecord."""
     return LogRecord(
         partition=m.partition,
         offset=m.offset,

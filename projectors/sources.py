@@ -21,7 +21,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
 
 from events.errors import LogClosedError
-from events.kafka_log import _to_record, convert_kafka_error
+from events.kafka_log import convert_kafka_error, to_log_record
 from events.log import EventLog, LogRecord
 from projectors.errors import ProjectionError
 
@@ -103,12 +103,12 @@ class LogSource:
 class KafkaGroupSource:
     """A member of Kafka consumer group ``group_id`` reading ``topic``.
 
-    aiokafka runs the rebalance callbacks in its own task, concurrently with whoever calls
-    :meth:`fetch`, and it rebalances eagerly: every owned partition is revoked, then the new
-    set (which may repeat some) is assigned. Assigned partitions stay paused until the
-    listener has returned their positions; if it fails, the next :meth:`fetch` asks again and
-    raises the listener's error. The listener must answer within ``rebalance_timeout_ms``
+    aiokafka rebalances eagerly: every owned partition is revoked, then the new set (which may
+    repeat some) is assigned. ``listener.on_revoked`` runs inside aiokafka's callback, in its
+    own task, concurrently with :meth:`fetch`; it must return within ``rebalance_timeout_ms``
     (aiokafka's default: ``session_timeout_ms``) or the broker drops this member.
+    ``listener.on_assigned`` runs in the next :meth:`fetch`, which raises what it raises and
+    asks again on the following one; the partitions stay paused until it has answered.
     """
 
     def __init__(
@@ -122,7 +122,11 @@ class KafkaGroupSource:
         session_timeout_ms: int = 10_000,
         heartbeat_interval_ms: int = 3_000,
         rebalance_timeout_ms: int | None = None,
+        group_instance_id: str | None = None,
     ) -> None:
+        """``group_instance_id`` makes this a static member: a restarted process with the same id
+        takes its partitions back at once instead of waiting out ``session_timeout_ms`` and a
+        rebalance; a stopped one keeps them until that timeout."""
         self._topic = topic
         self._options: dict[str, Any] = {
             "bootstrap_servers": bootstrap,
@@ -135,6 +139,7 @@ class KafkaGroupSource:
             "session_timeout_ms": session_timeout_ms,
             "heartbeat_interval_ms": heartbeat_interval_ms,
             "rebalance_timeout_ms": rebalance_timeout_ms,
+            "group_instance_id": group_instance_id,
         }
         self._consumer: AIOKafkaConsumer | None = None
         self._listener: AssignmentListener | None = None
@@ -156,7 +161,7 @@ class KafkaGroupSource:
     async def fetch(self, *, max_records: int, timeout_s: float) -> Sequence[LogRecord]:
         consumer = self._running()
         if self._unpositioned:
-            await self._position(self._unpositioned)
+            await self._position()
         try:
             # getmany waits for a rebalance in progress without a bound of its own
             async with asyncio.timeout(timeout_s):
@@ -174,7 +179,7 @@ class KafkaGroupSource:
             if len(fresh) < len(messages):
                 log.warning("sources.stale_records_dropped", partition=tp.partition, next_offset=next_offset)
             if fresh:
-                records.extend(_to_record(m) for m in fresh)
+                records.extend(to_log_record(m) for m in fresh)
                 self._next[tp.partition] = fresh[-1].offset + 1
         return records
 
@@ -218,21 +223,30 @@ class KafkaGroupSource:
         if owned and self._listener is not None:
             await self._listener.on_revoked(owned)
 
-    async def _assigned(self, partitions: frozenset[int]) -> None:
+    def _assigned(self, partitions: frozenset[int]) -> None:
         if self._consumer is None:
             return
         self._generation += 1
+        # The next fetch asks the listener, not this callback: aiokafka sends no heartbeats
+        # while it runs (a slow Postgres would get this member expelled), and it already
+        # fetches new partitions from auto_offset_reset, so they stay paused until positioned.
+        self._consumer.pause(*(TopicPartition(self._topic, p) for p in partitions))
         self._unpositioned = partitions
-        self._running().pause(*(TopicPartition(self._topic, p) for p in partitions))
-        await self._position(partitions)
 
-    async def _position(self, partitions: frozenset[int]) -> None:
-        """Ask the listener where ``partitions`` start, seek there and resume them."""
-        generation, listener, consumer = self._generation, self._listener, self._running()
+    async def _position(self) -> None:
+        """Ask the listener where the newly assigned partitions start, seek there, resume them."""
+        partitions, generation, listener, consumer = (
+            self._unpositioned,
+            self._generation,
+            self._listener,
+            self._running(),
+        )
         assert listener is not None
         positions = _checked(partitions, await listener.on_assigned(partitions))
         if generation != self._generation or self._consumer is None:
-            return  # a rebalance or stop overtook this answer; the newer callback positions
+            # a rebalance or stop overtook the answer: take it back; the next fetch asks anew
+            await listener.on_revoked(partitions)
+            return
         try:
             for p, offset in positions.items():
                 consumer.seek(TopicPartition(self._topic, p), offset)
@@ -240,7 +254,7 @@ class KafkaGroupSource:
         except KafkaError as e:
             raise convert_kafka_error(e, action=f"seeking {self._topic}") from e
         self._next.update(positions)
-        self._unpositioned -= partitions
+        self._unpositioned = frozenset()
 
 
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is untyped
@@ -256,8 +270,4 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka i
             log.exception("sources.on_revoked_failed", partitions=sorted(tp.partition for tp in revoked))
 
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
-        try:
-            await self._source._assigned(frozenset(tp.partition for tp in assigned))
-        except Exception:
-            # the partitions stay paused; the next fetch asks the listener again
-            log.exception("sources.on_assigned_failed", partitions=sorted(tp.partition for tp in assigned))
+        self._source._assigned(frozenset(tp.partition for tp in assigned))
