@@ -9,6 +9,7 @@ with the positions.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -60,8 +61,13 @@ class PoisonRecordError(ProjectionError):
 
 
 def _record_key(record: LogRecord) -> str | None:
+    return _parse_key(record.key)
+
+
+@functools.lru_cache(maxsize=65536)  # a batch mostly repeats the same conversations' keys
+def _parse_key(raw: bytes) -> str | None:
     try:
-        return str(ConversationKey.parse(record.key))
+        return str(ConversationKey.parse(raw))
     except InvalidEventError:
         return None
 

@@ -43,6 +43,8 @@ CONVERSATION_COLUMNS = (
     "erased_at", "open_tool_calls", "answered_tool_calls", "last_partition", "last_offset",
 )  # fmt: skip
 
+WINDOW_COLUMNS = ("conversation_key", "epoch", "start_seq", "turn_starts")
+
 HELD_COLUMNS = (
     "partition",
     "offset",
@@ -100,6 +102,19 @@ def transcript_copy_rows(rows: Sequence[TranscriptRow], counter: TokenCounting) 
     ]
 
 
+def _reasoning_counts(rows: Sequence[TranscriptRow], counter: TokenCounting) -> tuple[list[int], list[int]]:
+    """Most messages carry no reasoning: count only those that do."""
+    o200k, cl100k = [0] * len(rows), [0] * len(rows)
+    which = [i for i, r in enumerate(rows) if r.reasoning_content]
+    if which:
+        texts = [rows[i].reasoning_content or "" for i in which]
+        for i, a, b in zip(
+            which, counter.count_many(texts, "o200k_base"), counter.count_many(texts, "cl100k_base"), strict=True
+        ):
+            o200k[i], cl100k[i] = a, b
+    return o200k, cl100k
+
+
 def summary_copy_rows(rows: Sequence[SummaryRow]) -> list[tuple[Any, ...]]:
     return [
         (
@@ -123,18 +138,32 @@ def summary_copy_rows(rows: Sequence[SummaryRow]) -> list[tuple[Any, ...]]:
     ]
 
 
-def conversation_row(state: ConversationState) -> tuple[Any, ...]:
-    k = state.key
-    return (
-        str(k), k.tenant_id, k.user_id, k.conversation_id, state.title, to_json(state.metadata),
-        state.started_at, state.last_activity_at, state.last_event_at, state.message_count, state.turn_count,
-        state.next_seq, state.epoch, state.clear_count, state.erased_at, list(state.open_tool_calls),
-        list(state.answered_tool_calls), state.last_at[0], state.last_at[1],
-    )  # fmt: skip
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
 
 
-def window_row(state: ConversationState) -> tuple[Any, ...]:
-    return (str(state.key), state.epoch, state.window.start_seq, list(state.window.turn_starts))
+def states_json(states: Sequence[ConversationState]) -> tuple[str, str]:
+    """Conversation and window rows as JSON arrays, for one ``jsonb_populate_recordset``
+    upsert per table instead of a statement per conversation."""
+    conversations = []
+    windows = []
+    for state in states:
+        k = state.key
+        conversations.append({
+            "conversation_key": str(k), "tenant_id": k.tenant_id, "user_id": k.user_id,
+            "conversation_id": k.conversation_id, "title": state.title, "metadata": state.metadata,
+            "started_at": _iso(state.started_at), "last_activity_at": _iso(state.last_activity_at),
+            "last_event_at": _iso(state.last_event_at), "message_count": state.message_count,
+            "turn_count": state.turn_count, "next_seq": state.next_seq, "epoch": state.epoch,
+            "clear_count": state.clear_count, "erased_at": _iso(state.erased_at),
+            "open_tool_calls": state.open_tool_calls, "answered_tool_calls": state.answered_tool_calls,
+            "last_partition": state.last_at[0], "last_offset": state.last_at[1],
+        })  # fmt: skip
+        windows.append({
+            "conversation_key": str(k), "epoch": state.epoch, "start_seq": state.window.start_seq,
+            "turn_starts": state.window.turn_starts,
+        })  # fmt: skip
+    return json.dumps(conversations, ensure_ascii=False), json.dumps(windows)
 
 
 def state_from_row(row: dict[str, Any]) -> ConversationState:

@@ -135,16 +135,16 @@ def apply_event(
     if event.key != state.key:
         raise InvariantError(f"event {event.event_id} belongs to {event.key}, not to {state.key}")
     body = event.body
-    base = replace(
-        state,
-        exists=True,
-        started_at=state.started_at or event.occurred_at,
-        last_event_at=event.occurred_at,
-        last_at=(at.partition, at.offset),
-    )
+    common: dict[str, Any] = {
+        "exists": True,
+        "started_at": state.started_at or event.occurred_at,
+        "last_event_at": event.occurred_at,
+        "last_at": (at.partition, at.offset),
+    }
+    if isinstance(body, MessageAppended):  # the hot path: one replace() per message
+        return _apply_message(state, common, event, body, at, policy)
+    base = replace(state, **common)
     key = str(state.key)
-    if isinstance(body, MessageAppended):
-        return _apply_message(base, event, body, at, policy)
     if isinstance(body, MessageRedacted):
         if not message_known(body.message_id):
             raise InvariantError(f"redaction of message {body.message_id!r}, which {key} does not have")
@@ -184,8 +184,13 @@ def _restart(state: ConversationState, **changes: Any) -> ConversationState:
     )
 
 
-def _apply_message(
-    state: ConversationState, event: Event, msg: MessageAppended, at: Coordinates, policy: WindowPolicy
+def _apply_message(  # noqa: PLR0917 - private, called from one place
+    state: ConversationState,
+    common: dict[str, Any],
+    event: Event,
+    msg: MessageAppended,
+    at: Coordinates,
+    policy: WindowPolicy,
 ) -> tuple[ConversationState, list[Change]]:
     seq = state.next_seq
     flag: str | None = None
@@ -217,6 +222,7 @@ def _apply_message(
     )  # fmt: skip
     new_state = replace(
         state,
+        **common,
         next_seq=seq + 1,
         message_count=state.message_count + 1,
         turn_count=turn_count,

@@ -24,15 +24,15 @@ from projectors.rows import (
     HELD_COLUMNS,
     SUMMARY_COLUMNS,
     TRANSCRIPT_COLUMNS,
+    WINDOW_COLUMNS,
     TokenCounting,
     column_list,
-    conversation_row,
     record_from_row,
     record_row,
     state_from_row,
+    states_json,
     summary_copy_rows,
     transcript_copy_rows,
-    window_row,
 )
 from projectors.state import ConversationState
 from projectors.window import WindowPolicy
@@ -224,25 +224,20 @@ class ProjectionStore:
     async def _write_states(self, cur: Cursor, out: BatchOutcome) -> None:
         if not out.states:
             return
-        updates = ", ".join(f'"{c}" = excluded."{c}"' for c in CONVERSATION_COLUMNS[1:])
-        placeholders = ", ".join(["%s"] * len(CONVERSATION_COLUMNS))
-        statement = sql.SQL(
-            "INSERT INTO {s}.conversations ({cols}) VALUES ({ph}) ON CONFLICT (conversation_key) DO UPDATE SET {u}"
-        ).format(
-            s=sql.Identifier(self.schema),
-            cols=sql.SQL(column_list(CONVERSATION_COLUMNS)),
-            ph=sql.SQL(placeholders),
-            u=sql.SQL(updates),
-        )
-        await cur.executemany(statement, [conversation_row(s) for s in out.states.values()])
-        await cur.executemany(
-            self._q(
-                "INSERT INTO {s}.windows (conversation_key, epoch, start_seq, turn_starts) VALUES (%s, %s, %s, %s) "
-                "ON CONFLICT (conversation_key) DO UPDATE SET epoch = excluded.epoch, "
-                "start_seq = excluded.start_seq, turn_starts = excluded.turn_starts"
-            ),
-            [window_row(s) for s in out.states.values()],
-        )
+        conversations, windows = states_json(list(out.states.values()))
+        for table, columns, rows in (
+            ("conversations", CONVERSATION_COLUMNS, conversations),
+            ("windows", WINDOW_COLUMNS, windows),
+        ):
+            updates = ", ".join(f'"{c}" = excluded."{c}"' for c in columns[1:])
+            statement = sql.SQL(
+                "INSERT INTO {s}.{t} ({cols}) SELECT {cols} FROM jsonb_populate_recordset(NULL::{s}.{t}, %s::jsonb) "
+                "ON CONFLICT (conversation_key) DO UPDATE SET {u}"
+            ).format(
+                s=sql.Identifier(self.schema), t=sql.Identifier(table), cols=sql.SQL(column_list(columns)),
+                u=sql.SQL(updates),
+            )  # fmt: skip
+            await cur.execute(statement, [rows])
 
     async def _write_poison(self, cur: Cursor, out: BatchOutcome) -> None:
         for poison in out.poisoned:
