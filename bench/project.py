@@ -46,7 +46,8 @@ async def write_events(bootstrap: str, topic: str, n: int, conversations: int) -
 
     async def writer(w: int) -> None:
         for i in range(w, n, 64):
-            key = ConversationKey("bench", f"user-{i % 97}", f"conv-{i % conversations}")
+            c = i % conversations
+            key = ConversationKey("bench", f"user-{c % 97}", f"conv-{c}")
             if (i // conversations) % 2 == 0:
                 await producer.append_user(key, f"{i}: {TEXT}")
             else:

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from convlog._kafka_local import (
+from convlog._processes import (
     HOST,
     ServiceError,
     cmdline,

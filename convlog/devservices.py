@@ -31,8 +31,9 @@ import time
 from collections.abc import Iterator
 from typing import Protocol
 
-from convlog._kafka_local import HOST, KafkaHandle, ServiceError, kafka_metadata, services_root, start_kafka
+from convlog._kafka_local import KafkaHandle, kafka_metadata, start_kafka
 from convlog._postgres_local import PostgresHandle, start_postgres
+from convlog._processes import HOST, ServiceError, services_root
 
 __all__ = [
     "KafkaHandle",

@@ -16,8 +16,8 @@ import socket
 from collections.abc import Iterator
 from pathlib import Path
 
-from convlog._kafka_local import HOST, ServiceError
 from convlog._postgres_local import PostgresHandle, pg_bin_dir
+from convlog._processes import HOST, ServiceError
 from convlog.settings import Settings
 from events.errors import ConfigurationError
 from projectors.errors import StoreUnavailableError

@@ -23,8 +23,8 @@ from psycopg import errors
 from psycopg.conninfo import make_conninfo
 from structlog.testing import capture_logs
 
-from convlog._kafka_local import ServiceError
 from convlog._postgres_local import PostgresHandle, pg_bin_dir, start_postgres
+from convlog._processes import ServiceError
 from convlog.embedded_pg import ensure_embedded_postgres, stop_embedded_postgres
 from events.errors import ConvlogError
 from projectors.errors import PositionConflictError, ProjectionError, StoreUnavailableError
