@@ -76,6 +76,8 @@ CREATE TABLE {schema}.transcript (
     PRIMARY KEY (conversation_key, seq)
 );
 CREATE INDEX transcript_by_message_id ON {schema}.transcript (conversation_key, message_id);
+-- System prompts are served first whatever the window: found without scanning the conversation.
+CREATE INDEX transcript_system_messages ON {schema}.transcript (conversation_key, seq) WHERE role = 'system';
 
 CREATE TABLE {schema}.summaries (
     conversation_key          text        NOT NULL,

@@ -1,0 +1,86 @@
+"""What the query side works with: stored messages as read from the transcript, the current
+summary, and a context request. Plain frozen dataclasses; no driver types."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, TypeAlias
+
+from events.errors import ConvlogError
+
+ReasoningPolicy: TypeAlias = Literal["omit", "tool_turns", "all"]
+REASONING_POLICIES: tuple[ReasoningPolicy, ...] = ("omit", "tool_turns", "all")
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """One transcript row, with the token counts of the request's encoding picked out."""
+
+    seq: int
+    epoch: int
+    message_id: str
+    role: str
+    content: Any  # a string, OpenAI content parts, or None (redacted/erased or tool-call-only)
+    name: str | None = None
+    tool_calls: tuple[dict[str, Any], ...] = ()  # OpenAI's nested format
+    tool_call_id: str | None = None
+    reasoning_content: str | None = None
+    finish_reason: str | None = None
+    flag: str | None = None  # kept for audit, never served
+    redacted: bool = False
+    erased: bool = False
+    tokens: int = 0  # content text + tool calls, in the request's encoding (stored at projection)
+    reasoning_tokens: int = 0
+    image_count: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class StoredSummary:
+    summary_id: str
+    text: str
+    covers_through_seq: int  # the seq of the message the summary covers through
+    tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class ContextRequest:
+    model: str
+    budget_tokens: int
+    reserve_tokens: int = 0  # kept free for the model's answer
+    tools_tokens: int = 0  # what the request's tool definitions cost
+    reasoning: ReasoningPolicy = "omit"
+    image_turns: int = 2  # only the last N turns keep their images
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """How a model family counts: OpenAI's published method (cookbook "How to count tokens")."""
+
+    encoding: str  # tiktoken encoding name
+    tokens_per_message: int = 3
+    tokens_per_name: int = 1
+    reply_priming: int = 3  # every reply is primed with <|start|>assistant<|message|>
+    image_tokens: int = 765  # estimate per image part (a 1024x1024 "high" image on gpt-4o)
+    estimated: bool = False  # True for models the table does not know
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    messages: tuple[dict[str, Any], ...]
+    token_count: int
+    encoding: str
+    dropped_turns: int
+    compressed: bool  # a summary is in it
+    summary: StoredSummary | None
+
+
+class ContextBudgetExceededError(ConvlogError):
+    """Even the system messages, the summary and the current turn's user message (with its
+    newest tool group) do not fit: ``needed`` tokens, ``available`` in the budget."""
+
+    code = "context_budget_exceeded"
+
+    def __init__(self, *, needed: int, available: int) -> None:
+        super().__init__(f"the context needs at least {needed} tokens; the budget leaves {available}")
+        self.needed = needed
+        self.available = available
