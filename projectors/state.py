@@ -10,7 +10,7 @@ produces the same rows.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, TypeAlias
@@ -272,12 +272,16 @@ def usage_json(msg: MessageAppended) -> Any:
 def countable_text(row: TranscriptRow) -> str:
     """The text whose tokens a served message costs, besides reasoning: content text parts,
     and each tool call's name and arguments. Images are estimated at serving time."""
+    return countable_parts(row.content, row.tool_calls or ())
+
+
+def countable_parts(content: Any, tool_calls: Sequence[Any]) -> str:
     parts: list[str] = []
-    if isinstance(row.content, str):
-        parts.append(row.content)
-    elif row.content:
-        parts.extend(p["text"] for p in row.content if p.get("type") == "text")
-    for call in row.tool_calls or ():
+    if isinstance(content, str):
+        parts.append(content)
+    elif content:
+        parts.extend(p["text"] for p in content if p.get("type") == "text")
+    for call in tool_calls:
         parts.append(call["function"]["name"])
         parts.append(call["function"]["arguments"])
     return "\n".join(parts)

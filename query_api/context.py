@@ -1,0 +1,245 @@
+"""Context assembly: from stored messages to a messages array that is always valid.
+
+Pure functions. Input: the conversation's system messages, its current summary and the
+non-system messages of the current epoch from where the context starts (turns in the window
+and turns no summary covers yet). Output: an OpenAI Chat Completions ``messages`` array and
+its accounting, or :class:`ContextBudgetExceededError`.
+
+What never reaches the array: redacted, erased and flagged messages; tool calls an
+interrupted stream never finished; tool calls without their results and results without
+their call; reasoning the request's policy leaves out; images older than ``image_turns``
+turns (a text placeholder stands in). Trimming drops the oldest whole turns first, then —
+inside an over-long current turn — its oldest whole tool groups, never its user message.
+Every array is checked against the rules before it is returned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from projectors.state import countable_parts
+from query_api.model import (
+    Context,
+    ContextBudgetExceededError,
+    ContextRequest,
+    ModelSpec,
+    StoredMessage,
+    StoredSummary,
+)
+from query_api.rules import violations
+
+SUMMARY_HEADER = "Summary of the earlier conversation:\n"
+IMAGE_PLACEHOLDER = "[image omitted]"
+ROLE_TOKENS = 1  # "system", "user", "assistant" and "tool" are one token in o200k_base and cl100k_base
+
+Count = Callable[[str], int]
+
+
+@dataclass(slots=True)
+class _Served:
+    message: dict[str, Any]
+    cost: int
+
+
+@dataclass(slots=True)
+class _Turn:
+    user: _Served
+    groups: list[list[_Served]] = field(default_factory=list)  # each: assistant with tool calls + results
+    rest: list[tuple[int, _Served]] = field(default_factory=list)  # other messages, by position
+    order: list[tuple[str, int]] = field(default_factory=list)  # ("group", i) / ("rest", i) in log order
+    made_tool_calls: bool = False
+
+    def messages(self, *, skip_groups: int = 0) -> list[_Served]:
+        out = [self.user]
+        for kind, i in self.order:
+            if kind == "group":
+                if i >= skip_groups:
+                    out.extend(self.groups[i])
+            else:
+                out.append(self.rest[i][1])
+        return out
+
+    def cost(self, *, skip_groups: int = 0) -> int:
+        return sum(s.cost for s in self.messages(skip_groups=skip_groups))
+
+
+def _usable(m: StoredMessage) -> bool:
+    return not (m.redacted or m.erased or m.flag is not None)
+
+
+def _text_cost(text: str | None, count: Count) -> int:
+    return count(text) if text else 0
+
+
+def _serve(
+    m: StoredMessage,
+    spec: ModelSpec,
+    count: Count,
+    *,
+    tool_calls: Sequence[dict[str, Any]] | None = None,
+    keep_images: bool,
+    include_reasoning: bool,
+) -> _Served:
+    message: dict[str, Any] = {"role": m.role}
+    cost = spec.tokens_per_message + ROLE_TOKENS
+    content = m.content
+    calls = list(m.tool_calls) if tool_calls is None else list(tool_calls)
+    changed_calls = len(calls) != len(m.tool_calls)
+    if isinstance(content, list):
+        parts: list[dict[str, Any]] = []
+        for part in content:
+            if part.get("type") == "image_url" and not keep_images:
+                parts.append({"type": "text", "text": IMAGE_PLACEHOLDER})
+                cost += count(IMAGE_PLACEHOLDER)
+            else:
+                parts.append(part)
+                if part.get("type") == "image_url":
+                    cost += spec.image_tokens
+        content = parts
+    if changed_calls:  # recount what is left: the stored count covered every call
+        cost += _text_cost(countable_parts(m.content, calls), count)
+    else:
+        cost += m.tokens
+    message["content"] = content
+    if m.name:
+        message["name"] = m.name
+        cost += spec.tokens_per_name + count(m.name)
+    if calls:
+        message["tool_calls"] = calls
+    if m.role == "tool":
+        message["tool_call_id"] = m.tool_call_id
+        cost += _text_cost(m.tool_call_id, count)
+    if include_reasoning and m.reasoning_content:
+        message["reasoning_content"] = m.reasoning_content
+        cost += m.reasoning_tokens
+    return _Served(message, cost)
+
+
+def _build_turn(
+    messages: Sequence[StoredMessage], spec: ModelSpec, count: Count, *, keep_images: bool, reasoning: str
+) -> _Turn | None:
+    """One turn (a user message and what followed it) made valid; None if its user message
+    cannot be served (the answers make no sense without the question)."""
+    user = messages[0]
+    if not _usable(user):
+        return None
+    made_tool_calls = any(m.role == "assistant" and m.tool_calls and _usable(m) for m in messages)
+    include_reasoning = reasoning == "all" or (reasoning == "tool_turns" and made_tool_calls)
+    turn = _Turn(user=_serve(user, spec, count, keep_images=keep_images, include_reasoning=False))
+    turn.made_tool_calls = made_tool_calls
+    i = 1
+    while i < len(messages):
+        m = messages[i]
+        i += 1
+        if m.role != "assistant" or not _usable(m):
+            continue  # orphan tool results, unusable messages (a tool result after them is an orphan too)
+        call_ids = [] if m.finish_reason == "interrupted" else [c["id"] for c in m.tool_calls]
+        answers: dict[str, StoredMessage] = {}
+        while i < len(messages) and messages[i].role == "tool":
+            t = messages[i]
+            if _usable(t) and t.tool_call_id in call_ids and t.tool_call_id not in answers:
+                answers[t.tool_call_id or ""] = t
+            i += 1
+        calls = [c for c in m.tool_calls if c["id"] in answers and c["id"] in call_ids]
+        has_text = bool(m.content) if not isinstance(m.content, list) else any(m.content)
+        if not calls and not has_text:
+            continue  # nothing the user saw and no finished call: not served
+        served = _serve(m, spec, count, tool_calls=calls, keep_images=keep_images, include_reasoning=include_reasoning)
+        if calls:
+            group = [served]
+            group += [
+                _serve(answers[c["id"]], spec, count, keep_images=keep_images, include_reasoning=False) for c in calls
+            ]
+            turn.order.append(("group", len(turn.groups)))
+            turn.groups.append(group)
+        else:
+            turn.order.append(("rest", len(turn.rest)))
+            turn.rest.append((len(turn.rest), served))
+    return turn
+
+
+def _split_turns(messages: Sequence[StoredMessage]) -> list[list[StoredMessage]]:
+    """Turns start at user messages; anything before the first one (a greeting) cannot open a
+    context (rule 2) and is left out."""
+    turns: list[list[StoredMessage]] = []
+    for m in messages:
+        if m.role == "system":
+            continue
+        if m.role == "user":
+            turns.append([m])
+        elif turns:
+            turns[-1].append(m)
+    return turns
+
+
+def assemble(
+    *,
+    system: Sequence[StoredMessage],
+    summary: StoredSummary | None,
+    messages: Sequence[StoredMessage],
+    request: ContextRequest,
+    spec: ModelSpec,
+    count: Count,
+) -> Context:
+    """The context for ``request``; raises :class:`ContextBudgetExceededError` when even the
+    system messages, the summary and the current turn's user message do not fit."""
+    head = [
+        _serve(m, spec, count, keep_images=False, include_reasoning=False) for m in system if _usable(m) and m.content
+    ]
+    if summary is not None:
+        head.append(
+            _Served(
+                {"role": "system", "content": SUMMARY_HEADER + summary.text},
+                spec.tokens_per_message + ROLE_TOKENS + count(SUMMARY_HEADER) + summary.tokens,
+            )
+        )
+    raw_turns = _split_turns(messages)
+    turns: list[_Turn] = []
+    for index, raw in enumerate(raw_turns):
+        keep_images = index >= len(raw_turns) - request.image_turns
+        turn = _build_turn(raw, spec, count, keep_images=keep_images, reasoning=request.reasoning)
+        if turn is not None:
+            turns.append(turn)
+    available = request.budget_tokens - request.reserve_tokens - request.tools_tokens
+    fixed = spec.reply_priming + sum(s.cost for s in head)
+    kept, skip_groups = _fit(turns, fixed, available)
+    served = [s.message for s in head]
+    for i, turn in enumerate(kept):
+        served += [s.message for s in turn.messages(skip_groups=skip_groups if i == len(kept) - 1 else 0)]
+    total = fixed + sum(t.cost(skip_groups=skip_groups if i == len(kept) - 1 else 0) for i, t in enumerate(kept))
+    broken = violations(served, reasoning=request.reasoning)
+    if broken:  # a bug, never a request problem: refuse rather than serve an invalid array
+        raise AssertionError(f"assembled an invalid context: {broken}")
+    return Context(
+        messages=tuple(served),
+        token_count=total,
+        encoding=spec.encoding,
+        dropped_turns=len(turns) - len(kept),
+        compressed=summary is not None,
+        summary=summary,
+    )
+
+
+def _fit(turns: list[_Turn], fixed: int, available: int) -> tuple[list[_Turn], int]:
+    """The newest turns that fit, and how many of the last turn's oldest tool groups to skip."""
+    if not turns:
+        if fixed > available:
+            raise ContextBudgetExceededError(needed=fixed, available=available)
+        return [], 0
+    last = turns[-1]
+    skip = 0
+    while fixed + last.cost(skip_groups=skip) > available and skip < len(last.groups):
+        skip += 1
+    if fixed + last.cost(skip_groups=skip) > available:
+        raise ContextBudgetExceededError(needed=fixed + last.cost(skip_groups=skip), available=available)
+    total = fixed + last.cost(skip_groups=skip)
+    kept = [last]
+    for turn in reversed(turns[:-1]):
+        if skip or total + turn.cost() > available:
+            break  # older turns go first; once one does not fit, none older may stay (no gaps)
+        total += turn.cost()
+        kept.append(turn)
+    kept.reverse()
+    return kept, skip

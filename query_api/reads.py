@@ -1,0 +1,284 @@
+"""What the query API reads from the live projection version's read models: the inputs of a
+context, a user's conversations, the audit transcript, existence and projection positions.
+
+Every statement is parameterised; the schema (and the token columns of an encoding) are
+composed as identifiers. Driver errors leave as convlog errors (:func:`convert_pg_error`):
+retriable ones as :class:`~projectors.errors.StoreUnavailableError`, the rest as
+:class:`~projectors.errors.ProjectionError`. Nothing is retried here: the caller decides.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import functools
+import json
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, LiteralString
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import dict_row
+
+from events.keys import ConversationKey
+from projectors.pg import PgPool, convert_pg_error
+from projectors.tokens import ENCODINGS, get_encoding
+from query_api.model import StoredMessage, StoredSummary
+
+__all__ = ["MAX_PAGE", "ContextInputs", "ConversationListItem", "ReadModels"]
+
+MAX_PAGE = 1000
+_MAX_CURSOR_CHARS = 2048
+_NEWEST = (1 << 63) - 1  # "before" of the first transcript page
+
+# One snapshot for the context's statements: a projector committing in between cannot tear it.
+_SNAPSHOT = sql.SQL("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+
+_HEAD = """
+SELECT c.epoch, c.last_partition, c.last_offset, CASE WHEN w.epoch = c.epoch THEN w.start_seq END,
+       EXISTS (SELECT FROM {s}.parked p WHERE p.conversation_key = c.conversation_key),
+       m.summary_id, m.text,
+       (SELECT min(t.seq) FROM {s}.transcript t
+         WHERE t.conversation_key = c.conversation_key AND t.message_id = m.covers_through_message_id)
+FROM {s}.conversations c
+LEFT JOIN {s}.windows w ON w.conversation_key = c.conversation_key
+LEFT JOIN LATERAL (
+    SELECT summary_id, text, covers_through_message_id FROM {s}.summaries
+     WHERE conversation_key = c.conversation_key AND epoch = c.epoch AND text IS NOT NULL
+     ORDER BY seq DESC LIMIT 1
+) m ON true
+WHERE c.conversation_key = %s"""
+# StoredMessage's fields, in its order (tool_calls is made a tuple in Python).
+_MESSAGE = (
+    "SELECT seq, epoch, message_id, role, content, name, tool_calls, tool_call_id, reasoning_content, "
+    "finish_reason, flag, redacted_at IS NOT NULL, erased_at IS NOT NULL, {tokens}, {reasoning}, image_count "
+    "FROM {s}.transcript WHERE conversation_key = %s "
+)
+_SYSTEM = _MESSAGE + "AND role = 'system' ORDER BY seq"  # the partial index transcript_system_messages
+_MESSAGES = _MESSAGE + "AND seq >= %s AND epoch = %s AND role <> 'system' ORDER BY seq"  # the primary key
+
+_TRANSCRIPT = """
+SELECT t.* FROM {s}.conversations c LEFT JOIN LATERAL (
+    SELECT seq, partition, "offset", event_id, message_id, role, content, name, tool_calls, tool_call_id,
+           reasoning_content, thinking_duration_ms, finish_reason, model, usage, metadata, occurred_at, epoch,
+           flag, tokens_o200k, tokens_cl100k, redacted_at, redaction_reason, erased_at
+      FROM {s}.transcript WHERE conversation_key = c.conversation_key AND seq < %s ORDER BY seq DESC LIMIT %s
+) t ON true
+WHERE c.conversation_key = %s ORDER BY t.seq DESC"""
+_ENTRY_FIELDS = (
+    "seq", "partition", "offset", "event_id", "message_id", "role", "content", "name", "tool_calls", "tool_call_id",
+    "reasoning_content", "thinking_duration_ms", "finish_reason", "model", "usage", "metadata", "epoch", "flag",
+)  # fmt: skip
+
+_ITEM = """
+SELECT conversation_id, title, started_at, last_activity_at, message_count, turn_count, erased_at IS NOT NULL,
+       clear_count > 0, EXISTS (SELECT FROM {s}.parked p WHERE p.conversation_key = c.conversation_key)
+FROM {s}.conversations c WHERE tenant_id = %(tenant)s AND user_id = %(user)s"""
+# The sort order mixes DESC and ASC, so "after the cursor" is no single row comparison: two
+# branches that each read conversations_by_activity in order, one for active ones (empty when
+# the cursor is past them: ts NULL) and one for never-active ones (last_activity_at NULL).
+_LIST = """
+SELECT * FROM (
+    ({item} AND last_activity_at <= %(ts)s AND (last_activity_at < %(ts)s OR conversation_id > %(active_after)s)
+      ORDER BY last_activity_at DESC NULLS LAST, conversation_id LIMIT %(n)s)
+    UNION ALL
+    ({item} AND last_activity_at IS NULL AND conversation_id > %(idle_after)s ORDER BY conversation_id LIMIT %(n)s)
+) page ORDER BY last_activity_at DESC NULLS LAST, conversation_id LIMIT %(n)s"""
+_FAR_FUTURE = datetime.fromisoformat("9999-12-31T00:00:00+00:00")  # the first page's "ts"
+
+
+@dataclass(frozen=True, slots=True)
+class ContextInputs:
+    """What a context is assembled from (query_api.context.assemble), read in one snapshot."""
+
+    conversation_key: ConversationKey
+    epoch: int
+    parked: bool  # the projection holds records of this conversation back: the context may be stale
+    system: tuple[StoredMessage, ...]  # every system message, any epoch, in seq order
+    summary: StoredSummary | None  # the current epoch's latest summary that was not erased
+    window_start: int | None
+    messages: tuple[StoredMessage, ...]  # non-system, current epoch, from min(window, after summary)
+    partition: int
+    last_offset: int  # the log position the read models reflect for this conversation
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationListItem:
+    conversation_id: str
+    title: str | None
+    started_at: datetime
+    last_activity_at: datetime | None
+    message_count: int
+    turn_count: int
+    erased: bool
+    cleared: bool
+    parked: bool
+
+
+class ReadModels:
+    """Reads of one projection version's schema (normally the live one)."""
+
+    def __init__(self, pool: PgPool, *, schema: str) -> None:
+        self._pool = pool
+        self.schema = schema
+        self._head = self._q(_HEAD)
+        self._system = {e: self._q(_SYSTEM, e) for e in ENCODINGS}
+        self._messages = {e: self._q(_MESSAGES, e) for e in ENCODINGS}
+        self._transcript = self._q(_TRANSCRIPT)
+        self._list = sql.SQL(_LIST).format(item=self._q(_ITEM))
+
+    def _q(self, text: LiteralString, encoding: str = "o200k_base") -> sql.Composed:
+        suffix = "o200k" if encoding == "o200k_base" else "cl100k"
+        return sql.SQL(text).format(
+            s=sql.Identifier(self.schema),
+            tokens=sql.Identifier(f"tokens_{suffix}"),
+            reasoning=sql.Identifier(f"reasoning_tokens_{suffix}"),
+        )
+
+    async def context_inputs(self, key: ConversationKey, *, encoding: str) -> ContextInputs | None:
+        """None when the conversation is unknown. Two round trips: (snapshot, head, system
+        messages) in one pipeline, then the messages from the start (primary-key range)."""
+        if encoding not in ENCODINGS:
+            raise ValueError(f"unknown encoding {encoding!r}; expected one of {', '.join(ENCODINGS)}")
+        k = str(key)
+        with _pg_errors(f"read the context inputs of {k}"):
+            async with self._pool.connection() as conn:
+                async with conn.pipeline():
+                    await conn.execute(_SNAPSHOT)
+                    head_cur = await conn.execute(self._head, [k])
+                    system_cur = await conn.execute(self._system[encoding], [k])
+                head = await head_cur.fetchone()
+                if head is None:
+                    return None
+                epoch, partition, last_offset, window_start, parked, summary_id, text, covers = head
+                summary = None
+                start = 0  # no summary: the whole current epoch
+                if summary_id is not None and covers is not None:
+                    summary = StoredSummary(summary_id, text, covers, _count(encoding, text))
+                    start = covers + 1 if window_start is None else min(window_start, covers + 1)
+                system = _messages(await system_cur.fetchall())
+                cur = await conn.execute(self._messages[encoding], [k, start, epoch])
+                messages = _messages(await cur.fetchall())
+        return ContextInputs(
+            key, epoch, parked, system, summary, window_start, messages, partition, last_offset
+        )  # fmt: skip
+
+    async def list_conversations(
+        self, tenant_id: str, user_id: str, *, limit: int = 50, before: str | None = None
+    ) -> tuple[list[ConversationListItem], str | None]:
+        """One user's conversations, latest user activity first (never active ones last, then by
+        id), and the cursor of the next page (None on the last one). ``before`` is such a cursor;
+        a malformed one raises ValueError."""
+        _check_limit(limit)
+        ts: datetime | None = _FAR_FUTURE
+        active_after, idle_after = "", ""
+        if before is not None:
+            last_ts, last_id = decode_cursor(before)
+            ts, active_after, idle_after = (last_ts, last_id, "") if last_ts else (None, "", last_id)
+        params = {"tenant": tenant_id, "user": user_id, "ts": ts, "active_after": active_after,
+                  "idle_after": idle_after, "n": limit + 1}  # fmt: skip
+        with _pg_errors(f"list the conversations of {tenant_id}/{user_id}"):
+            async with self._pool.connection() as conn:
+                rows = await (await conn.execute(self._list, params)).fetchall()
+        items = [ConversationListItem(*row) for row in rows[:limit]]
+        more = len(rows) > limit
+        return items, encode_cursor(items[-1].last_activity_at, items[-1].conversation_id) if more else None
+
+    async def transcript(
+        self, key: ConversationKey, *, limit: int = 100, before: int | None = None
+    ) -> tuple[list[dict[str, Any]], int | None] | None:
+        """The ``limit`` messages before seq ``before`` (default: the newest), oldest first, as
+        JSON-ready dicts, and the ``before`` of the next older page (None: nothing older).
+        None when the conversation is unknown."""
+        _check_limit(limit)
+        k = str(key)
+        with _pg_errors(f"read the transcript of {k}"):
+            async with self._pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+                await cur.execute(self._transcript, [_NEWEST if before is None else min(before, _NEWEST), limit + 1, k])
+                rows = await cur.fetchall()
+        if not rows:
+            return None
+        page = [r for r in rows if r["seq"] is not None]  # a known conversation with no such rows: one NULL row
+        next_before = page[limit - 1]["seq"] if len(page) > limit else None
+        return [_entry(r) for r in reversed(page[:limit])], next_before
+
+    async def conversation_exists(self, key: ConversationKey) -> bool:
+        with _pg_errors(f"look up {key}"):
+            async with self._pool.connection() as conn:
+                q = self._q("SELECT EXISTS (SELECT FROM {s}.conversations WHERE conversation_key = %s)")
+                row = await (await conn.execute(q, [str(key)])).fetchone()
+        return bool(row and row[0])
+
+    async def projection_position(self, partition: int) -> int:
+        """The next offset the projection will apply on ``partition`` (0 before the first)."""
+        with _pg_errors(f"read the projection position of partition {partition}"):
+            async with self._pool.connection() as conn:
+                q = self._q("SELECT next_offset FROM {s}.positions WHERE partition = %s")
+                row = await (await conn.execute(q, [partition])).fetchone()
+        return int(row[0]) if row else 0
+
+
+def encode_cursor(last_activity_at: datetime | None, conversation_id: str) -> str:
+    raw = json.dumps([last_activity_at.isoformat() if last_activity_at else None, conversation_id])
+    return base64.urlsafe_b64encode(raw.encode("utf-8")).decode("ascii").rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime | None, str]:
+    """Inverse of :func:`encode_cursor`; ValueError for anything it did not make."""
+    try:
+        return _parse_cursor(cursor)
+    except (ValueError, TypeError, binascii.Error) as e:  # JSON and Unicode errors are ValueErrors
+        raise ValueError(f"malformed conversation list cursor {cursor[:64]!r}: {e}") from e
+
+
+def _parse_cursor(cursor: str) -> tuple[datetime | None, str]:
+    if len(cursor) > _MAX_CURSOR_CHARS:
+        raise ValueError("too long")
+    raw = base64.b64decode(cursor + "=" * (-len(cursor) % 4), altchars=b"-_", validate=True)
+    value = json.loads(raw.decode("utf-8"))
+    if not (isinstance(value, list) and len(value) == 2 and isinstance(value[1], str) and value[1]):
+        raise ValueError("not a [last_activity_at, conversation_id] pair")
+    ts = None if value[0] is None else datetime.fromisoformat(value[0])
+    if ts is not None and ts.tzinfo is None:
+        raise ValueError("timestamp without a time zone")
+    return ts, value[1]
+
+
+def _check_limit(limit: int) -> None:
+    if not 1 <= limit <= MAX_PAGE:
+        raise ValueError(f"limit must be between 1 and {MAX_PAGE}, got {limit}")
+
+
+@contextmanager
+def _pg_errors(action: str) -> Iterator[None]:
+    try:
+        yield
+    except (psycopg.Error, TimeoutError, ConnectionError) as e:
+        raise convert_pg_error(e, action=action) from e
+
+
+@functools.lru_cache(maxsize=1024)
+def _count(encoding: str, text: str) -> int:
+    return len(get_encoding(encoding).encode_ordinary(text))
+
+
+def _messages(rows: Sequence[tuple[Any, ...]]) -> tuple[StoredMessage, ...]:
+    return tuple(_message(list(r)) for r in rows)
+
+
+def _message(fields: list[Any]) -> StoredMessage:
+    fields[6] = tuple(fields[6] or ())  # tool_calls: jsonb list (or NULL) -> tuple of dicts
+    return StoredMessage(*fields)
+
+
+def _entry(r: dict[str, Any]) -> dict[str, Any]:
+    entry = {f: r[f] for f in _ENTRY_FIELDS}
+    entry["occurred_at"] = r["occurred_at"].isoformat()
+    entry["tokens"] = {"o200k_base": r["tokens_o200k"], "cl100k_base": r["tokens_cl100k"]}
+    redacted_at, erased_at = r["redacted_at"], r["erased_at"]
+    entry["redacted"] = {"at": redacted_at.isoformat(), "reason": r["redaction_reason"]} if redacted_at else None
+    entry["erased_at"] = erased_at.isoformat() if erased_at else None
+    return entry
