@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from projectors.state import countable_parts
+from query_api.counting import ROLE_TOKENS, drop_images, message_cost
 from query_api.model import (
     Context,
     ContextBudgetExceededError,
@@ -31,8 +31,6 @@ from query_api.model import (
 from query_api.rules import violations
 
 SUMMARY_HEADER = "Summary of the earlier conversation:\n"
-IMAGE_PLACEHOLDER = "[image omitted]"
-ROLE_TOKENS = 1  # "system", "user", "assistant" and "tool" are one token in o200k_base and cl100k_base
 
 Count = Callable[[str], int]
 
@@ -69,10 +67,6 @@ def _usable(m: StoredMessage) -> bool:
     return not (m.redacted or m.erased or m.flag is not None)
 
 
-def _text_cost(text: str | None, count: Count) -> int:
-    return count(text) if text else 0
-
-
 def _serve(
     m: StoredMessage,
     spec: ModelSpec,
@@ -82,38 +76,20 @@ def _serve(
     keep_images: bool,
     include_reasoning: bool,
 ) -> _Served:
-    message: dict[str, Any] = {"role": m.role}
-    cost = spec.tokens_per_message + ROLE_TOKENS
-    content = m.content
     calls = list(m.tool_calls) if tool_calls is None else list(tool_calls)
-    changed_calls = len(calls) != len(m.tool_calls)
-    if isinstance(content, list):
-        parts: list[dict[str, Any]] = []
-        for part in content:
-            if part.get("type") == "image_url" and not keep_images:
-                parts.append({"type": "text", "text": IMAGE_PLACEHOLDER})
-                cost += count(IMAGE_PLACEHOLDER)
-            else:
-                parts.append(part)
-                if part.get("type") == "image_url":
-                    cost += spec.image_tokens
-        content = parts
-    if changed_calls:  # recount what is left: the stored count covered every call
-        cost += _text_cost(countable_parts(m.content, calls), count)
-    else:
-        cost += m.tokens
-    message["content"] = content
+    message: dict[str, Any] = {"role": m.role, "content": m.content if keep_images else drop_images(m.content)}
     if m.name:
         message["name"] = m.name
-        cost += spec.tokens_per_name + count(m.name)
     if calls:
         message["tool_calls"] = calls
     if m.role == "tool":
         message["tool_call_id"] = m.tool_call_id
-        cost += _text_cost(m.tool_call_id, count)
     if include_reasoning and m.reasoning_content:
         message["reasoning_content"] = m.reasoning_content
-        cost += m.reasoning_tokens
+    cost = message_cost(
+        m, spec, include_reasoning=include_reasoning, keep_images=keep_images, count=count,
+        tool_calls=None if len(calls) == len(m.tool_calls) else calls,
+    )  # fmt: skip
     return _Served(message, cost)
 
 
@@ -189,12 +165,8 @@ def assemble(
         _serve(m, spec, count, keep_images=False, include_reasoning=False) for m in system if _usable(m) and m.content
     ]
     if summary is not None:
-        head.append(
-            _Served(
-                {"role": "system", "content": SUMMARY_HEADER + summary.text},
-                spec.tokens_per_message + ROLE_TOKENS + count(SUMMARY_HEADER) + summary.tokens,
-            )
-        )
+        message = {"role": "system", "content": SUMMARY_HEADER + summary.text}
+        head.append(_Served(message, spec.tokens_per_message + ROLE_TOKENS["system"] + count(message["content"])))
     raw_turns = _split_turns(messages)
     turns: list[_Turn] = []
     for index, raw in enumerate(raw_turns):

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from projectors.state import countable_parts
 from projectors.tokens import get_encoding
-from query_api.context import IMAGE_PLACEHOLDER, SUMMARY_HEADER, assemble
+from query_api.context import SUMMARY_HEADER, assemble
+from query_api.counting import IMAGE_PLACEHOLDER, count_messages
 from query_api.model import ContextBudgetExceededError, ContextRequest, ModelSpec, StoredMessage, StoredSummary
 from query_api.rules import violations
 
@@ -100,27 +101,9 @@ summaries = st.none() | st.builds(
 
 
 def recount(messages: list[dict[str, Any]]) -> int:
-    """An independent count of a served array, by OpenAI's published method."""
-    total = SPEC.reply_priming
-    for m in messages:
-        total += SPEC.tokens_per_message + 1
-        content = m.get("content")
-        if isinstance(content, str) and m["role"] == "system" and content.startswith(SUMMARY_HEADER):
-            total += count(SUMMARY_HEADER) + count(content[len(SUMMARY_HEADER) :])
-            continue
-        if isinstance(content, list):
-            placeholders = sum(1 for p in content if p.get("type") == "text" and p["text"] == IMAGE_PLACEHOLDER)
-            images = sum(1 for p in content if p.get("type") == "image_url")
-            total += placeholders * count(IMAGE_PLACEHOLDER) + images * SPEC.image_tokens
-            content = [p for p in content if not (p.get("type") == "text" and p["text"] == IMAGE_PLACEHOLDER)]
-        total += count(countable_parts(content, m.get("tool_calls", ())))
-        if m.get("name"):
-            total += SPEC.tokens_per_name + count(m["name"])
-        if m["role"] == "tool":
-            total += count(m["tool_call_id"])
-        if m.get("reasoning_content"):
-            total += count(m["reasoning_content"])
-    return total
+    """An independent count of the served array: counting the messages themselves (OpenAI's
+    published method), not the counts stored at projection."""
+    return count_messages(messages, SPEC, ENCODING)
 
 
 @settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
