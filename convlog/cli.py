@@ -19,6 +19,7 @@ def _build_parser() -> argparse.ArgumentParser:
     sub.add_parser("demo", help="append the demo conversations and print the stored events")
     sub.add_parser("migrate", help="apply the Postgres migrations (schema convlog)")
     sub.add_parser("project", help="run the read-model projector until interrupted")
+    sub.add_parser("serve", help="run the HTTP API and the projector (CONVLOG_HTTP_HOST/PORT, CONVLOG_API_TOKENS)")
     events = sub.add_parser("events", help="print a conversation's stored events")
     events.add_argument("key", help="conversation key tenant:user:conversation (':' and '\\' escaped with '\\')")
     return parser
@@ -54,6 +55,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             configure_logging(default_level="info")
             project_main(settings)
+        elif args.command == "serve":
+            from convlog.serve import main as serve_main  # noqa: PLC0415
+
+            configure_logging(default_level="info")
+            serve_main(settings)
         elif args.command == "events":
             asyncio.run(_print_events(settings, ConversationKey.parse(args.key)))
     except ConvlogError as e:

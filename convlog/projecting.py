@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+from collections.abc import Mapping
 
 import structlog
 
@@ -12,8 +13,9 @@ from convlog.embedded_pg import database_url
 from convlog.settings import Settings
 from convlog.wiring import open_event_log
 from events.codec import default_codec
+from events.log import EventLog
 from projectors.migrate import migrate
-from projectors.pg import open_pool, retrying
+from projectors.pg import PgPool, open_pool, retrying
 from projectors.runner import Projector
 from projectors.sources import KafkaGroupSource, LogSource, RecordSource
 from projectors.store import ProjectionStore
@@ -24,6 +26,37 @@ from projectors.window import WindowPolicy
 log = structlog.get_logger(__name__)
 
 
+def build_projector(
+    settings: Settings, pool: PgPool, schema: str, event_log: EventLog | None, env: Mapping[str, str]
+) -> Projector:
+    """A projector for ``schema``: a Kafka consumer group member when Kafka is configured, else a
+    reader of ``event_log`` (the embedded log, which only one process may open)."""
+    source: RecordSource
+    if settings.kafka_bootstrap:
+        source = KafkaGroupSource(
+            bootstrap=settings.kafka_bootstrap,
+            topic=settings.topic,
+            group_id=f"convlog.projector.{schema}",
+            # How long a crashed member keeps its partitions before the group moves them.
+            session_timeout_ms=int(env.get("CONVLOG_KAFKA_SESSION_TIMEOUT_MS", "10000")),
+            heartbeat_interval_ms=1000,
+            group_instance_id=env.get("CONVLOG_PROJECTOR_INSTANCE_ID") or None,
+        )
+    elif event_log is not None:
+        source = LogSource(event_log)
+    else:
+        raise ValueError("the embedded log must be passed in: only one process may open it")
+    store = ProjectionStore(
+        pool,
+        schema=schema,
+        codec=default_codec(),
+        counter=TokenCounter(),
+        policy=WindowPolicy.from_env(env),
+        max_event_bytes=settings.max_event_bytes,
+    )
+    return Projector(source, store)
+
+
 async def run_projector(settings: Settings, stop: asyncio.Event) -> Projector:
     """Project into the live read-models version until ``stop`` is set."""
     url = await asyncio.to_thread(database_url, settings)  # may start the embedded Postgres
@@ -32,29 +65,9 @@ async def run_projector(settings: Settings, stop: asyncio.Event) -> Projector:
     event_log = None
     try:
         version = await ensure_live_version(pool)
-        source: RecordSource
-        if settings.kafka_bootstrap:
-            source = KafkaGroupSource(
-                bootstrap=settings.kafka_bootstrap,
-                topic=settings.topic,
-                group_id=f"convlog.projector.{version.schema}",
-                # How long a crashed member keeps its partitions before the group moves them.
-                session_timeout_ms=int(os.environ.get("CONVLOG_KAFKA_SESSION_TIMEOUT_MS", "10000")),
-                heartbeat_interval_ms=1000,
-                group_instance_id=os.environ.get("CONVLOG_PROJECTOR_INSTANCE_ID") or None,
-            )
-        else:
+        if not settings.kafka_bootstrap:
             event_log = await open_event_log(settings)
-            source = LogSource(event_log)
-        store = ProjectionStore(
-            pool,
-            schema=version.schema,
-            codec=default_codec(),
-            counter=TokenCounter(),
-            policy=WindowPolicy.from_env(os.environ),
-            max_event_bytes=settings.max_event_bytes,
-        )
-        projector = Projector(source, store)
+        projector = build_projector(settings, pool, version.schema, event_log, os.environ)
         log.info("projector.start", schema=version.schema, kafka=bool(settings.kafka_bootstrap))
         await projector.run(stop)
         return projector

@@ -1,0 +1,151 @@
+"""``convlog serve``: the HTTP API and the projector in one process.
+
+Against Kafka and Postgres when configured, else the embedded log and an embedded Postgres.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+import uvicorn
+
+from convlog.embedded_pg import database_url
+from convlog.projecting import build_projector
+from convlog.settings import Settings
+from convlog.wiring import make_producer, open_event_log
+from events.errors import ConfigurationError
+from events.log import EventLog
+from projectors.migrate import migrate
+from projectors.pg import PgPool, open_pool, retrying
+from projectors.runner import Projector
+from projectors.versions import ensure_live_version, live_version
+from query_api.http import ApiDeps, create_app
+from query_api.metrics import Metrics
+from query_api.reads import ReadModels
+
+log = structlog.get_logger(__name__)
+
+
+def parse_tokens(raw: str | None) -> dict[str, str]:
+    """``CONVLOG_API_TOKENS="tenant_a:token_a,tenant_b:token_b"`` -> {token: tenant}."""
+    tokens: dict[str, str] = {}
+    for item in (raw or "").split(","):
+        if not item.strip():
+            continue
+        tenant, sep, token = item.strip().partition(":")
+        if not sep or not tenant or not token:
+            raise ConfigurationError("CONVLOG_API_TOKENS must look like tenant_a:token_a,tenant_b:token_b")
+        tokens[token] = tenant
+    return tokens
+
+
+@dataclass
+class Service:
+    """Everything ``serve`` runs, built by :func:`running_service`; tests use it directly."""
+
+    deps: ApiDeps
+    projector: Projector
+    pool: PgPool
+    event_log: EventLog
+
+
+class _LiveReads:
+    """The live version's reads, looked up again every few seconds (a switch changes it)."""
+
+    def __init__(self, pool: PgPool, ttl_s: float = 5.0) -> None:
+        self._pool, self._ttl_s = pool, ttl_s
+        self._reads: ReadModels | None = None
+        self._at = 0.0
+
+    async def __call__(self) -> ReadModels:
+        if self._reads is None or time.monotonic() - self._at > self._ttl_s:
+            async with self._pool.connection() as conn:
+                live = await live_version(conn)
+            if live is None:
+                raise ConfigurationError("no live read-models version (run convlog migrate / convlog project)")
+            if self._reads is None or self._reads.schema != live.schema:
+                self._reads = ReadModels(self._pool, schema=live.schema)
+            self._at = time.monotonic()
+        return self._reads
+
+
+@asynccontextmanager
+async def running_service(settings: Settings, env: Mapping[str, str] | None = None) -> AsyncIterator[Service]:
+    env = os.environ if env is None else env
+    url = await asyncio.to_thread(database_url, settings)
+    await retrying(lambda: migrate(url), action="migrating")
+    pool = await retrying(lambda: open_pool(url, name="convlog-serve"), action="connecting")
+    event_log = await open_event_log(settings)
+    stop = asyncio.Event()
+    try:
+        version = await ensure_live_version(pool)
+        # Kafka: a group member of its own; embedded: the log this process already opened.
+        projector = build_projector(settings, pool, version.schema, event_log, env)
+        metrics = Metrics()
+
+        async def readiness() -> dict[str, Any]:
+            report: dict[str, Any] = {"projector": projector.ready}
+            try:
+                ends = await event_log.end_offsets()
+                positions = projector.positions
+                lag = {p: max(0, o - positions.get(p, 0)) for p, o in ends.items()}
+                for p, n in lag.items():
+                    metrics.projection_lag.labels(str(p)).set(n)
+                report["log"], report["lag"] = True, sum(lag.values())
+            except Exception as e:  # noqa: BLE001 - readiness reports any failure
+                report["log"], report["log_error"] = False, str(e)
+            try:
+                async with pool.connection(timeout=2) as conn:
+                    await conn.execute("SELECT 1")
+                report["postgres"] = True
+            except Exception as e:  # noqa: BLE001
+                report["postgres"], report["postgres_error"] = False, str(e)
+            report["ready"] = bool(report["projector"] and report["log"] and report["postgres"])
+            return report
+
+        deps = ApiDeps(
+            tokens=parse_tokens(env.get("CONVLOG_API_TOKENS")),
+            producer=make_producer(event_log, settings, producer="convlog-api"),
+            log=event_log,
+            reads=_LiveReads(pool),
+            readiness=readiness,
+            metrics=metrics,
+            image_turns=int(env.get("CONVLOG_WINDOW_IMAGE_TURNS", "2")),
+            max_body_bytes=settings.max_event_bytes * 2,
+        )
+        projecting = asyncio.create_task(projector.run(stop))
+        try:
+            yield Service(deps, projector, pool, event_log)
+        finally:
+            stop.set()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait_for(projecting, 30)
+    finally:
+        await event_log.close()
+        await pool.close()
+
+
+def main(settings: Settings) -> None:
+    host = os.environ.get("CONVLOG_HTTP_HOST", "127.0.0.1")
+    port = int(os.environ.get("CONVLOG_HTTP_PORT", "8080"))
+
+    async def run() -> None:
+        async with running_service(settings) as service:
+            if not service.deps.tokens:
+                log.warning("serve.no_tokens", hint="set CONVLOG_API_TOKENS=tenant:token,... — every request is 401")
+            server = uvicorn.Server(uvicorn.Config(create_app(service.deps), host=host, port=port, log_level="info"))
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, lambda: setattr(server, "should_exit", True))
+            await server.serve()
+
+    asyncio.run(run())

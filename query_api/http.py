@@ -1,0 +1,267 @@
+"""The HTTP API (FastAPI): appends, contexts, audit reads. The tenant comes only from the token.
+
+Errors are JSON ``{"error": {"code", "message"}}`` (plus ``field`` for invalid input); another
+tenant's conversation and an unknown one are both 404; bad input is never a 5xx.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from fastapi import Body, FastAPI, Header, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from events.errors import ConvlogError, EventTooLargeError, InvalidEventError
+from events.keys import ConversationKey, partition_for_key
+from events.log import EventLog
+from events.producer import Appended, ConversationProducer
+from events.reading import conversation_events
+from projectors.tokens import get_encoding
+from query_api.context import assemble
+from query_api.events_json import events_json
+from query_api.metrics import Metrics
+from query_api.model import ContextBudgetExceededError, ContextRequest
+from query_api.models import model_spec
+from query_api.reads import ReadModels
+
+PREFIX = "/v1/users/{user_id}/conversations"
+AuthHeader = Annotated[str | None, Header()]
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, code: str, message: str, **extra: Any) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message, self.extra = status, code, message, extra
+
+
+@dataclass
+class ApiDeps:
+    tokens: Mapping[str, str]  # bearer token -> tenant id
+    producer: ConversationProducer
+    log: EventLog
+    reads: Callable[[], Awaitable[ReadModels]]  # the live version's reads (it changes on a switch)
+    readiness: Callable[[], Awaitable[dict[str, Any]]]
+    metrics: Metrics
+    default_encoding: str = "o200k_base"
+    image_turns: int = 2
+    max_body_bytes: int = 2 * 1024 * 1024
+    wait_for_offset_s: float = 5.0
+
+
+def _error(status: int, code: str, message: str, **extra: Any) -> JSONResponse:
+    return JSONResponse({"error": {"code": code, "message": message, **extra}}, status_code=status)
+
+
+def create_app(deps: ApiDeps) -> FastAPI:  # noqa: PLR0915 - one place that lists the routes
+    app = FastAPI(title="convlog", version="0.1.0", description=__doc__)
+
+    @app.exception_handler(ApiError)
+    async def api_error(_: Request, e: ApiError) -> JSONResponse:
+        return _error(e.status, e.code, e.message, **e.extra)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(_: Request, e: RequestValidationError) -> JSONResponse:
+        first = e.errors()[0] if e.errors() else {}
+        field = ".".join(str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path", "header"))
+        return _error(422, "invalid_request", str(first.get("msg", "invalid request")), field=field or None)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, e: StarletteHTTPException) -> JSONResponse:
+        return _error(e.status_code, "not_found" if e.status_code == 404 else "http_error", str(e.detail))
+
+    @app.exception_handler(ConvlogError)
+    async def convlog_error(_: Request, e: ConvlogError) -> JSONResponse:
+        if isinstance(e, EventTooLargeError):
+            return _error(413, e.code, str(e), field=e.field)
+        if isinstance(e, InvalidEventError):
+            return _error(422, e.code, str(e), field=e.field)
+        if isinstance(e, ContextBudgetExceededError):
+            return _error(422, e.code, str(e), needed=e.needed, available=e.available)
+        if e.retriable:
+            return JSONResponse(
+                {"error": {"code": e.code, "message": str(e)}}, status_code=503, headers={"Retry-After": "1"}
+            )
+        return _error(500, e.code, str(e))
+
+    @app.middleware("http")
+    async def limits_and_metrics(request: Request, call_next: Callable[[Request], Awaitable[Any]]) -> Any:
+        length = request.headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > deps.max_body_bytes):
+            return _error(413, "payload_too_large", f"the body may be at most {deps.max_body_bytes} bytes")
+        started = time.perf_counter()
+        response = await call_next(request)
+        route = request.scope.get("route")
+        deps.metrics.request(getattr(route, "path", "unmatched"), request.method, response.status_code,
+                             time.perf_counter() - started)  # fmt: skip
+        return response
+
+    def tenant(authorization: str | None) -> str:
+        scheme, _, token = (authorization or "").partition(" ")
+        if scheme.lower() == "bearer" and token:
+            for known, tenant_id in deps.tokens.items():
+                if hmac.compare_digest(known.encode(), token.encode()):
+                    return tenant_id
+        raise ApiError(401, "unauthorized", "a valid bearer token is required")
+
+    def key_of(authorization: str | None, user_id: str, conversation_id: str) -> ConversationKey:
+        return ConversationKey(tenant(authorization), user_id, conversation_id)
+
+    async def known(key: ConversationKey) -> ReadModels:
+        reads = await deps.reads()
+        if not await reads.conversation_exists(key):
+            raise ApiError(404, "not_found", "no such conversation")
+        return reads
+
+    def accepted(appended: Appended) -> JSONResponse:
+        return JSONResponse(
+            {"event_id": appended.event_id, "message_id": appended.message_id,
+             "partition": appended.partition, "offset": appended.offset},
+            status_code=202,
+        )  # fmt: skip
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    async def readyz() -> JSONResponse:
+        report = await deps.readiness()
+        return JSONResponse(report, status_code=200 if report.get("ready") else 503)
+
+    @app.get("/metrics", response_class=PlainTextResponse)
+    async def metrics() -> PlainTextResponse:
+        return PlainTextResponse(deps.metrics.render(), media_type=deps.metrics.content_type)
+
+    @app.post(PREFIX + "/{conversation_id}/messages", status_code=202)
+    async def post_message(
+        user_id: str,
+        conversation_id: str,
+        message: Annotated[dict[str, Any], Body()],
+        authorization: AuthHeader = None,
+        idempotency_key: Annotated[str | None, Header()] = None,
+    ) -> JSONResponse:
+        key = key_of(authorization, user_id, conversation_id)
+        appended = await deps.producer.append_message(key, message, event_id=idempotency_key or None)
+        return accepted(appended)
+
+    @app.post(PREFIX + "/{conversation_id}/clear", status_code=202)
+    async def clear(user_id: str, conversation_id: str, authorization: AuthHeader = None) -> JSONResponse:
+        key = key_of(authorization, user_id, conversation_id)
+        await known(key)
+        return accepted(await deps.producer.clear(key))
+
+    @app.delete(PREFIX + "/{conversation_id}", status_code=202)
+    async def erase(user_id: str, conversation_id: str, authorization: AuthHeader = None) -> JSONResponse:
+        key = key_of(authorization, user_id, conversation_id)
+        await known(key)
+        return accepted(await deps.producer.erase(key, reason="erased through the API"))
+
+    @app.get(PREFIX + "/{conversation_id}/context")
+    async def context(
+        user_id: str,
+        conversation_id: str,
+        model: Annotated[str, Query(min_length=1, max_length=200)],
+        budget_tokens: Annotated[int, Query(gt=0, le=10_000_000)],
+        reserve_tokens: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
+        tools_tokens: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
+        reasoning: Literal["omit", "tool_turns", "all"] = "omit",
+        min_offset: Annotated[int | None, Query(ge=0)] = None,
+        authorization: AuthHeader = None,
+    ) -> dict[str, Any]:
+        key = key_of(authorization, user_id, conversation_id)
+        try:
+            spec = model_spec(model, default_encoding=deps.default_encoding)
+        except ValueError as e:
+            raise ApiError(422, "invalid_request", str(e), field="model") from e
+        reads = await deps.reads()
+        partition = partition_for_key(key.encode(), deps.log.partition_count)
+        if min_offset is not None:
+            await _wait_for(reads, partition, min_offset, deps.wait_for_offset_s)
+        inputs = await reads.context_inputs(key, encoding=spec.encoding)
+        if inputs is None:
+            raise ApiError(404, "not_found", "no such conversation")
+        encoding = get_encoding(spec.encoding)
+        request = ContextRequest(model, budget_tokens, reserve_tokens, tools_tokens, reasoning, deps.image_turns)
+        ctx = assemble(system=inputs.system, summary=inputs.summary, messages=inputs.messages, request=request,
+                       spec=spec, count=lambda text: len(encoding.encode_ordinary(text)))  # fmt: skip
+        deps.metrics.context_served(ctx.token_count)
+        summary = ctx.summary
+        return {
+            "messages": list(ctx.messages),
+            "token_count": ctx.token_count,
+            "encoding": ctx.encoding,
+            "encoding_estimated": spec.estimated,
+            "summary": None if summary is None else {"summary_id": summary.summary_id, "text": summary.text,
+                                                     "covers_through_seq": summary.covers_through_seq},
+            "dropped_turns": ctx.dropped_turns,
+            "compressed": ctx.compressed,
+            "degraded": inputs.parked,
+            "position": {"partition": inputs.partition, "offset": inputs.last_offset},
+        }  # fmt: skip
+
+    @app.get(PREFIX + "/{conversation_id}/messages")
+    async def transcript(
+        user_id: str,
+        conversation_id: str,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+        before: Annotated[int | None, Query(ge=0)] = None,
+        authorization: AuthHeader = None,
+    ) -> dict[str, Any]:
+        key = key_of(authorization, user_id, conversation_id)
+        page = await (await deps.reads()).transcript(key, limit=limit, before=before)
+        if page is None:
+            raise ApiError(404, "not_found", "no such conversation")
+        entries, next_before = page
+        return {"messages": entries, "next_before": next_before}
+
+    @app.get(PREFIX + "/{conversation_id}/events")
+    async def raw_events(user_id: str, conversation_id: str, authorization: AuthHeader = None) -> dict[str, Any]:
+        key = key_of(authorization, user_id, conversation_id)
+        await known(key)
+        pairs = [pair async for pair in conversation_events(deps.log, key)]
+        return {"events": events_json(pairs)}
+
+    @app.get(PREFIX)
+    async def conversations(
+        user_id: str,
+        limit: Annotated[int, Query(ge=1, le=500)] = 50,
+        before: Annotated[str | None, Query(max_length=500)] = None,
+        authorization: AuthHeader = None,
+    ) -> dict[str, Any]:
+        tenant_id = tenant(authorization)
+        ConversationKey(tenant_id, user_id, "x")  # validates user_id like every other route
+        try:
+            items, next_before = await (await deps.reads()).list_conversations(
+                tenant_id, user_id, limit=limit, before=before
+            )
+        except ValueError as e:
+            raise ApiError(422, "invalid_request", str(e), field="before") from e
+        return {
+            "conversations": [
+                {"conversation_id": c.conversation_id, "title": c.title, "started_at": c.started_at.isoformat(),
+                 "last_activity_at": c.last_activity_at.isoformat() if c.last_activity_at else None,
+                 "message_count": c.message_count, "turn_count": c.turn_count, "erased": c.erased,
+                 "cleared": c.cleared, "degraded": c.parked}
+                for c in items
+            ],
+            "next_before": next_before,
+        }  # fmt: skip
+
+    return app
+
+
+async def _wait_for(reads: ReadModels, partition: int, offset: int, timeout_s: float) -> None:
+    """Read-your-writes: wait (bounded) until the projection applied ``offset``."""
+    deadline = time.monotonic() + timeout_s
+    while await reads.projection_position(partition) <= offset:
+        if time.monotonic() > deadline:
+            raise ApiError(503, "not_caught_up", f"the read models have not reached offset {offset} yet",
+                           partition=partition)  # fmt: skip
+        await asyncio.sleep(0.02)

@@ -1,0 +1,223 @@
+"""The HTTP API end to end: embedded log, real Postgres, the projector running in-process."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from convlog.demo_data import OA_SYSTEM_PROMPT, OA_TURNS
+from convlog.serve import Service, running_service
+from convlog.settings import Settings
+from query_api.http import create_app
+from query_api.rules import violations
+from tests.projection_support import temporary_database
+
+pytestmark = pytest.mark.postgres
+
+A = {"Authorization": "Bearer token-a"}
+B = {"Authorization": "Bearer token-b"}
+BASE = "/v1/users/u1/conversations"
+
+
+@pytest.fixture
+async def service(pg_admin_url: str, tmp_path: Path) -> AsyncIterator[Service]:
+    async with temporary_database(pg_admin_url) as url:
+        settings = Settings(database_url=url, data_dir=tmp_path, partitions=4)
+        env = {"CONVLOG_API_TOKENS": "acme:token-a,globex:token-b"}
+        async with running_service(settings, env) as svc:
+            yield svc
+
+
+@pytest.fixture
+async def client(service: Service) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=create_app(service.deps))
+    async with httpx.AsyncClient(transport=transport, base_url="http://convlog") as c:
+        yield c
+
+
+async def post(client: httpx.AsyncClient, conversation: str, message: dict[str, Any], **headers: str) -> Any:
+    response = await client.post(f"{BASE}/{conversation}/messages", json=message, headers={**A, **headers})
+    assert response.status_code == 202, response.text
+    return response.json()
+
+
+async def oa(client: httpx.AsyncClient) -> Any:
+    last = await post(client, "oa", {"role": "system", "content": OA_SYSTEM_PROMPT})
+    for question, answer in OA_TURNS:
+        await post(client, "oa", {"role": "user", "content": question})
+        last = await post(client, "oa", {"role": "assistant", "content": answer, "finish_reason": "stop"})
+    return last
+
+
+async def test_a_token_is_required(client: httpx.AsyncClient) -> None:
+    for headers in ({}, {"Authorization": "Bearer nope"}, {"Authorization": "token-a"}):
+        response = await client.get(f"{BASE}/oa/context?model=gpt-4o&budget_tokens=1000", headers=headers)
+        assert response.status_code == 401
+        assert response.json()["error"]["code"] == "unauthorized"
+
+
+async def test_read_your_writes_and_a_valid_context(client: httpx.AsyncClient) -> None:
+    last = await oa(client)
+    response = await client.get(
+        f"{BASE}/oa/context", params={"model": "gpt-4o", "budget_tokens": 2000, "min_offset": last["offset"]},
+        headers=A,
+    )  # fmt: skip
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert violations(body["messages"]) == []
+    assert body["messages"][0] == {"role": "system", "content": OA_SYSTEM_PROMPT}
+    assert body["messages"][-1]["content"] == OA_TURNS[-1][1]  # the last answer is there: caught up
+    assert body["encoding"] == "o200k_base"
+    assert body["token_count"] <= 2000
+    assert body["position"]["offset"] == last["offset"]
+    assert (body["compressed"], body["degraded"]) == (False, False)
+
+
+async def test_budget_too_small_is_a_clear_error(client: httpx.AsyncClient) -> None:
+    last = await oa(client)
+    response = await client.get(
+        f"{BASE}/oa/context", params={"model": "gpt-4o", "budget_tokens": 30, "min_offset": last["offset"]},
+        headers=A,
+    )  # fmt: skip
+    assert response.status_code == 422
+    error = response.json()["error"]
+    assert error["code"] == "context_budget_exceeded"
+    assert error["needed"] > error["available"]
+
+
+async def test_other_tenants_and_unknown_conversations_are_404_everywhere(client: httpx.AsyncClient) -> None:
+    last = await post(client, "secret", {"role": "user", "content": "mine"})
+    await client.get(f"{BASE}/secret/context?model=gpt-4o&budget_tokens=100&min_offset={last['offset']}", headers=A)
+    for method, path in (
+        ("GET", f"{BASE}/secret/context?model=gpt-4o&budget_tokens=1000"),
+        ("GET", f"{BASE}/secret/messages"),
+        ("GET", f"{BASE}/secret/events"),
+        ("POST", f"{BASE}/secret/clear"),
+        ("DELETE", f"{BASE}/secret"),
+    ):
+        for headers, conversation in ((B, "secret"), (A, "never-seen")):
+            response = await client.request(method, path.replace("secret", conversation), headers=headers)
+            assert response.status_code == 404, (method, path, headers, response.text)
+    listing = await client.get(BASE, headers=B)
+    assert listing.json()["conversations"] == []
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "field"),
+    [
+        ({"role": "wizard", "content": "x"}, 422, "role"),
+        ({"role": "tool", "content": "42"}, 422, "tool_call_id"),
+        (
+            {"role": "assistant", "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": "{x"}}]},
+            422,
+            "tool_calls[0].id",
+        ),
+        ({"role": "user"}, 422, "content"),
+        ([1, 2, 3], 422, None),
+        ("just a string", 422, None),
+    ],
+)
+async def test_invalid_bodies_are_422_with_the_field(
+    client: httpx.AsyncClient, body: Any, status: int, field: str | None
+) -> None:
+    response = await client.post(f"{BASE}/c/messages", json=body, headers=A)
+    assert response.status_code == status, response.text
+    if field is not None:
+        assert response.json()["error"]["field"] == field
+
+
+async def test_oversized_bodies_are_413(client: httpx.AsyncClient, service: Service) -> None:
+    huge = {"role": "user", "content": "x" * (service.deps.max_body_bytes + 10)}
+    response = await client.post(f"{BASE}/c/messages", json=huge, headers=A)
+    assert response.status_code == 413
+    event_sized = {"role": "user", "content": "x" * (1024 * 1024 + 10)}
+    response = await client.post(f"{BASE}/c/messages", json=event_sized, headers=A)
+    assert response.status_code == 413
+    assert response.json()["error"]["code"] == "event_too_large"
+
+
+async def test_idempotency_key_becomes_the_event_id(client: httpx.AsyncClient) -> None:
+    first = await post(client, "c", {"role": "user", "content": "once"}, **{"Idempotency-Key": "req-42"})
+    again = await post(client, "c", {"role": "user", "content": "once"}, **{"Idempotency-Key": "req-42"})
+    assert first["event_id"] == again["event_id"] == "req-42"
+    await client.get(f"{BASE}/c/context?model=gpt-4o&budget_tokens=500&min_offset={again['offset']}", headers=A)
+    page = (await client.get(f"{BASE}/c/messages", headers=A)).json()
+    assert [m["content"] for m in page["messages"]] == ["once"]
+
+
+async def test_transcript_pages_and_conversation_list(client: httpx.AsyncClient) -> None:
+    last = await oa(client)
+    await post(client, "later", {"role": "user", "content": "newest activity"})
+    await client.get(f"{BASE}/oa/context?model=gpt-4o&budget_tokens=5000&min_offset={last['offset']}", headers=A)
+    seen: list[int] = []
+    before = None
+    while True:
+        params = {"limit": 7} | ({"before": before} if before is not None else {})
+        page = (await client.get(f"{BASE}/oa/messages", params=params, headers=A)).json()
+        seen = [m["seq"] for m in page["messages"]] + seen
+        before = page["next_before"]
+        if before is None:
+            break
+    assert seen == list(range(21))
+    listing = (await client.get(BASE, headers=A)).json()["conversations"]
+    assert [c["conversation_id"] for c in listing][:2] in (["later", "oa"], ["oa", "later"])
+
+
+async def test_erased_content_is_withheld_from_the_raw_events(client: httpx.AsyncClient) -> None:
+    first = await post(client, "gone", {"role": "user", "content": "my secret"})
+    await client.get(f"{BASE}/gone/context?model=gpt-4o&budget_tokens=500&min_offset={first['offset']}", headers=A)
+    erase = await client.delete(f"{BASE}/gone", headers=A)
+    assert erase.status_code == 202
+    events = (await client.get(f"{BASE}/gone/events", headers=A)).json()["events"]
+    assert [e["event_type"] for e in events] == ["MessageAppended", "ConversationErased"]
+    assert "my secret" not in json.dumps(events)
+    await client.get(f"{BASE}/gone/context?model=gpt-4o&budget_tokens=500&min_offset={erase.json()['offset']}",
+                     headers=A)  # fmt: skip
+    transcript = (await client.get(f"{BASE}/gone/messages", headers=A)).json()["messages"]
+    assert transcript[0]["content"] is None
+    assert transcript[0]["erased_at"] is not None
+
+
+async def test_health_readiness_metrics_and_openapi(client: httpx.AsyncClient) -> None:
+    assert (await client.get("/healthz")).json() == {"status": "ok"}
+    for _ in range(100):  # ready once the projector has its positions
+        ready = await client.get("/readyz")
+        if ready.status_code == 200:
+            break
+        await asyncio.sleep(0.1)
+    assert ready.status_code == 200, ready.text
+    assert ready.json()["postgres"] is True
+    await client.get("/healthz")
+    metrics = (await client.get("/metrics")).text
+    assert "convlog_http_requests_total" in metrics
+    spec = (await client.get("/openapi.json")).json()
+    assert f"{BASE}/{{conversation_id}}/context".replace("u1", "{user_id}") in spec["paths"]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    method=st.sampled_from(["GET", "POST", "DELETE"]),
+    suffix=st.sampled_from(["/c/context", "/c/messages", "/c/events", "/c/clear", "/c", ""]),
+    params=st.dictionaries(
+        st.sampled_from(["model", "budget_tokens", "reserve_tokens", "reasoning", "min_offset", "limit", "before"]),
+        st.one_of(st.text(max_size=20), st.integers(-(10**12), 10**12).map(str)),
+        max_size=5,
+    ),
+    body=st.one_of(st.none(), st.dictionaries(st.text(max_size=10), st.text(max_size=10) | st.integers(), max_size=4)),
+    user=st.sampled_from(["u1", "a%3Ab", "%20", "x" * 300]),
+)
+async def test_fuzzed_requests_never_get_a_5xx(
+    client: httpx.AsyncClient, method: str, suffix: str, params: dict[str, str], body: Any, user: str
+) -> None:
+    params.pop("min_offset", None)  # waiting on an offset nobody writes is a 503 by design
+    response = await client.request(method, f"/v1/users/{user}/conversations{suffix}", params=params,
+                                    json=body, headers=A)  # fmt: skip
+    assert response.status_code < 500, (method, suffix, params, body, response.text)
