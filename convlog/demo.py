@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from datetime import UTC, datetime
 
 from convlog.demo_data import (
@@ -16,11 +17,17 @@ from convlog.demo_data import (
     TOOLS_SYSTEM_PROMPT,
     TOOLS_USER_QUESTION,
 )
-from convlog.render import print_conversation_events
+from convlog.render import preview, print_conversation_events
+from convlog.serve import Service, running_service
 from convlog.settings import Settings
-from convlog.wiring import make_producer, open_event_log
 from events.keys import ConversationKey
 from events.producer import Appended, ConversationProducer
+from projectors.tokens import get_encoding
+from query_api.context import assemble
+from query_api.model import ContextRequest, ReasoningPolicy
+from query_api.models import model_spec
+
+DEMO_TOKEN = "demo-token"  # noqa: S105 - the demo's local API token, printed for curl
 
 
 async def append_oa_conversation(producer: ConversationProducer, key: ConversationKey) -> list[Appended]:
@@ -55,18 +62,71 @@ async def run_demo(settings: Settings) -> None:
     run = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     oa_key = ConversationKey("acme", "employee-42", f"oa-overtime-{run}")
     tools_key = ConversationKey("acme", "employee-42", f"hr-tools-{run}")
-    event_log = await open_event_log(settings)
-    try:
-        producer = make_producer(event_log, settings, producer="convlog-demo")
-        where = settings.kafka_bootstrap or str(settings.embedded_log_path)
-        print(f"convlog demo — appending to {where} ({event_log.partition_count} partitions)\n")
-        for key, appended in (
-            (oa_key, await append_oa_conversation(producer, oa_key)),
-            (tools_key, await append_tools_conversation(producer, tools_key)),
-        ):
+    where = settings.kafka_bootstrap or str(settings.embedded_log_path)
+    print(f"convlog demo — log: {where}; read models: {settings.database_url or 'embedded Postgres'}\n")
+    env = {**os.environ, "CONVLOG_API_TOKENS": os.environ.get("CONVLOG_API_TOKENS") or f"acme:{DEMO_TOKEN}"}
+    async with running_service(settings, env) as service:
+        producer = service.deps.producer
+        event_log = service.deps.log
+        written = [(oa_key, await append_oa_conversation(producer, oa_key)),
+                   (tools_key, await append_tools_conversation(producer, tools_key))]  # fmt: skip
+        for key, appended in written:
             await print_conversation_events(event_log, key, start_offset=appended[0].offset)
-    finally:
-        await event_log.close()
+        await _caught_up(service, {a.partition: a.offset for _, appended in written for a in appended})
+        await print_context(service, oa_key, model="gpt-4o-mini", budget_tokens=1200)
+        await print_context(service, tools_key, model="deepseek-v4", budget_tokens=4000, reasoning="tool_turns")
+    print_try_it(oa_key)
+
+
+async def _caught_up(service: Service, offsets: dict[int, int]) -> None:
+    for _ in range(600):
+        if all(service.projector.positions.get(p, 0) > o for p, o in offsets.items()):
+            return
+        await asyncio.sleep(0.05)
+    raise TimeoutError("the projector did not catch up within 30 s")
+
+
+async def print_context(
+    service: Service, key: ConversationKey, *, model: str, budget_tokens: int, reasoning: ReasoningPolicy = "omit"
+) -> None:
+    spec = model_spec(model)
+    reads = await service.deps.reads()
+    inputs = await reads.context_inputs(key, encoding=spec.encoding)
+    assert inputs is not None
+    encoding = get_encoding(spec.encoding)
+    request = ContextRequest(model, budget_tokens, reserve_tokens=200, reasoning=reasoning)
+    ctx = assemble(system=inputs.system, summary=inputs.summary, messages=inputs.messages, request=request,
+                   spec=spec, count=lambda text: len(encoding.encode_ordinary(text)))  # fmt: skip
+    print(f"context for the next turn of {key} — model {model}, budget {budget_tokens} (200 reserved), "
+          f"reasoning={reasoning}")  # fmt: skip
+    print(f"  window starts at seq {inputs.window_start}; summary: {'yes' if ctx.compressed else 'none yet'}; "
+          f"{ctx.dropped_turns} oldest turn(s) dropped for the budget; {ctx.token_count} tokens ({ctx.encoding}"
+          f"{', estimated' if spec.estimated else ''})")  # fmt: skip
+    for message in ctx.messages:
+        extras = []
+        if message.get("tool_calls"):
+            extras.append("calls " + ", ".join(c["function"]["name"] for c in message["tool_calls"]))
+        if message.get("tool_call_id"):
+            extras.append(f"answers {message['tool_call_id']}")
+        if message.get("reasoning_content"):
+            extras.append("with reasoning")
+        text = message.get("content") if isinstance(message.get("content"), str) else ""
+        suffix = f"  [{'; '.join(extras)}]" if extras else ""
+        print(f"  {message['role']:<9} {preview(text)}{suffix}")
+    print()
+
+
+def print_try_it(key: ConversationKey) -> None:
+    base = f"http://127.0.0.1:8080/v1/users/{key.user_id}/conversations/{key.conversation_id}"
+    auth = f'-H "Authorization: Bearer {DEMO_TOKEN}"'
+    print("Try the API: start it with")
+    print(f"  CONVLOG_API_TOKENS=acme:{DEMO_TOKEN} .venv/bin/convlog serve")
+    print("then")
+    print(f"  curl -s {auth} '{base}/context?model=gpt-4o-mini&budget_tokens=1200' | python3 -m json.tool")
+    print(f"  curl -s {auth} -H 'Content-Type: application/json' -X POST '{base}/messages' \\")
+    print('       -d \'{"role": "user", "content": "审批通过后多久能调休？"}\'')
+    print(f"  curl -s {auth} '{base}/messages?limit=5' | python3 -m json.tool")
+    print(f"  curl -s {auth} 'http://127.0.0.1:8080/v1/users/{key.user_id}/conversations' | python3 -m json.tool")
 
 
 def main(settings: Settings | None = None) -> None:

@@ -18,7 +18,7 @@ from events.reading import conversation_events
 _PREVIEW = 72
 
 
-def _preview(text: str | None) -> str:
+def preview(text: str | None) -> str:
     if not text:
         return ""
     flat = " ".join(text.split())
@@ -43,13 +43,13 @@ def describe(event: Event) -> str:
         if body.finish_reason:
             extras.append(f"finish={body.finish_reason}")
         suffix = f"  [{'; '.join(extras)}]" if extras else ""
-        return f"{body.role:<9} {_preview(text)}{suffix}"
+        return f"{body.role:<9} {preview(text)}{suffix}"
     if isinstance(body, ConversationStarted):
         return f"started   {body.title or ''}"
     if isinstance(body, MessageRedacted):
         return f"redacted  {body.message_id}: {body.reason}"
     if isinstance(body, SummaryRecorded):
-        return f"summary   through {body.covers_through_message_id}: {_preview(body.text)}"
+        return f"summary   through {body.covers_through_message_id}: {preview(body.text)}"
     if isinstance(body, ConversationCleared):
         return f"cleared   {body.reason or ''}"
     return f"erased    {body.reason or ''}"

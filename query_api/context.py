@@ -16,7 +16,7 @@ Every array is checked against the rules before it is returned.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from query_api.counting import ROLE_TOKENS, drop_images, message_cost
@@ -76,6 +76,8 @@ def _serve(
     keep_images: bool,
     include_reasoning: bool,
 ) -> _Served:
+    if m.role == "tool" and m.name:
+        m = replace(m, name=None)  # Chat Completions takes no name on tool messages (the call carries it)
     calls = list(m.tool_calls) if tool_calls is None else list(tool_calls)
     message: dict[str, Any] = {"role": m.role, "content": m.content if keep_images else drop_images(m.content)}
     if m.name:

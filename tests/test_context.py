@@ -76,7 +76,7 @@ def histories(draw: st.DrawFn) -> tuple[list[StoredMessage], list[StoredMessage]
                 answered = draw(st.lists(st.sampled_from(ids), unique=True)) if ids else []
                 for i in answered:
                     b.add("tool", f"result for {i} " * draw(st.integers(1, 10)), tool_call_id=i,
-                          redacted=draw(st.integers(0, 9)) == 0)  # fmt: skip
+                          name=draw(st.none() | st.just("lookup")), redacted=draw(st.integers(0, 9)) == 0)  # fmt: skip
                 if draw(st.integers(0, 5)) == 0 and answered:
                     b.add("tool", "second answer", tool_call_id=answered[0], flag="duplicate_tool_result")
             else:
