@@ -29,7 +29,7 @@ from query_api.events_json import events_json
 from query_api.metrics import Metrics
 from query_api.model import ContextBudgetExceededError, ContextRequest
 from query_api.models import model_spec
-from query_api.reads import ReadModels
+from query_api.reads import MAX_CURSOR_CHARS, ReadModels
 
 PREFIX = "/v1/users/{user_id}/conversations"
 AuthHeader = Annotated[str | None, Header()]
@@ -232,7 +232,7 @@ def create_app(deps: ApiDeps) -> FastAPI:  # noqa: PLR0915 - one place that list
     async def conversations(
         user_id: str,
         limit: Annotated[int, Query(ge=1, le=500)] = 50,
-        before: Annotated[str | None, Query(max_length=500)] = None,
+        before: Annotated[str | None, Query(max_length=MAX_CURSOR_CHARS)] = None,
         authorization: AuthHeader = None,
     ) -> dict[str, Any]:
         tenant_id = tenant(authorization)

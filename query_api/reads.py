@@ -28,10 +28,11 @@ from projectors.pg import PgPool, convert_pg_error
 from projectors.tokens import ENCODINGS, get_encoding
 from query_api.model import StoredMessage, StoredSummary
 
-__all__ = ["MAX_PAGE", "ContextInputs", "ConversationListItem", "ReadModels"]
+__all__ = ["MAX_CURSOR_CHARS", "MAX_PAGE", "ContextInputs", "ConversationListItem", "ReadModels",
+           "decode_cursor", "encode_cursor"]  # fmt: skip
 
 MAX_PAGE = 1000
-_MAX_CURSOR_CHARS = 2048
+MAX_CURSOR_CHARS = 2048
 _NEWEST = (1 << 63) - 1  # "before" of the first transcript page
 
 # One snapshot for the context's statements: a projector committing in between cannot tear it.
@@ -85,7 +86,8 @@ SELECT * FROM (
     ({item} AND last_activity_at <= %(ts)s AND (last_activity_at < %(ts)s OR conversation_id > %(active_after)s)
       ORDER BY last_activity_at DESC NULLS LAST, conversation_id LIMIT %(n)s)
     UNION ALL
-    ({item} AND last_activity_at IS NULL AND conversation_id > %(idle_after)s ORDER BY conversation_id LIMIT %(n)s)
+    ({item} AND last_activity_at IS NULL AND conversation_id > %(idle_after)s
+      ORDER BY last_activity_at DESC NULLS LAST, conversation_id LIMIT %(n)s)
 ) page ORDER BY last_activity_at DESC NULLS LAST, conversation_id LIMIT %(n)s"""
 _FAR_FUTURE = datetime.fromisoformat("9999-12-31T00:00:00+00:00")  # the first page's "ts"
 
@@ -222,7 +224,9 @@ class ReadModels:
 
 
 def encode_cursor(last_activity_at: datetime | None, conversation_id: str) -> str:
-    raw = json.dumps([last_activity_at.isoformat() if last_activity_at else None, conversation_id])
+    """An opaque cursor: at most 1,450 characters for a 256-character conversation id."""
+    value = [last_activity_at.isoformat() if last_activity_at else None, conversation_id]
+    raw = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
     return base64.urlsafe_b64encode(raw.encode("utf-8")).decode("ascii").rstrip("=")
 
 
@@ -235,7 +239,7 @@ def decode_cursor(cursor: str) -> tuple[datetime | None, str]:
 
 
 def _parse_cursor(cursor: str) -> tuple[datetime | None, str]:
-    if len(cursor) > _MAX_CURSOR_CHARS:
+    if len(cursor) > MAX_CURSOR_CHARS:
         raise ValueError("too long")
     raw = base64.b64decode(cursor + "=" * (-len(cursor) % 4), altchars=b"-_", validate=True)
     value = json.loads(raw.decode("utf-8"))
