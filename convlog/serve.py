@@ -28,6 +28,7 @@ from projectors.migrate import migrate
 from projectors.pg import PgPool, open_pool, retrying
 from projectors.runner import Projector
 from projectors.versions import ensure_live_version, live_version
+from projectors.window import WindowPolicy
 from query_api.http import ApiDeps, create_app
 from query_api.metrics import Metrics
 from query_api.reads import ReadModels
@@ -121,6 +122,8 @@ async def running_service(settings: Settings, env: Mapping[str, str] | None = No
             metrics=metrics,
             image_turns=int(env.get("CONVLOG_WINDOW_IMAGE_TURNS", "2")),
             max_body_bytes=settings.max_event_bytes * 2,
+            policy=WindowPolicy.from_env(env),
+            max_event_bytes=settings.max_event_bytes,
         )
         projecting = asyncio.create_task(projector.run(stop))
         try:

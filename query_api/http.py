@@ -10,7 +10,7 @@ import asyncio
 import hmac
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 from fastapi import Body, FastAPI, Header, Query, Request
@@ -24,6 +24,8 @@ from events.log import EventLog
 from events.producer import Appended, ConversationProducer
 from events.reading import conversation_events
 from projectors.tokens import get_encoding
+from projectors.window import WindowPolicy
+from query_api.as_of import context_inputs_as_of
 from query_api.context import assemble
 from query_api.events_json import events_json
 from query_api.metrics import Metrics
@@ -53,6 +55,8 @@ class ApiDeps:
     image_turns: int = 2
     max_body_bytes: int = 2 * 1024 * 1024
     wait_for_offset_s: float = 5.0
+    policy: WindowPolicy = field(default_factory=WindowPolicy)
+    max_event_bytes: int = 1024 * 1024
 
 
 def _error(status: int, code: str, message: str, **extra: Any) -> JSONResponse:
@@ -173,6 +177,7 @@ def create_app(deps: ApiDeps) -> FastAPI:  # noqa: PLR0915 - one place that list
         tools_tokens: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
         reasoning: Literal["omit", "tool_turns", "all"] = "omit",
         min_offset: Annotated[int | None, Query(ge=0)] = None,
+        as_of: Annotated[int | None, Query(ge=0)] = None,
         authorization: AuthHeader = None,
     ) -> dict[str, Any]:
         key = key_of(authorization, user_id, conversation_id)
@@ -182,9 +187,14 @@ def create_app(deps: ApiDeps) -> FastAPI:  # noqa: PLR0915 - one place that list
             raise ApiError(422, "invalid_request", str(e), field="model") from e
         reads = await deps.reads()
         partition = partition_for_key(key.encode(), deps.log.partition_count)
-        if min_offset is not None:
-            await _wait_for(reads, partition, min_offset, deps.wait_for_offset_s)
-        inputs = await reads.context_inputs(key, encoding=spec.encoding)
+        if as_of is not None:  # rebuilt from the log, exactly as served right after that event
+            await known(key)
+            inputs = await context_inputs_as_of(deps.log, key, as_of, encoding=spec.encoding, policy=deps.policy,
+                                                max_event_bytes=deps.max_event_bytes)  # fmt: skip
+        else:
+            if min_offset is not None:
+                await _wait_for(reads, partition, min_offset, deps.wait_for_offset_s)
+            inputs = await reads.context_inputs(key, encoding=spec.encoding)
         if inputs is None:
             raise ApiError(404, "not_found", "no such conversation")
         encoding = get_encoding(spec.encoding)

@@ -16,6 +16,8 @@ from hypothesis import strategies as st
 from convlog.demo_data import OA_SYSTEM_PROMPT, OA_TURNS
 from convlog.serve import Service, running_service
 from convlog.settings import Settings
+from events.keys import ConversationKey
+from events.model import SummaryRecorded
 from query_api.http import create_app
 from query_api.rules import violations
 from tests.projection_support import temporary_database
@@ -221,3 +223,49 @@ async def test_fuzzed_requests_never_get_a_5xx(
     response = await client.request(method, f"/v1/users/{user}/conversations{suffix}", params=params,
                                     json=body, headers=A)  # fmt: skip
     assert response.status_code < 500, (method, suffix, params, body, response.text)
+
+
+async def test_as_of_reproduces_earlier_answers_byte_for_byte(client: httpx.AsyncClient, service: Service) -> None:
+    """Contexts recorded while the conversation grows equal, later, the ones rebuilt with as_of."""
+    script: list[dict[str, Any]] = [{"role": "system", "content": OA_SYSTEM_PROMPT}]
+    for i, (question, answer) in enumerate(OA_TURNS):
+        script.append({"role": "user", "content": question})
+        if i % 3 == 1:
+            script.append({"role": "assistant", "content": None, "finish_reason": "tool_calls",
+                           "reasoning_content": f"look up {i}",
+                           "tool_calls": [{"id": f"c{i}", "type": "function",
+                                           "function": {"name": "kb", "arguments": '{"q": 1}'}}]})  # fmt: skip
+            script.append({"role": "tool", "tool_call_id": f"c{i}", "content": "found it"})
+        script.append({"role": "assistant", "content": answer, "finish_reason": "stop"})
+    recorded: list[tuple[int, str]] = []
+    params = {"model": "gpt-4o", "budget_tokens": 700, "reasoning": "tool_turns"}
+    for n, message in enumerate(script):
+        appended = await post(client, "audit", message)
+        if n == 12:  # a summary of the first turns, as the summarizer records it
+            summary = SummaryRecorded("s1", "The user is an outsourced employee asking about overtime.",
+                                      appended["message_id"], "test-model", "v1")  # fmt: skip
+            done = await service.deps.producer.append(ConversationKey("acme", "u1", "audit"), summary)
+            appended = {"offset": done.offset}
+        if n == len(script) - 8:  # and a new chat late in the conversation
+            appended = (await client.post(f"{BASE}/audit/clear", headers=A)).json()
+        live = await client.get(f"{BASE}/audit/context", params=params | {"min_offset": appended["offset"]},
+                                headers=A)  # fmt: skip
+        assert live.status_code == 200, live.text
+        recorded.append((appended["offset"], live.text))
+    assert any('"compressed":true' in text for _, text in recorded)  # the summary was in play
+    for offset, text in recorded:
+        again = await client.get(f"{BASE}/audit/context", params=params | {"as_of": offset}, headers=A)
+        assert again.text == text
+
+
+async def test_read_your_writes_under_concurrent_appends(client: httpx.AsyncClient) -> None:
+    async def writer(i: int) -> None:
+        for turn in range(3):
+            appended = await post(client, f"rw-{i}", {"role": "user", "content": f"writer {i} turn {turn}"})
+            response = await client.get(f"{BASE}/rw-{i}/context", headers=A,
+                                        params={"model": "gpt-4o", "budget_tokens": 5000,
+                                                "min_offset": appended["offset"]})  # fmt: skip
+            assert response.status_code == 200, response.text
+            assert response.json()["messages"][-1]["content"] == f"writer {i} turn {turn}"
+
+    await asyncio.gather(*(writer(i) for i in range(20)))

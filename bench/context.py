@@ -1,0 +1,122 @@
+"""Context endpoint latency next to a raw indexed last-N SELECT through the same pool.
+
+Two conversations, 100 and 10,000 messages, are appended to an embedded log and projected
+into a fresh database; then the context endpoint (in-process ASGI, FastAPI included) and a raw
+``SELECT ... ORDER BY seq DESC LIMIT 20`` are timed alternately. Twice: once with a summary
+covering every turn that left the window (what the summarizer keeps true), once with none (then
+every turn is still in the context by design, and the 10,000-message case is not flat).
+
+    CONVLOG_DATABASE_URL=... python bench/context.py [--requests N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+
+from convlog.serve import Service, running_service
+from convlog.settings import Settings
+from events.keys import ConversationKey
+from events.model import SummaryRecorded
+from query_api.http import create_app
+
+TOKEN = "bench-token"  # noqa: S105 - a local benchmark's token
+TEXT = "加班申请提交之后，审批流程是直属主管、部门经理，外包员工还需要驻场负责人先确认。"
+
+
+async def fill(service: Service, key: ConversationKey, messages: int, *, summarize: bool) -> int:
+    producer = service.deps.producer
+    last = None
+    for i in range(messages // 2):
+        await producer.append_user(key, f"{i}: {TEXT}", message_id=f"u{i}")
+        last = await producer.append_assistant(key, f"{i}: {TEXT}", message_id=f"a{i}")
+    if summarize:
+        # What the summarizer records: everything before the window's last six turns is covered.
+        covered = messages // 2 - 7
+        last = await producer.append(key, SummaryRecorded(
+            summary_id=f"s-{key.conversation_id}", text="The user asked about overtime approval. " * 20,
+            covers_through_message_id=f"a{covered}", model="bench", prompt_version="v1"))  # fmt: skip
+    assert last is not None
+    return last.offset
+
+
+def percentile(values: list[float], q: float) -> float:
+    return statistics.quantiles(values, n=100)[int(q) - 1]
+
+
+async def scenario(admin_url: str, requests: int, *, summarize: bool) -> dict[str, float]:
+    name = f"convlog_bench_{uuid.uuid4().hex[:8]}"
+    async with await psycopg.AsyncConnection.connect(admin_url, autocommit=True) as conn:
+        await conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    url = make_conninfo(admin_url, dbname=name)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            settings = Settings(database_url=url, data_dir=Path(tmp), partitions=4)
+            async with running_service(settings, {"CONVLOG_API_TOKENS": f"bench:{TOKEN}"}) as service:
+                small, big = ConversationKey("bench", "u", "small"), ConversationKey("bench", "u", "big")
+                offsets = [await fill(service, small, 100, summarize=summarize),
+                           await fill(service, big, 10_000, summarize=summarize)]  # fmt: skip
+                transport = httpx.ASGITransport(app=create_app(service.deps))
+                auth = {"Authorization": f"Bearer {TOKEN}"}
+                client = httpx.AsyncClient(transport=transport, base_url="http://bench", headers=auth)
+                reads = await service.deps.reads()
+                schema = reads.schema
+                for key, offset in zip((small, big), offsets, strict=True):  # wait until projected
+                    r = await client.get(f"/v1/users/u/conversations/{key.conversation_id}/context",
+                                         params={"model": "gpt-4o", "budget_tokens": 1_000_000,
+                                                 "min_offset": offset})  # fmt: skip
+                    assert r.status_code == 200, r.text
+                raw_query = sql.SQL(
+                    "SELECT * FROM {}.transcript WHERE conversation_key = %s ORDER BY seq DESC LIMIT 20"
+                ).format(sql.Identifier(schema))
+                times: dict[str, list[float]] = {"ctx100": [], "ctx10k": [], "raw100": [], "raw10k": []}
+                for _ in range(requests):
+                    for label, key in (("100", small), ("10k", big)):
+                        started = time.perf_counter()
+                        r = await client.get(f"/v1/users/u/conversations/{key.conversation_id}/context",
+                                             params={"model": "gpt-4o", "budget_tokens": 1_000_000})  # fmt: skip
+                        times[f"ctx{label}"].append(time.perf_counter() - started)
+                        assert r.status_code == 200
+                        started = time.perf_counter()
+                        async with service.pool.connection() as conn, conn.cursor() as cur:
+                            await cur.execute(raw_query, [str(key)])
+                            await cur.fetchall()
+                        times[f"raw{label}"].append(time.perf_counter() - started)
+                await client.aclose()
+    finally:
+        async with await psycopg.AsyncConnection.connect(admin_url, autocommit=True) as conn:
+            await conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+    return {f"{k}_{q}": percentile(v, q) * 1000 for k, v in times.items() for q in (50, 95)}
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--requests", type=int, default=200)
+    args = parser.parse_args()
+    admin = os.environ.get("CONVLOG_DATABASE_URL")
+    if not admin:
+        raise SystemExit("set CONVLOG_DATABASE_URL (make services-up)")
+    for summarize in (True, False):
+        r = await scenario(admin, args.requests, summarize=summarize)
+        print(f"\n{'with a summary covering the turns that left the window' if summarize else 'no summary'}"
+              f" ({args.requests} requests each, ms)")  # fmt: skip
+        for size in ("100", "10k"):
+            print(f"  {size:>4} messages  context p50 {r[f'ctx{size}_50']:7.2f}  p95 {r[f'ctx{size}_95']:7.2f}   "
+                  f"raw last-20 p50 {r[f'raw{size}_50']:5.2f}  p95 {r[f'raw{size}_95']:5.2f}   "
+                  f"p95 ratio {r[f'ctx{size}_95'] / r[f'raw{size}_95']:5.2f} (target <= 3)")  # fmt: skip
+        print(f"  flatness: 10k p95 / 100 p95 = {r['ctx10k_95'] / r['ctx100_95']:.2f} (target <= 1.2)")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

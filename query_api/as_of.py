@@ -1,0 +1,93 @@
+"""Contexts as they were: rebuilt from the log, never from the (current) read models.
+
+``context_inputs_as_of`` folds the conversation's events up to and including ``as_of`` with the
+projector's own pure functions, so the context assembled from them is the one served right
+after that event. The log never forgets, but people may: a redaction or an erasure recorded
+later still applies — such content is never served again, even for the past.
+
+This reads the conversation's partition from its start: an audit operation, not a hot path.
+"""
+
+from __future__ import annotations
+
+from events.codec import EventCodec, default_codec
+from events.keys import ConversationKey
+from events.log import EventLog
+from events.model import ConversationErased, MessageRedacted
+from events.reading import conversation_events
+from projectors.fold import BatchInputs, decode_batch, fold_batch
+from projectors.state import TranscriptRow, countable_text, image_count
+from projectors.tokens import get_encoding
+from projectors.window import WindowPolicy
+from query_api.model import StoredMessage, StoredSummary
+from query_api.reads import ContextInputs
+
+
+async def context_inputs_as_of(
+    log: EventLog,
+    key: ConversationKey,
+    as_of: int,
+    *,
+    encoding: str,
+    policy: WindowPolicy,
+    max_event_bytes: int,
+    codec: EventCodec | None = None,
+) -> ContextInputs | None:
+    """The inputs of the context right after the event at offset ``as_of`` of the
+    conversation's partition; None if the conversation had no event by then."""
+    codec = codec or default_codec()
+    pairs = [pair async for pair in conversation_events(log, key, codec=codec)]
+    before = [record for record, _ in pairs if record.offset <= as_of]
+    if not before:
+        return None
+    later = [event.body for record, event in pairs if record.offset > as_of]
+    redacted_later = {b.message_id for b in later if isinstance(b, MessageRedacted)}
+    erased_later = any(isinstance(b, ConversationErased) for b in later)
+    out = fold_batch(decode_batch(before, codec=codec, max_event_bytes=max_event_bytes), BatchInputs({}), policy=policy)
+    state = out.states.get(str(key))
+    if state is None:
+        return None
+    redacted = {r.message_id for r in out.redactions} | redacted_later
+    erased_before = max((e.before_seq for e in out.erasures), default=0)
+    tiktoken = get_encoding(encoding)
+
+    def count(text: str) -> int:
+        return len(tiktoken.encode_ordinary(text)) if text else 0
+
+    def stored(row: TranscriptRow) -> StoredMessage:
+        gone = erased_later or row.seq < erased_before
+        return StoredMessage(
+            seq=row.seq, epoch=row.epoch, message_id=row.message_id, role=row.role,
+            content=None if gone or row.message_id in redacted else row.content, name=row.name,
+            tool_calls=tuple(row.tool_calls or ()), tool_call_id=row.tool_call_id,
+            reasoning_content=row.reasoning_content, finish_reason=row.finish_reason, flag=row.flag,
+            redacted=row.message_id in redacted, erased=gone, tokens=count(countable_text(row)),
+            reasoning_tokens=count(row.reasoning_content or ""), image_count=image_count(row),
+        )  # fmt: skip
+
+    rows = out.transcript
+    summary = None
+    current = [s for s in out.summaries if s.epoch == state.epoch and not erased_later and s.seq >= erased_before]
+    if current:
+        latest = current[-1]
+        covered = min((r.seq for r in rows if r.message_id == latest.covers_through_message_id), default=None)
+        if covered is not None:
+            summary = StoredSummary(latest.summary_id, latest.text, covered, count(latest.text))
+    # The same rule as the live reads: no summary, the whole epoch; else from the earliest of the
+    # window's start and the first turn the summary does not cover.
+    start = 0
+    if summary is not None:
+        start = summary.covers_through_seq + 1
+        if state.window.start_seq is not None:
+            start = min(start, state.window.start_seq)
+    return ContextInputs(
+        conversation_key=key,
+        epoch=state.epoch,
+        parked=bool(out.poisoned or out.held),
+        system=tuple(stored(r) for r in rows if r.role == "system"),
+        summary=summary,
+        window_start=state.window.start_seq,
+        messages=tuple(stored(r) for r in rows if r.role != "system" and r.epoch == state.epoch and r.seq >= start),
+        partition=state.last_at[0],
+        last_offset=state.last_at[1],
+    )
