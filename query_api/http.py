@@ -7,6 +7,7 @@ tenant's conversation and an unknown one are both 404; bad input is never a 5xx.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hmac
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -17,6 +18,7 @@ from fastapi import Body, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from events.errors import ConvlogError, EventTooLargeError, InvalidEventError
 from events.keys import ConversationKey, partition_for_key
@@ -59,6 +61,36 @@ class ApiDeps:
     max_event_bytes: int = 1024 * 1024
 
 
+class _LimitsAndMetrics:
+    """Refuses oversized bodies before they are read, and counts requests. A plain ASGI
+    middleware: Starlette's BaseHTTPMiddleware costs a task and a stream copy per request."""
+
+    def __init__(self, app: ASGIApp, *, deps: ApiDeps) -> None:
+        self.app, self.deps = app, deps
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        length = dict(scope["headers"]).get(b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.deps.max_body_bytes):
+            response = _error(413, "payload_too_large", f"the body may be at most {self.deps.max_body_bytes} bytes")
+            await response(scope, receive, send)
+            return
+        status = 500
+
+        async def send_and_watch(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        started = time.perf_counter()
+        await self.app(scope, receive, send_and_watch)
+        route = getattr(scope.get("route"), "path", "unmatched")
+        self.deps.metrics.request(route, scope["method"], status, time.perf_counter() - started)
+
+
 def _error(status: int, code: str, message: str, **extra: Any) -> JSONResponse:
     return JSONResponse({"error": {"code": code, "message": message, **extra}}, status_code=status)
 
@@ -94,17 +126,7 @@ def create_app(deps: ApiDeps) -> FastAPI:  # noqa: PLR0915 - one place that list
             )
         return _error(500, e.code, str(e))
 
-    @app.middleware("http")
-    async def limits_and_metrics(request: Request, call_next: Callable[[Request], Awaitable[Any]]) -> Any:
-        length = request.headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > deps.max_body_bytes):
-            return _error(413, "payload_too_large", f"the body may be at most {deps.max_body_bytes} bytes")
-        started = time.perf_counter()
-        response = await call_next(request)
-        route = request.scope.get("route")
-        deps.metrics.request(getattr(route, "path", "unmatched"), request.method, response.status_code,
-                             time.perf_counter() - started)  # fmt: skip
-        return response
+    app.add_middleware(_LimitsAndMetrics, deps=deps)
 
     def tenant(authorization: str | None) -> str:
         scheme, _, token = (authorization or "").partition(" ")
@@ -197,10 +219,9 @@ def create_app(deps: ApiDeps) -> FastAPI:  # noqa: PLR0915 - one place that list
             inputs = await reads.context_inputs(key, encoding=spec.encoding)
         if inputs is None:
             raise ApiError(404, "not_found", "no such conversation")
-        encoding = get_encoding(spec.encoding)
         request = ContextRequest(model, budget_tokens, reserve_tokens, tools_tokens, reasoning, deps.image_turns)
         ctx = assemble(system=inputs.system, summary=inputs.summary, messages=inputs.messages, request=request,
-                       spec=spec, count=lambda text: len(encoding.encode_ordinary(text)))  # fmt: skip
+                       spec=spec, count=_counter(spec.encoding))  # fmt: skip
         deps.metrics.context_served(ctx.token_count)
         summary = ctx.summary
         return {
@@ -265,6 +286,19 @@ def create_app(deps: ApiDeps) -> FastAPI:  # noqa: PLR0915 - one place that list
         }  # fmt: skip
 
     return app
+
+
+@functools.cache
+def _counter(encoding_name: str) -> Callable[[str], int]:
+    """Counting at request time covers only short, repeating texts (names, the summary with its
+    header, placeholders): cached per encoding."""
+    encoding = get_encoding(encoding_name)
+
+    @functools.lru_cache(maxsize=4096)
+    def count(text: str) -> int:
+        return len(encoding.encode_ordinary(text))
+
+    return count
 
 
 async def _wait_for(reads: ReadModels, partition: int, offset: int, timeout_s: float) -> None:

@@ -265,6 +265,7 @@ def _pg_errors(action: str) -> Iterator[None]:
 
 
 @functools.lru_cache(maxsize=1024)
+@functools.lru_cache(maxsize=1024)  # the same summary is counted on every request until it changes
 def _count(encoding: str, text: str) -> int:
     return len(get_encoding(encoding).encode_ordinary(text))
 
