@@ -35,6 +35,11 @@ SUMMARY_HEADER = "Summary of the earlier conversation:\n"
 Count = Callable[[str], int]
 
 
+class NeedOlderMessagesError(Exception):
+    """Raised by :func:`assemble` given only the newest messages when it cannot tell without
+    the older ones."""
+
+
 @dataclass(slots=True)
 class _Served:
     message: dict[str, Any]
@@ -160,9 +165,17 @@ def assemble(
     request: ContextRequest,
     spec: ModelSpec,
     count: Count,
+    complete: bool = True,
+    usable_turns: int | None = None,
 ) -> Context:
     """The context for ``request``; raises :class:`ContextBudgetExceededError` when even the
-    system messages, the summary and the current turn's user message do not fit."""
+    system messages, the summary and the current turn's user message do not fit.
+
+    ``complete=False`` says ``messages`` are only the newest of the range (a long history read
+    for its tail): the result is the same as from the whole range as long as the budget cut
+    inside them — else :class:`NeedOlderMessagesError` asks for the whole range.
+    ``usable_turns`` is then the number of usable turns in the whole range, for
+    ``dropped_turns``."""
     head = [
         _serve(m, spec, count, keep_images=False, include_reasoning=False) for m in system if _usable(m) and m.content
     ]
@@ -178,7 +191,13 @@ def assemble(
             turns.append(turn)
     available = request.budget_tokens - request.reserve_tokens - request.tools_tokens
     fixed = spec.reply_priming + sum(s.cost for s in head)
+    if not complete and not turns:
+        raise NeedOlderMessagesError  # the newest usable question is older than what was read
     kept, skip_groups = _fit(turns, fixed, available)
+    if not complete and len(kept) == len(turns) and skip_groups == 0:
+        # Every turn read fits: older, unread ones might too. (Had one not fit, no older one
+        # could stay — trimming never leaves a gap — so the tail is then the whole answer.)
+        raise NeedOlderMessagesError
     served = [s.message for s in head]
     for i, turn in enumerate(kept):
         served += [s.message for s in turn.messages(skip_groups=skip_groups if i == len(kept) - 1 else 0)]
@@ -190,7 +209,7 @@ def assemble(
         messages=tuple(served),
         token_count=total,
         encoding=spec.encoding,
-        dropped_turns=len(turns) - len(kept),
+        dropped_turns=(len(turns) if complete or usable_turns is None else usable_turns) - len(kept),
         compressed=summary is not None,
         summary=summary,
     )

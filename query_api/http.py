@@ -28,14 +28,16 @@ from events.reading import conversation_events
 from projectors.tokens import get_encoding
 from projectors.window import WindowPolicy
 from query_api.as_of import context_inputs_as_of
-from query_api.context import assemble
+from query_api.context import NeedOlderMessagesError, assemble
 from query_api.events_json import events_json
 from query_api.metrics import Metrics
-from query_api.model import ContextBudgetExceededError, ContextRequest
+from query_api.model import Context, ContextBudgetExceededError, ContextRequest, ModelSpec
 from query_api.models import model_spec
-from query_api.reads import MAX_CURSOR_CHARS, ReadModels
+from query_api.reads import MAX_CURSOR_CHARS, ContextInputs, ReadModels
 
 PREFIX = "/v1/users/{user_id}/conversations"
+NEWEST_FIRST = 128  # rows read first; most budgets end inside them
+MAX_NEWEST = 4096  # beyond that, read the whole range
 AuthHeader = Annotated[str | None, Header()]
 
 
@@ -209,19 +211,19 @@ def create_app(deps: ApiDeps) -> FastAPI:  # noqa: PLR0915 - one place that list
             raise ApiError(422, "invalid_request", str(e), field="model") from e
         reads = await deps.reads()
         partition = partition_for_key(key.encode(), deps.log.partition_count)
+        request = ContextRequest(model, budget_tokens, reserve_tokens, tools_tokens, reasoning, deps.image_turns)
         if as_of is not None:  # rebuilt from the log, exactly as served right after that event
             await known(key)
             inputs = await context_inputs_as_of(deps.log, key, as_of, encoding=spec.encoding, policy=deps.policy,
                                                 max_event_bytes=deps.max_event_bytes)  # fmt: skip
+            if inputs is None:
+                raise ApiError(404, "not_found", f"the conversation had no event by offset {as_of}")
+            ctx = assemble(system=inputs.system, summary=inputs.summary, messages=inputs.messages, request=request,
+                           spec=spec, count=_counter(spec.encoding))  # fmt: skip
         else:
             if min_offset is not None:
                 await _wait_for(reads, partition, min_offset, deps.wait_for_offset_s)
-            inputs = await reads.context_inputs(key, encoding=spec.encoding)
-        if inputs is None:
-            raise ApiError(404, "not_found", "no such conversation")
-        request = ContextRequest(model, budget_tokens, reserve_tokens, tools_tokens, reasoning, deps.image_turns)
-        ctx = assemble(system=inputs.system, summary=inputs.summary, messages=inputs.messages, request=request,
-                       spec=spec, count=_counter(spec.encoding))  # fmt: skip
+            ctx, inputs = await _assemble(reads, key, spec, request)
         deps.metrics.context_served(ctx.token_count)
         summary = ctx.summary
         return {
@@ -299,6 +301,35 @@ def _counter(encoding_name: str) -> Callable[[str], int]:
         return len(encoding.encode_ordinary(text))
 
     return count
+
+
+async def _assemble(
+    reads: ReadModels, key: ConversationKey, spec: ModelSpec, request: ContextRequest
+) -> tuple[Context, ContextInputs]:
+    """Turns no summary covers yet stay in the context's range, which can be long: read its
+    newest rows first, more only when the budget reaches back further (as many as the budget
+    needs by the first rows' costs, then everything) — the answer is the one the whole range
+    gives."""
+    count = _counter(spec.encoding)
+    available = request.budget_tokens - request.reserve_tokens - request.tools_tokens
+    newest: int | None = NEWEST_FIRST
+    while True:
+        inputs = await reads.context_inputs(key, encoding=spec.encoding, newest=newest)
+        if inputs is None:
+            raise ApiError(404, "not_found", "no such conversation")
+        try:
+            ctx = assemble(
+                system=inputs.system, summary=inputs.summary, messages=inputs.messages, request=request, spec=spec,
+                count=count, complete=inputs.complete, usable_turns=inputs.usable_turns,
+            )  # fmt: skip
+        except NeedOlderMessagesError:
+            # Read enough rows next time for the budget, judging by what these cost.
+            read = inputs.messages
+            spent = sum(m.tokens + spec.tokens_per_message + 1 for m in read) or 1
+            wanted = int(len(read) * available / spent * 1.5) + 1
+            newest = None if newest is None or wanted > MAX_NEWEST else max(wanted, 2 * len(read))
+            continue
+        return ctx, inputs
 
 
 async def _wait_for(reads: ReadModels, partition: int, offset: int, timeout_s: float) -> None:

@@ -39,7 +39,7 @@ _NEWEST = (1 << 63) - 1  # "before" of the first transcript page
 _SNAPSHOT = sql.SQL("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
 
 _HEAD = """
-SELECT c.epoch, c.last_partition, c.last_offset, CASE WHEN w.epoch = c.epoch THEN w.start_seq END,
+SELECT c.epoch, c.last_partition, c.last_offset, CASE WHEN w.epoch = c.epoch THEN w.start_seq END, c.turn_count,
        EXISTS (SELECT FROM {s}.parked p WHERE p.conversation_key = c.conversation_key),
        m.summary_id, m.text,
        (SELECT min(t.seq) FROM {s}.transcript t
@@ -60,6 +60,16 @@ _MESSAGE = (
 )
 _SYSTEM = _MESSAGE + "AND role = 'system' ORDER BY seq"  # the partial index transcript_system_messages
 _MESSAGES = _MESSAGE + "AND seq >= %s AND epoch = %s AND role <> 'system' ORDER BY seq"  # the primary key
+# The newest rows of that range only (a budget rarely reaches back far), and what the assembler
+# needs to report the turns it did not read: the first row of the range and the redacted
+# questions in it (the partial index transcript_redacted keeps that cheap).
+_NEWEST_ROWS = _MESSAGE + "AND seq >= %s AND epoch = %s AND role <> 'system' ORDER BY seq DESC LIMIT %s"
+_FIRST = (
+    "SELECT turn, role = 'user', (SELECT count(*) FROM {s}.transcript r WHERE r.conversation_key = %s "
+    "AND r.seq >= %s AND r.epoch = %s AND r.role = 'user' AND r.redacted_at IS NOT NULL) "
+    "FROM {s}.transcript WHERE conversation_key = %s AND seq >= %s AND epoch = %s AND role <> 'system' "
+    "ORDER BY seq LIMIT 1"
+)
 
 _TRANSCRIPT = """
 SELECT t.* FROM {s}.conversations c LEFT JOIN LATERAL (
@@ -105,6 +115,8 @@ class ContextInputs:
     messages: tuple[StoredMessage, ...]  # non-system, current epoch, from min(window, after summary)
     partition: int
     last_offset: int  # the log position the read models reflect for this conversation
+    complete: bool = True  # messages reach back to the start (False: only the newest were read)
+    usable_turns: int | None = None  # with complete=False: the turns from the start a context may use
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +141,8 @@ class ReadModels:
         self._head = self._q(_HEAD)
         self._system = {e: self._q(_SYSTEM, e) for e in ENCODINGS}
         self._messages = {e: self._q(_MESSAGES, e) for e in ENCODINGS}
+        self._newest = {e: self._q(_NEWEST_ROWS, e) for e in ENCODINGS}
+        self._first = self._q(_FIRST)
         self._transcript = self._q(_TRANSCRIPT)
         self._list = sql.SQL(_LIST).format(item=self._q(_ITEM))
 
@@ -140,7 +154,9 @@ class ReadModels:
             reasoning=sql.Identifier(f"reasoning_tokens_{suffix}"),
         )
 
-    async def context_inputs(self, key: ConversationKey, *, encoding: str) -> ContextInputs | None:
+    async def context_inputs(
+        self, key: ConversationKey, *, encoding: str, newest: int | None = None
+    ) -> ContextInputs | None:
         """None when the conversation is unknown. Two round trips: (snapshot, head, system
         messages) in one pipeline, then the messages from the start (primary-key range)."""
         if encoding not in ENCODINGS:
@@ -155,17 +171,30 @@ class ReadModels:
                 head = await head_cur.fetchone()
                 if head is None:
                     return None
-                epoch, partition, last_offset, window_start, parked, summary_id, text, covers = head
+                epoch, partition, last_offset, window_start, turn_count, parked, summary_id, text, covers = head
                 summary = None
                 start = 0  # no summary: the whole current epoch
                 if summary_id is not None and covers is not None:
                     summary = StoredSummary(summary_id, text, covers, _count(encoding, text))
                     start = covers + 1 if window_start is None else min(window_start, covers + 1)
                 system = _messages(await system_cur.fetchall())
-                cur = await conn.execute(self._messages[encoding], [k, start, epoch])
-                messages = _messages(await cur.fetchall())
+                if newest is None:
+                    cur = await conn.execute(self._messages[encoding], [k, start, epoch])
+                    messages = _messages(await cur.fetchall())
+                    return ContextInputs(key, epoch, parked, system, summary, window_start, messages, partition,
+                                         last_offset)  # fmt: skip
+                async with conn.pipeline():
+                    newest_cur = await conn.execute(self._newest[encoding], [k, start, epoch, newest])
+                    first_cur = await conn.execute(self._first, [k, start, epoch, k, start, epoch])
+                messages = _messages(list(reversed(await newest_cur.fetchall())))
+                first = await first_cur.fetchone()
+        usable_turns = 0
+        if first is not None:
+            first_turn, first_is_user, redacted_questions = first
+            usable_turns = turn_count - first_turn + (1 if first_is_user else 0) - redacted_questions
         return ContextInputs(
-            key, epoch, parked, system, summary, window_start, messages, partition, last_offset
+            key, epoch, parked, system, summary, window_start, messages, partition, last_offset,
+            complete=len(messages) < newest, usable_turns=usable_turns,
         )  # fmt: skip
 
     async def list_conversations(

@@ -18,6 +18,7 @@ from convlog.serve import Service, running_service
 from convlog.settings import Settings
 from events.keys import ConversationKey
 from events.model import SummaryRecorded
+from query_api import http as http_module
 from query_api.http import create_app
 from query_api.rules import violations
 from tests.projection_support import temporary_database
@@ -225,8 +226,14 @@ async def test_fuzzed_requests_never_get_a_5xx(
     assert response.status_code < 500, (method, suffix, params, body, response.text)
 
 
-async def test_as_of_reproduces_earlier_answers_byte_for_byte(client: httpx.AsyncClient, service: Service) -> None:
-    """Contexts recorded while the conversation grows equal, later, the ones rebuilt with as_of."""
+@pytest.mark.parametrize("newest_first", [400, 3])
+async def test_as_of_reproduces_earlier_answers_byte_for_byte(
+    client: httpx.AsyncClient, service: Service, monkeypatch: pytest.MonkeyPatch, newest_first: int
+) -> None:
+    """Contexts recorded while the conversation grows equal, later, the ones rebuilt with as_of
+    (from the log, whole). With newest_first=3 the live answers come from reading only the
+    newest rows whenever the budget allows it."""
+    monkeypatch.setattr(http_module, "NEWEST_FIRST", newest_first)
     script: list[dict[str, Any]] = [{"role": "system", "content": OA_SYSTEM_PROMPT}]
     for i, (question, answer) in enumerate(OA_TURNS):
         script.append({"role": "user", "content": question})

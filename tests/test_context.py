@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from projectors.state import countable_parts
 from projectors.tokens import get_encoding
-from query_api.context import SUMMARY_HEADER, assemble
+from query_api.context import SUMMARY_HEADER, NeedOlderMessagesError, assemble
 from query_api.counting import IMAGE_PLACEHOLDER, count_messages
 from query_api.model import ContextBudgetExceededError, ContextRequest, ModelSpec, StoredMessage, StoredSummary
 from query_api.rules import violations
@@ -228,3 +228,32 @@ def test_an_overlong_current_turn_loses_its_oldest_tool_groups_then_errors() -> 
                  spec=SPEC, count=count)  # fmt: skip
     assert (info.value.needed, info.value.available) == (8, 5)  # priming 3 + the bare question 5
     assert "needs at least" in str(info.value)
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(histories(), summaries, requests, st.integers(1, 40))
+def test_reading_only_the_newest_messages_gives_the_same_context(
+    history: tuple[list[StoredMessage], list[StoredMessage]],
+    summary: StoredSummary | None,
+    request: ContextRequest,
+    newest: int,
+) -> None:
+    """A long history is read for its tail: the answer must be the one the whole range gives,
+    or the assembler must ask for the rest."""
+    system, others = history
+    usable_turns = sum(1 for m in others if m.role == "user" and not m.redacted)
+    tail = others[-newest:]
+
+    def run(messages: list[StoredMessage], **partial: Any) -> Any:
+        try:
+            return assemble(system=system, summary=summary, messages=messages, request=request, spec=SPEC,
+                            count=count, **partial)  # fmt: skip
+        except ContextBudgetExceededError as e:
+            return ("exceeded", e.needed, e.available)
+
+    whole = run(others)
+    try:
+        partial = run(tail, complete=len(tail) == len(others), usable_turns=usable_turns)
+    except NeedOlderMessagesError:
+        return
+    assert partial == whole

@@ -78,6 +78,8 @@ CREATE TABLE {schema}.transcript (
 CREATE INDEX transcript_by_message_id ON {schema}.transcript (conversation_key, message_id);
 -- System prompts are served first whatever the window: found without scanning the conversation.
 CREATE INDEX transcript_system_messages ON {schema}.transcript (conversation_key, seq) WHERE role = 'system';
+-- Redacted messages: counted without scanning a long history (a redacted question is no turn).
+CREATE INDEX transcript_redacted ON {schema}.transcript (conversation_key, seq) WHERE redacted_at IS NOT NULL;
 
 CREATE TABLE {schema}.summaries (
     conversation_key          text        NOT NULL,
