@@ -12,6 +12,8 @@ import pytest
 from events.embedded_log import EmbeddedEventLog
 from events.kafka_log import KafkaEventLog
 from events.log import EventLog
+from events.producer import ConversationProducer
+from tests.projection_support import Projection, projection_database
 from tests.support import services_required, unique_topic
 
 CONTRACT_PARTITIONS = 4
@@ -50,3 +52,23 @@ def pg_admin_url() -> str:
     if services_required():
         pytest.fail("CONVLOG_REQUIRE_SERVICES=1 but CONVLOG_DATABASE_URL is not set (run `make services-up`)")
     pytest.skip("no Postgres: set CONVLOG_DATABASE_URL (make services-up) to run Postgres tests")
+
+
+@pytest.fixture
+async def projection(pg_admin_url: str) -> AsyncIterator[Projection]:
+    """A fresh, migrated database with a live read-models version."""
+    async with projection_database(pg_admin_url) as p:
+        yield p
+
+
+@pytest.fixture
+async def log(tmp_path: Path) -> AsyncIterator[EmbeddedEventLog]:
+    """An embedded log of four partitions in the test's own directory."""
+    log = EmbeddedEventLog.open(tmp_path / "events.log", partitions=4)
+    yield log
+    await log.close()
+
+
+@pytest.fixture
+def producer(log: EmbeddedEventLog) -> ConversationProducer:
+    return ConversationProducer(log, producer="test")

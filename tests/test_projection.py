@@ -3,7 +3,6 @@ poison handling, erasure and rebuilds."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -16,31 +15,13 @@ from events.producer import ConversationProducer
 from projectors.errors import PositionConflictError, ProjectionError
 from projectors.tokens import get_encoding
 from projectors.versions import compare
-from tests.projection_support import Projection, project_all, projection_database
+from tests.projection_support import Projection, project_all
 from tests.test_schema_evolution import schema_dir
 
 pytestmark = pytest.mark.postgres
 
 OA = ConversationKey("acme", "employee-42", "oa")
 TOOLS = ConversationKey("acme", "employee-42", "tools")
-
-
-@pytest.fixture
-async def projection(pg_admin_url: str) -> AsyncIterator[Projection]:
-    async with projection_database(pg_admin_url) as p:
-        yield p
-
-
-@pytest.fixture
-async def log(tmp_path: Path) -> AsyncIterator[EmbeddedEventLog]:
-    log = EmbeddedEventLog.open(tmp_path / "events.log", partitions=4)
-    yield log
-    await log.close()
-
-
-@pytest.fixture
-def producer(log: EmbeddedEventLog) -> ConversationProducer:
-    return ConversationProducer(log, producer="test")
 
 
 async def test_the_demo_conversations_become_read_models(

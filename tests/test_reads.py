@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,29 +25,11 @@ from projectors.errors import ProjectionError, StoreUnavailableError
 from projectors.pg import open_pool
 from projectors.tokens import get_encoding
 from query_api.reads import MAX_CURSOR_CHARS, ContextInputs, ReadModels, decode_cursor, encode_cursor
-from tests.projection_support import Projection, project_all, projection_database
+from tests.projection_support import Projection, project_all
 
 OA = ConversationKey("acme", "employee-42", "oa")
 TOOLS = ConversationKey("acme", "employee-42", "tools")
 UNKNOWN = ConversationKey("acme", "employee-42", "never-started")
-
-
-@pytest.fixture
-async def projection(pg_admin_url: str) -> AsyncIterator[Projection]:
-    async with projection_database(pg_admin_url) as p:
-        yield p
-
-
-@pytest.fixture
-async def log(tmp_path: Path) -> AsyncIterator[EmbeddedEventLog]:
-    log = EmbeddedEventLog.open(tmp_path / "events.log", partitions=4)
-    yield log
-    await log.close()
-
-
-@pytest.fixture
-def producer(log: EmbeddedEventLog) -> ConversationProducer:
-    return ConversationProducer(log, producer="test")
 
 
 @pytest.fixture

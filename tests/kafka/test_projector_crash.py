@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,7 @@ from events.kafka_log import KafkaEventLog
 from events.keys import ConversationKey
 from events.producer import ConversationProducer
 from projectors.versions import compare
-from tests.projection_support import Projection, project_all, projection_database
+from tests.projection_support import Projection, project_all
 from tests.support import unique_topic
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres, pytest.mark.slow]
@@ -29,12 +28,6 @@ REPO = Path(__file__).resolve().parents[2]
 CONVERSATIONS = 500
 EVENTS = 20_000
 KILLS = 10
-
-
-@pytest.fixture
-async def projection(pg_admin_url: str) -> AsyncIterator[Projection]:
-    async with projection_database(pg_admin_url) as p:
-        yield p
 
 
 def _start_projector(env: dict[str, str], log_file: Path) -> subprocess.Popen[bytes]:
