@@ -31,6 +31,7 @@ from projectors.versions import ensure_live_version, live_version
 from projectors.window import WindowPolicy
 from query_api.http import ApiDeps, create_app
 from query_api.metrics import Metrics
+from query_api.models import model_spec
 from query_api.reads import ReadModels
 
 log = structlog.get_logger(__name__)
@@ -113,6 +114,8 @@ async def running_service(settings: Settings, env: Mapping[str, str] | None = No
             report["ready"] = bool(report["projector"] and report["log"] and report["postgres"])
             return report
 
+        default_encoding = env.get("CONVLOG_DEFAULT_ENCODING") or "o200k_base"
+        model_spec("unknown-model", default_encoding=default_encoding)  # refuse a bad setting at start
         deps = ApiDeps(
             tokens=parse_tokens(env.get("CONVLOG_API_TOKENS")),
             producer=make_producer(event_log, settings, producer="convlog-api"),
@@ -121,6 +124,7 @@ async def running_service(settings: Settings, env: Mapping[str, str] | None = No
             readiness=readiness,
             metrics=metrics,
             image_turns=int(env.get("CONVLOG_WINDOW_IMAGE_TURNS", "2")),
+            default_encoding=default_encoding,
             max_body_bytes=settings.max_event_bytes * 2,
             policy=WindowPolicy.from_env(env),
             max_event_bytes=settings.max_event_bytes,

@@ -60,10 +60,23 @@ async def oa(client: httpx.AsyncClient) -> Any:
     return last
 
 
-async def test_a_token_is_required(client: httpx.AsyncClient) -> None:
-    for headers in ({}, {"Authorization": "Bearer nope"}, {"Authorization": "token-a"}):
-        response = await client.get(f"{BASE}/oa/context?model=gpt-4o&budget_tokens=1000", headers=headers)
-        assert response.status_code == 401
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", f"{BASE}/oa/context?model=gpt-4o&budget_tokens=1000"),
+        ("POST", f"{BASE}/oa/messages"),
+        ("GET", f"{BASE}/oa/messages"),
+        ("GET", f"{BASE}/oa/events"),
+        ("GET", BASE),
+        ("POST", f"{BASE}/oa/clear"),
+        ("DELETE", f"{BASE}/oa"),
+    ],
+)
+async def test_a_token_is_required_everywhere(client: httpx.AsyncClient, method: str, path: str) -> None:
+    for headers in ({}, {"Authorization": "Bearer nope"}, {"Authorization": "token-a"}, {"Authorization": "Bearer "}):
+        body = {"role": "user", "content": "hi"} if method == "POST" else None
+        response = await client.request(method, path, headers=headers, json=body)
+        assert response.status_code == 401, (method, path, headers)
         assert response.json()["error"]["code"] == "unauthorized"
 
 
