@@ -98,8 +98,8 @@ async def running_service(settings: Settings, env: Mapping[str, str] | None = No
             report: dict[str, Any] = {"projector": projector.ready}
             try:
                 ends = await event_log.end_offsets()
-                positions = projector.positions
-                lag = {p: max(0, o - positions.get(p, 0)) for p, o in ends.items()}
+                positions = projector.positions  # the partitions this process owns (a group shares them)
+                lag = {p: max(0, ends[p] - o) for p, o in positions.items() if p in ends}
                 for p, n in lag.items():
                     metrics.projection_lag.labels(str(p)).set(n)
                 report["log"], report["lag"] = True, sum(lag.values())
