@@ -63,6 +63,13 @@ class ApiDeps:
     max_event_bytes: int = 1024 * 1024
 
 
+class _BodyTooLargeError(StarletteHTTPException):
+    """Raised while the body streams in; an HTTPException so request parsing passes it on."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, f"the body may be at most {limit} bytes")
+
+
 class _LimitsAndMetrics:
     """Refuses oversized bodies before they are read, and counts requests. A plain ASGI
     middleware: Starlette's BaseHTTPMiddleware costs a task and a stream copy per request."""
@@ -80,6 +87,17 @@ class _LimitsAndMetrics:
             await response(scope, receive, send)
             return
         status = 500
+        received = 0
+        limit = self.deps.max_body_bytes
+
+        async def receive_counted() -> Message:  # a chunked body has no content-length to check
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise _BodyTooLargeError(limit)
+            return message
 
         async def send_and_watch(message: Message) -> None:
             nonlocal status
@@ -88,7 +106,11 @@ class _LimitsAndMetrics:
             await send(message)
 
         started = time.perf_counter()
-        await self.app(scope, receive, send_and_watch)
+        try:
+            await self.app(scope, receive_counted, send_and_watch)
+        except _BodyTooLargeError:
+            status = 413
+            await _error(413, "payload_too_large", f"the body may be at most {limit} bytes")(scope, receive, send)
         route = getattr(scope.get("route"), "path", "unmatched")
         self.deps.metrics.request(route, scope["method"], status, time.perf_counter() - started)
 
@@ -112,7 +134,8 @@ def create_app(deps: ApiDeps) -> FastAPI:  # noqa: PLR0915 - one place that list
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, e: StarletteHTTPException) -> JSONResponse:
-        return _error(e.status_code, "not_found" if e.status_code == 404 else "http_error", str(e.detail))
+        code = {404: "not_found", 413: "payload_too_large"}.get(e.status_code, "http_error")
+        return _error(e.status_code, code, str(e.detail))
 
     @app.exception_handler(ConvlogError)
     async def convlog_error(_: Request, e: ConvlogError) -> JSONResponse:

@@ -160,6 +160,16 @@ async def test_oversized_bodies_are_413(client: httpx.AsyncClient, service: Serv
     assert response.json()["error"]["code"] == "event_too_large"
 
 
+async def test_a_chunked_body_is_cut_off_at_the_limit(client: httpx.AsyncClient, service: Service) -> None:
+    async def chunks() -> Any:
+        for _ in range(service.deps.max_body_bytes // 65536 + 2):
+            yield b" " * 65536  # whitespace: it would parse if it were ever read whole
+
+    response = await client.post(f"{BASE}/c/messages", content=chunks(), headers=A)
+    assert response.status_code == 413
+    assert response.json()["error"]["code"] == "payload_too_large"
+
+
 async def test_idempotency_key_becomes_the_event_id(client: httpx.AsyncClient) -> None:
     first = await post(client, "c", {"role": "user", "content": "once"}, **{"Idempotency-Key": "req-42"})
     again = await post(client, "c", {"role": "user", "content": "once"}, **{"Idempotency-Key": "req-42"})
