@@ -19,6 +19,7 @@ from projectors.fold import BatchInputs, decode_batch, fold_batch
 from projectors.state import TranscriptRow, countable_text, image_count
 from projectors.tokens import get_encoding
 from projectors.window import WindowPolicy
+from query_api.context import context_start
 from query_api.model import StoredMessage, StoredSummary
 from query_api.reads import ContextInputs
 
@@ -73,13 +74,7 @@ async def context_inputs_as_of(
         covered = min((r.seq for r in rows if r.message_id == latest.covers_through_message_id), default=None)
         if covered is not None:
             summary = StoredSummary(latest.summary_id, latest.text, covered, count(latest.text))
-    # The same rule as the live reads: no summary, the whole epoch; else from the earliest of the
-    # window's start and the first turn the summary does not cover.
-    start = 0
-    if summary is not None:
-        start = summary.covers_through_seq + 1
-        if state.window.start_seq is not None:
-            start = min(start, state.window.start_seq)
+    start = context_start(state.window.start_seq, summary.covers_through_seq if summary else None)
     return ContextInputs(
         conversation_key=key,
         epoch=state.epoch,

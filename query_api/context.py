@@ -50,9 +50,8 @@ class _Served:
 class _Turn:
     user: _Served
     groups: list[list[_Served]] = field(default_factory=list)  # each: assistant with tool calls + results
-    rest: list[tuple[int, _Served]] = field(default_factory=list)  # other messages, by position
+    rest: list[_Served] = field(default_factory=list)  # other messages
     order: list[tuple[str, int]] = field(default_factory=list)  # ("group", i) / ("rest", i) in log order
-    made_tool_calls: bool = False
 
     def messages(self, *, skip_groups: int = 0) -> list[_Served]:
         out = [self.user]
@@ -61,7 +60,7 @@ class _Turn:
                 if i >= skip_groups:
                     out.extend(self.groups[i])
             else:
-                out.append(self.rest[i][1])
+                out.append(self.rest[i])
         return out
 
     def cost(self, *, skip_groups: int = 0) -> int:
@@ -111,7 +110,6 @@ def _build_turn(
     made_tool_calls = any(m.role == "assistant" and m.tool_calls and _usable(m) for m in messages)
     include_reasoning = reasoning == "all" or (reasoning == "tool_turns" and made_tool_calls)
     turn = _Turn(user=_serve(user, spec, count, keep_images=keep_images, include_reasoning=False))
-    turn.made_tool_calls = made_tool_calls
     i = 1
     while i < len(messages):
         m = messages[i]
@@ -139,8 +137,18 @@ def _build_turn(
             turn.groups.append(group)
         else:
             turn.order.append(("rest", len(turn.rest)))
-            turn.rest.append((len(turn.rest), served))
+            turn.rest.append(served)
     return turn
+
+
+def context_start(window_start: int | None, summary_covers_through: int | None) -> int:
+    """Where a context's non-system messages start: with no summary, the whole current epoch
+    (turns no summary covers stay); else the earliest of the window's start and the first
+    message the summary does not cover."""
+    if summary_covers_through is None:
+        return 0
+    after = summary_covers_through + 1
+    return after if window_start is None else min(window_start, after)
 
 
 def _split_turns(messages: Sequence[StoredMessage]) -> list[list[StoredMessage]]:

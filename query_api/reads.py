@@ -26,6 +26,7 @@ from psycopg.rows import dict_row
 from events.keys import ConversationKey
 from projectors.pg import PgPool, convert_pg_error
 from projectors.tokens import ENCODINGS, get_encoding
+from query_api.context import context_start
 from query_api.model import StoredMessage, StoredSummary
 
 __all__ = ["MAX_CURSOR_CHARS", "MAX_PAGE", "ContextInputs", "ConversationListItem", "ReadModels",
@@ -173,10 +174,9 @@ class ReadModels:
                     return None
                 epoch, partition, last_offset, window_start, turn_count, parked, summary_id, text, covers = head
                 summary = None
-                start = 0  # no summary: the whole current epoch
                 if summary_id is not None and covers is not None:
                     summary = StoredSummary(summary_id, text, covers, _count(encoding, text))
-                    start = covers + 1 if window_start is None else min(window_start, covers + 1)
+                start = context_start(window_start, summary.covers_through_seq if summary else None)
                 system = _messages(await system_cur.fetchall())
                 if newest is None:
                     cur = await conn.execute(self._messages[encoding], [k, start, epoch])

@@ -14,3 +14,12 @@ def services_required() -> bool:
     import os  # noqa: PLC0415
 
     return os.environ.get("CONVLOG_REQUIRE_SERVICES") == "1" or os.environ.get("CONVLOG_REQUIRE_KAFKA") == "1"
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on right now (for a test's private server)."""
+    import socket  # noqa: PLC0415
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

@@ -21,7 +21,9 @@ from projectors.migrate import (
     migrate_command,
     schema_version,
 )
-from tests.test_pg import admin_url, free_port, temporary_database
+from tests.projection_support import temporary_database
+from tests.support import free_port
+from tests.test_pg import admin_url
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -30,7 +29,7 @@ from events.errors import ConvlogError
 from projectors.errors import PositionConflictError, ProjectionError, StoreUnavailableError
 from projectors.pg import PgPool, convert_pg_error, describe_url, open_pool, retrying
 from tests.projection_support import temporary_database
-from tests.support import services_required
+from tests.support import free_port, services_required
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -45,12 +44,6 @@ def admin_url() -> str:
     if not url:
         pytest.skip("no Postgres: set CONVLOG_DATABASE_URL (make services-up) to run Postgres tests")
     return url
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def require_pg_binaries() -> None:

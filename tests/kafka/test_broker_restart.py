@@ -4,7 +4,6 @@ everything that was not acknowledged failed with a retriable error."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -18,6 +17,7 @@ from events.errors import ConvlogError
 from events.kafka_log import KafkaEventLog
 from events.keys import ConversationKey
 from events.producer import ConversationProducer
+from tests.support import free_port
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -26,17 +26,10 @@ DOWNTIME_S = 12.0
 APPEND_TIMEOUT_S = 6.0  # shorter than the downtime: some appends must give up
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @pytest.fixture
 def private_broker(tmp_path: Path, kafka_bootstrap: str) -> Iterator[KafkaHandle]:
     """A broker of this test's own, so killing it disturbs no other test."""
-    broker = start_kafka(tmp_path / "broker", port=_free_port(), controller_port=_free_port())
+    broker = start_kafka(tmp_path / "broker", port=free_port(), controller_port=free_port())
     yield broker
     broker.kill()
 

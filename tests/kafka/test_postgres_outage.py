@@ -4,7 +4,6 @@ catches up when Postgres is back."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,22 +24,16 @@ from projectors.store import ProjectionStore
 from projectors.versions import create_version
 from projectors.window import WindowPolicy
 from tests.projection_support import COUNTER
-from tests.support import unique_topic
+from tests.support import free_port, unique_topic
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres, pytest.mark.slow]
 
 OUTAGE_S = 30
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def private_postgres(tmp_path: Path, pg_admin_url: str) -> Iterator[PostgresHandle]:
-    handle = start_postgres(tmp_path / "pg", port=_free_port())
+    handle = start_postgres(tmp_path / "pg", port=free_port())
     yield handle
     handle.kill()
 
