@@ -40,7 +40,7 @@ SUMMARY_COLUMNS = (
 CONVERSATION_COLUMNS = (
     "conversation_key", "tenant_id", "user_id", "conversation_id", "title", "metadata", "started_at",
     "last_activity_at", "last_event_at", "message_count", "turn_count", "next_seq", "epoch", "clear_count",
-    "erased_at", "open_tool_calls", "answered_tool_calls", "last_partition", "last_offset",
+    "erased_at", "open_tool_calls", "answered_tool_calls", "last_partition", "last_offset", "first_offset",
 )  # fmt: skip
 
 WINDOW_COLUMNS = ("conversation_key", "epoch", "start_seq", "turn_starts")
@@ -158,6 +158,7 @@ def states_json(states: Sequence[ConversationState]) -> tuple[str, str]:
             "clear_count": state.clear_count, "erased_at": _iso(state.erased_at),
             "open_tool_calls": state.open_tool_calls, "answered_tool_calls": state.answered_tool_calls,
             "last_partition": state.last_at[0], "last_offset": state.last_at[1],
+            "first_offset": state.first_offset,
         })  # fmt: skip
         windows.append({
             "conversation_key": str(k), "epoch": state.epoch, "start_seq": state.window.start_seq,
@@ -186,6 +187,7 @@ def state_from_row(row: dict[str, Any]) -> ConversationState:
         answered_tool_calls=tuple(row["answered_tool_calls"]),
         window=Window(row["start_seq"], tuple(row["turn_starts"] or ())),
         last_at=(row["last_partition"], row["last_offset"]),
+        first_offset=row["first_offset"],
     )
 
 

@@ -53,6 +53,7 @@ class ConversationState:
     answered_tool_calls: tuple[str, ...] = ()  # calls of that message already answered
     window: Window = EMPTY_WINDOW
     last_at: tuple[int, int] = (-1, -1)  # (partition, offset) of the last event applied
+    first_offset: int = -1  # of its first event: reading the conversation back starts there
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +141,7 @@ def apply_event(
         "started_at": state.started_at or event.occurred_at,
         "last_event_at": event.occurred_at,
         "last_at": (at.partition, at.offset),
+        "first_offset": at.offset if state.first_offset < 0 else state.first_offset,
     }
     if isinstance(body, MessageAppended):  # the hot path: one replace() per message
         return _apply_message(state, common, event, body, at, policy)

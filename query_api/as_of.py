@@ -5,7 +5,8 @@ projector's own pure functions, so the context assembled from them is the one se
 after that event. The log never forgets, but people may: a redaction or an erasure recorded
 later still applies — such content is never served again, even for the past.
 
-This reads the conversation's partition from its start: an audit operation, not a hot path.
+This reads the conversation's partition from the conversation's first event on: an audit
+operation, not a hot path.
 """
 
 from __future__ import annotations
@@ -33,11 +34,12 @@ async def context_inputs_as_of(
     policy: WindowPolicy,
     max_event_bytes: int,
     codec: EventCodec | None = None,
+    start_offset: int = 0,
 ) -> ContextInputs | None:
     """The inputs of the context right after the event at offset ``as_of`` of the
     conversation's partition; None if the conversation had no event by then."""
     codec = codec or default_codec()
-    pairs = [pair async for pair in conversation_events(log, key, codec=codec)]
+    pairs = [pair async for pair in conversation_events(log, key, codec=codec, start_offset=start_offset)]
     before = [record for record, _ in pairs if record.offset <= as_of]
     if not before:
         return None

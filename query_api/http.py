@@ -164,11 +164,12 @@ def create_app(deps: ApiDeps) -> FastAPI:  # noqa: PLR0915 - one place that list
     def key_of(authorization: str | None, user_id: str, conversation_id: str) -> ConversationKey:
         return ConversationKey(tenant(authorization), user_id, conversation_id)
 
-    async def known(key: ConversationKey) -> ReadModels:
-        reads = await deps.reads()
-        if not await reads.conversation_exists(key):
+    async def known(key: ConversationKey) -> int:
+        """The conversation's first log offset; 404 when it is unknown (or another tenant's)."""
+        first = await (await deps.reads()).first_offset(key)
+        if first is None:
             raise ApiError(404, "not_found", "no such conversation")
-        return reads
+        return first
 
     def accepted(appended: Appended) -> JSONResponse:
         return JSONResponse(
@@ -236,9 +237,9 @@ def create_app(deps: ApiDeps) -> FastAPI:  # noqa: PLR0915 - one place that list
         partition = partition_for_key(key.encode(), deps.log.partition_count)
         request = ContextRequest(model, budget_tokens, reserve_tokens, tools_tokens, reasoning, deps.image_turns)
         if as_of is not None:  # rebuilt from the log, exactly as served right after that event
-            await known(key)
+            first = await known(key)
             inputs = await context_inputs_as_of(deps.log, key, as_of, encoding=spec.encoding, policy=deps.policy,
-                                                max_event_bytes=deps.max_event_bytes)  # fmt: skip
+                                                max_event_bytes=deps.max_event_bytes, start_offset=first)  # fmt: skip
             if inputs is None:
                 raise ApiError(404, "not_found", f"the conversation had no event by offset {as_of}")
             ctx = assemble(system=inputs.system, summary=inputs.summary, messages=inputs.messages, request=request,
@@ -280,8 +281,8 @@ def create_app(deps: ApiDeps) -> FastAPI:  # noqa: PLR0915 - one place that list
     @app.get(PREFIX + "/{conversation_id}/events")
     async def raw_events(user_id: str, conversation_id: str, authorization: AuthHeader = None) -> dict[str, Any]:
         key = key_of(authorization, user_id, conversation_id)
-        await known(key)
-        pairs = [pair async for pair in conversation_events(deps.log, key)]
+        first = await known(key)
+        pairs = [pair async for pair in conversation_events(deps.log, key, start_offset=first)]
         return {"events": events_json(pairs)}
 
     @app.get(PREFIX)

@@ -237,11 +237,16 @@ class ReadModels:
         return [_entry(r) for r in reversed(page[:limit])], next_before
 
     async def conversation_exists(self, key: ConversationKey) -> bool:
+        return await self.first_offset(key) is not None
+
+    async def first_offset(self, key: ConversationKey) -> int | None:
+        """The log offset of the conversation's first event (None: unknown conversation), so
+        reading it back from the log skips what came before it on its partition."""
         with _pg_errors(f"look up {key}"):
             async with self._pool.connection() as conn:
-                q = self._q("SELECT EXISTS (SELECT FROM {s}.conversations WHERE conversation_key = %s)")
+                q = self._q("SELECT first_offset FROM {s}.conversations WHERE conversation_key = %s")
                 row = await (await conn.execute(q, [str(key)])).fetchone()
-        return bool(row and row[0])
+        return None if row is None else int(row[0])
 
     async def projection_position(self, partition: int) -> int:
         """The next offset the projection will apply on ``partition`` (0 before the first)."""

@@ -365,7 +365,7 @@ async def test_the_list_reads_the_activity_index_from_the_cursor_on(projection: 
     await projection.execute(
         "INSERT INTO {s}.conversations SELECT 'acme:u' || u || ':c' || c, 'acme', 'u' || u, 'c' || c, NULL, '{{}}', "
         "now(), CASE WHEN mod(c, 10) <> 0 THEN now() - c * interval '1 minute' END, now(), 1, 1, 1, 0, 0, NULL, "
-        "'{{}}', '{{}}', 0, 0 FROM generate_series(1, 30) u, generate_series(1, 2000) c"
+        "'{{}}', '{{}}', 0, 0, 0 FROM generate_series(1, 30) u, generate_series(1, 2000) c"
     )
     await projection.execute("ANALYZE {s}.conversations")
     middle = datetime.now(UTC) - timedelta(minutes=1000)

@@ -29,7 +29,8 @@ CREATE TABLE {schema}.conversations (
     open_tool_calls     text[]      NOT NULL,
     answered_tool_calls text[]      NOT NULL,
     last_partition      integer     NOT NULL,
-    last_offset         bigint      NOT NULL
+    last_offset         bigint      NOT NULL,
+    first_offset        bigint      NOT NULL   -- reading the conversation from the log starts here
 );
 CREATE INDEX conversations_by_activity
     ON {schema}.conversations (tenant_id, user_id, last_activity_at DESC NULLS LAST, conversation_id);
