@@ -1,0 +1,71 @@
+"""Subcommands that run convlog: demo, migrate, project, serve, events."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from typing import Any
+
+from convlog.logs import configure_logging
+from convlog.settings import Settings
+from events.keys import ConversationKey
+
+KEY_HELP = "conversation key tenant:user:conversation (':' and '\\' inside a part escaped with '\\')"
+
+
+def register(sub: Any) -> None:
+    sub.add_parser("demo", help="append the demo conversations and print the stored events").set_defaults(handler=_demo)
+    sub.add_parser("migrate", help="apply the Postgres migrations (schema convlog)").set_defaults(handler=_migrate)
+    sub.add_parser("project", help="run the read-model projector until interrupted").set_defaults(handler=_project)
+    sub.add_parser(
+        "serve", help="run the HTTP API, the projector and the summarizer (CONVLOG_HTTP_HOST/PORT, CONVLOG_API_TOKENS)"
+    ).set_defaults(handler=_serve)
+    events = sub.add_parser("events", help="print a conversation's stored events")
+    events.add_argument("key", help=KEY_HELP)
+    events.set_defaults(handler=_events)
+
+
+def _demo(settings: Settings, args: argparse.Namespace) -> int:
+    from convlog.demo import main as demo_main  # noqa: PLC0415 - keep `--help` fast
+
+    demo_main(settings)
+    return 0
+
+
+def _migrate(settings: Settings, args: argparse.Namespace) -> int:
+    from convlog.embedded_pg import database_url  # noqa: PLC0415
+    from projectors.migrate import migrate_command  # noqa: PLC0415
+
+    return asyncio.run(migrate_command(database_url(settings)))
+
+
+def _project(settings: Settings, args: argparse.Namespace) -> int:
+    from convlog.projecting import main as project_main  # noqa: PLC0415
+
+    configure_logging(default_level="info")
+    project_main(settings)
+    return 0
+
+
+def _serve(settings: Settings, args: argparse.Namespace) -> int:
+    from convlog.serve import main as serve_main  # noqa: PLC0415
+
+    configure_logging(default_level="info")
+    serve_main(settings)
+    return 0
+
+
+def _events(settings: Settings, args: argparse.Namespace) -> int:
+    asyncio.run(_print_events(settings, ConversationKey.parse(args.key)))
+    return 0
+
+
+async def _print_events(settings: Settings, key: ConversationKey) -> None:
+    from convlog.render import print_conversation_events  # noqa: PLC0415
+    from convlog.wiring import open_event_log  # noqa: PLC0415
+
+    event_log = await open_event_log(settings)
+    try:
+        await print_conversation_events(event_log, key)
+    finally:
+        await event_log.close()
