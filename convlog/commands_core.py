@@ -20,6 +20,9 @@ def register(sub: Any) -> None:
     sub.add_parser(
         "serve", help="run the HTTP API, the projector and the summarizer (CONVLOG_HTTP_HOST/PORT, CONVLOG_API_TOKENS)"
     ).set_defaults(handler=_serve)
+    sub.add_parser(
+        "summarize", help="run the summarizer consumer until interrupted (Kafka; CONVLOG_LLM_BASE_URL or offline)"
+    ).set_defaults(handler=_summarize)
     events = sub.add_parser("events", help="print a conversation's stored events")
     events.add_argument("key", help=KEY_HELP)
     events.set_defaults(handler=_events)
@@ -44,6 +47,14 @@ def _project(settings: Settings, args: argparse.Namespace) -> int:
 
     configure_logging(default_level="info")
     project_main(settings)
+    return 0
+
+
+def _summarize(settings: Settings, args: argparse.Namespace) -> int:
+    from convlog.summarizing import main as summarize_main  # noqa: PLC0415
+
+    configure_logging(default_level="info")
+    summarize_main(settings)
     return 0
 
 

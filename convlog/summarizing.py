@@ -1,0 +1,165 @@
+"""``convlog summarize`` and the summarizer inside ``convlog serve``: settings and wiring.
+
+Settings (environment):
+- ``CONVLOG_LLM_BASE_URL`` — an OpenAI-compatible endpoint (``https://api.openai.com/v1``, a
+  vLLM or Ollama server...). Unset: the deterministic offline summarizer, no network.
+- ``CONVLOG_LLM_API_KEY`` (else ``OPENAI_API_KEY``), ``CONVLOG_LLM_MODEL`` (gpt-4o-mini),
+  ``CONVLOG_LLM_TIMEOUT_S`` (60), ``CONVLOG_LLM_MAX_RETRIES`` (2, the client's own retries).
+- ``CONVLOG_SUMMARY_MAX_TOKENS`` (400) — a summary's size limit, enforced.
+- ``CONVLOG_SUMMARIZER`` — ``off`` keeps ``serve`` from running one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TypeVar
+
+import structlog
+from prometheus_client import CollectorRegistry
+
+from convlog.embedded_pg import database_url
+from convlog.settings import Settings
+from convlog.wiring import make_producer, open_event_log
+from events.codec import default_codec
+from events.errors import ConfigurationError
+from events.log import EventLog
+from projectors.migrate import migrate
+from projectors.pg import PgPool, open_pool, retrying
+from projectors.sources import KafkaGroupSource, LogSource, RecordSource
+from summarizer.metrics import SummarizerMetrics
+from summarizer.models import OfflineSummaryModel, SummaryModel
+from summarizer.openai_model import OpenAISummaryModel
+from summarizer.runner import Summarizer, SummarizerOptions
+from summarizer.store import SummaryStore
+
+log = structlog.get_logger(__name__)
+
+CONSUMER = "convlog.summarizer"
+N = TypeVar("N", int, float)
+
+
+@dataclass(frozen=True, slots=True)
+class SummarizerSettings:
+    enabled: bool = True
+    base_url: str | None = None
+    api_key: str = ""
+    model: str = "gpt-4o-mini"
+    timeout_s: float = 60.0
+    max_retries: int = 2
+    max_tokens: int = 400
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> SummarizerSettings:
+        d = cls()
+        switch = (env.get("CONVLOG_SUMMARIZER") or "on").strip().lower()
+        if switch not in {"on", "off"}:
+            raise ConfigurationError(f"CONVLOG_SUMMARIZER must be on or off, got {switch!r}")
+        return cls(
+            enabled=switch == "on",
+            base_url=(env.get("CONVLOG_LLM_BASE_URL") or "").strip() or None,
+            api_key=env.get("CONVLOG_LLM_API_KEY") or env.get("OPENAI_API_KEY") or "",
+            model=env.get("CONVLOG_LLM_MODEL") or d.model,
+            timeout_s=_number(env, "CONVLOG_LLM_TIMEOUT_S", d.timeout_s, float, minimum=0.1),
+            max_retries=_number(env, "CONVLOG_LLM_MAX_RETRIES", d.max_retries, int, minimum=0),
+            max_tokens=_number(env, "CONVLOG_SUMMARY_MAX_TOKENS", d.max_tokens, int, minimum=16),
+        )
+
+    def build_model(self) -> SummaryModel:
+        if self.base_url is None:
+            return OfflineSummaryModel()
+        return OpenAISummaryModel(
+            base_url=self.base_url,
+            # Local OpenAI-compatible servers often need no key; the client insists on one.
+            api_key=self.api_key or "unset",
+            model=self.model,
+            timeout_s=self.timeout_s,
+            max_retries=self.max_retries,
+        )
+
+
+def _number(env: Mapping[str, str], name: str, default: N, kind: type[N], *, minimum: N) -> N:
+    raw = env.get(name)
+    if not raw:
+        return default
+    try:
+        value = kind(raw)
+    except ValueError as e:
+        raise ConfigurationError(f"{name} must be a number, got {raw!r}") from e
+    if value < minimum:
+        raise ConfigurationError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def build_summarizer(
+    settings: Settings,
+    pool: PgPool,
+    event_log: EventLog,
+    env: Mapping[str, str],
+    *,
+    registry: CollectorRegistry | None = None,
+) -> Summarizer:
+    """A summarizer appending through ``event_log``: a Kafka consumer group member when Kafka is
+    configured, else a reader of ``event_log`` itself (the embedded log)."""
+    config = SummarizerSettings.from_env(env)
+    source: RecordSource
+    if settings.kafka_bootstrap:
+        source = KafkaGroupSource(
+            bootstrap=settings.kafka_bootstrap,
+            topic=settings.topic,
+            group_id=CONSUMER,
+            client_id="convlog-summarizer",
+            session_timeout_ms=int(env.get("CONVLOG_KAFKA_SESSION_TIMEOUT_MS", "10000")),
+            heartbeat_interval_ms=1000,
+            group_instance_id=env.get("CONVLOG_SUMMARIZER_INSTANCE_ID") or None,
+        )
+    else:
+        source = LogSource(event_log)
+    model = config.build_model()
+    log.info("summarizer.model", model=model.model, prompt_version=model.prompt_version,
+             endpoint=config.base_url or "offline")  # fmt: skip
+    return Summarizer(
+        source,
+        SummaryStore(pool, consumer=CONSUMER),
+        make_producer(event_log, settings, producer="convlog-summarizer"),
+        model,
+        codec=default_codec(),
+        log_ends=event_log.end_offsets,
+        metrics=SummarizerMetrics(registry),
+        options=SummarizerOptions(max_tokens=config.max_tokens),
+    )
+
+
+async def run_summarizer(settings: Settings, stop: asyncio.Event) -> Summarizer:
+    """Summarize until ``stop`` is set (``convlog summarize``). With the embedded log, the
+    process must also run the projector: use ``convlog serve``."""
+    if not settings.kafka_bootstrap:
+        raise ConfigurationError(
+            "convlog summarize runs against Kafka (CONVLOG_KAFKA_BOOTSTRAP); with the embedded log, "
+            "`convlog serve` runs the summarizer"
+        )
+    url = await asyncio.to_thread(database_url, settings)
+    await retrying(lambda: migrate(url), action="migrating")
+    pool = await retrying(lambda: open_pool(url, name="convlog-summarizer", max_size=6), action="connecting")
+    event_log = await open_event_log(settings)
+    try:
+        summarizer = build_summarizer(settings, pool, event_log, os.environ)
+        await summarizer.run(stop)
+        return summarizer
+    finally:
+        await event_log.close()
+        await pool.close()
+
+
+def main(settings: Settings) -> None:
+    async def run() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await run_summarizer(settings, stop)
+
+    asyncio.run(run())

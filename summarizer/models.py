@@ -1,0 +1,89 @@
+"""The summary model port, the deterministic offline model, and the size limit every summary obeys.
+
+A :class:`SummaryModel` turns a :class:`~summarizer.plan.SummaryJob` (the summary so far and the
+turns to fold in) into a :class:`Draft`. The OpenAI-compatible implementation lives in
+:mod:`summarizer.openai_model`; :class:`OfflineSummaryModel` needs no network and answers the
+same for the same input, so the demo and the tests run anywhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from projectors.tokens import get_encoding
+from summarizer.plan import SummaryJob
+
+SUMMARY_ENCODING = "o200k_base"  # summary sizes are measured in it, whatever model serves them
+
+
+@dataclass(frozen=True, slots=True)
+class Draft:
+    text: str
+    input_tokens: int | None = None  # as the provider reported them
+    output_tokens: int | None = None
+
+
+class SummaryModel(Protocol):
+    @property
+    def model(self) -> str:
+        """The model name recorded in the event."""
+        ...
+
+    @property
+    def prompt_version(self) -> str:
+        """The prompt's version, recorded in the event and part of its id."""
+        ...
+
+    async def summarize(self, job: SummaryJob, *, max_tokens: int) -> Draft: ...
+
+
+def count_tokens(text: str) -> int:
+    return len(get_encoding(SUMMARY_ENCODING).encode_ordinary(text))
+
+
+def enforce_limit(text: str, max_tokens: int) -> tuple[str, bool]:
+    """``text`` cut to at most ``max_tokens`` tokens (at a line or word end when one is near);
+    the flag says whether it had to be cut. Models overrun instructions: the limit is ours."""
+    encoding = get_encoding(SUMMARY_ENCODING)
+    tokens = encoding.encode_ordinary(text)
+    if len(tokens) <= max_tokens:
+        return text, False
+    cut = encoding.decode(tokens[:max_tokens])
+    for sep in ("\n", ". ", " "):
+        at = cut.rfind(sep)
+        if at >= len(cut) * 3 // 4:
+            cut = cut[: at + (1 if sep == ". " else 0)]
+            break
+    return cut.rstrip(), True
+
+
+class OfflineSummaryModel:
+    """Deterministic, extractive: one bullet per turn (what the user asked, what came of it),
+    appended to the summary so far; when over the limit the oldest bullets go first."""
+
+    model = "convlog-offline-extractive"
+    prompt_version = "offline-v1"
+    bullet_chars = 240
+
+    async def summarize(self, job: SummaryJob, *, max_tokens: int) -> Draft:
+        bullets = [b for b in (job.previous or "").splitlines() if b.strip()]
+        for turn in _turns(job.lines):
+            bullet = " → ".join(turn)
+            if len(bullet) > self.bullet_chars:
+                bullet = bullet[: self.bullet_chars - 1].rstrip() + "…"
+            bullets.append(f"- {bullet}")
+        while len(bullets) > 1 and count_tokens("\n".join(bullets)) > max_tokens:
+            bullets.pop(0)
+        text, _ = enforce_limit("\n".join(bullets), max_tokens)
+        return Draft(text)
+
+
+def _turns(lines: tuple[str, ...]) -> list[list[str]]:
+    turns: list[list[str]] = []
+    for line in lines:
+        if line.startswith("User: ") or not turns:
+            turns.append([line])
+        else:
+            turns[-1].append(line)
+    return turns

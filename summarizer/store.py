@@ -1,0 +1,130 @@
+"""What the summarizer reads and writes in Postgres: its own positions, the live read models'
+positions, and one conversation's summary inputs (read in one snapshot).
+
+Summaries themselves are never written here: they are events in the log, and the projections
+turn them into the summary read model like any other event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from events.keys import ConversationKey
+from projectors.errors import ProjectionError
+from projectors.pg import PgPool, convert_pg_error
+from projectors.versions import live_version
+from summarizer.plan import PreviousSummary, SummaryInputs
+from summarizer.transcript import PendingMessage
+
+_SNAPSHOT = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
+_HEAD = """
+SELECT c.epoch, CASE WHEN w.epoch = c.epoch THEN w.start_seq END, m.summary_id, m.text,
+       (SELECT min(t.seq) FROM {s}.transcript t
+         WHERE t.conversation_key = c.conversation_key AND t.message_id = m.covers_through_message_id)
+FROM {s}.conversations c
+LEFT JOIN {s}.windows w ON w.conversation_key = c.conversation_key
+LEFT JOIN LATERAL (
+    SELECT summary_id, text, covers_through_message_id FROM {s}.summaries
+     WHERE conversation_key = c.conversation_key AND epoch = c.epoch AND text IS NOT NULL
+     ORDER BY seq DESC LIMIT 1
+) m ON true
+WHERE c.conversation_key = %s"""
+_PENDING = """
+SELECT seq, message_id, role, content, tool_calls, tool_call_id, finish_reason,
+       flag IS NULL AND redacted_at IS NULL AND erased_at IS NULL
+FROM {s}.transcript
+WHERE conversation_key = %s AND epoch = %s AND seq > %s AND seq < %s AND role <> 'system'
+ORDER BY seq LIMIT %s"""
+
+
+class SummaryStore:
+    def __init__(self, pool: PgPool, *, consumer: str) -> None:
+        self._pool = pool
+        self.consumer = consumer
+
+    async def positions(self, partitions: Sequence[int]) -> dict[int, int]:
+        """The next offset to look at per partition (0 for a partition never read)."""
+        with _pg_errors("load the summarizer's positions"):
+            async with self._pool.connection() as conn:
+                cur = await conn.execute(
+                    "SELECT partition, next_offset FROM convlog.summarizer_positions "
+                    "WHERE consumer = %s AND partition = ANY(%s)",
+                    [self.consumer, list(partitions)],
+                )
+                stored: dict[int, int] = dict(await cur.fetchall())
+        return {p: stored.get(p, 0) for p in partitions}
+
+    async def save_positions(self, positions: Mapping[int, int]) -> None:
+        """Store positions; they never move back (a member that lost a partition during a
+        rebalance may still write an older one)."""
+        if not positions:
+            return
+        with _pg_errors("store the summarizer's positions"):
+            async with self._pool.connection() as conn, conn.cursor() as cur:
+                await cur.executemany(
+                    "INSERT INTO convlog.summarizer_positions AS s (consumer, partition, next_offset) "
+                    "VALUES (%s, %s, %s) ON CONFLICT (consumer, partition) DO UPDATE "
+                    "SET next_offset = GREATEST(s.next_offset, EXCLUDED.next_offset), updated_at = now()",
+                    [(self.consumer, p, o) for p, o in sorted(positions.items())],
+                )
+
+    async def live_schema(self) -> str:
+        with _pg_errors("find the live read models"):
+            async with self._pool.connection() as conn:
+                live = await live_version(conn)
+        if live is None:
+            raise ProjectionError("no live read-models version yet: run `convlog migrate` and a projector first")
+        return live.schema
+
+    async def projection_positions(self, schema: str, partitions: Sequence[int]) -> dict[int, int]:
+        """How far the read models in ``schema`` have applied each partition (0: not at all)."""
+        query = sql.SQL("SELECT partition, next_offset FROM {}.positions WHERE partition = ANY(%s)").format(
+            sql.Identifier(schema)
+        )
+        with _pg_errors("read the projection's positions"):
+            async with self._pool.connection() as conn:
+                cur = await conn.execute(query, [list(partitions)])
+                found: dict[int, int] = dict(await cur.fetchall())
+        return {p: found.get(p, 0) for p in partitions}
+
+    async def summary_inputs(self, schema: str, key: ConversationKey, *, max_rows: int) -> SummaryInputs | None:
+        """None for a conversation the read models do not know. At most ``max_rows`` pending
+        messages are read (the oldest); ``complete`` says whether that was all of them."""
+        s = sql.Identifier(schema)
+        k = str(key)
+        with _pg_errors(f"read the summary inputs of {k}"):
+            async with self._pool.connection() as conn:
+                await conn.execute(_SNAPSHOT)
+                cur = await conn.execute(sql.SQL(_HEAD).format(s=s), [k])
+                head = await cur.fetchone()
+                if head is None:
+                    return None
+                epoch, window_start, summary_id, text, covers_seq = head
+                previous = None
+                if summary_id is not None and covers_seq is not None:
+                    previous = PreviousSummary(summary_id, text, covers_seq)
+                if window_start is None:
+                    return SummaryInputs(key, epoch, None, previous, ())
+                after = previous.covers_through_seq if previous else -1
+                cur = await conn.execute(sql.SQL(_PENDING).format(s=s), [k, epoch, after, window_start, max_rows])
+                rows = await cur.fetchall()
+        pending = tuple(_pending(r) for r in rows)
+        return SummaryInputs(key, epoch, window_start, previous, pending, complete=len(rows) < max_rows)
+
+
+def _pending(row: tuple[Any, ...]) -> PendingMessage:
+    seq, message_id, role, content, tool_calls, tool_call_id, finish_reason, usable = row
+    return PendingMessage(seq, message_id, role, content, tuple(tool_calls or ()), tool_call_id, finish_reason, usable)
+
+
+@contextmanager
+def _pg_errors(action: str) -> Iterator[None]:
+    try:
+        yield
+    except (psycopg.Error, TimeoutError, ConnectionError) as e:
+        raise convert_pg_error(e, action=action) from e
