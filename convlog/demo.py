@@ -73,6 +73,7 @@ async def run_demo(settings: Settings) -> None:
         for key, appended in written:
             await print_conversation_events(event_log, key, start_offset=appended[0].offset)
         await _caught_up(service, {a.partition: a.offset for _, appended in written for a in appended})
+        await print_summary(service, oa_key)
         await print_context(service, oa_key, model="gpt-4o-mini", budget_tokens=1200)
         await print_context(service, tools_key, model="deepseek-v4", budget_tokens=4000, reasoning="tool_turns")
     print_try_it(oa_key)
@@ -84,6 +85,26 @@ async def _caught_up(service: Service, offsets: dict[int, int]) -> None:
             return
         await asyncio.sleep(0.05)
     raise TimeoutError("the projector did not catch up within 30 s")
+
+
+async def print_summary(service: Service, key: ConversationKey) -> None:
+    """Wait for the summarizer to fold the turns that left the OA conversation's window."""
+    reads = await service.deps.reads()
+    for _ in range(600):
+        inputs = await reads.context_inputs(key, encoding="o200k_base")
+        if inputs is not None and inputs.summary is not None:
+            break
+        await asyncio.sleep(0.05)
+    else:
+        print("no summary yet (the summarizer is off or behind): the turns that left the window stay raw\n")
+        return
+    summary = inputs.summary
+    model = service.summarizer.model if service.summarizer else None
+    print(f"running summary of {key} — covers through seq {summary.covers_through_seq}, {summary.tokens} tokens"
+          f"{f', by {model.model} ({model.prompt_version})' if model else ''}:")  # fmt: skip
+    for line in summary.text.splitlines():
+        print(f"  {preview(line)}")
+    print()
 
 
 async def print_context(

@@ -1,4 +1,4 @@
-"""``convlog serve``: the HTTP API and the projector in one process.
+"""``convlog serve``: the HTTP API, the projector and the summarizer in one process.
 
 Against Kafka and Postgres when configured, else the embedded log and an embedded Postgres.
 """
@@ -21,6 +21,7 @@ import uvicorn
 from convlog.embedded_pg import database_url
 from convlog.projecting import build_projector
 from convlog.settings import Settings
+from convlog.summarizing import SummarizerSettings, build_summarizer
 from convlog.wiring import make_producer, open_event_log
 from events.errors import ConfigurationError
 from events.log import EventLog
@@ -33,6 +34,7 @@ from query_api.http import ApiDeps, create_app
 from query_api.metrics import Metrics
 from query_api.models import model_spec
 from query_api.reads import ReadModels
+from summarizer.runner import Summarizer
 
 log = structlog.get_logger(__name__)
 
@@ -56,6 +58,7 @@ class Service:
 
     deps: ApiDeps
     projector: Projector
+    summarizer: Summarizer | None
     pool: PgPool
     event_log: EventLog
 
@@ -129,13 +132,19 @@ async def running_service(settings: Settings, env: Mapping[str, str] | None = No
             policy=WindowPolicy.from_env(env),
             max_event_bytes=settings.max_event_bytes,
         )
-        projecting = asyncio.create_task(projector.run(stop))
+        summarizer = None
+        if SummarizerSettings.from_env(env).enabled:
+            summarizer = build_summarizer(settings, pool, event_log, env, registry=metrics.registry)
+        tasks = [asyncio.create_task(projector.run(stop))]
+        if summarizer is not None:
+            tasks.append(asyncio.create_task(summarizer.run(stop)))
         try:
-            yield Service(deps, projector, pool, event_log)
+            yield Service(deps, projector, summarizer, pool, event_log)
         finally:
             stop.set()
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.wait_for(projecting, 30)
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.wait_for(task, 30)
     finally:
         await event_log.close()
         await pool.close()

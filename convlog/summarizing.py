@@ -38,7 +38,11 @@ from summarizer.store import SummaryStore
 
 log = structlog.get_logger(__name__)
 
-CONSUMER = "convlog.summarizer"
+
+def consumer_name(settings: Settings) -> str:
+    """The summarizer's consumer group and positions name: one summarizer per topic."""
+    return f"convlog.summarizer.{settings.topic}"
+
 N = TypeVar("N", int, float)
 
 
@@ -110,7 +114,7 @@ def build_summarizer(
         source = KafkaGroupSource(
             bootstrap=settings.kafka_bootstrap,
             topic=settings.topic,
-            group_id=CONSUMER,
+            group_id=consumer_name(settings),
             client_id="convlog-summarizer",
             session_timeout_ms=int(env.get("CONVLOG_KAFKA_SESSION_TIMEOUT_MS", "10000")),
             heartbeat_interval_ms=1000,
@@ -123,7 +127,7 @@ def build_summarizer(
              endpoint=config.base_url or "offline")  # fmt: skip
     return Summarizer(
         source,
-        SummaryStore(pool, consumer=CONSUMER),
+        SummaryStore(pool, consumer=consumer_name(settings)),
         make_producer(event_log, settings, producer="convlog-summarizer"),
         model,
         codec=default_codec(),

@@ -60,6 +60,9 @@ class KafkaEventLog:
         self._deadlines = _AckDeadlines(append_timeout_s)
         self._consumer: AIOKafkaConsumer | None = None
         self._next: dict[int, int] = {}  # where the reader's fetch position is, per assigned partition
+        # One reader consumer serves every read: concurrent readers (each with its own positions)
+        # take turns, or one would receive records fetched from the other's positions.
+        self._read_lock = asyncio.Lock()
         self._closed = False
 
     @classmethod
@@ -144,9 +147,10 @@ class KafkaEventLog:
     ) -> Sequence[LogRecord]:
         self._check_open()
         try:
-            consumer = await self._reader()
-            self._position_reader(consumer, positions)
-            batches = await consumer.getmany(timeout_ms=int(timeout_s * 1000), max_records=max_records)
+            async with self._read_lock:
+                consumer = await self._reader()
+                self._position_reader(consumer, positions)
+                batches = await consumer.getmany(timeout_ms=int(timeout_s * 1000), max_records=max_records)
         except KafkaError as e:
             raise convert_kafka_error(e, action=f"reading {self._topic}") from e
         records: list[LogRecord] = []

@@ -69,7 +69,7 @@ class OfflineSummaryModel:
     async def summarize(self, job: SummaryJob, *, max_tokens: int) -> Draft:
         bullets = [b for b in (job.previous or "").splitlines() if b.strip()]
         for turn in _turns(job.lines):
-            bullet = " → ".join(turn)
+            bullet = " — ".join(turn)
             if len(bullet) > self.bullet_chars:
                 bullet = bullet[: self.bullet_chars - 1].rstrip() + "…"
             bullets.append(f"- {bullet}")
