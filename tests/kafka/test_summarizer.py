@@ -1,0 +1,272 @@
+"""The summarizer on real Kafka and Postgres, calling a loopback OpenAI-compatible server through
+the real ``openai`` client: coverage without gap or overlap, exactly one summary per watermark
+across a SIGKILL, no information gap while the endpoint is down, rebuilds without model calls."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from events.codec import default_codec
+from events.kafka_log import KafkaEventLog
+from events.keys import ConversationKey
+from events.model import SummaryRecorded
+from events.producer import ConversationProducer
+from events.reading import conversation_events
+from projectors.runner import Projector
+from projectors.sources import LogSource
+from projectors.tokens import get_encoding
+from projectors.versions import compare
+from query_api.context import SUMMARY_HEADER, assemble
+from query_api.model import Context, ContextRequest
+from query_api.models import model_spec
+from query_api.reads import ReadModels
+from summarizer.openai_model import OpenAISummaryModel
+from summarizer.runner import Summarizer, SummarizerOptions
+from summarizer.store import SummaryStore
+from tests.fake_llm import MARKER, FakeLLM
+from tests.projection_support import Projection, project_all, projection_database
+from tests.support import unique_topic
+
+pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
+
+REPO = Path(__file__).resolve().parents[2]
+PARTITIONS = 3
+KEY = ConversationKey("acme", "u1", "long-chat")
+SYSTEM = "You are a helpful assistant."
+ARGS = '{"city": "Paris", "unit": "C"}'
+RESULT = '{"temp": 21, "sky": "clear"}'
+
+
+@dataclass
+class Stack:
+    topic: str
+    producer: ConversationProducer
+    log: KafkaEventLog
+    projection: Projection
+    projector: Projector
+    summarizer: Summarizer | None
+
+    async def wait(self, what: Callable[[], Any], timeout_s: float = 30.0) -> Any:
+        for _ in range(int(timeout_s / 0.05)):
+            result = what()
+            if asyncio.iscoroutine(result):
+                result = await result
+            if result:
+                return result
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"timed out after {timeout_s}s")
+
+    async def projected(self, partition: int, offset: int) -> None:
+        await self.wait(lambda: self.projector.positions.get(partition, 0) > offset)
+
+    async def summarized(self, partition: int, offset: int) -> None:
+        assert self.summarizer is not None
+        await self.wait(lambda: self.summarizer.stats.positions.get(partition, 0) > offset)  # type: ignore[union-attr]
+
+    async def context(self) -> Context:
+        reads = ReadModels(self.projection.pool, schema=self.projection.version.schema)
+        inputs = await reads.context_inputs(KEY, encoding="o200k_base")
+        assert inputs is not None
+        encoding = get_encoding("o200k_base")
+        return assemble(system=inputs.system, summary=inputs.summary, messages=inputs.messages,
+                        request=ContextRequest("gpt-4o", 100_000), spec=model_spec("gpt-4o"),
+                        count=lambda t: len(encoding.encode_ordinary(t)))  # fmt: skip
+
+    async def summaries(self) -> list[tuple[str, str]]:
+        rows = await self.projection.rows("SELECT covers_through_message_id, text FROM {s}.summaries ORDER BY seq")
+        return [(r[0], r[1]) for r in rows]
+
+
+@asynccontextmanager
+async def stack(kafka_bootstrap: str, pg_admin_url: str, fake: FakeLLM | None) -> AsyncIterator[Stack]:
+    """A topic, a projection database, a projector and (with ``fake``) a summarizer, each reading
+    through a log connection of its own."""
+    topic = unique_topic()
+    logs = [await KafkaEventLog.connect(bootstrap=kafka_bootstrap, topic=topic, partitions=PARTITIONS)
+            for _ in range(3)]  # fmt: skip
+    stop = asyncio.Event()
+    tasks: list[asyncio.Task[None]] = []
+    try:
+        async with projection_database(pg_admin_url) as projection:
+            projector = Projector(LogSource(logs[1]), projection.store(), fetch_timeout_s=0.1)
+            tasks.append(asyncio.create_task(projector.run(stop)))
+            summarizer = None
+            if fake is not None:
+                model = OpenAISummaryModel(base_url=fake.base_url, api_key="test", model="fake-summarizer",
+                                           timeout_s=1.0, max_retries=0)  # fmt: skip
+                summarizer = Summarizer(
+                    LogSource(logs[2]), SummaryStore(projection.pool, consumer=f"summarizer.{topic}"),
+                    ConversationProducer(logs[0], producer="summarizer"), model, codec=default_codec(),
+                    log_ends=logs[2].end_offsets,
+                    options=SummarizerOptions(fetch_timeout_s=0.1, retry_base_s=0.1, retry_max_delay_s=0.5),
+                )  # fmt: skip
+                tasks.append(asyncio.create_task(summarizer.run(stop)))
+            try:
+                yield Stack(topic, ConversationProducer(logs[0], producer="app"), logs[0], projection, projector,
+                            summarizer)  # fmt: skip
+            finally:
+                stop.set()
+                await asyncio.wait_for(asyncio.gather(*tasks), 30)
+    finally:
+        for log in logs:
+            await log.close()
+
+
+async def chat_turn(producer: ConversationProducer, t: int) -> tuple[int, int]:
+    """Turn ``t``: a question, on every third turn a tool call and its result, and an answer with
+    reasoning. Returns the answer's coordinates."""
+    await producer.append_user(KEY, f"Q{t}: what about item {t}?", message_id=f"u{t}")
+    if t % 3 == 2:
+        calls = [{"id": f"call{t}", "type": "function", "function": {"name": "get_weather", "arguments": ARGS}}]
+        await producer.append_assistant(KEY, None, tool_calls=calls, finish_reason="tool_calls",
+                                        reasoning_content=f"private reasoning R{t}", message_id=f"c{t}")  # fmt: skip
+        await producer.append_tool_result(KEY, tool_call_id=f"call{t}", content=RESULT, message_id=f"r{t}")
+    done = await producer.append_assistant(KEY, f"Answer to item {t}.", finish_reason="stop",
+                                           reasoning_content=f"private reasoning R{t}", message_id=f"a{t}")  # fmt: skip
+    return done.partition, done.offset
+
+
+def markers(text: str) -> set[int]:
+    return {int(n) for n in MARKER.findall(text)}
+
+
+async def test_forty_turns_are_summarized_without_gap_or_overlap(kafka_bootstrap: str, pg_admin_url: str) -> None:
+    with FakeLLM().running() as fake:
+        async with stack(kafka_bootstrap, pg_admin_url, fake) as s:
+            await s.producer.append_system(KEY, SYSTEM)
+            for t in range(1, 41):
+                await s.summarized(*await chat_turn(s.producer, t))
+
+            # Window 8 turns, then keep 6: turn 9 evicts 1-3, turn 12 evicts 4-6, ... turn 39 evicts 31-33.
+            summaries = await s.summaries()
+            assert [w for w, _ in summaries] == [f"a{t}" for t in range(3, 34, 3)]
+            requests = fake.answered()
+            assert len(requests) == 11
+            for i, body in enumerate(requests):
+                prompt = body["messages"][1]["content"]
+                previous, new = prompt.split("Turns to fold in, oldest first:\n")
+                assert markers(new) == {3 * i + 1, 3 * i + 2, 3 * i + 3}  # exactly the turns that left the window
+                assert markers(previous) == set(range(1, 3 * i + 1))  # folded into the summary so far
+                assert body["temperature"] == 0
+                raw = json.dumps(body, ensure_ascii=False)
+                assert "private reasoning" not in raw
+                assert ARGS not in prompt
+                assert RESULT not in prompt
+                assert "{" not in new
+                assert "Assistant called get_weather(city: Paris, unit: C)" in new  # turn 3i+2 called a tool
+                assert "Result of get_weather: temp: 21, sky: clear" in new
+
+            ctx = await s.context()
+            roles = [m["role"] for m in ctx.messages]
+            assert ctx.messages[0] == {"role": "system", "content": SYSTEM}
+            assert ctx.messages[1]["role"] == "system"
+            assert ctx.messages[1]["content"].startswith(SUMMARY_HEADER)
+            assert ctx.messages[2]["content"].startswith("Q34:")  # the window follows the summary
+            assert "system" not in roles[2:]
+            assert ctx.compressed
+            assert markers(" ".join(str(m.get("content")) for m in ctx.messages)) == set(range(1, 41))
+
+            # A rebuild from offset 0 reads the recorded summaries: no model call, equal tables.
+            calls_before = len(fake.answered())
+            rebuilt = await s.projection.new_version()
+            await project_all(s.log, s.projection.store(schema=rebuilt.schema))
+            assert len(fake.answered()) == calls_before
+            assert await compare_tables(s.projection, rebuilt.schema) == []
+
+
+async def compare_tables(projection: Projection, schema: str) -> list[tuple[str, str]]:
+    async with projection.pool.connection() as conn:
+        return await compare(conn, projection.version.schema, schema)
+
+
+async def test_endpoint_down_leaves_no_gap_and_summaries_arrive_after_recovery(
+    kafka_bootstrap: str, pg_admin_url: str
+) -> None:
+    with FakeLLM().running() as fake:
+        fake.mode, fake.stall_s = "stall", 3.0  # slower than the client's 1 s timeout
+        async with stack(kafka_bootstrap, pg_admin_url, fake) as s:
+            assert s.summarizer is not None
+            await s.producer.append_system(KEY, SYSTEM)
+            for t in range(1, 10):
+                last = await chat_turn(s.producer, t)
+            await s.projected(*last)
+            await s.wait(lambda: s.summarizer.stats.failures >= 1)  # type: ignore[union-attr]
+            fake.mode = "fail"
+            for t in range(10, 13):
+                last = await chat_turn(s.producer, t)
+            await s.projected(*last)
+            await s.wait(lambda: s.summarizer.stats.failures >= 3)  # type: ignore[union-attr]
+
+            ctx = await s.context()  # turns 1-6 left the window, no summary covers them: served raw
+            assert not ctx.compressed
+            assert await s.summaries() == []
+            assert markers(" ".join(str(m.get("content")) for m in ctx.messages)) == set(range(1, 13))
+
+            fake.mode = "ok"
+            await s.wait(s.summaries)
+            assert [w for w, _ in await s.summaries()] == ["a6"]  # one summary catches up on turns 1-6
+            ctx = await s.context()
+            assert ctx.compressed
+            assert markers(" ".join(str(m.get("content")) for m in ctx.messages)) == set(range(1, 13))
+
+
+def _start_summarizer(env: dict[str, str], log_file: Path) -> subprocess.Popen[bytes]:
+    with log_file.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "convlog.cli", "summarize"], cwd=REPO, env=env, stdout=out, stderr=out
+        )
+
+
+async def test_sigkill_right_after_the_answer_records_exactly_one_summary(
+    kafka_bootstrap: str, pg_admin_url: str, tmp_path: Path
+) -> None:
+    with FakeLLM().running() as fake:
+        async with stack(kafka_bootstrap, pg_admin_url, None) as s:
+            env = {
+                **os.environ, "CONVLOG_KAFKA_BOOTSTRAP": kafka_bootstrap, "CONVLOG_TOPIC": s.topic,
+                "CONVLOG_PARTITIONS": str(PARTITIONS), "CONVLOG_DATABASE_URL": s.projection.url,
+                "CONVLOG_LLM_BASE_URL": fake.base_url, "CONVLOG_LLM_MAX_RETRIES": "0",
+                "CONVLOG_SUMMARIZER_INSTANCE_ID": "summarizer-1", "CONVLOG_KAFKA_SESSION_TIMEOUT_MS": "6000",
+            }  # fmt: skip
+            process = _start_summarizer(env, tmp_path / "summarizer.log")
+            killed: list[int] = []
+
+            def kill_once(_: dict[str, Any]) -> None:
+                if not killed:
+                    os.kill(process.pid, signal.SIGKILL)  # the answer is out; the append has not happened
+                    killed.append(process.pid)
+
+            fake.on_answer = kill_once
+            try:
+                await s.producer.append_system(KEY, SYSTEM)
+                for t in range(1, 10):
+                    last = await chat_turn(s.producer, t)
+                await s.projected(*last)
+                await s.wait(lambda: killed, timeout_s=60)
+                assert await asyncio.to_thread(process.wait, 10) == -signal.SIGKILL
+                fake.on_answer = None
+                process = _start_summarizer(env, tmp_path / "summarizer.log")
+                await s.wait(s.summaries, timeout_s=60)
+            finally:
+                process.send_signal(signal.SIGTERM)
+                await asyncio.to_thread(process.wait, 30)
+            recorded = [e async for _, e in conversation_events(s.log, KEY) if isinstance(e.body, SummaryRecorded)]
+            print(f"model requests: {len(fake.answered())}; SummaryRecorded events in the log: {len(recorded)}")
+            assert len(recorded) == 1
+            body = recorded[0].body
+            assert isinstance(body, SummaryRecorded)
+            assert body.covers_through_message_id == "a3"
+            assert len(fake.answered()) >= 1
+            assert [w for w, _ in await s.summaries()] == ["a3"]
