@@ -31,10 +31,15 @@ BASE = "/v1/users/u1/conversations"
 
 
 @pytest.fixture
-async def service(pg_admin_url: str, tmp_path: Path) -> AsyncIterator[Service]:
+async def service(pg_admin_url: str, tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Service]:
+    """The whole service on the embedded log; ``indirect`` parametrization "off" runs it without
+    the summarizer (for tests that append summaries of their own)."""
     async with temporary_database(pg_admin_url) as url:
         settings = Settings(database_url=url, data_dir=tmp_path, partitions=4)
-        env = {"CONVLOG_API_TOKENS": "acme:token-a,globex:token-b"}
+        env = {
+            "CONVLOG_API_TOKENS": "acme:token-a,globex:token-b",
+            "CONVLOG_SUMMARIZER": getattr(request, "param", "on"),
+        }
         async with running_service(settings, env) as svc:
             yield svc
 
@@ -80,6 +85,7 @@ async def test_a_token_is_required_everywhere(client: httpx.AsyncClient, method:
         assert response.json()["error"]["code"] == "unauthorized"
 
 
+@pytest.mark.parametrize("service", ["off"], indirect=True)  # no summary event may land in between
 async def test_read_your_writes_and_a_valid_context(client: httpx.AsyncClient) -> None:
     last = await oa(client)
     response = await client.get(
@@ -249,6 +255,7 @@ async def test_fuzzed_requests_never_get_a_5xx(
     assert response.status_code < 500, (method, suffix, params, body, response.text)
 
 
+@pytest.mark.parametrize("service", ["off"], indirect=True)
 @pytest.mark.parametrize("newest_first", [400, 3])
 async def test_as_of_reproduces_earlier_answers_byte_for_byte(
     client: httpx.AsyncClient, service: Service, monkeypatch: pytest.MonkeyPatch, newest_first: int
@@ -286,6 +293,29 @@ async def test_as_of_reproduces_earlier_answers_byte_for_byte(
     for offset, text in recorded:
         again = await client.get(f"{BASE}/audit/context", params=params | {"as_of": offset}, headers=A)
         assert again.text == text
+
+
+async def test_context_is_compressed_once_the_summarizer_folded_the_turns_that_left_the_window(
+    client: httpx.AsyncClient,
+) -> None:
+    """Ten OA turns: turn 9 pushed turns 1-3 out of the window; the (offline) summarizer folds
+    them into a summary event, and the served context says so."""
+    last = await oa(client)
+    params = {"model": "gpt-4o", "budget_tokens": 8000, "min_offset": last["offset"]}
+    for _ in range(200):
+        body = (await client.get(f"{BASE}/oa/context", params=params, headers=A)).json()
+        if body["compressed"]:
+            break
+        assert body["summary"] is None
+        assert body["messages"][1]["content"] == OA_TURNS[0][0]  # uncovered turns are served raw meanwhile
+        await asyncio.sleep(0.05)
+    assert body["compressed"]
+    assert body["summary"]["text"] in body["messages"][1]["content"]
+    assert OA_TURNS[0][0] in body["summary"]["text"]  # the first question survives, in the summary
+    assert body["messages"][2]["content"] == OA_TURNS[3][0]  # then the window: turns 4-10
+    assert len([m for m in body["messages"] if m["role"] == "user"]) == 7
+    metrics = (await client.get("/metrics")).text
+    assert "convlog_summaries_recorded_total 1.0" in metrics
 
 
 async def test_read_your_writes_under_concurrent_appends(client: httpx.AsyncClient) -> None:
