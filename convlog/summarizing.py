@@ -43,6 +43,7 @@ def consumer_name(settings: Settings) -> str:
     """The summarizer's consumer group and positions name: one summarizer per topic."""
     return f"convlog.summarizer.{settings.topic}"
 
+
 N = TypeVar("N", int, float)
 
 
