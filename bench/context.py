@@ -2,9 +2,10 @@
 
 Two conversations, 100 and 10,000 messages, are appended to an embedded log and projected
 into a fresh database; then the context endpoint (in-process ASGI, FastAPI included) and a raw
-``SELECT ... ORDER BY seq DESC LIMIT 20`` are timed alternately. Twice: once with a summary
-covering every turn that left the window (what the summarizer keeps true), once with none (then
-every turn is still in the context by design, and the 10,000-message case is not flat).
+``SELECT ... ORDER BY seq DESC LIMIT 20`` are timed alternately. Twice: once with the
+summarizer running (the offline model; timing starts when its summary covers every turn that
+left the window, as in a deployment), once without (then every turn is still in the context by
+design, and the 10,000-message case is not flat).
 
     CONVLOG_DATABASE_URL=... python bench/context.py [--requests N]
 """
@@ -28,7 +29,6 @@ from psycopg.conninfo import make_conninfo
 from convlog.serve import Service, running_service
 from convlog.settings import Settings
 from events.keys import ConversationKey
-from events.model import SummaryRecorded
 from query_api.http import create_app
 
 TOKEN = "bench-token"  # noqa: S105 - a local benchmark's token
@@ -36,20 +36,26 @@ BUDGET = 8000  # a typical context budget (the model's window is larger; the app
 TEXT = "加班申请提交之后，审批流程是直属主管、部门经理，外包员工还需要驻场负责人先确认。"
 
 
-async def fill(service: Service, key: ConversationKey, messages: int, *, summarize: bool) -> int:
+async def fill(service: Service, key: ConversationKey, messages: int) -> int:
     producer = service.deps.producer
     last = None
     for i in range(messages // 2):
         await producer.append_user(key, f"{i}: {TEXT}", message_id=f"u{i}")
         last = await producer.append_assistant(key, f"{i}: {TEXT}", message_id=f"a{i}")
-    if summarize:
-        # What the summarizer records: everything before the window's last six turns is covered.
-        covered = messages // 2 - 7
-        last = await producer.append(key, SummaryRecorded(
-            summary_id=f"s-{key.conversation_id}", text="The user asked about overtime approval. " * 20,
-            covers_through_message_id=f"a{covered}", model="bench", prompt_version="v1"))  # fmt: skip
     assert last is not None
     return last.offset
+
+
+async def summarized(service: Service, key: ConversationKey, timeout_s: float = 300) -> None:
+    """Until the summarizer's summary covers every turn that left the window."""
+    reads = await service.deps.reads()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        inputs = await reads.context_inputs(key, encoding="o200k_base")
+        if inputs and inputs.summary and inputs.window_start == inputs.summary.covers_through_seq + 1:
+            return
+        await asyncio.sleep(0.2)
+    raise TimeoutError(f"the summarizer did not catch up on {key} within {timeout_s}s")
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -64,10 +70,13 @@ async def scenario(admin_url: str, requests: int, *, summarize: bool) -> dict[st
     try:
         with tempfile.TemporaryDirectory() as tmp:
             settings = Settings(database_url=url, data_dir=Path(tmp), partitions=4)
-            async with running_service(settings, {"CONVLOG_API_TOKENS": f"bench:{TOKEN}"}) as service:
+            env = {"CONVLOG_API_TOKENS": f"bench:{TOKEN}", "CONVLOG_SUMMARIZER": "on" if summarize else "off"}
+            async with running_service(settings, env) as service:
                 small, big = ConversationKey("bench", "u", "small"), ConversationKey("bench", "u", "big")
-                offsets = [await fill(service, small, 100, summarize=summarize),
-                           await fill(service, big, 10_000, summarize=summarize)]  # fmt: skip
+                offsets = [await fill(service, small, 100), await fill(service, big, 10_000)]
+                if summarize:
+                    await summarized(service, small)
+                    await summarized(service, big)
                 transport = httpx.ASGITransport(app=create_app(service.deps))
                 auth = {"Authorization": f"Bearer {TOKEN}"}
                 client = httpx.AsyncClient(transport=transport, base_url="http://bench", headers=auth)
@@ -110,7 +119,7 @@ async def main() -> None:
         raise SystemExit("set CONVLOG_DATABASE_URL (make services-up)")
     for summarize in (True, False):
         r = await scenario(admin, args.requests, summarize=summarize)
-        print(f"\n{'with a summary covering the turns that left the window' if summarize else 'no summary'}"
+        print(f"\n{'with the summarizer' if summarize else 'no summarizer'}"
               f" ({args.requests} requests each, ms)")  # fmt: skip
         for size in ("100", "10k"):
             print(f"  {size:>4} messages  context p50 {r[f'ctx{size}_50']:7.2f}  p95 {r[f'ctx{size}_95']:7.2f}   "
