@@ -270,3 +270,66 @@ async def test_sigkill_right_after_the_answer_records_exactly_one_summary(
             assert body.covers_through_message_id == "a3"
             assert len(fake.answered()) >= 1
             assert [w for w, _ in await s.summaries()] == ["a3"]
+
+
+def another_summarizer(s: Stack, fake: FakeLLM, log: KafkaEventLog) -> Summarizer:
+    model = OpenAISummaryModel(base_url=fake.base_url, api_key="test", model="fake-summarizer", max_retries=0)
+    return Summarizer(
+        LogSource(log), SummaryStore(s.projection.pool, consumer=f"summarizer.{s.topic}"),
+        ConversationProducer(s.log, producer="summarizer"), model, codec=default_codec(), log_ends=log.end_offsets,
+        options=SummarizerOptions(fetch_timeout_s=0.1),
+    )  # fmt: skip
+
+
+async def summary_events(s: Stack) -> list[str]:
+    return [e.event_id async for _, e in conversation_events(s.log, KEY) if isinstance(e.body, SummaryRecorded)]
+
+
+async def test_redelivery_and_a_second_instance_record_no_second_summary(
+    kafka_bootstrap: str, pg_admin_url: str
+) -> None:
+    with FakeLLM().running() as fake:
+        async with stack(kafka_bootstrap, pg_admin_url, None) as s:
+            reader = await KafkaEventLog.connect(bootstrap=kafka_bootstrap, topic=s.topic, partitions=PARTITIONS)
+            other = await KafkaEventLog.connect(bootstrap=kafka_bootstrap, topic=s.topic, partitions=PARTITIONS)
+            try:
+                await s.producer.append_system(KEY, SYSTEM)
+                for t in range(1, 10):
+                    last = await chat_turn(s.producer, t)
+                await s.projected(*last)
+                first = another_summarizer(s, fake, reader)
+                stop = asyncio.Event()
+                task = asyncio.create_task(first.run(stop))
+                await s.wait(s.summaries)
+                await s.wait(lambda: first.stats.positions.get(last[0], 0) > last[1])
+                stop.set()
+                await task
+                assert len(fake.answered()) == 1
+
+                # Redelivery: the positions are lost (as if it died before storing them).
+                await s.projection.execute("UPDATE convlog.summarizer_positions SET next_offset = 0")
+                again = another_summarizer(s, fake, reader)
+                stop = asyncio.Event()
+                task = asyncio.create_task(again.run(stop))
+                await s.wait(lambda: again.stats.positions.get(last[0], 0) > last[1])
+                stop.set()
+                await task
+                assert len(fake.answered()) == 1  # the read models showed the watermark covered: no call
+                assert len(await summary_events(s)) == 1
+
+                # Two instances that both believe they own the partitions (a rebalance in flight).
+                a, b = another_summarizer(s, fake, reader), another_summarizer(s, fake, other)
+                stop = asyncio.Event()
+                tasks = [asyncio.create_task(x.run(stop)) for x in (a, b)]
+                for t in range(10, 16):
+                    last = await chat_turn(s.producer, t)
+                await s.wait(lambda: all(x.stats.positions.get(last[0], 0) > last[1] for x in (a, b)))
+                stop.set()
+                await asyncio.gather(*tasks)
+                ids = await summary_events(s)
+                print(f"SummaryRecorded events in the log: {len(ids)}, distinct ids: {len(set(ids))}")
+                assert len(set(ids)) == 3  # one per watermark, whatever the log holds twice
+                assert [w for w, _ in await s.summaries()] == ["a3", "a6", "a9"]
+            finally:
+                await reader.close()
+                await other.close()
