@@ -97,25 +97,8 @@ async def running_service(settings: Settings, env: Mapping[str, str] | None = No
         projector = build_projector(settings, pool, version.schema, event_log, env)
         metrics = Metrics()
 
-        async def readiness() -> dict[str, Any]:
-            report: dict[str, Any] = {"projector": projector.ready}
-            try:
-                ends = await event_log.end_offsets()
-                positions = projector.positions  # the partitions this process owns (a group shares them)
-                lag = {p: max(0, ends[p] - o) for p, o in positions.items() if p in ends}
-                for p, n in lag.items():
-                    metrics.projection_lag.labels(str(p)).set(n)
-                report["log"], report["lag"] = True, sum(lag.values())
-            except Exception as e:  # noqa: BLE001 - readiness reports any failure
-                report["log"], report["log_error"] = False, str(e)
-            try:
-                async with pool.connection(timeout=2) as conn:
-                    await conn.execute("SELECT 1")
-                report["postgres"] = True
-            except Exception as e:  # noqa: BLE001
-                report["postgres"], report["postgres_error"] = False, str(e)
-            report["ready"] = bool(report["projector"] and report["log"] and report["postgres"])
-            return report
+        background: dict[str, asyncio.Task[None]] = {}
+        readiness = _Readiness(projector, event_log, pool, metrics, background)
 
         default_encoding = env.get("CONVLOG_DEFAULT_ENCODING") or "o200k_base"
         model_spec("unknown-model", default_encoding=default_encoding)  # refuse a bad setting at start
@@ -135,19 +118,65 @@ async def running_service(settings: Settings, env: Mapping[str, str] | None = No
         summarizer = None
         if SummarizerSettings.from_env(env).enabled:
             summarizer = build_summarizer(settings, pool, event_log, env, registry=metrics.registry)
-        tasks = [asyncio.create_task(projector.run(stop))]
+        background["projector"] = asyncio.create_task(projector.run(stop), name="projector")
         if summarizer is not None:
-            tasks.append(asyncio.create_task(summarizer.run(stop)))
+            background["summarizer"] = asyncio.create_task(summarizer.run(stop), name="summarizer")
+        for task in background.values():
+            task.add_done_callback(_report_crash)
         try:
             yield Service(deps, projector, summarizer, pool, event_log)
         finally:
             stop.set()
-            for task in tasks:
+            for task in background.values():
                 with contextlib.suppress(asyncio.CancelledError):
                     await asyncio.wait_for(task, 30)
     finally:
         await event_log.close()
         await pool.close()
+
+
+class _Readiness:
+    """``/readyz``: the projector loop runs and is not waiting out an outage, Kafka and Postgres
+    answer; the projection lag goes to the report and the metrics."""
+
+    def __init__(
+        self, projector: Projector, event_log: EventLog, pool: PgPool, metrics: Metrics,
+        background: Mapping[str, asyncio.Task[None]],
+    ) -> None:  # fmt: skip
+        self._projector, self._log, self._pool, self._metrics = projector, event_log, pool, metrics
+        self._background = background
+
+    def _running(self, name: str) -> bool:
+        task = self._background.get(name)
+        return task is not None and not task.done()
+
+    async def __call__(self) -> dict[str, Any]:
+        report: dict[str, Any] = {"projector": self._projector.ready and self._running("projector")}
+        if "summarizer" in self._background:  # summaries are optional: contexts stay valid without them
+            report["summarizer"] = self._running("summarizer")
+        try:
+            ends = await self._log.end_offsets()
+            positions = self._projector.positions  # the partitions this process owns (a group shares them)
+            lag = {p: max(0, ends[p] - o) for p, o in positions.items() if p in ends}
+            for p, n in lag.items():
+                self._metrics.projection_lag.labels(str(p)).set(n)
+            report["log"], report["lag"] = True, sum(lag.values())
+        except Exception as e:  # noqa: BLE001 - readiness reports any failure
+            report["log"], report["log_error"] = False, str(e)
+        try:
+            async with self._pool.connection(timeout=2) as conn:
+                await conn.execute("SELECT 1")
+            report["postgres"] = True
+        except Exception as e:  # noqa: BLE001
+            report["postgres"], report["postgres_error"] = False, str(e)
+        report["ready"] = bool(report["projector"] and report["log"] and report["postgres"])
+        return report
+
+
+def _report_crash(task: asyncio.Task[None]) -> None:
+    """A background loop that died says so at once (readiness reports it too), not at shutdown."""
+    if not task.cancelled() and task.exception() is not None:
+        log.error("serve.task_failed", task=task.get_name(), error=repr(task.exception()))
 
 
 def main(settings: Settings) -> None:
