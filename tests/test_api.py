@@ -227,6 +227,7 @@ async def test_health_readiness_metrics_and_openapi(client: httpx.AsyncClient) -
         await asyncio.sleep(0.1)
     assert ready.status_code == 200, ready.text
     assert ready.json()["postgres"] is True
+    assert ready.json()["summarizer"] is True
     await client.get("/healthz")
     metrics = (await client.get("/metrics")).text
     assert "convlog_http_requests_total" in metrics
