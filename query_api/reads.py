@@ -298,7 +298,6 @@ def _pg_errors(action: str) -> Iterator[None]:
         raise convert_pg_error(e, action=action) from e
 
 
-@functools.lru_cache(maxsize=1024)
 @functools.lru_cache(maxsize=1024)  # the same summary is counted on every request until it changes
 def _count(encoding: str, text: str) -> int:
     return len(get_encoding(encoding).encode_ordinary(text))
