@@ -1,0 +1,218 @@
+"""``convlog retention``: archive, then erase, conversations idle for longer than N days.
+
+Sessions expire and tables must not grow forever (seeds 003 and 004). Order matters: the
+archive (what an auditor can still read) is written, fsynced and renamed into place first;
+only then is a ``ConversationErased`` event appended through the producer for each idle
+conversation, so the log stays the source of truth. Its ``reason`` records why (idle days,
+last event, archive file). Event ids derive from the conversation and its last offset: a
+rerun after a crash cannot erase twice, and a conversation that moved on is a new decision.
+
+Idle = the last event (any type) is older than the cutoff and there is something left to
+erase (never erased, or events after the last erasure). Selection waits until the live
+projection has caught up with the log as of the start, so a conversation with recent events
+the projection has not seen yet is not taken for idle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import psycopg
+from psycopg import sql
+from tqdm import tqdm
+
+from convlog.ops.export import ExportFilter, export_transcripts
+from events.errors import ConfigurationError, ConvlogError
+from events.keys import ConversationKey
+from events.log import EventLog
+from events.producer import ConversationProducer
+from projectors.pg import PgPool, convert_pg_error
+
+_EVENT_ID_NAMESPACE = uuid.UUID("0b7d6c1e-3f0a-4d8e-9a52-6a2f3c1d9e01")
+_LOCK = "convlog.retention"
+
+
+class RetentionError(ConvlogError):
+    code = "retention_error"
+
+
+class ProjectionBehindError(RetentionError):
+    """The live projection has not reached the log's end yet: idle cannot be told reliably."""
+
+    code = "projection_behind"
+    retriable = True
+
+
+@dataclass(frozen=True, slots=True)
+class IdleConversation:
+    key: str
+    last_event_at: datetime
+    partition: int
+    last_offset: int
+
+    def erase_event_id(self) -> str:
+        return str(uuid.uuid5(_EVENT_ID_NAMESPACE, f"retention:{self.key}:{self.partition}:{self.last_offset}"))
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionReport:
+    idle: list[IdleConversation]
+    archive: Path | None  # None on a dry run or when nothing was idle
+    archived_messages: int
+    erased: int
+
+
+async def idle_conversations(pool: PgPool, schema: str, *, cutoff: datetime) -> list[IdleConversation]:
+    query = sql.SQL(
+        "SELECT conversation_key, last_event_at, last_partition, last_offset FROM {}.conversations "
+        "WHERE last_event_at < %s AND (erased_at IS NULL OR erased_at < last_event_at) ORDER BY conversation_key"
+    ).format(sql.Identifier(schema))
+    try:
+        async with pool.connection() as conn:
+            rows = await (await conn.execute(query, [cutoff])).fetchall()
+    except psycopg.Error as e:
+        raise convert_pg_error(e, action="find idle conversations") from e
+    return [IdleConversation(str(k), t, int(p), int(o)) for k, t, p, o in rows]
+
+
+async def wait_for_projection(pool: PgPool, schema: str, ends: dict[int, int], *, timeout_s: float) -> None:
+    query = sql.SQL("SELECT partition, next_offset FROM {}.positions").format(sql.Identifier(schema))
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            async with pool.connection() as conn:
+                stored: dict[int, int] = {int(p): int(o) for p, o in await (await conn.execute(query)).fetchall()}
+        except psycopg.Error as e:
+            raise convert_pg_error(e, action="read the projection positions") from e
+        behind = {p: (stored.get(p, 0), end) for p, end in ends.items() if stored.get(p, 0) < end}
+        if not behind:
+            return
+        if time.monotonic() > deadline:
+            lag = sum(end - at for at, end in behind.values())
+            raise ProjectionBehindError(
+                f"the projection is {lag} record(s) behind the log on {len(behind)} partition(s); "
+                "retention runs once it has caught up (is `convlog project` running?)"
+            )
+        await asyncio.sleep(0.5)
+
+
+@contextlib.asynccontextmanager
+async def _single_run(pool: PgPool) -> AsyncIterator[None]:
+    """One retention run at a time across processes (every `serve` may schedule one)."""
+    try:
+        async with pool.connection() as conn:
+            await conn.set_autocommit(True)
+            try:
+                row = await (await conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", [_LOCK])).fetchone()
+                if not row or not row[0]:
+                    raise RetentionError("another retention run holds the lock; try again later")
+                try:
+                    yield
+                finally:
+                    await conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", [_LOCK])
+            finally:
+                await conn.set_autocommit(False)
+    except psycopg.Error as e:
+        raise convert_pg_error(e, action="take the retention lock") from e
+
+
+def archive_path(target: Path, now: datetime) -> Path:
+    """A directory gets a timestamped file in it; a file path is used as it is, never overwritten."""
+    path = target / f"retention-{now:%Y%m%dT%H%M%SZ}.jsonl" if target.is_dir() else target
+    if path.exists():
+        raise ConfigurationError(f"the archive {path} exists already; an archive is never overwritten")
+    return path
+
+
+async def _write_archive(
+    pool: PgPool, schema: str, path: Path, idle: list[IdleConversation], manifest: dict[str, object]
+) -> int:
+    """Write to ``<path>.partial``, fsync, rename: the archive exists completely or not at all."""
+    partial = path.with_name(path.name + ".partial")
+    try:
+        with partial.open("x", encoding="utf-8") as out:
+            out.write(json.dumps({"archive": manifest, "conversations": [c.key for c in idle]}, default=str) + "\n")
+            written = await export_transcripts(
+                pool, schema, ExportFilter(tenant=None, conversation_keys=[c.key for c in idle]), out
+            )
+            out.flush()
+            os.fsync(out.fileno())
+        partial.rename(path)
+        directory = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+    except OSError as e:
+        partial.unlink(missing_ok=True)
+        raise RetentionError(f"cannot write the archive {path}: {e}; nothing was erased") from e
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    return written
+
+
+async def run_retention(
+    pool: PgPool,
+    schema: str,
+    event_log: EventLog,
+    producer: ConversationProducer,
+    *,
+    idle_days: int,
+    archive: Path,
+    dry_run: bool,
+    wait_s: float = 60.0,
+    concurrency: int = 32,
+    progress: bool = True,
+) -> RetentionReport:
+    if idle_days < 1:
+        raise ConfigurationError(f"--idle-days must be >= 1, got {idle_days}")
+    now = datetime.now(UTC)
+    cutoff = now - timedelta(days=idle_days)
+    async with _single_run(pool):
+        await wait_for_projection(pool, schema, await event_log.end_offsets(), timeout_s=wait_s)
+        idle = await idle_conversations(pool, schema, cutoff=cutoff)
+        if dry_run or not idle:
+            return RetentionReport(idle, None, 0, 0)
+        path = archive_path(archive, now)
+        manifest = {"made_by": "convlog retention", "created_at": now.isoformat(), "idle_days": idle_days,
+                    "cutoff": cutoff.isoformat(), "schema": schema}  # fmt: skip
+        archived = await _write_archive(pool, schema, path, idle, manifest)
+        erased = await _erase(producer, idle, idle_days=idle_days, archive=path, concurrency=concurrency,
+                              progress=progress)  # fmt: skip
+        return RetentionReport(idle, path, archived, erased)
+
+
+async def _erase(
+    producer: ConversationProducer,
+    idle: list[IdleConversation],
+    *,
+    idle_days: int,
+    archive: Path,
+    concurrency: int,
+    progress: bool,
+) -> int:
+    gate = asyncio.Semaphore(concurrency)
+    bar = tqdm(total=len(idle), unit="conv", desc="erase", disable=not progress, leave=False)
+
+    async def erase(c: IdleConversation) -> None:
+        reason = (f"retention: idle for more than {idle_days} days (last event {c.last_event_at.isoformat()}); "
+                  f"archived in {archive.name}")  # fmt: skip
+        async with gate:
+            await producer.erase(ConversationKey.parse(c.key), reason=reason, event_id=c.erase_event_id())
+        bar.update(1)
+
+    try:
+        await asyncio.gather(*(erase(c) for c in idle))
+    finally:
+        bar.close()
+    return len(idle)
