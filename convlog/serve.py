@@ -13,6 +13,7 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -130,15 +131,41 @@ async def running_service(settings: Settings, env: Mapping[str, str] | None = No
             max_event_bytes=settings.max_event_bytes,
         )
         projecting = asyncio.create_task(projector.run(stop))
+        tasks = [projecting, *_retention_task(settings, env, pool, event_log, stop)]
         try:
             yield Service(deps, projector, pool, event_log)
         finally:
             stop.set()
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.wait_for(projecting, 30)
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.wait_for(task, 30)
     finally:
         await event_log.close()
         await pool.close()
+
+
+def _retention_task(
+    settings: Settings, env: Mapping[str, str], pool: PgPool, event_log: EventLog, stop: asyncio.Event
+) -> list[asyncio.Task[None]]:
+    """Daily retention (``convlog retention``) when ``CONVLOG_RETENTION_IDLE_DAYS`` is set; archives
+    go to ``CONVLOG_RETENTION_ARCHIVE_DIR`` (default ``DATA_DIR/retention``)."""
+    raw = env.get("CONVLOG_RETENTION_IDLE_DAYS")
+    if not raw:
+        return []
+    from convlog.ops.retention import retention_schedule  # noqa: PLC0415 - only when retention is on
+
+    try:
+        idle_days, delay_s = int(raw), float(env.get("CONVLOG_RETENTION_FIRST_RUN_S", "60"))
+    except ValueError as e:
+        raise ConfigurationError(f"CONVLOG_RETENTION_IDLE_DAYS / CONVLOG_RETENTION_FIRST_RUN_S: {e}") from e
+    if idle_days < 1:
+        raise ConfigurationError(f"CONVLOG_RETENTION_IDLE_DAYS must be >= 1, got {idle_days}")
+    archive_dir = Path(env.get("CONVLOG_RETENTION_ARCHIVE_DIR") or settings.data_dir / "retention")
+    producer = make_producer(event_log, settings, producer="convlog-retention")
+    log.info("retention.scheduled", idle_days=idle_days, archive_dir=str(archive_dir), first_run_s=delay_s)
+    schedule = retention_schedule(pool, event_log, producer, stop, idle_days=idle_days, archive_dir=archive_dir,
+                                  first_delay_s=delay_s)  # fmt: skip
+    return [asyncio.create_task(schedule)]
 
 
 def main(settings: Settings) -> None:

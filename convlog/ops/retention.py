@@ -27,6 +27,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psycopg
+import structlog
 from psycopg import sql
 from tqdm import tqdm
 
@@ -36,6 +37,7 @@ from events.keys import ConversationKey
 from events.log import EventLog
 from events.producer import ConversationProducer
 from projectors.pg import PgPool, convert_pg_error
+from projectors.versions import live_version
 
 _EVENT_ID_NAMESPACE = uuid.UUID("0b7d6c1e-3f0a-4d8e-9a52-6a2f3c1d9e01")
 _LOCK = "convlog.retention"
@@ -216,3 +218,38 @@ async def _erase(
     finally:
         bar.close()
     return len(idle)
+
+
+async def retention_schedule(
+    pool: PgPool,
+    event_log: EventLog,
+    producer: ConversationProducer,
+    stop: asyncio.Event,
+    *,
+    idle_days: int,
+    archive_dir: Path,
+    first_delay_s: float = 60.0,
+    interval_s: float = 24 * 3600.0,
+) -> None:
+    """What ``convlog serve`` runs when ``CONVLOG_RETENTION_IDLE_DAYS`` is set: a retention run
+    ``first_delay_s`` after the start (the projector catches up meanwhile), then one every
+    ``interval_s``. A failed run is logged and retried at the next slot; it never stops serving."""
+    log = structlog.get_logger(__name__)
+    delay = first_delay_s
+    while not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), delay)
+            return  # stopping
+        delay = interval_s
+        try:
+            async with pool.connection() as conn:
+                live = await live_version(conn)
+            if live is None:
+                continue
+            await asyncio.to_thread(archive_dir.mkdir, parents=True, exist_ok=True)
+            report = await run_retention(pool, live.schema, event_log, producer, idle_days=idle_days,
+                                         archive=archive_dir, dry_run=False, progress=False)  # fmt: skip
+            log.info("retention.done", erased=report.erased, archived_messages=report.archived_messages,
+                     archive=str(report.archive) if report.archive else None)  # fmt: skip
+        except (ConvlogError, psycopg.Error, OSError) as e:
+            log.warning("retention.failed", error=str(e), next_run_s=interval_s)
