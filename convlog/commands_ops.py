@@ -174,6 +174,7 @@ def _dead_letters(settings: Settings, args: argparse.Namespace) -> int:
 def _export(settings: Settings, args: argparse.Namespace) -> int:
     from convlog.ops.export import ExportFilter, export_transcripts  # noqa: PLC0415
     from convlog.ops.resources import live_read_models  # noqa: PLC0415
+    from events.errors import ConfigurationError  # noqa: PLC0415
 
     where = ExportFilter(tenant=args.tenant, user=args.user, since=args.since, until=args.until)
 
@@ -181,7 +182,11 @@ def _export(settings: Settings, args: argparse.Namespace) -> int:
         async with live_read_models(settings) as handle:
             if args.output is None:
                 return await export_transcripts(handle.pool, handle.schema, where, sys.stdout)
-            with args.output.open("w", encoding="utf-8") as out:
+            try:
+                out = args.output.open("w", encoding="utf-8")
+            except OSError as e:
+                raise ConfigurationError(f"cannot write {args.output}: {e.strerror}") from e
+            with out:
                 return await export_transcripts(handle.pool, handle.schema, where, out)
 
     written = asyncio.run(run())

@@ -136,7 +136,7 @@ def archive_path(target: Path, now: datetime) -> Path:
 
 
 async def _write_archive(
-    pool: PgPool, schema: str, path: Path, idle: list[IdleConversation], manifest: dict[str, object]
+    pool: PgPool, schema: str, path: Path, idle: list[IdleConversation], manifest: dict[str, object], *, progress: bool
 ) -> int:
     """Write to ``<path>.partial``, fsync, rename: the archive exists completely or not at all."""
     partial = path.with_name(path.name + ".partial")
@@ -144,7 +144,7 @@ async def _write_archive(
         with partial.open("x", encoding="utf-8") as out:
             out.write(json.dumps({"archive": manifest, "conversations": [c.key for c in idle]}, default=str) + "\n")
             written = await export_transcripts(
-                pool, schema, ExportFilter(tenant=None, conversation_keys=[c.key for c in idle]), out
+                pool, schema, ExportFilter(tenant=None, conversation_keys=[c.key for c in idle]), out, progress=progress
             )
             out.flush()
             os.fsync(out.fileno())
@@ -188,7 +188,7 @@ async def run_retention(
         path = archive_path(archive, now)
         manifest = {"made_by": "convlog retention", "created_at": now.isoformat(), "idle_days": idle_days,
                     "cutoff": cutoff.isoformat(), "schema": schema}  # fmt: skip
-        archived = await _write_archive(pool, schema, path, idle, manifest)
+        archived = await _write_archive(pool, schema, path, idle, manifest, progress=progress)
         erased = await _erase(producer, idle, idle_days=idle_days, archive=path, concurrency=concurrency,
                               progress=progress)  # fmt: skip
         return RetentionReport(idle, path, archived, erased)

@@ -83,6 +83,9 @@ async def test_export_writes_one_line_per_message_with_coordinates_and_honours_t
     assert bad.returncode == 2
     assert "not an ISO 8601 timestamp" in bad.stderr
     assert ops.run("export", "--tenant", "acme").returncode == 2  # --format is required
+    unwritable = ops.run("export", "--tenant", "acme", "--format", "jsonl", "-o", str(tmp_path / "no" / "such.jsonl"))
+    assert unwritable.returncode == 2
+    assert "cannot write" in unwritable.stderr
 
 
 def _export_peak_rss(ops: Ops, out: Path, *args: str) -> tuple[int, int, float]:
