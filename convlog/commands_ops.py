@@ -209,7 +209,9 @@ def _retention(settings: Settings, args: argparse.Namespace) -> int:
             report = await run_retention(handle.pool, handle.schema, event_log, producer, idle_days=args.idle_days,
                                          archive=archive, dry_run=args.dry_run, wait_s=args.wait)  # fmt: skip
         for c in report.idle:
-            print(f"{'would erase' if args.dry_run else 'erased'}  {c.key}  (last event {c.last_event_at.isoformat()})")
+            if c.key not in report.woke:
+                verb = "would erase" if args.dry_run else "erased"
+                print(f"{verb}  {c.key}  (last event {c.last_event_at.isoformat()})")
         if args.dry_run:
             print(
                 f"dry run: {len(report.idle)} conversation(s) idle for more than {args.idle_days} days; nothing changed"
@@ -219,6 +221,8 @@ def _retention(settings: Settings, args: argparse.Namespace) -> int:
         else:
             print(f"archived {report.archived_messages} message(s) of {len(report.idle)} conversation(s) "
                   f"to {report.archive}; erased {report.erased}")  # fmt: skip
+            for key in report.woke:
+                print(f"not erased  {key}  (written to during the run: no longer idle)")
         return 0
 
     return asyncio.run(run())

@@ -10,7 +10,9 @@ rerun after a crash cannot erase twice, and a conversation that moved on is a ne
 Idle = the last event (any type) is older than the cutoff and there is something left to
 erase (never erased, or events after the last erasure). Selection waits until the live
 projection has caught up with the log as of the start, so a conversation with recent events
-the projection has not seen yet is not taken for idle.
+the projection has not seen yet is not taken for idle; and a conversation written to while the
+run selected and archived it is left alone (only the moment between that last check and its
+erase event remains open).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import os
 import time
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -71,6 +73,7 @@ class RetentionReport:
     archive: Path | None  # None on a dry run or when nothing was idle
     archived_messages: int
     erased: int
+    woke: list[str] = field(default_factory=list)  # archived, but written to meanwhile: not erased
 
 
 async def idle_conversations(pool: PgPool, schema: str, *, cutoff: datetime) -> list[IdleConversation]:
@@ -181,7 +184,8 @@ async def run_retention(
     now = datetime.now(UTC)
     cutoff = now - timedelta(days=idle_days)
     async with _single_run(pool):
-        await wait_for_projection(pool, schema, await event_log.end_offsets(), timeout_s=wait_s)
+        started_at = await event_log.end_offsets()
+        await wait_for_projection(pool, schema, started_at, timeout_s=wait_s)
         idle = await idle_conversations(pool, schema, cutoff=cutoff)
         if dry_run or not idle:
             return RetentionReport(idle, None, 0, 0)
@@ -189,9 +193,34 @@ async def run_retention(
         manifest = {"made_by": "convlog retention", "created_at": now.isoformat(), "idle_days": idle_days,
                     "cutoff": cutoff.isoformat(), "schema": schema}  # fmt: skip
         archived = await _write_archive(pool, schema, path, idle, manifest, progress=progress)
-        erased = await _erase(producer, idle, idle_days=idle_days, archive=path, concurrency=concurrency,
+        # Someone wrote to an idle conversation while it was selected and archived: it is not idle.
+        woke = await active_since(event_log, started_at, {c.key for c in idle})
+        erase = [c for c in idle if c.key not in woke]
+        erased = await _erase(producer, erase, idle_days=idle_days, archive=path, concurrency=concurrency,
                               progress=progress)  # fmt: skip
-        return RetentionReport(idle, path, archived, erased)
+        return RetentionReport(idle, path, archived, erased, sorted(woke))
+
+
+async def active_since(
+    event_log: EventLog, since: dict[int, int], keys: set[str], *, timeout_s: float = 60.0
+) -> set[str]:
+    """The conversations among ``keys`` with a record at or after ``since`` (partition -> offset),
+    up to the log's end now. Reads only what was appended meanwhile (normally little)."""
+    by_raw = {ConversationKey.parse(k).encode(): k for k in keys}
+    ends = await event_log.end_offsets()
+    positions = {p: o for p, o in since.items() if ends.get(p, 0) > o}
+    active: set[str] = set()
+    deadline = time.monotonic() + timeout_s
+    while positions:
+        if time.monotonic() > deadline:
+            raise RetentionError("could not read the records appended during the run in time; nothing was erased")
+        for record in await event_log.read(positions, max_records=1000, timeout_s=1.0):
+            p = record.partition
+            if record.offset < ends[p] and record.key in by_raw:
+                active.add(by_raw[record.key])
+            positions[p] = min(record.offset + 1, ends[p])
+        positions = {p: o for p, o in positions.items() if o < ends[p]}
+    return active
 
 
 async def _erase(

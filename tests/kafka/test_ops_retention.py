@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from convlog.ops.retention import active_since
 from convlog.serve import running_service
 from convlog.settings import Settings
 from events.embedded_log import EmbeddedEventLog
@@ -149,3 +150,13 @@ async def test_serve_runs_retention_when_configured(pg_admin_url: str, tmp_path:
                 await asyncio.sleep(0.3)
             assert erased == sorted([(str(IDLE_1),), (str(IDLE_2),)])
     assert len(list((tmp_path / "retention").iterdir())) == 1
+
+
+async def test_a_conversation_written_to_during_the_run_is_not_erased(ops: Ops) -> None:
+    await _history(ops.log)
+    started_at = await ops.log.end_offsets()
+    await ops.producer.append_user(IDLE_1, "I am back")  # arrives while retention archives
+    await ops.producer.append_user(RECENT, "unrelated")
+    woke = await active_since(ops.log, started_at, {str(IDLE_1), str(IDLE_2)})
+    assert woke == {str(IDLE_1)}
+    assert await active_since(ops.log, await ops.log.end_offsets(), {str(IDLE_1)}) == set()
