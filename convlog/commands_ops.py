@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 import sys
 from pathlib import Path
@@ -102,7 +103,8 @@ def _replay(settings: Settings, args: argparse.Namespace) -> int:
     from query_api.model import ContextRequest  # noqa: PLC0415
 
     key = ConversationKey.parse(args.key)
-    request = ContextRequest(args.model, args.budget_tokens, args.reserve_tokens, 0, args.reasoning)
+    image_turns = int(os.environ.get("CONVLOG_WINDOW_IMAGE_TURNS", "2"))  # as `convlog serve` reads it
+    request = ContextRequest(args.model, args.budget_tokens, args.reserve_tokens, 0, args.reasoning, image_turns)
 
     async def run() -> None:
         async with live_read_models(settings) as handle, opened_log(settings) as event_log:

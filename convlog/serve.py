@@ -130,8 +130,8 @@ async def running_service(settings: Settings, env: Mapping[str, str] | None = No
             policy=WindowPolicy.from_env(env),
             max_event_bytes=settings.max_event_bytes,
         )
-        projecting = asyncio.create_task(projector.run(stop))
-        tasks = [projecting, *_retention_task(settings, env, pool, event_log, stop)]
+        tasks = [asyncio.create_task(projector.run(stop))]
+        tasks += _retention_task(settings, env, pool, event_log, stop)
         try:
             yield Service(deps, projector, pool, event_log)
         finally:

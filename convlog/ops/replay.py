@@ -8,11 +8,9 @@ what it prints is what was (or would have been) served right after that event.
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import os
 from collections.abc import Callable
-from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -25,12 +23,10 @@ from events.keys import ConversationKey, partition_for_key
 from events.log import EventLog
 from events.reading import conversation_events
 from projectors.pg import convert_pg_error
-from projectors.tokens import get_encoding
 from projectors.window import WindowPolicy
-from query_api.as_of import context_inputs_as_of
-from query_api.context import assemble
 from query_api.model import ContextRequest
 from query_api.models import model_spec
+from query_api.served import context_as_of, context_body
 
 
 async def first_offset(handle: ReadModelsHandle, key: ConversationKey) -> int | None:
@@ -45,16 +41,6 @@ async def first_offset(handle: ReadModelsHandle, key: ConversationKey) -> int | 
     except psycopg.Error as e:
         raise convert_pg_error(e, action=f"look up {key}") from e
     return None if row is None else int(row[0])
-
-
-def _counter(encoding_name: str) -> Callable[[str], int]:
-    encoding = get_encoding(encoding_name)
-
-    @functools.lru_cache(maxsize=4096)
-    def count(text: str) -> int:
-        return len(encoding.encode_ordinary(text))
-
-    return count
 
 
 async def replay(
@@ -80,29 +66,14 @@ async def replay(
     later = sum(1 for record, _ in pairs if record.offset > point)
     out(f"({len(pairs)} events{f'; {later} after offset {point}, marked +' if later else ''})\n")
     spec = model_spec(request.model, default_encoding=os.environ.get("CONVLOG_DEFAULT_ENCODING") or "o200k_base")
-    inputs = await context_inputs_as_of(
-        event_log, key, point, encoding=spec.encoding, policy=WindowPolicy.from_env(os.environ),
+    served = await context_as_of(
+        event_log, key, point, request=request, spec=spec, policy=WindowPolicy.from_env(os.environ),
         max_event_bytes=max_event_bytes, start_offset=start_offset,
     )  # fmt: skip
-    if inputs is None:
+    if served is None:
         raise ConvlogError(f"{key} had no event by offset {point}")
-    ctx = assemble(system=inputs.system, summary=inputs.summary, messages=inputs.messages, request=request,
-                   spec=spec, count=_counter(spec.encoding))  # fmt: skip
-    summary = ctx.summary
-    served: dict[str, Any] = {
-        "messages": list(ctx.messages),
-        "token_count": ctx.token_count,
-        "encoding": ctx.encoding,
-        "encoding_estimated": spec.estimated,
-        "summary": None if summary is None else {"summary_id": summary.summary_id, "text": summary.text,
-                                                 "covers_through_seq": summary.covers_through_seq},
-        "dropped_turns": ctx.dropped_turns,
-        "compressed": ctx.compressed,
-        "degraded": inputs.parked,
-        "position": {"partition": inputs.partition, "offset": inputs.last_offset},
-    }  # fmt: skip
     out(f"context as of offset {point} (model {request.model}, budget {request.budget_tokens} tokens):")
-    out(json.dumps(served, indent=2, ensure_ascii=False))
+    out(json.dumps(context_body(*served, spec), indent=2, ensure_ascii=False))
     return len(pairs)
 
 

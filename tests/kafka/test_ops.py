@@ -11,9 +11,15 @@ import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import httpx
 import pytest
 
+from convlog.demo import append_tools_conversation
 from events.keys import ConversationKey, partition_for_key
+from events.reading import conversation_events
+from query_api.http import ApiDeps, create_app
+from query_api.metrics import Metrics
+from query_api.reads import ReadModels
 from tests.kafka.ops_support import PARTITIONS, REPO, Ops, ops_context
 from tests.projection_support import Projection, project_all
 
@@ -156,6 +162,36 @@ async def test_replay_prints_the_events_and_the_context_served_as_of_an_offset(o
     missing = ops.run("replay", "acme:nobody:nothing")
     assert missing.returncode == 2
     assert "no events" in missing.stderr
+
+
+async def test_replay_prints_byte_for_byte_the_context_the_api_serves_as_of_that_offset(ops: Ops) -> None:
+    await append_tools_conversation(ops.producer, OA)  # tool calls, reasoning, an interrupted answer
+    await project_all(ops.log, ops.projection.store())
+    pairs = [pair async for pair in conversation_events(ops.log, OA)]
+    deps = ApiDeps(
+        tokens={"token-a": "acme"}, producer=ops.producer, log=ops.log,
+        reads=lambda: _reads(ops.projection), readiness=_ready, metrics=Metrics(),
+    )  # fmt: skip
+    transport = httpx.ASGITransport(app=create_app(deps))
+    async with httpx.AsyncClient(transport=transport, base_url="http://convlog") as client:
+        for record, _ in (pairs[3], pairs[4], pairs[-1]):  # open tool call, half its results, the end
+            query = f"model=deepseek-v4&budget_tokens=4000&reasoning=tool_turns&as_of={record.offset}"
+            response = await client.get(f"/v1/users/{OA.user_id}/conversations/{OA.conversation_id}/context?{query}",
+                                        headers={"Authorization": "Bearer token-a"})  # fmt: skip
+            assert response.status_code == 200, response.text
+            result = ops.run("replay", str(OA), "--as-of", str(record.offset), "--model", "deepseek-v4",
+                             "--budget-tokens", "4000", "--reasoning", "tool_turns")  # fmt: skip
+            assert result.returncode == 0, result.stderr
+            printed = result.stdout[result.stdout.index("{", result.stdout.index(" (model deepseek-v4")) :]
+            assert json.loads(printed) == response.json()
+
+
+async def _reads(projection: Projection) -> ReadModels:
+    return ReadModels(projection.pool, schema=projection.version.schema)
+
+
+async def _ready() -> dict[str, object]:
+    return {"ready": True}
 
 
 async def test_tail_follows_a_conversation_live_and_stops_on_ctrl_c(ops: Ops) -> None:
