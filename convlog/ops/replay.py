@@ -14,13 +14,15 @@ from collections.abc import Callable
 
 import psycopg
 from psycopg import sql
+from tqdm import tqdm
 
 from convlog.ops.resources import ReadModelsHandle
 from convlog.render import format_line
 from events.codec import default_codec
 from events.errors import ConvlogError, DecodeError
 from events.keys import ConversationKey, partition_for_key
-from events.log import EventLog
+from events.log import EventLog, LogRecord
+from events.model import Event
 from events.reading import conversation_events
 from projectors.pg import convert_pg_error
 from projectors.window import WindowPolicy
@@ -55,7 +57,7 @@ async def replay(
 ) -> int:
     """Print the conversation's events and the context served right after ``as_of`` (default:
     its last event). Returns the number of events; raises if there are none by ``as_of``."""
-    pairs = [pair async for pair in conversation_events(event_log, key, start_offset=start_offset)]
+    pairs = await _read_with_progress(event_log, key, start_offset)
     if not pairs:
         raise ConvlogError(f"the log has no events of {key}")
     point = pairs[-1][0].offset if as_of is None else as_of
@@ -75,6 +77,17 @@ async def replay(
     out(f"context as of offset {point} (model {request.model}, budget {request.budget_tokens} tokens):")
     out(json.dumps(context_body(*served, spec), indent=2, ensure_ascii=False))
     return len(pairs)
+
+
+async def _read_with_progress(event_log: EventLog, key: ConversationKey, start: int) -> list[tuple[LogRecord, Event]]:
+    """The conversation's events; a long partition shows a bar (offsets scanned, rate, ETA)."""
+    end = (await event_log.end_offsets())[partition_for_key(key.encode(), event_log.partition_count)]
+    pairs = []
+    with tqdm(total=max(0, end - start), unit="offset", unit_scale=True, desc="reading", leave=False, delay=1) as bar:
+        async for record, event in conversation_events(event_log, key, start_offset=start):
+            bar.update(record.offset + 1 - start - bar.n)
+            pairs.append((record, event))
+    return pairs
 
 
 async def follow(
