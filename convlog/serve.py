@@ -13,6 +13,7 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -121,6 +122,8 @@ async def running_service(settings: Settings, env: Mapping[str, str] | None = No
         background["projector"] = asyncio.create_task(projector.run(stop), name="projector")
         if summarizer is not None:
             background["summarizer"] = asyncio.create_task(summarizer.run(stop), name="summarizer")
+        for task in _retention_task(settings, env, pool, event_log, stop):
+            background["retention"] = task
         for task in background.values():
             task.add_done_callback(_report_crash)
         try:
@@ -177,6 +180,30 @@ def _report_crash(task: asyncio.Task[None]) -> None:
     """A background loop that died says so at once (readiness reports it too), not at shutdown."""
     if not task.cancelled() and task.exception() is not None:
         log.error("serve.task_failed", task=task.get_name(), error=repr(task.exception()))
+
+
+def _retention_task(
+    settings: Settings, env: Mapping[str, str], pool: PgPool, event_log: EventLog, stop: asyncio.Event
+) -> list[asyncio.Task[None]]:
+    """Daily retention (``convlog retention``) when ``CONVLOG_RETENTION_IDLE_DAYS`` is set; archives
+    go to ``CONVLOG_RETENTION_ARCHIVE_DIR`` (default ``DATA_DIR/retention``)."""
+    raw = env.get("CONVLOG_RETENTION_IDLE_DAYS")
+    if not raw:
+        return []
+    from convlog.ops.retention import retention_schedule  # noqa: PLC0415 - only when retention is on
+
+    try:
+        idle_days, delay_s = int(raw), float(env.get("CONVLOG_RETENTION_FIRST_RUN_S", "60"))
+    except ValueError as e:
+        raise ConfigurationError(f"CONVLOG_RETENTION_IDLE_DAYS / CONVLOG_RETENTION_FIRST_RUN_S: {e}") from e
+    if idle_days < 1:
+        raise ConfigurationError(f"CONVLOG_RETENTION_IDLE_DAYS must be >= 1, got {idle_days}")
+    archive_dir = Path(env.get("CONVLOG_RETENTION_ARCHIVE_DIR") or settings.data_dir / "retention")
+    producer = make_producer(event_log, settings, producer="convlog-retention")
+    log.info("retention.scheduled", idle_days=idle_days, archive_dir=str(archive_dir), first_run_s=delay_s)
+    schedule = retention_schedule(pool, event_log, producer, stop, idle_days=idle_days, archive_dir=archive_dir,
+                                  first_delay_s=delay_s)  # fmt: skip
+    return [asyncio.create_task(schedule)]
 
 
 def main(settings: Settings) -> None:

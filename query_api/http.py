@@ -7,7 +7,6 @@ tenant's conversation and an unknown one are both 404; bad input is never a 5xx.
 from __future__ import annotations
 
 import asyncio
-import functools
 import hmac
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -25,15 +24,15 @@ from events.keys import ConversationKey, partition_for_key
 from events.log import EventLog
 from events.producer import Appended, ConversationProducer
 from events.reading import conversation_events
-from projectors.tokens import get_encoding
 from projectors.window import WindowPolicy
-from query_api.as_of import context_inputs_as_of
 from query_api.context import NeedOlderMessagesError, assemble
 from query_api.events_json import events_json
 from query_api.metrics import Metrics
 from query_api.model import Context, ContextBudgetExceededError, ContextRequest, ModelSpec
 from query_api.models import model_spec
 from query_api.reads import MAX_CURSOR_CHARS, ContextInputs, ReadModels
+from query_api.served import cached_counter as _counter
+from query_api.served import context_as_of, context_body
 
 PREFIX = "/v1/users/{user_id}/conversations"
 NEWEST_FIRST = 128  # rows read first; most budgets end inside them
@@ -238,30 +237,17 @@ def create_app(deps: ApiDeps) -> FastAPI:  # noqa: PLR0915 - one place that list
         request = ContextRequest(model, budget_tokens, reserve_tokens, tools_tokens, reasoning, deps.image_turns)
         if as_of is not None:  # rebuilt from the log, exactly as served right after that event
             first = await known(key)
-            inputs = await context_inputs_as_of(deps.log, key, as_of, encoding=spec.encoding, policy=deps.policy,
-                                                max_event_bytes=deps.max_event_bytes, start_offset=first)  # fmt: skip
-            if inputs is None:
+            served = await context_as_of(deps.log, key, as_of, request=request, spec=spec, policy=deps.policy,
+                                         max_event_bytes=deps.max_event_bytes, start_offset=first)  # fmt: skip
+            if served is None:
                 raise ApiError(404, "not_found", f"the conversation had no event by offset {as_of}")
-            ctx = assemble(system=inputs.system, summary=inputs.summary, messages=inputs.messages, request=request,
-                           spec=spec, count=_counter(spec.encoding))  # fmt: skip
+            ctx, inputs = served
         else:
             if min_offset is not None:
                 await _wait_for(reads, partition, min_offset, deps.wait_for_offset_s)
             ctx, inputs = await _assemble(reads, key, spec, request)
         deps.metrics.context_served(ctx.token_count)
-        summary = ctx.summary
-        return {
-            "messages": list(ctx.messages),
-            "token_count": ctx.token_count,
-            "encoding": ctx.encoding,
-            "encoding_estimated": spec.estimated,
-            "summary": None if summary is None else {"summary_id": summary.summary_id, "text": summary.text,
-                                                     "covers_through_seq": summary.covers_through_seq},
-            "dropped_turns": ctx.dropped_turns,
-            "compressed": ctx.compressed,
-            "degraded": inputs.parked,
-            "position": {"partition": inputs.partition, "offset": inputs.last_offset},
-        }  # fmt: skip
+        return context_body(ctx, inputs, spec)
 
     @app.get(PREFIX + "/{conversation_id}/messages")
     async def transcript(
@@ -312,19 +298,6 @@ def create_app(deps: ApiDeps) -> FastAPI:  # noqa: PLR0915 - one place that list
         }  # fmt: skip
 
     return app
-
-
-@functools.cache
-def _counter(encoding_name: str) -> Callable[[str], int]:
-    """Counting at request time covers only short, repeating texts (names, the summary with its
-    header, placeholders): cached per encoding."""
-    encoding = get_encoding(encoding_name)
-
-    @functools.lru_cache(maxsize=4096)
-    def count(text: str) -> int:
-        return len(encoding.encode_ordinary(text))
-
-    return count
 
 
 async def _assemble(

@@ -328,8 +328,10 @@ async def test_redelivery_and_a_second_instance_record_no_second_summary(
                 await asyncio.gather(*tasks)
                 ids = await summary_events(s)
                 print(f"SummaryRecorded events in the log: {len(ids)}, distinct ids: {len(set(ids))}")
-                assert len(set(ids)) == 3  # one per watermark, whatever the log holds twice
-                assert [w for w, _ in await s.summaries()] == ["a3", "a6", "a9"]
+                watermarks = [w for w, _ in await s.summaries()]
+                # A batch holding turns 12 and 15 both folds 4-9 at once: a6 may be skipped, never a9.
+                assert watermarks in (["a3", "a6", "a9"], ["a3", "a9"])
+                assert len(set(ids)) == len(watermarks)  # one per watermark, whatever the log holds twice
             finally:
                 await reader.close()
                 await other.close()

@@ -1,0 +1,230 @@
+"""Operators' subcommands: replay, tail, positions, dead-letters, export, retention.
+
+Argument parsing and printing only; the work is in :mod:`convlog.ops`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from convlog.commands_core import KEY_HELP
+from convlog.settings import Settings
+from events.keys import ConversationKey
+
+
+def register(sub: Any) -> None:
+    replay = sub.add_parser(
+        "replay", help="print a conversation's events and the context served as of an offset (the API's as_of path)"
+    )
+    replay.add_argument("key", help=KEY_HELP)
+    replay.add_argument("--as-of", type=_offset, metavar="OFFSET",
+                        help="log offset of one of its events (default: its last event)")  # fmt: skip
+    replay.add_argument("--model", default="gpt-4o", help="model the context is counted for (default gpt-4o)")
+    replay.add_argument("--budget-tokens", type=_positive, default=128_000, metavar="N", help="default 128000")
+    replay.add_argument("--reserve-tokens", type=_offset, default=0, metavar="N", help="kept free for the answer")
+    replay.add_argument("--reasoning", choices=("omit", "tool_turns", "all"), default="omit")
+    replay.set_defaults(handler=_replay)
+
+    tail = sub.add_parser("tail", help="follow a conversation's events live (Ctrl-C stops)")
+    tail.add_argument("key", help=KEY_HELP)
+    tail.add_argument("--from-start", action="store_true", help="print its whole history first")
+    tail.set_defaults(handler=_tail)
+
+    positions = sub.add_parser(
+        "positions", help="per projection version / summarizer consumer and partition: position, log end, lag"
+    )
+    positions.set_defaults(handler=_positions)
+
+    letters = sub.add_parser("dead-letters", help="inspect, release or skip records the projection parked")
+    actions = letters.add_subparsers(dest="action", required=True, metavar="ACTION")
+    listing = actions.add_parser("list", help="dead letters of the live version (default: the parked ones)")
+    listing.add_argument("--status", choices=("parked", "released", "skipped", "all"), default="parked")
+    show = actions.add_parser("show", help="one dead letter: coordinates, error, record decoded or as hex")
+    release = actions.add_parser("release", help="apply it again after a fix; the held records follow in order")
+    skip = actions.add_parser("skip", help="give up on it (the reason is recorded); the held records apply")
+    for parser in (show, release, skip):
+        parser.add_argument("id", type=_positive, help="dead letter id (see `dead-letters list`)")
+    skip.add_argument("--reason", required=True, help="why it is skipped; stored with the dead letter")
+    letters.set_defaults(handler=_dead_letters)
+
+    export = sub.add_parser("export", help="audit export of transcripts with event coordinates, streamed")
+    export.add_argument("--tenant", required=True)
+    export.add_argument("--user")
+    export.add_argument("--since", type=_timestamp, metavar="TS", help="ISO 8601, inclusive (no zone: UTC)")
+    export.add_argument("--until", type=_timestamp, metavar="TS", help="ISO 8601, exclusive (no zone: UTC)")
+    export.add_argument("--format", choices=("jsonl",), required=True)
+    export.add_argument("--output", "-o", type=Path, metavar="PATH", help="write here instead of stdout")
+    export.set_defaults(handler=_export)
+
+    retention = sub.add_parser("retention", help="archive, then erase, conversations idle for more than N days")
+    retention.add_argument("--idle-days", type=_positive, required=True, metavar="N")
+    retention.add_argument(
+        "--archive", type=Path, metavar="PATH", help="archive file, or a directory for a timestamped one in it "
+        "(default: DATA_DIR/retention)"
+    )  # fmt: skip
+    retention.add_argument("--dry-run", action="store_true", help="list what would be erased; change nothing")
+    retention.add_argument("--wait", type=float, default=60.0, metavar="SECONDS",
+                           help="how long to wait for the projection to catch up first (default 60)")  # fmt: skip
+    retention.set_defaults(handler=_retention)
+
+
+def _offset(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _timestamp(text: str) -> Any:
+    from convlog.ops.export import parse_timestamp  # noqa: PLC0415 - keep `--help` fast
+
+    try:
+        return parse_timestamp(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
+
+
+def _replay(settings: Settings, args: argparse.Namespace) -> int:
+    from convlog.ops.replay import first_offset, replay  # noqa: PLC0415
+    from convlog.ops.resources import live_read_models, opened_log  # noqa: PLC0415
+    from query_api.model import ContextRequest  # noqa: PLC0415
+
+    key = ConversationKey.parse(args.key)
+    image_turns = int(os.environ.get("CONVLOG_WINDOW_IMAGE_TURNS", "2"))  # as `convlog serve` reads it
+    request = ContextRequest(args.model, args.budget_tokens, args.reserve_tokens, 0, args.reasoning, image_turns)
+
+    async def run() -> None:
+        async with live_read_models(settings) as handle, opened_log(settings) as event_log:
+            start = await first_offset(handle, key)
+            await replay(event_log, key, as_of=args.as_of, start_offset=start or 0, request=request,
+                         max_event_bytes=settings.max_event_bytes)  # fmt: skip
+
+    asyncio.run(run())
+    return 0
+
+
+def _tail(settings: Settings, args: argparse.Namespace) -> int:
+    from convlog.ops.replay import first_offset, follow  # noqa: PLC0415
+    from convlog.ops.resources import live_read_models, opened_log  # noqa: PLC0415
+
+    key = ConversationKey.parse(args.key)
+
+    def out(line: str) -> None:
+        print(line, flush=True)
+
+    async def run() -> None:
+        start = None
+        if args.from_start:
+            async with live_read_models(settings) as handle:
+                start = await first_offset(handle, key) or 0
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
+        async with opened_log(settings) as event_log:
+            await follow(event_log, key, start_offset=start, stop=stop, out=out)
+
+    asyncio.run(run())  # Ctrl-C: the front door prints "interrupted" and exits 130
+    return 0
+
+
+def _positions(settings: Settings, args: argparse.Namespace) -> int:
+    from convlog.ops.positions import collect_positions, render_positions  # noqa: PLC0415
+    from convlog.ops.resources import opened_log, opened_pool  # noqa: PLC0415
+
+    async def run() -> str:
+        async with opened_pool(settings) as pool, opened_log(settings) as event_log:
+            return render_positions(await collect_positions(pool, event_log))
+
+    print(asyncio.run(run()))
+    return 0
+
+
+def _dead_letters(settings: Settings, args: argparse.Namespace) -> int:
+    from convlog.ops import dead_letters as ops  # noqa: PLC0415
+    from convlog.ops.resources import live_read_models  # noqa: PLC0415
+
+    async def run() -> str:
+        async with live_read_models(settings) as handle:
+            if args.action == "list":
+                status = None if args.status == "all" else args.status
+                return ops.render_list(await ops.list_dead_letters(handle.pool, handle.schema, status=status))
+            if args.action == "show":
+                return await ops.show_dead_letter(handle.pool, handle.schema, args.id)
+            skip_reason = args.reason if args.action == "skip" else None
+            store = ops.store_for(handle.pool, handle.schema, settings)
+            report = await ops.resolve(store, args.id, skip_reason=skip_reason)
+            verb = "skipped" if skip_reason is not None else "released"
+            return ops.describe_report(report, verb=verb, dead_letter_id=args.id)
+
+    print(asyncio.run(run()))
+    return 0
+
+
+def _export(settings: Settings, args: argparse.Namespace) -> int:
+    from convlog.ops.export import ExportFilter, export_transcripts  # noqa: PLC0415
+    from convlog.ops.resources import live_read_models  # noqa: PLC0415
+    from events.errors import ConfigurationError  # noqa: PLC0415
+
+    where = ExportFilter(tenant=args.tenant, user=args.user, since=args.since, until=args.until)
+
+    async def run() -> int:
+        async with live_read_models(settings) as handle:
+            if args.output is None:
+                return await export_transcripts(handle.pool, handle.schema, where, sys.stdout)
+            try:
+                out = args.output.open("w", encoding="utf-8")
+            except OSError as e:
+                raise ConfigurationError(f"cannot write {args.output}: {e.strerror}") from e
+            with out:
+                return await export_transcripts(handle.pool, handle.schema, where, out)
+
+    written = asyncio.run(run())
+    print(f"exported {written} message(s)", file=sys.stderr)
+    return 0
+
+
+def _retention(settings: Settings, args: argparse.Namespace) -> int:
+    from convlog.ops.resources import live_read_models, opened_log  # noqa: PLC0415
+    from convlog.ops.retention import run_retention  # noqa: PLC0415
+    from convlog.wiring import make_producer  # noqa: PLC0415
+
+    archive = args.archive or settings.data_dir / "retention"
+    if args.archive is None and not args.dry_run:
+        archive.mkdir(parents=True, exist_ok=True)
+
+    async def run() -> int:
+        async with live_read_models(settings) as handle, opened_log(settings) as event_log:
+            producer = make_producer(event_log, settings, producer="convlog-retention")
+            report = await run_retention(handle.pool, handle.schema, event_log, producer, idle_days=args.idle_days,
+                                         archive=archive, dry_run=args.dry_run, wait_s=args.wait)  # fmt: skip
+        for c in report.idle:
+            if c.key not in report.woke:
+                verb = "would erase" if args.dry_run else "erased"
+                print(f"{verb}  {c.key}  (last event {c.last_event_at.isoformat()})")
+        if args.dry_run:
+            print(
+                f"dry run: {len(report.idle)} conversation(s) idle for more than {args.idle_days} days; nothing changed"
+            )
+        elif report.archive is None:
+            print(f"no conversation idle for more than {args.idle_days} days")
+        else:
+            print(f"archived {report.archived_messages} message(s) of {len(report.idle)} conversation(s) "
+                  f"to {report.archive}; erased {report.erased}")  # fmt: skip
+            for key in report.woke:
+                print(f"not erased  {key}  (written to during the run: no longer idle)")
+        return 0
+
+    return asyncio.run(run())

@@ -1,0 +1,1 @@
+"""Operators' tooling behind ``convlog`` subcommands: one module per job, drivers at the edges."""

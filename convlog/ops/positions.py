@@ -1,0 +1,81 @@
+"""``convlog positions``: how far each projection version and each summarizer consumer got.
+
+Per partition: the stored next offset, the log's end (high watermark) and the lag between
+them. A partition a projection never wrote a position for counts from 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from events.log import EventLog
+from projectors.pg import PgPool, convert_pg_error
+
+
+@dataclass(frozen=True, slots=True)
+class PositionRow:
+    reader: str  # "read_models v3 (live)" or "summarizer <consumer>"
+    partition: int
+    position: int
+    end: int
+
+    @property
+    def lag(self) -> int:
+        return max(0, self.end - self.position)
+
+
+async def collect_positions(pool: PgPool, event_log: EventLog) -> list[PositionRow]:
+    """Every projection version that is not retired, then every summarizer consumer."""
+    ends = await event_log.end_offsets()
+    rows: list[PositionRow] = []
+    try:
+        async with pool.connection() as conn:
+            for projection, version, schema, status in await _versions(conn):
+                stored = await _stored(conn, sql.SQL("SELECT partition, next_offset FROM {}.positions").format(
+                    sql.Identifier(schema)))  # fmt: skip
+                reader = f"{projection} v{version} ({status})"
+                rows += [PositionRow(reader, p, stored.get(p, 0), end) for p, end in sorted(ends.items())]
+            for consumer, stored in (await _summarizers(conn)).items():
+                rows += [
+                    PositionRow(f"summarizer {consumer}", p, stored.get(p, 0), end) for p, end in sorted(ends.items())
+                ]
+    except psycopg.Error as e:
+        raise convert_pg_error(e, action="read the stored positions") from e
+    return rows
+
+
+async def _versions(conn: psycopg.AsyncConnection[Any]) -> list[tuple[str, int, str, str]]:
+    cur = await conn.execute(
+        "SELECT projection, version, schema_name, status FROM convlog.projection_versions "
+        "WHERE status <> 'retired' ORDER BY projection, version"
+    )
+    return [(str(a), int(b), str(c), str(d)) for a, b, c, d in await cur.fetchall()]
+
+
+async def _stored(conn: psycopg.AsyncConnection[Any], query: sql.Composed) -> dict[int, int]:
+    cur = await conn.execute(query)
+    return {int(p): int(o) for p, o in await cur.fetchall()}
+
+
+async def _summarizers(conn: psycopg.AsyncConnection[Any]) -> dict[str, dict[int, int]]:
+    cur = await conn.execute("SELECT consumer, partition, next_offset FROM convlog.summarizer_positions")
+    out: dict[str, dict[int, int]] = {}
+    for consumer, partition, offset in await cur.fetchall():
+        out.setdefault(str(consumer), {})[int(partition)] = int(offset)
+    return out
+
+
+def render_positions(rows: list[PositionRow]) -> str:
+    width = max([len("reader"), *(len(r.reader) for r in rows)])
+    lines = [f"{'reader':<{width}}  {'partition':>9}  {'position':>12}  {'log end':>12}  {'lag':>10}"]
+    lines += [f"{r.reader:<{width}}  {r.partition:>9}  {r.position:>12}  {r.end:>12}  {r.lag:>10}" for r in rows]
+    by_reader: dict[str, int] = {}
+    for r in rows:
+        by_reader[r.reader] = by_reader.get(r.reader, 0) + r.lag
+    lines.append("")
+    lines += [f"{reader:<{width}}  total lag {lag}" for reader, lag in by_reader.items()]
+    return "\n".join(lines)

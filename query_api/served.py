@@ -1,0 +1,72 @@
+"""One context, as the API serves it: assembled ``as_of`` a log offset, and its JSON body.
+
+Shared by the HTTP API and ``convlog replay`` so that both serve, byte for byte, the same
+context for the same request.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from events.keys import ConversationKey
+from events.log import EventLog
+from projectors.tokens import get_encoding
+from projectors.window import WindowPolicy
+from query_api.as_of import context_inputs_as_of
+from query_api.context import assemble
+from query_api.model import Context, ContextRequest, ModelSpec
+from query_api.reads import ContextInputs
+
+
+@functools.cache
+def cached_counter(encoding_name: str) -> Callable[[str], int]:
+    """Counting at request time covers only short, repeating texts (names, the summary with its
+    header, placeholders): cached per encoding."""
+    encoding = get_encoding(encoding_name)
+
+    @functools.lru_cache(maxsize=4096)
+    def count(text: str) -> int:
+        return len(encoding.encode_ordinary(text))
+
+    return count
+
+
+async def context_as_of(
+    log: EventLog,
+    key: ConversationKey,
+    as_of: int,
+    *,
+    request: ContextRequest,
+    spec: ModelSpec,
+    policy: WindowPolicy,
+    max_event_bytes: int,
+    start_offset: int,
+) -> tuple[Context, ContextInputs] | None:
+    """The context served right after the event at ``as_of``, rebuilt from the log; None if the
+    conversation had no event by then."""
+    inputs = await context_inputs_as_of(log, key, as_of, encoding=spec.encoding, policy=policy,
+                                        max_event_bytes=max_event_bytes, start_offset=start_offset)  # fmt: skip
+    if inputs is None:
+        return None
+    ctx = assemble(system=inputs.system, summary=inputs.summary, messages=inputs.messages, request=request,
+                   spec=spec, count=cached_counter(spec.encoding))  # fmt: skip
+    return ctx, inputs
+
+
+def context_body(ctx: Context, inputs: ContextInputs, spec: ModelSpec) -> dict[str, Any]:
+    """The JSON body of the context endpoint."""
+    summary = ctx.summary
+    return {
+        "messages": list(ctx.messages),
+        "token_count": ctx.token_count,
+        "encoding": ctx.encoding,
+        "encoding_estimated": spec.estimated,
+        "summary": None if summary is None else {"summary_id": summary.summary_id, "text": summary.text,
+                                                 "covers_through_seq": summary.covers_through_seq},
+        "dropped_turns": ctx.dropped_turns,
+        "compressed": ctx.compressed,
+        "degraded": inputs.parked,
+        "position": {"partition": inputs.partition, "offset": inputs.last_offset},
+    }  # fmt: skip
