@@ -15,13 +15,13 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from convlog import commands_core
+from convlog import commands_core, commands_rebuild
 from convlog.logs import configure_logging
 from convlog.settings import Settings
 from events.errors import ConvlogError
 
 # Command modules, in the order their subcommands appear in --help.
-COMMAND_MODULES = (commands_core,)
+COMMAND_MODULES = (commands_core, commands_rebuild)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -19,15 +19,14 @@ import structlog
 import uvicorn
 
 from convlog.embedded_pg import database_url
-from convlog.projecting import build_projector
+from convlog.projecting import LiveProjector
 from convlog.settings import Settings
 from convlog.wiring import make_producer, open_event_log
 from events.errors import ConfigurationError
 from events.log import EventLog
 from projectors.migrate import migrate
 from projectors.pg import PgPool, open_pool, retrying
-from projectors.runner import Projector
-from projectors.versions import ensure_live_version, live_version
+from projectors.versions import live_version
 from projectors.window import WindowPolicy
 from query_api.http import ApiDeps, create_app
 from query_api.metrics import Metrics
@@ -55,7 +54,7 @@ class Service:
     """Everything ``serve`` runs, built by :func:`running_service`; tests use it directly."""
 
     deps: ApiDeps
-    projector: Projector
+    projector: LiveProjector
     pool: PgPool
     event_log: EventLog
 
@@ -89,9 +88,10 @@ async def running_service(settings: Settings, env: Mapping[str, str] | None = No
     event_log = await open_event_log(settings)
     stop = asyncio.Event()
     try:
-        version = await ensure_live_version(pool)
         # Kafka: a group member of its own; embedded: the log this process already opened.
-        projector = build_projector(settings, pool, version.schema, event_log, env)
+        # It follows ``convlog rebuild --switch`` to the new live version.
+        projector = LiveProjector(settings, pool, event_log, env)
+        await projector.start_version()
         metrics = Metrics()
 
         async def readiness() -> dict[str, Any]:

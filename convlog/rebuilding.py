@@ -1,0 +1,187 @@
+"""``convlog rebuild`` and ``convlog drop``: blue/green versions of a projection.
+
+A rebuild fills a ``building`` version's schema from offset 0 with the ordinary projector (one
+transaction per batch, COPY for the insert-only tables, positions in the version's own schema)
+reading the log through a group-less consumer with plain assignment that never commits: the
+live projector's consumer group and its version are never touched. Ctrl-C lets the batch in
+flight commit and stops; running the command again resumes from the stored positions.
+
+Which version: ``--version N`` resumes (or switches) building version N. Without it the latest
+unfinished (``building``) version is resumed if there is one — an operator who pressed Ctrl-C and
+runs the same command again expects it to go on, not to start over — else a new version is
+created. ``--new`` always creates one: after deploying changed projection code, a version that
+the old code half-built must not be resumed.
+
+``--switch`` catches up once more to the log's end as of that moment, then makes the version
+live in one transaction and retires the old one (kept until ``convlog drop``). The live
+projectors (``convlog project`` / ``serve``) poll the registry, stop projecting the old
+version and continue the new one from the positions stored in its schema — no event is skipped
+or applied twice, whatever arrived after the last catch-up. Reads follow within seconds.
+
+A poison record fails a rebuild (exit 2, naming its coordinates) instead of being parked
+quietly: ``--park-poison`` parks it the way the live projector does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass
+
+from psycopg import sql
+
+from convlog.embedded_pg import database_url
+from convlog.ops_common import INTERRUPTED, following, ops_resources, progress_bar, say
+from convlog.settings import Settings
+from convlog.verifying import compare_settled
+from events.codec import default_codec
+from events.errors import ConfigurationError
+from events.log import EventLog
+from projectors.errors import ProjectionError
+from projectors.fold import PoisonRecordError
+from projectors.pg import PgPool, open_pool
+from projectors.runner import Projector
+from projectors.sources import LogSource
+from projectors.store import ProjectionStore
+from projectors.tokens import TokenCounter
+from projectors.versions import READ_MODELS, ProjectionVersion, create_version, live_version, switch, versions
+from projectors.window import WindowPolicy
+
+PROJECTIONS = (READ_MODELS,)
+
+
+@dataclass(frozen=True, slots=True)
+class RebuildOptions:
+    projection: str = READ_MODELS
+    version: int | None = None
+    new: bool = False
+    verify: bool = False
+    switch: bool = False
+    park_poison: bool = False
+    batch_size: int = 5000
+
+
+def check_projection(projection: str) -> None:
+    if projection not in PROJECTIONS:
+        raise ConfigurationError(f"unknown projection {projection!r} (known: {', '.join(PROJECTIONS)})")
+
+
+async def rebuild(settings: Settings, opts: RebuildOptions, stop: asyncio.Event) -> int:
+    check_projection(opts.projection)
+    async with ops_resources(settings, name="convlog-rebuild") as (pool, event_log):
+        target = await choose_version(pool, opts)
+        store = ProjectionStore(pool, schema=target.schema, codec=default_codec(), counter=TokenCounter(),
+                                policy=WindowPolicy.from_env(os.environ), max_event_bytes=settings.max_event_bytes,
+                                fail_fast=not opts.park_poison)  # fmt: skip
+        if not await build(event_log, store, stop, batch_size=opts.batch_size, desc=f"rebuild v{target.version}"):
+            say(f"interrupted: version {target.version} keeps what it built; run the command again to resume")
+            return INTERRUPTED
+        async with pool.connection() as conn:
+            live = await live_version(conn, opts.projection)
+        assert live is not None  # choose_version refused a projection without one
+        if opts.verify:
+            async with pool.connection() as conn:
+                result = await compare_settled(conn, live.schema, target.schema)
+            say(result.describe(checked=target.schema, reference=live.schema))
+            if result.differing:
+                say("not switching: the versions differ" if opts.switch else "the versions differ")
+                return 1
+        if not opts.switch:
+            say(f"version {target.version} built; make it live with: "
+                  f"convlog rebuild {opts.projection} --version {target.version} --switch")  # fmt: skip
+            return 0
+        # Catch up to the log's end once more so that reads of the new version start fresh; what
+        # arrives after this the live projector applies once it followed the switch.
+        if not await build(event_log, store, stop, batch_size=opts.batch_size, desc="catch up"):
+            say(f"interrupted before the switch: version {target.version} is still building")
+            return INTERRUPTED
+        async with pool.connection() as conn:
+            await switch(conn, opts.projection, target.version)
+        say(f"version {target.version} is live; version {live.version} is retired "
+              f"(remove it with: convlog drop {opts.projection} --version {live.version})")  # fmt: skip
+        return 0
+
+
+async def choose_version(pool: PgPool, opts: RebuildOptions) -> ProjectionVersion:
+    async with pool.connection() as conn:
+        known = await versions(conn, opts.projection)
+        live = next((v for v in known if v.status == "live"), None)
+        if live is None:
+            raise ConfigurationError(
+                f"{opts.projection} has no live version yet: convlog project (or serve) creates one; "
+                "rebuild builds a new version beside it"
+            )
+        if opts.version is not None:
+            chosen = next((v for v in known if v.version == opts.version), None)
+            if chosen is None:
+                listed = ", ".join(f"{v.version} ({v.status})" for v in known)
+                raise ProjectionError(f"{opts.projection} has no version {opts.version} (versions: {listed})")
+            if chosen.status != "building":
+                raise ProjectionError(
+                    f"version {chosen.version} is {chosen.status}, not building: omit --version to build a new one"
+                )
+            say(f"resuming version {chosen.version} ({chosen.schema}) from its stored positions")
+            return chosen
+        building = [v for v in known if v.status == "building"]
+        if building and not opts.new:
+            chosen = building[-1]
+            say(f"resuming unfinished version {chosen.version} ({chosen.schema}); pass --new to start a fresh one")
+            return chosen
+        created = await create_version(conn, opts.projection)
+        say(f"building version {created.version} ({created.schema}) beside live version {live.version}")
+        return created
+
+
+async def build(
+    event_log: EventLog, store: ProjectionStore, stop: asyncio.Event, *, batch_size: int, desc: str
+) -> bool:
+    """Project into ``store`` up to the log's end as of now; False if ``stop`` came first."""
+    until = await event_log.end_offsets()
+    start = await store.positions(sorted(until))
+    projector = Projector(LogSource(event_log), store, batch_size=batch_size, fetch_timeout_s=0.2)
+    seen = dict(start)
+
+    def done() -> int:
+        seen.update(projector.positions)  # empty once the run ended: keep the last values seen
+        return sum(max(0, min(seen[p], o) - start[p]) for p, o in until.items())
+
+    bar = progress_bar(sum(max(0, o - start[p]) for p, o in until.items()), desc)
+    try:
+        async with following(bar, done):
+            await projector.run(stop, until=until)
+    except PoisonRecordError as e:
+        raise ProjectionError(f"{e}; a rebuild stops at poison records (--park-poison parks them instead)") from e
+    reached = await store.positions(sorted(until))
+    return all(reached[p] >= o for p, o in until.items())
+
+
+async def drop(settings: Settings, projection: str, version: int) -> int:
+    check_projection(projection)
+    url = await asyncio.to_thread(database_url, settings)
+    pool = await open_pool(url, max_size=1, name="convlog-drop")
+    try:
+        async with pool.connection() as conn, conn.transaction():
+            # The lock create_version takes: no version is created or switched meanwhile.
+            await conn.execute("SELECT pg_advisory_xact_lock(hashtext('convlog.projection_versions'))")
+            cur = await conn.execute(
+                "SELECT schema_name, status FROM convlog.projection_versions "
+                "WHERE projection = %s AND version = %s FOR UPDATE",
+                [projection, version],
+            )
+            row = await cur.fetchone()
+            if row is None:
+                raise ProjectionError(f"{projection} has no version {version}")
+            schema, status = row
+            if status == "live":
+                raise ProjectionError(
+                    f"version {version} of {projection} is live and cannot be dropped; "
+                    f"make another version live first (convlog rebuild {projection} --switch)"
+                )
+            await conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+            await conn.execute(
+                "DELETE FROM convlog.projection_versions WHERE projection = %s AND version = %s", [projection, version]
+            )
+    finally:
+        await pool.close()
+    say(f"dropped {projection} version {version} ({schema}, was {status})")
+    return 0
