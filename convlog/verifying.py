@@ -99,6 +99,7 @@ async def compare_settled(conn: Conn, reference: str, checked: str) -> Compariso
     may legitimately differ and is skipped. Every other conversation has seen the same events in
     both versions, so its rows must be equal.
     """
+    await conn.commit()  # end any implicit transaction: the snapshot below must be a transaction of its own
     async with conn.transaction():
         await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         pos_a, pos_b = await positions(conn, reference), await positions(conn, checked)
@@ -166,6 +167,7 @@ async def _verify(
         live = await live_version(conn)
         if live is None:
             raise ConfigurationError("no live read-models version to verify (run convlog project first)")
+        await conn.commit()
         async with conn.transaction():  # positions and checksums from one snapshot
             await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
             until = await positions(conn, live.schema)
