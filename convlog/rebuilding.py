@@ -149,9 +149,10 @@ async def build(
     try:
         async with following(bar, done):
             await projector.run(stop, until=until)
+            reached = await store.positions(sorted(until))
+            seen.update(reached)
     except PoisonRecordError as e:
         raise ProjectionError(f"{e}; a rebuild stops at poison records (--park-poison parks them instead)") from e
-    reached = await store.positions(sorted(until))
     return all(reached[p] >= o for p, o in until.items())
 
 
