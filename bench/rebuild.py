@@ -29,7 +29,7 @@ from projectors.pg import open_pool
 from projectors.versions import create_version
 
 
-async def timed_rebuild(bootstrap: str, topic: str, url: str, batch_size: int) -> float:
+async def timed_rebuild(bootstrap: str, topic: str, url: str, batch_size: int, workers: int) -> float:
     await migrate(url)
     pool = await open_pool(url, max_size=1, name="bench")
     async with pool.connection() as conn:
@@ -37,7 +37,7 @@ async def timed_rebuild(bootstrap: str, topic: str, url: str, batch_size: int) -
     await pool.close()
     settings = Settings(kafka_bootstrap=bootstrap, database_url=url, topic=topic)
     started = time.perf_counter()
-    code = await rebuild(settings, RebuildOptions(batch_size=batch_size), asyncio.Event())
+    code = await rebuild(settings, RebuildOptions(batch_size=batch_size, workers=workers), asyncio.Event())
     elapsed = time.perf_counter() - started
     assert code == 0, code
     return elapsed
@@ -48,6 +48,7 @@ async def main() -> None:
     parser.add_argument("--events", type=int, default=30_000)
     parser.add_argument("--conversations", type=int, default=1000)
     parser.add_argument("--batch-size", type=int, default=5000)
+    parser.add_argument("--workers", type=int, default=RebuildOptions().workers)
     args = parser.parse_args()
     bootstrap, admin_url = os.environ.get("CONVLOG_KAFKA_BOOTSTRAP"), os.environ.get("CONVLOG_DATABASE_URL")
     if not bootstrap or not admin_url:
@@ -61,7 +62,8 @@ async def main() -> None:
     async with await psycopg.AsyncConnection.connect(admin_url, autocommit=True) as conn:
         await conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
     try:
-        rebuild_s = await timed_rebuild(bootstrap, topic, make_conninfo(admin_url, dbname=database), args.batch_size)
+        url = make_conninfo(admin_url, dbname=database)
+        rebuild_s = await timed_rebuild(bootstrap, topic, url, args.batch_size, args.workers)
     finally:
         async with await psycopg.AsyncConnection.connect(admin_url, autocommit=True) as conn:
             await conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(database)))
@@ -69,7 +71,8 @@ async def main() -> None:
     n = args.events
     raw, rate = n / consume_s, n / rebuild_s
     print(f"raw aiokafka consume        {raw:>10,.0f} events/s  ({consume_s:.2f} s)")
-    print(f"convlog rebuild             {rate:>10,.0f} events/s  ({rebuild_s:.2f} s, batch {args.batch_size})")
+    setup = f"batch {args.batch_size}, {args.workers} workers"
+    print(f"convlog rebuild             {rate:>10,.0f} events/s  ({rebuild_s:.2f} s, {setup})")
     print(f"ratio rebuild / raw consume {rate / raw:>10.2f}   (target >= 0.50)")
 
 

@@ -29,7 +29,9 @@ def say(text: str) -> None:
 
 
 @asynccontextmanager
-async def ops_resources(settings: Settings, *, name: str) -> AsyncIterator[tuple[PgPool, EventLog]]:
+async def ops_resources(
+    settings: Settings, *, name: str, migrated: bool = False
+) -> AsyncIterator[tuple[PgPool, EventLog]]:
     """A pool on the migrated database and the event log.
 
     With Kafka the log's reader is a group-less consumer with plain assignment that never
@@ -37,7 +39,8 @@ async def ops_resources(settings: Settings, *, name: str) -> AsyncIterator[tuple
     The embedded log admits one process: stop ``convlog serve`` / ``project`` first.
     """
     url = await asyncio.to_thread(database_url, settings)
-    await migrate(url)
+    if not migrated:
+        await migrate(url)
     pool = await open_pool(url, max_size=4, name=name)
     try:
         event_log = await open_event_log(settings)
@@ -85,25 +88,25 @@ def progress_bar(total: int, desc: str, unit: str = "ev") -> tqdm[Any]:
 
 
 @asynccontextmanager
-async def following(bar: tqdm[Any], done: Callable[[], int], interval_s: float = 0.5) -> AsyncIterator[None]:
-    """Move ``bar`` to ``done()`` every ``interval_s`` while the body runs (and once at the end)."""
+async def following(bar: tqdm[Any], done: Callable[[], Awaitable[int]], interval_s: float = 0.5) -> AsyncIterator[None]:
+    """Move ``bar`` to ``await done()`` every ``interval_s`` while the body runs (and once at the end)."""
 
-    def refresh() -> None:
-        n = min(done(), bar.total or 0)
+    async def refresh() -> None:
+        n = min(await done(), bar.total or 0)
         if n > bar.n:
             bar.update(n - bar.n)
 
     async def tick() -> None:
         while True:
             await asyncio.sleep(interval_s)
-            refresh()
+            await refresh()
 
     task = asyncio.create_task(tick())
     try:
         yield
+        await refresh()
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-        refresh()
         bar.close()

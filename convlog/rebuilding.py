@@ -25,7 +25,11 @@ quietly: ``--park-poison`` parks it the way the live projector does.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import signal
+import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from psycopg import sql
@@ -35,7 +39,7 @@ from convlog.ops_common import INTERRUPTED, following, ops_resources, progress_b
 from convlog.settings import Settings
 from convlog.verifying import compare_settled
 from events.codec import default_codec
-from events.errors import ConfigurationError
+from events.errors import ConfigurationError, ConvlogError
 from events.log import EventLog
 from projectors.errors import ProjectionError
 from projectors.fold import PoisonRecordError
@@ -48,6 +52,8 @@ from projectors.versions import READ_MODELS, ProjectionVersion, create_version, 
 from projectors.window import WindowPolicy
 
 PROJECTIONS = (READ_MODELS,)
+DEFAULT_WORKERS = min(4, os.cpu_count() or 1)
+RETRIABLE = 75  # a worker's exit code for a retriable error (as the CLI's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +65,7 @@ class RebuildOptions:
     switch: bool = False
     park_poison: bool = False
     batch_size: int = 5000
+    workers: int = DEFAULT_WORKERS
 
 
 def check_projection(projection: str) -> None:
@@ -70,10 +77,8 @@ async def rebuild(settings: Settings, opts: RebuildOptions, stop: asyncio.Event)
     check_projection(opts.projection)
     async with ops_resources(settings, name="convlog-rebuild") as (pool, event_log):
         target = await choose_version(pool, opts)
-        store = ProjectionStore(pool, schema=target.schema, codec=default_codec(), counter=TokenCounter(),
-                                policy=WindowPolicy.from_env(os.environ), max_event_bytes=settings.max_event_bytes,
-                                fail_fast=not opts.park_poison)  # fmt: skip
-        if not await build(event_log, store, stop, batch_size=opts.batch_size, desc=f"rebuild v{target.version}"):
+        store = make_store(settings, pool, target.schema, park_poison=opts.park_poison)
+        if not await build(settings, event_log, store, stop, opts=opts, desc=f"rebuild v{target.version}"):
             say(f"interrupted: version {target.version} keeps what it built; run the command again to resume")
             return INTERRUPTED
         async with pool.connection() as conn:
@@ -92,7 +97,7 @@ async def rebuild(settings: Settings, opts: RebuildOptions, stop: asyncio.Event)
             return 0
         # Catch up to the log's end once more so that reads of the new version start fresh; what
         # arrives after this the live projector applies once it followed the switch.
-        if not await build(event_log, store, stop, batch_size=opts.batch_size, desc="catch up"):
+        if not await build(settings, event_log, store, stop, opts=opts, desc="catch up"):
             say(f"interrupted before the switch: version {target.version} is still building")
             return INTERRUPTED
         async with pool.connection() as conn:
@@ -132,28 +137,105 @@ async def choose_version(pool: PgPool, opts: RebuildOptions) -> ProjectionVersio
         return created
 
 
+def make_store(settings: Settings, pool: PgPool, schema: str, *, park_poison: bool) -> ProjectionStore:
+    return ProjectionStore(pool, schema=schema, codec=default_codec(), counter=TokenCounter(),
+                           policy=WindowPolicy.from_env(os.environ), max_event_bytes=settings.max_event_bytes,
+                           fail_fast=not park_poison)  # fmt: skip
+
+
+def shares(todo: Mapping[int, int], workers: int) -> list[dict[int, int]]:
+    """Split the partitions to build over ``workers``, the largest first to the least loaded."""
+    loads: list[tuple[int, dict[int, int]]] = [(0, {}) for _ in range(min(workers, len(todo)))]
+    for p, n in sorted(todo.items(), key=lambda item: -item[1]):
+        i = min(range(len(loads)), key=lambda j: loads[j][0])
+        loads[i] = (loads[i][0] + n, {**loads[i][1], p: n})
+    return [share for _, share in loads]
+
+
 async def build(
-    event_log: EventLog, store: ProjectionStore, stop: asyncio.Event, *, batch_size: int, desc: str
-) -> bool:
-    """Project into ``store`` up to the log's end as of now; False if ``stop`` came first."""
+    settings: Settings, event_log: EventLog, store: ProjectionStore, stop: asyncio.Event, *, opts: RebuildOptions,
+    desc: str,
+) -> bool:  # fmt: skip
+    """Project into ``store`` up to the log's end as of now; False if ``stop`` came first.
+
+    Decoding, token counting and folding are CPU-bound Python: with Kafka, ``opts.workers``
+    processes build disjoint sets of partitions side by side (a conversation lives on one
+    partition, and positions are per partition, so their transactions never touch the same rows).
+    """
     until = await event_log.end_offsets()
     start = await store.positions(sorted(until))
-    projector = Projector(LogSource(event_log), store, batch_size=batch_size, fetch_timeout_s=0.2)
-    seen = dict(start)
+    todo = {p: o for p, o in until.items() if o > start[p]}
+    reached = dict(start)
 
-    def done() -> int:
-        seen.update(projector.positions)  # empty once the run ended: keep the last values seen
-        return sum(max(0, min(seen[p], o) - start[p]) for p, o in until.items())
+    async def done() -> int:
+        reached.update(await store.positions(sorted(until)))
+        return sum(max(0, min(reached[p], o) - start[p]) for p, o in until.items())
 
-    bar = progress_bar(sum(max(0, o - start[p]) for p, o in until.items()), desc)
+    bar = progress_bar(sum(o - start[p] for p, o in todo.items()), desc)
+    sizes = {p: o - start[p] for p, o in todo.items()}
+    groups = [{p: todo[p] for p in share} for share in shares(sizes, opts.workers if settings.kafka_bootstrap else 1)]
     try:
         async with following(bar, done):
-            await projector.run(stop, until=until)
-            reached = await store.positions(sorted(until))
-            seen.update(reached)
+            if len(groups) > 1:
+                await run_workers(settings, store.schema, groups, opts, stop)
+            elif groups:
+                projector = Projector(LogSource(event_log, groups[0]), store, batch_size=opts.batch_size,
+                                      fetch_timeout_s=0.2)  # fmt: skip
+                await projector.run(stop, until=groups[0])
     except PoisonRecordError as e:
         raise ProjectionError(f"{e}; a rebuild stops at poison records (--park-poison parks them instead)") from e
     return all(reached[p] >= o for p, o in until.items())
+
+
+async def run_workers(
+    settings: Settings, schema: str, groups: list[dict[int, int]], opts: RebuildOptions, stop: asyncio.Event
+) -> None:
+    """One ``convlog.rebuild_worker`` process per group; Ctrl-C here is passed on to each once
+    (they run in sessions of their own, so a terminal's Ctrl-C does not reach them twice)."""
+    flags = ["--batch-size", str(opts.batch_size)] + (["--park-poison"] if opts.park_poison else [])
+    env = worker_env(settings)
+    procs = [await _start_worker(schema, group, flags, env) for group in groups]
+
+    async def forward() -> None:
+        await stop.wait()
+        for proc in procs:
+            if proc.returncode is None:
+                proc.send_signal(signal.SIGINT)
+
+    forwarding = asyncio.create_task(forward())
+    try:
+        results = await asyncio.gather(*(proc.communicate() for proc in procs))
+    finally:
+        forwarding.cancel()
+        for proc in procs:
+            if proc.returncode is None:  # we are being cancelled: let them stop after their batch
+                proc.send_signal(signal.SIGINT)
+    failures = [(proc.returncode, err.decode().strip()) for proc, (_, err) in zip(procs, results, strict=True)
+                if proc.returncode not in (0, INTERRUPTED)]  # fmt: skip
+    if failures:
+        code, message = failures[0]
+        error = ConvlogError(message.splitlines()[-1] if message else f"a rebuild worker exited with {code}")
+        error.retriable = code == RETRIABLE
+        raise error
+
+
+def worker_env(settings: Settings) -> dict[str, str]:
+    """The environment that gives a worker exactly these settings (not merely the inherited ones)."""
+    env = {**os.environ, "CONVLOG_TOPIC": settings.topic, "CONVLOG_PARTITIONS": str(settings.partitions),
+           "CONVLOG_MAX_EVENT_BYTES": str(settings.max_event_bytes), "CONVLOG_DATA_DIR": str(settings.data_dir),
+           "CONVLOG_KAFKA_BOOTSTRAP": settings.kafka_bootstrap or ""}  # fmt: skip
+    if settings.database_url:
+        env["CONVLOG_DATABASE_URL"] = settings.database_url
+    return env
+
+
+async def _start_worker(
+    schema: str, group: Mapping[int, int], flags: list[str], env: dict[str, str]
+) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "convlog.rebuild_worker", schema, json.dumps(group), *flags, env=env,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE, start_new_session=True,
+    )  # fmt: skip
 
 
 async def drop(settings: Settings, projection: str, version: int) -> int:

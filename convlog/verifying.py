@@ -193,10 +193,14 @@ async def _verify(
                                 policy=policy, max_event_bytes=settings.max_event_bytes)  # fmt: skip
         read = [0]
         bar = progress_bar(sum(until.values()), "replay")
-        async with following(bar, lambda: read[0]):
-            done = await replay(event_log, store, until, None if keys is None else frozenset(keys),
+
+        async def done() -> int:
+            return read[0]
+
+        async with following(bar, done):
+            finished = await replay(event_log, store, until, None if keys is None else frozenset(keys),
                                 batch_size=batch_size, stop=stop, read=read)  # fmt: skip
-        if not done:
+        if not finished:
             say("verify interrupted; nothing was changed")
             return INTERRUPTED
         async with pool.connection() as conn:
