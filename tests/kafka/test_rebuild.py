@@ -92,8 +92,9 @@ async def _clean_rebuild_equals(projection: Projection, bootstrap: str, topic: s
         assert await compare(conn, schema, clean.schema) == []
 
 
+@pytest.mark.parametrize("workers", [1, 2])
 async def test_rebuild_interrupted_with_ctrl_c_and_resumed_equals_an_uninterrupted_one(
-    projection: Projection, kafka_bootstrap: str, tmp_path: Path
+    projection: Projection, kafka_bootstrap: str, tmp_path: Path, workers: int
 ) -> None:
     topic = unique_topic("rebuild")
     log = await KafkaEventLog.connect(bootstrap=kafka_bootstrap, topic=topic, partitions=PARTITIONS)
@@ -106,7 +107,8 @@ async def test_rebuild_interrupted_with_ctrl_c_and_resumed_equals_an_uninterrupt
 
     # Small batches make the rebuild take long enough to be interrupted halfway.
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "convlog.cli", "rebuild", "read_models", "--batch-size", "200", cwd=REPO, env=env,
+        sys.executable, "-m", "convlog.cli", "rebuild", "read_models", "--batch-size", "200", "--workers", str(workers),
+        cwd=REPO, env=env,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     deadline = time.monotonic() + 60
@@ -123,7 +125,7 @@ async def test_rebuild_interrupted_with_ctrl_c_and_resumed_equals_an_uninterrupt
     [(rows,)] = await projection.rows("SELECT count(*) FROM {s}.event_ids", schema=schema_name("read_models", 2))
     assert rows == halfway  # what was applied is committed with its positions, nothing half-written
 
-    code, out_text, err_text = await _cli(env, "rebuild", "read_models", "--verify")
+    code, out_text, err_text = await _cli(env, "rebuild", "read_models", "--verify", "--workers", str(workers))
     assert code == 0, (out_text, err_text)
     assert "resuming unfinished version 2" in out_text
     assert "checksums match" in out_text
