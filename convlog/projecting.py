@@ -97,8 +97,8 @@ class LiveProjector:
         return version.schema
 
     async def run(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            schema = self.schema if self.current is not None else await self.start_version()
+        schema = self.schema if self.current is not None else await self.start_version()
+        while True:
             assert self.current is not None
             assert schema is not None
             inner = asyncio.Event()  # set by ``stop`` or by a switch away from ``schema``
@@ -110,9 +110,10 @@ class LiveProjector:
                 watcher.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await watcher
-            if not stop.is_set():
-                log.info("projector.switched", old_schema=schema)
-                self.current = None
+            if stop.is_set():
+                return
+            log.info("projector.switched", old_schema=schema)
+            schema = await self.start_version()
 
     async def _watch(self, schema: str, stop: asyncio.Event, inner: asyncio.Event) -> None:
         while True:

@@ -16,9 +16,10 @@ import sys
 from collections.abc import Sequence
 
 from convlog.ops_common import INTERRUPTED, ops_resources, run_interruptibly
-from convlog.rebuilding import RETRIABLE, make_store
+from convlog.rebuilding import RETRIABLE, make_store, poison_stop
 from convlog.settings import Settings
 from events.errors import ConvlogError
+from projectors.fold import PoisonRecordError
 from projectors.runner import Projector
 from projectors.sources import LogSource
 
@@ -28,7 +29,10 @@ async def work(settings: Settings, args: argparse.Namespace, stop: asyncio.Event
     async with ops_resources(settings, name="convlog-rebuild-worker", migrated=True) as (pool, event_log):
         store = make_store(settings, pool, args.schema, park_poison=args.park_poison)
         projector = Projector(LogSource(event_log, until), store, batch_size=args.batch_size, fetch_timeout_s=0.2)
-        await projector.run(stop, until=until)
+        try:
+            await projector.run(stop, until=until)
+        except PoisonRecordError as e:
+            raise poison_stop(e) from e
         reached = await store.positions(sorted(until))
     return 0 if all(reached[p] >= o for p, o in until.items()) else INTERRUPTED
 

@@ -137,6 +137,10 @@ async def choose_version(pool: PgPool, opts: RebuildOptions) -> ProjectionVersio
         return created
 
 
+def poison_stop(e: PoisonRecordError) -> ProjectionError:
+    return ProjectionError(f"{e}; a rebuild stops at poison records (--park-poison parks them instead)")
+
+
 def make_store(settings: Settings, pool: PgPool, schema: str, *, park_poison: bool) -> ProjectionStore:
     return ProjectionStore(pool, schema=schema, codec=default_codec(), counter=TokenCounter(),
                            policy=WindowPolicy.from_env(os.environ), max_event_bytes=settings.max_event_bytes,
@@ -183,7 +187,7 @@ async def build(
                                       fetch_timeout_s=0.2)  # fmt: skip
                 await projector.run(stop, until=groups[0])
     except PoisonRecordError as e:
-        raise ProjectionError(f"{e}; a rebuild stops at poison records (--park-poison parks them instead)") from e
+        raise poison_stop(e) from e
     return all(reached[p] >= o for p, o in until.items())
 
 

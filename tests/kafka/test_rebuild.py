@@ -211,6 +211,32 @@ async def test_verify_names_the_first_corrupted_conversation_and_row(
     assert schemas == 0  # the scratch schema is dropped
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+async def test_a_poison_record_stops_a_rebuild_with_its_coordinates_unless_parked(
+    projection: Projection, kafka_bootstrap: str, tmp_path: Path, workers: int
+) -> None:
+    topic = unique_topic("poison")
+    log = await KafkaEventLog.connect(bootstrap=kafka_bootstrap, topic=topic, partitions=PARTITIONS)
+    key = ConversationKey("acme", "user-1", "conv-1")
+    try:
+        await _write(ConversationProducer(log, producer="test"), conversations=30, turns=3)
+        bad = await log.append(key=key.encode(), value=b"\xc3\x01garbage")
+        await project_all(log, projection.store(), batch_size=2000)  # the live projector parks it
+    finally:
+        await log.close()
+    env = _env(projection, kafka_bootstrap, topic, tmp_path)
+    code, out, err = await _cli(env, "rebuild", "read_models", "--workers", str(workers))
+    assert code == 2, (out, err)
+    assert f"poison record at partition {bad.partition} offset {bad.offset}" in err
+    assert "--park-poison" in err
+    code, out, err = await _cli(env, "rebuild", "read_models", "--park-poison", "--verify", "--workers", str(workers))
+    assert code == 0, (out, err)
+    assert "resuming unfinished version 2" in out
+    assert "checksums match" in out
+    v2 = schema_name("read_models", 2)
+    assert await projection.rows("SELECT conversation_key FROM {s}.parked", schema=v2) == [(str(key),)]
+
+
 async def test_drop_removes_a_retired_version_and_refuses_the_live_one(projection: Projection, tmp_path: Path) -> None:
     env: dict[str, Any] = {**os.environ, "CONVLOG_DATABASE_URL": projection.url, "CONVLOG_DATA_DIR": str(tmp_path)}
     env.pop("CONVLOG_KAFKA_BOOTSTRAP", None)
