@@ -29,7 +29,7 @@ from projectors.pg import open_pool
 from projectors.versions import create_version
 
 
-async def timed_rebuild(bootstrap: str, topic: str, url: str, batch_size: int, workers: int) -> float:
+async def timed_rebuild(bootstrap: str, topic: str, url: str, batch_size: int, workers: int | None) -> float:
     await migrate(url)
     pool = await open_pool(url, max_size=1, name="bench")
     async with pool.connection() as conn:
@@ -48,7 +48,7 @@ async def main() -> None:
     parser.add_argument("--events", type=int, default=30_000)
     parser.add_argument("--conversations", type=int, default=1000)
     parser.add_argument("--batch-size", type=int, default=5000)
-    parser.add_argument("--workers", type=int, default=RebuildOptions().workers)
+    parser.add_argument("--workers", type=int, help="default: as convlog rebuild chooses")
     args = parser.parse_args()
     bootstrap, admin_url = os.environ.get("CONVLOG_KAFKA_BOOTSTRAP"), os.environ.get("CONVLOG_DATABASE_URL")
     if not bootstrap or not admin_url:
@@ -71,7 +71,7 @@ async def main() -> None:
     n = args.events
     raw, rate = n / consume_s, n / rebuild_s
     print(f"raw aiokafka consume        {raw:>10,.0f} events/s  ({consume_s:.2f} s)")
-    setup = f"batch {args.batch_size}, {args.workers} workers"
+    setup = f"batch {args.batch_size}, workers {args.workers or 'auto'}"
     print(f"convlog rebuild             {rate:>10,.0f} events/s  ({rebuild_s:.2f} s, {setup})")
     print(f"ratio rebuild / raw consume {rate / raw:>10.2f}   (target >= 0.50)")
 

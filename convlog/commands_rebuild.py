@@ -34,7 +34,10 @@ def register(sub: Any) -> None:
     rebuild.add_argument("--park-poison", action="store_true", help="park poison records instead of stopping at one")
     rebuild.add_argument("--batch-size", type=_positive, default=5000, help="records per transaction (default 5000)")
     rebuild.add_argument(
-        "--workers", type=_positive, help="processes building partitions side by side (Kafka only; default: CPUs, <= 4)"
+        "--workers",
+        type=_positive,
+        help="processes building partitions side by side (Kafka only; default: one per 50k records, up to the CPUs "
+        "and 4)",
     )
     rebuild.set_defaults(handler=_rebuild)
 
@@ -58,11 +61,11 @@ def register(sub: Any) -> None:
 
 def _rebuild(settings: Settings, args: argparse.Namespace) -> int:
     from convlog.ops_common import run_interruptibly  # noqa: PLC0415 - keep `--help` fast
-    from convlog.rebuilding import DEFAULT_WORKERS, RebuildOptions, rebuild  # noqa: PLC0415
+    from convlog.rebuilding import RebuildOptions, rebuild  # noqa: PLC0415
 
     opts = RebuildOptions(
         projection=args.projection, version=args.version, new=args.new, verify=args.verify, switch=args.switch,
-        park_poison=args.park_poison, batch_size=args.batch_size, workers=args.workers or DEFAULT_WORKERS,
+        park_poison=args.park_poison, batch_size=args.batch_size, workers=args.workers,
     )  # fmt: skip
     return run_interruptibly(lambda stop: rebuild(settings, opts, stop))
 

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 
 from convlog.ops_common import INTERRUPTED, ops_resources, run_interruptibly
-from convlog.rebuilding import RETRIABLE, make_store, poison_stop
+from convlog.rebuilding import RETRIABLE, load_counter, make_store, poison_stop
 from convlog.settings import Settings
 from events.errors import ConvlogError
 from projectors.fold import PoisonRecordError
@@ -26,8 +26,9 @@ from projectors.sources import LogSource
 
 async def work(settings: Settings, args: argparse.Namespace, stop: asyncio.Event) -> int:
     until = {int(p): int(o) for p, o in json.loads(args.until).items()}
+    counter = load_counter()
     async with ops_resources(settings, name="convlog-rebuild-worker", migrated=True) as (pool, event_log):
-        store = make_store(settings, pool, args.schema, park_poison=args.park_poison)
+        store = make_store(settings, pool, args.schema, await counter, park_poison=args.park_poison)
         projector = Projector(LogSource(event_log, until), store, batch_size=args.batch_size, fetch_timeout_s=0.2)
         try:
             await projector.run(stop, until=until)

@@ -53,6 +53,9 @@ from projectors.window import WindowPolicy
 
 PROJECTIONS = (READ_MODELS,)
 DEFAULT_WORKERS = min(4, os.cpu_count() or 1)
+# A worker process costs about a second to start (imports, tiktoken tables, connections): below
+# this many records per worker one process is faster (measured with bench/rebuild.py, 2 cores).
+RECORDS_PER_WORKER = 50_000
 RETRIABLE = 75  # a worker's exit code for a retriable error (as the CLI's)
 
 
@@ -65,7 +68,7 @@ class RebuildOptions:
     switch: bool = False
     park_poison: bool = False
     batch_size: int = 5000
-    workers: int = DEFAULT_WORKERS
+    workers: int | None = None  # None: see worker_count
 
 
 def check_projection(projection: str) -> None:
@@ -75,9 +78,10 @@ def check_projection(projection: str) -> None:
 
 async def rebuild(settings: Settings, opts: RebuildOptions, stop: asyncio.Event) -> int:
     check_projection(opts.projection)
+    counter = load_counter()
     async with ops_resources(settings, name="convlog-rebuild") as (pool, event_log):
         target = await choose_version(pool, opts)
-        store = make_store(settings, pool, target.schema, park_poison=opts.park_poison)
+        store = make_store(settings, pool, target.schema, await counter, park_poison=opts.park_poison)
         if not await build(settings, event_log, store, stop, opts=opts, desc=f"rebuild v{target.version}"):
             say(f"interrupted: version {target.version} keeps what it built; run the command again to resume")
             return INTERRUPTED
@@ -141,10 +145,25 @@ def poison_stop(e: PoisonRecordError) -> ProjectionError:
     return ProjectionError(f"{e}; a rebuild stops at poison records (--park-poison parks them instead)")
 
 
-def make_store(settings: Settings, pool: PgPool, schema: str, *, park_poison: bool) -> ProjectionStore:
-    return ProjectionStore(pool, schema=schema, codec=default_codec(), counter=TokenCounter(),
+def load_counter() -> asyncio.Task[TokenCounter]:
+    """Load the tiktoken tables (~0.5 s of CPU) on a thread while Kafka and Postgres connect."""
+    return asyncio.create_task(asyncio.to_thread(TokenCounter))
+
+
+def make_store(
+    settings: Settings, pool: PgPool, schema: str, counter: TokenCounter, *, park_poison: bool
+) -> ProjectionStore:
+    return ProjectionStore(pool, schema=schema, codec=default_codec(), counter=counter,
                            policy=WindowPolicy.from_env(os.environ), max_event_bytes=settings.max_event_bytes,
                            fail_fast=not park_poison)  # fmt: skip
+
+
+def worker_count(settings: Settings, opts: RebuildOptions, records: int) -> int:
+    if not settings.kafka_bootstrap:
+        return 1  # the embedded log admits one process
+    if opts.workers is not None:
+        return opts.workers
+    return max(1, min(DEFAULT_WORKERS, records // RECORDS_PER_WORKER))
 
 
 def shares(todo: Mapping[int, int], workers: int) -> list[dict[int, int]]:
@@ -162,7 +181,7 @@ async def build(
 ) -> bool:  # fmt: skip
     """Project into ``store`` up to the log's end as of now; False if ``stop`` came first.
 
-    Decoding, token counting and folding are CPU-bound Python: with Kafka, ``opts.workers``
+    Decoding, token counting and folding are CPU-bound Python: with Kafka, :func:`worker_count`
     processes build disjoint sets of partitions side by side (a conversation lives on one
     partition, and positions are per partition, so their transactions never touch the same rows).
     """
@@ -177,7 +196,8 @@ async def build(
 
     bar = progress_bar(sum(o - start[p] for p, o in todo.items()), desc)
     sizes = {p: o - start[p] for p, o in todo.items()}
-    groups = [{p: todo[p] for p in share} for share in shares(sizes, opts.workers if settings.kafka_bootstrap else 1)]
+    workers = worker_count(settings, opts, sum(sizes.values()))
+    groups = [{p: todo[p] for p in share} for share in shares(sizes, workers)]
     try:
         async with following(bar, done):
             if len(groups) > 1:
