@@ -37,7 +37,7 @@ from psycopg import sql
 from convlog.embedded_pg import database_url
 from convlog.ops_common import INTERRUPTED, following, ops_resources, progress_bar, say
 from convlog.settings import Settings
-from convlog.verifying import compare_settled
+from convlog.verifying import compare_settled, positions
 from events.codec import default_codec
 from events.errors import ConfigurationError, ConvlogError
 from events.log import EventLog
@@ -97,18 +97,33 @@ async def rebuild(settings: Settings, opts: RebuildOptions, stop: asyncio.Event)
                 return 1
         if not opts.switch:
             say(f"version {target.version} built; make it live with: "
-                  f"convlog rebuild {opts.projection} --version {target.version} --switch")  # fmt: skip
+                f"convlog rebuild {opts.projection} --version {target.version} --switch")  # fmt: skip
             return 0
+        async with pool.connection() as conn:
+            live_read = await positions(conn, live.schema)  # before the log end the catch-up reads
         # Catch up to the log's end once more so that reads of the new version start fresh; what
         # arrives after this the live projector applies once it followed the switch.
         if not await build(settings, event_log, store, stop, opts=opts, desc="catch up"):
             say(f"interrupted before the switch: version {target.version} is still building")
             return INTERRUPTED
+        await check_not_behind(store, live_read, settings.topic)
         async with pool.connection() as conn:
             await switch(conn, opts.projection, target.version)
         say(f"version {target.version} is live; version {live.version} is retired "
-              f"(remove it with: convlog drop {opts.projection} --version {live.version})")  # fmt: skip
+            f"(remove it with: convlog drop {opts.projection} --version {live.version})")  # fmt: skip
         return 0
+
+
+async def check_not_behind(store: ProjectionStore, live_read: Mapping[int, int], topic: str) -> None:
+    """Refuse to switch to a version that read less of the log than the live one had read before
+    the catch-up began: the rebuild then read another log (a wrong ``CONVLOG_TOPIC``, say)."""
+    reached = await store.positions(sorted(live_read))
+    behind = sorted(p for p, o in live_read.items() if reached[p] < o)
+    if behind:
+        raise ProjectionError(
+            f"not switching: after catching up to the end of {topic}, the new version is still behind the live one "
+            f"on partitions {behind}; is CONVLOG_TOPIC the live projector's topic?"
+        )
 
 
 async def choose_version(pool: PgPool, opts: RebuildOptions) -> ProjectionVersion:

@@ -181,6 +181,13 @@ async def _verify(
                 )
                 keys = [k for (k,) in await cur.fetchall()]
             expected = await checksums(conn, live.schema, keys)
+    ends = await event_log.end_offsets()
+    beyond = sorted(p for p, o in until.items() if o > ends.get(p, 0))
+    if beyond:
+        raise ConfigurationError(
+            f"the live version has read past the end of {settings.topic} on partitions {beyond}; "
+            "is CONVLOG_TOPIC the live projector's topic?"
+        )
     scratch = f"convlog_verify_{uuid.uuid4().hex[:12]}"
     what = "all conversations" if keys is None else f"a sample of {len(keys)} conversations"
     say(f"verifying {live.schema} ({what}, up to {sum(until.values())} records) against a replay into {scratch}")

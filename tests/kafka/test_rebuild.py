@@ -237,6 +237,28 @@ async def test_a_poison_record_stops_a_rebuild_with_its_coordinates_unless_parke
     assert await projection.rows("SELECT conversation_key FROM {s}.parked", schema=v2) == [(str(key),)]
 
 
+async def test_a_log_that_ends_before_the_live_positions_is_refused(
+    projection: Projection, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    topic = unique_topic("right")
+    log = await KafkaEventLog.connect(bootstrap=kafka_bootstrap, topic=topic, partitions=PARTITIONS)
+    try:
+        await _write(ConversationProducer(log, producer="test"), conversations=20, turns=2)
+        await project_all(log, projection.store(), batch_size=2000)
+    finally:
+        await log.close()
+    env = _env(projection, kafka_bootstrap, unique_topic("wrong"), tmp_path)  # an operator's typo
+    code, out, err = await _cli(env, "rebuild", "read_models", "--switch")
+    assert code == 2, (out, err)
+    assert "not switching" in err
+    assert "is CONVLOG_TOPIC the live projector's topic?" in err
+    code, out, err = await _cli(env, "verify", "--all")
+    assert code == 2, (out, err)
+    assert "is CONVLOG_TOPIC the live projector's topic?" in err
+    async with projection.pool.connection() as conn:
+        assert [(v.version, v.status) for v in await versions(conn)] == [(1, "live"), (2, "building")]
+
+
 async def test_drop_removes_a_retired_version_and_refuses_the_live_one(projection: Projection, tmp_path: Path) -> None:
     env: dict[str, Any] = {**os.environ, "CONVLOG_DATABASE_URL": projection.url, "CONVLOG_DATA_DIR": str(tmp_path)}
     env.pop("CONVLOG_KAFKA_BOOTSTRAP", None)
