@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 from collections.abc import Mapping
@@ -16,11 +17,11 @@ from events.codec import default_codec
 from events.log import EventLog
 from projectors.migrate import migrate
 from projectors.pg import PgPool, open_pool, retrying
-from projectors.runner import Projector
+from projectors.runner import Projector, ProjectorStats
 from projectors.sources import KafkaGroupSource, LogSource, RecordSource
 from projectors.store import ProjectionStore
 from projectors.tokens import TokenCounter
-from projectors.versions import ensure_live_version
+from projectors.versions import ensure_live_version, live_version
 from projectors.window import WindowPolicy
 
 log = structlog.get_logger(__name__)
@@ -57,18 +58,90 @@ def build_projector(
     return Projector(source, store)
 
 
-async def run_projector(settings: Settings, stop: asyncio.Event) -> Projector:
-    """Project into the live read-models version until ``stop`` is set."""
+class LiveProjector:
+    """Projects into whichever read-models version is live, and follows a switch.
+
+    ``convlog rebuild --switch`` makes another version live while this process runs. The
+    projector of the old version is stopped (its batch in flight completes or rolls back as a
+    whole), and a projector of the new version starts from the positions stored in the new
+    version's own schema — so the hand-over skips and repeats nothing. With Kafka each version
+    has its own consumer group; the old group is left as the old projector stops.
+    """
+
+    def __init__(
+        self, settings: Settings, pool: PgPool, event_log: EventLog | None, env: Mapping[str, str], *,
+        poll_s: float | None = None,
+    ) -> None:  # fmt: skip
+        self._settings, self._pool, self._event_log, self._env = settings, pool, event_log, env
+        self._poll_s = poll_s if poll_s is not None else float(env.get("CONVLOG_VERSION_POLL_S", "1.0"))
+        self.current: Projector | None = None
+        self.schema: str | None = None
+
+    @property
+    def ready(self) -> bool:
+        return self.current is not None and self.current.ready
+
+    @property
+    def positions(self) -> Mapping[int, int]:
+        return self.current.positions if self.current is not None else {}
+
+    @property
+    def stats(self) -> ProjectorStats:
+        return self.current.stats if self.current is not None else ProjectorStats()
+
+    async def start_version(self) -> str:
+        """Pick the live version (creating the first one) and build its projector."""
+        version = await retrying(lambda: ensure_live_version(self._pool), action="finding the live version")
+        self.current = build_projector(self._settings, self._pool, version.schema, self._event_log, self._env)
+        self.schema = version.schema
+        return version.schema
+
+    async def run(self, stop: asyncio.Event) -> None:
+        schema = self.schema if self.current is not None else await self.start_version()
+        while True:
+            assert self.current is not None
+            assert schema is not None
+            inner = asyncio.Event()  # set by ``stop`` or by a switch away from ``schema``
+            watcher = asyncio.create_task(self._watch(schema, stop, inner))
+            log.info("projector.start", schema=schema, kafka=bool(self._settings.kafka_bootstrap))
+            try:
+                await self.current.run(inner)
+            finally:
+                watcher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watcher
+            if stop.is_set():
+                return
+            log.info("projector.switched", old_schema=schema)
+            schema = await self.start_version()
+
+    async def _watch(self, schema: str, stop: asyncio.Event, inner: asyncio.Event) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self._poll_s)
+            if stop.is_set():
+                break
+            try:
+                async with self._pool.connection() as conn:
+                    live = await live_version(conn)
+            except Exception as e:  # noqa: BLE001 - a Postgres outage must not stop the projector
+                log.warning("projector.version_check_failed", error=str(e))
+                continue
+            if live is not None and live.schema != schema:
+                break
+        inner.set()
+
+
+async def run_projector(settings: Settings, stop: asyncio.Event) -> LiveProjector:
+    """Project into the live read-models version until ``stop`` is set, following switches."""
     url = await asyncio.to_thread(database_url, settings)  # may start the embedded Postgres
     await retrying(lambda: migrate(url), action="migrating")  # waits out a Postgres outage
     pool = await retrying(lambda: open_pool(url, name="convlog-projector"), action="connecting")
     event_log = None
     try:
-        version = await ensure_live_version(pool)
         if not settings.kafka_bootstrap:
             event_log = await open_event_log(settings)
-        projector = build_projector(settings, pool, version.schema, event_log, os.environ)
-        log.info("projector.start", schema=version.schema, kafka=bool(settings.kafka_bootstrap))
+        projector = LiveProjector(settings, pool, event_log, os.environ)
         await projector.run(stop)
         return projector
     finally:

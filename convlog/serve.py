@@ -20,7 +20,7 @@ import structlog
 import uvicorn
 
 from convlog.embedded_pg import database_url
-from convlog.projecting import build_projector
+from convlog.projecting import LiveProjector
 from convlog.settings import Settings
 from convlog.summarizing import SummarizerSettings, build_summarizer
 from convlog.wiring import make_producer, open_event_log
@@ -28,8 +28,7 @@ from events.errors import ConfigurationError
 from events.log import EventLog
 from projectors.migrate import migrate
 from projectors.pg import PgPool, open_pool, retrying
-from projectors.runner import Projector
-from projectors.versions import ensure_live_version, live_version
+from projectors.versions import live_version
 from projectors.window import WindowPolicy
 from query_api.http import ApiDeps, create_app
 from query_api.metrics import Metrics
@@ -58,7 +57,7 @@ class Service:
     """Everything ``serve`` runs, built by :func:`running_service`; tests use it directly."""
 
     deps: ApiDeps
-    projector: Projector
+    projector: LiveProjector
     summarizer: Summarizer | None
     pool: PgPool
     event_log: EventLog
@@ -93,9 +92,10 @@ async def running_service(settings: Settings, env: Mapping[str, str] | None = No
     event_log = await open_event_log(settings)
     stop = asyncio.Event()
     try:
-        version = await ensure_live_version(pool)
         # Kafka: a group member of its own; embedded: the log this process already opened.
-        projector = build_projector(settings, pool, version.schema, event_log, env)
+        # It follows ``convlog rebuild --switch`` to the new live version.
+        projector = LiveProjector(settings, pool, event_log, env)
+        await projector.start_version()
         metrics = Metrics()
 
         background: dict[str, asyncio.Task[None]] = {}
@@ -143,7 +143,7 @@ class _Readiness:
     answer; the projection lag goes to the report and the metrics."""
 
     def __init__(
-        self, projector: Projector, event_log: EventLog, pool: PgPool, metrics: Metrics,
+        self, projector: LiveProjector, event_log: EventLog, pool: PgPool, metrics: Metrics,
         background: Mapping[str, asyncio.Task[None]],
     ) -> None:  # fmt: skip
         self._projector, self._log, self._pool, self._metrics = projector, event_log, pool, metrics

@@ -13,7 +13,7 @@ taken away, the listener hears it and the source returns no more of their record
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Protocol
 
 import structlog
@@ -65,15 +65,17 @@ def _checked(partitions: frozenset[int], positions: Mapping[int, int]) -> dict[i
 
 
 class LogSource:
-    """Reads an :class:`~events.log.EventLog` as the single owner of all its partitions."""
+    """Reads an :class:`~events.log.EventLog` as the single owner of all its partitions (or of
+    ``partitions``: a rebuild splits them over worker processes)."""
 
-    def __init__(self, log: EventLog) -> None:
+    def __init__(self, log: EventLog, partitions: Collection[int] | None = None) -> None:
         self._log = log
+        self._partitions = None if partitions is None else frozenset(partitions)
         self._listener: AssignmentListener | None = None
         self._next: dict[int, int] = {}
 
     async def start(self, listener: AssignmentListener) -> None:
-        partitions = frozenset(range(self._log.partition_count))
+        partitions = self._partitions if self._partitions is not None else frozenset(range(self._log.partition_count))
         self._next = _checked(partitions, await listener.on_assigned(partitions))
         self._listener = listener
 

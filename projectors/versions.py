@@ -7,6 +7,7 @@ compares checksums, and :func:`switch` makes it live in one transaction; the old
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -102,16 +103,19 @@ async def switch(conn: AsyncConnection[Any], projection: str, version: int) -> N
             raise ProjectionError(f"{projection} has no version {version} to switch to")
 
 
-async def checksums(conn: AsyncConnection[Any], schema: str) -> dict[tuple[str, str], str]:
-    """md5 per (table, conversation) over the rows in key order."""
+async def checksums(
+    conn: AsyncConnection[Any], schema: str, keys: Sequence[str] | None = None
+) -> dict[tuple[str, str], str]:
+    """md5 per (table, conversation) over the rows in key order; only ``keys`` when given."""
     result: dict[tuple[str, str], str] = {}
+    where = sql.SQL("WHERE conversation_key = ANY(%s)" if keys is not None else "")
     async with conn.cursor() as cur:
         for table, order in CHECKED_TABLES.items():
             query = sql.SQL(
                 "SELECT conversation_key, md5(string_agg(t::text, E'\\n' ORDER BY {order})) "
-                "FROM {s}.{t} AS t GROUP BY conversation_key"
-            ).format(order=sql.SQL(order), s=sql.Identifier(schema), t=sql.Identifier(table))
-            await cur.execute(query)
+                "FROM {s}.{t} AS t {where} GROUP BY conversation_key"
+            ).format(order=sql.SQL(order), s=sql.Identifier(schema), t=sql.Identifier(table), where=where)
+            await cur.execute(query, [list(keys)] if keys is not None else None)
             for key, digest in await cur.fetchall():
                 result[(table, key)] = digest
     return result

@@ -1,0 +1,56 @@
+"""One worker process of ``convlog rebuild``: projects some partitions into a building version.
+
+Started by :func:`convlog.rebuilding.run_workers`, not by operators:
+``python -m convlog.rebuild_worker SCHEMA '{"partition": until_offset, ...}' [--batch-size N]
+[--park-poison]``. Settings come from the same ``CONVLOG_*`` environment. Exit codes as the
+CLI's: 0 reached every ``until``, 130 stopped by SIGINT/SIGTERM (after its batch in flight),
+2 / 75 a non-retriable / retriable error, whose message is the last line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Sequence
+
+from convlog.ops_common import INTERRUPTED, ops_resources, run_interruptibly
+from convlog.rebuilding import RETRIABLE, load_counter, make_store, poison_stop
+from convlog.settings import Settings
+from events.errors import ConvlogError
+from projectors.fold import PoisonRecordError
+from projectors.runner import Projector
+from projectors.sources import LogSource
+
+
+async def work(settings: Settings, args: argparse.Namespace, stop: asyncio.Event) -> int:
+    until = {int(p): int(o) for p, o in json.loads(args.until).items()}
+    counter = load_counter()
+    async with ops_resources(settings, name="convlog-rebuild-worker", migrated=True) as (pool, event_log):
+        store = make_store(settings, pool, args.schema, await counter, park_poison=args.park_poison)
+        projector = Projector(LogSource(event_log, until), store, batch_size=args.batch_size, fetch_timeout_s=0.2)
+        try:
+            await projector.run(stop, until=until)
+        except PoisonRecordError as e:
+            raise poison_stop(e) from e
+        reached = await store.positions(sorted(until))
+    return 0 if all(reached[p] >= o for p, o in until.items()) else INTERRUPTED
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="convlog.rebuild_worker")
+    parser.add_argument("schema")
+    parser.add_argument("until", help='JSON {"partition": offset to reach}')
+    parser.add_argument("--batch-size", type=int, default=5000)
+    parser.add_argument("--park-poison", action="store_true")
+    args = parser.parse_args(argv)
+    try:
+        return run_interruptibly(lambda stop: work(Settings.from_env(), args, stop))
+    except ConvlogError as e:
+        sys.stderr.write(f"{e}\n")
+        return RETRIABLE if e.retriable else 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

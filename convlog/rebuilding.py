@@ -1,0 +1,309 @@
+"""``convlog rebuild`` and ``convlog drop``: blue/green versions of a projection.
+
+A rebuild fills a ``building`` version's schema from offset 0 with the ordinary projector (one
+transaction per batch, COPY for the insert-only tables, positions in the version's own schema)
+reading the log through a group-less consumer with plain assignment that never commits: the
+live projector's consumer group and its version are never touched. Ctrl-C lets the batch in
+flight commit and stops; running the command again resumes from the stored positions.
+
+Which version: ``--version N`` resumes (or switches) building version N. Without it the latest
+unfinished (``building``) version is resumed if there is one — an operator who pressed Ctrl-C and
+runs the same command again expects it to go on, not to start over — else a new version is
+created. ``--new`` always creates one: after deploying changed projection code, a version that
+the old code half-built must not be resumed.
+
+``--switch`` catches up once more to the log's end as of that moment, then makes the version
+live in one transaction and retires the old one (kept until ``convlog drop``). The live
+projectors (``convlog project`` / ``serve``) poll the registry, stop projecting the old
+version and continue the new one from the positions stored in its schema — no event is skipped
+or applied twice, whatever arrived after the last catch-up. Reads follow within seconds.
+
+A poison record fails a rebuild (exit 2, naming its coordinates) instead of being parked
+quietly: ``--park-poison`` parks it the way the live projector does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from psycopg import sql
+
+from convlog.embedded_pg import database_url
+from convlog.ops_common import INTERRUPTED, following, ops_resources, progress_bar, say
+from convlog.settings import Settings
+from convlog.verifying import compare_settled, positions
+from events.codec import default_codec
+from events.errors import ConfigurationError, ConvlogError
+from events.log import EventLog
+from projectors.errors import ProjectionError
+from projectors.fold import PoisonRecordError
+from projectors.pg import PgPool, open_pool
+from projectors.runner import Projector
+from projectors.sources import LogSource
+from projectors.store import ProjectionStore
+from projectors.tokens import TokenCounter
+from projectors.versions import READ_MODELS, ProjectionVersion, create_version, live_version, switch, versions
+from projectors.window import WindowPolicy
+
+PROJECTIONS = (READ_MODELS,)
+DEFAULT_WORKERS = min(4, os.cpu_count() or 1)
+# A worker process costs about a second to start (imports, tiktoken tables, connections): below
+# this many records per worker one process is faster (measured with bench/rebuild.py, 2 cores).
+RECORDS_PER_WORKER = 50_000
+RETRIABLE = 75  # a worker's exit code for a retriable error (as the CLI's)
+
+
+@dataclass(frozen=True, slots=True)
+class RebuildOptions:
+    projection: str = READ_MODELS
+    version: int | None = None
+    new: bool = False
+    verify: bool = False
+    switch: bool = False
+    park_poison: bool = False
+    batch_size: int = 5000
+    workers: int | None = None  # None: see worker_count
+
+
+def check_projection(projection: str) -> None:
+    if projection not in PROJECTIONS:
+        raise ConfigurationError(f"unknown projection {projection!r} (known: {', '.join(PROJECTIONS)})")
+
+
+async def rebuild(settings: Settings, opts: RebuildOptions, stop: asyncio.Event) -> int:
+    check_projection(opts.projection)
+    counter = load_counter()
+    async with ops_resources(settings, name="convlog-rebuild") as (pool, event_log):
+        target = await choose_version(pool, opts)
+        store = make_store(settings, pool, target.schema, await counter, park_poison=opts.park_poison)
+        if not await build(settings, event_log, store, stop, opts=opts, desc=f"rebuild v{target.version}"):
+            say(f"interrupted: version {target.version} keeps what it built; run the command again to resume")
+            return INTERRUPTED
+        async with pool.connection() as conn:
+            live = await live_version(conn, opts.projection)
+        assert live is not None  # choose_version refused a projection without one
+        if opts.verify:
+            async with pool.connection() as conn:
+                result = await compare_settled(conn, live.schema, target.schema)
+            say(result.describe(checked=target.schema, reference=live.schema))
+            if result.differing:
+                say("not switching: the versions differ" if opts.switch else "the versions differ")
+                return 1
+        if not opts.switch:
+            say(f"version {target.version} built; make it live with: "
+                f"convlog rebuild {opts.projection} --version {target.version} --switch")  # fmt: skip
+            return 0
+        async with pool.connection() as conn:
+            live_read = await positions(conn, live.schema)  # before the log end the catch-up reads
+        # Catch up to the log's end once more so that reads of the new version start fresh; what
+        # arrives after this the live projector applies once it followed the switch.
+        if not await build(settings, event_log, store, stop, opts=opts, desc="catch up"):
+            say(f"interrupted before the switch: version {target.version} is still building")
+            return INTERRUPTED
+        await check_not_behind(store, live_read, settings.topic)
+        async with pool.connection() as conn:
+            await switch(conn, opts.projection, target.version)
+        say(f"version {target.version} is live; version {live.version} is retired "
+            f"(remove it with: convlog drop {opts.projection} --version {live.version})")  # fmt: skip
+        return 0
+
+
+async def check_not_behind(store: ProjectionStore, live_read: Mapping[int, int], topic: str) -> None:
+    """Refuse to switch to a version that read less of the log than the live one had read before
+    the catch-up began: the rebuild then read another log (a wrong ``CONVLOG_TOPIC``, say)."""
+    reached = await store.positions(sorted(live_read))
+    behind = sorted(p for p, o in live_read.items() if reached[p] < o)
+    if behind:
+        raise ProjectionError(
+            f"not switching: after catching up to the end of {topic}, the new version is still behind the live one "
+            f"on partitions {behind}; is CONVLOG_TOPIC the live projector's topic?"
+        )
+
+
+async def choose_version(pool: PgPool, opts: RebuildOptions) -> ProjectionVersion:
+    async with pool.connection() as conn:
+        known = await versions(conn, opts.projection)
+        live = next((v for v in known if v.status == "live"), None)
+        if live is None:
+            raise ConfigurationError(
+                f"{opts.projection} has no live version yet: convlog project (or serve) creates one; "
+                "rebuild builds a new version beside it"
+            )
+        if opts.version is not None:
+            chosen = next((v for v in known if v.version == opts.version), None)
+            if chosen is None:
+                listed = ", ".join(f"{v.version} ({v.status})" for v in known)
+                raise ProjectionError(f"{opts.projection} has no version {opts.version} (versions: {listed})")
+            if chosen.status != "building":
+                raise ProjectionError(
+                    f"version {chosen.version} is {chosen.status}, not building: omit --version to build a new one"
+                )
+            say(f"resuming version {chosen.version} ({chosen.schema}) from its stored positions")
+            return chosen
+        building = [v for v in known if v.status == "building"]
+        if building and not opts.new:
+            chosen = building[-1]
+            say(f"resuming unfinished version {chosen.version} ({chosen.schema}); pass --new to start a fresh one")
+            return chosen
+        created = await create_version(conn, opts.projection)
+        say(f"building version {created.version} ({created.schema}) beside live version {live.version}")
+        return created
+
+
+def poison_stop(e: PoisonRecordError) -> ProjectionError:
+    return ProjectionError(f"{e}; a rebuild stops at poison records (--park-poison parks them instead)")
+
+
+def load_counter() -> asyncio.Task[TokenCounter]:
+    """Load the tiktoken tables (~0.5 s of CPU) on a thread while Kafka and Postgres connect."""
+    return asyncio.create_task(asyncio.to_thread(TokenCounter))
+
+
+def make_store(
+    settings: Settings, pool: PgPool, schema: str, counter: TokenCounter, *, park_poison: bool
+) -> ProjectionStore:
+    return ProjectionStore(pool, schema=schema, codec=default_codec(), counter=counter,
+                           policy=WindowPolicy.from_env(os.environ), max_event_bytes=settings.max_event_bytes,
+                           fail_fast=not park_poison)  # fmt: skip
+
+
+def worker_count(settings: Settings, opts: RebuildOptions, records: int) -> int:
+    if not settings.kafka_bootstrap:
+        return 1  # the embedded log admits one process
+    if opts.workers is not None:
+        return opts.workers
+    return max(1, min(DEFAULT_WORKERS, records // RECORDS_PER_WORKER))
+
+
+def shares(todo: Mapping[int, int], workers: int) -> list[dict[int, int]]:
+    """Split the partitions to build over ``workers``, the largest first to the least loaded."""
+    loads: list[tuple[int, dict[int, int]]] = [(0, {}) for _ in range(min(workers, len(todo)))]
+    for p, n in sorted(todo.items(), key=lambda item: -item[1]):
+        i = min(range(len(loads)), key=lambda j: loads[j][0])
+        loads[i] = (loads[i][0] + n, {**loads[i][1], p: n})
+    return [share for _, share in loads]
+
+
+async def build(
+    settings: Settings, event_log: EventLog, store: ProjectionStore, stop: asyncio.Event, *, opts: RebuildOptions,
+    desc: str,
+) -> bool:  # fmt: skip
+    """Project into ``store`` up to the log's end as of now; False if ``stop`` came first.
+
+    Decoding, token counting and folding are CPU-bound Python: with Kafka, :func:`worker_count`
+    processes build disjoint sets of partitions side by side (a conversation lives on one
+    partition, and positions are per partition, so their transactions never touch the same rows).
+    """
+    until = await event_log.end_offsets()
+    start = await store.positions(sorted(until))
+    todo = {p: o for p, o in until.items() if o > start[p]}
+    reached = dict(start)
+
+    async def done() -> int:
+        reached.update(await store.positions(sorted(until)))
+        return sum(max(0, min(reached[p], o) - start[p]) for p, o in until.items())
+
+    bar = progress_bar(sum(o - start[p] for p, o in todo.items()), desc)
+    sizes = {p: o - start[p] for p, o in todo.items()}
+    workers = worker_count(settings, opts, sum(sizes.values()))
+    groups = [{p: todo[p] for p in share} for share in shares(sizes, workers)]
+    try:
+        async with following(bar, done):
+            if len(groups) > 1:
+                await run_workers(settings, store.schema, groups, opts, stop)
+            elif groups:
+                projector = Projector(LogSource(event_log, groups[0]), store, batch_size=opts.batch_size,
+                                      fetch_timeout_s=0.2)  # fmt: skip
+                await projector.run(stop, until=groups[0])
+    except PoisonRecordError as e:
+        raise poison_stop(e) from e
+    return all(reached[p] >= o for p, o in until.items())
+
+
+async def run_workers(
+    settings: Settings, schema: str, groups: list[dict[int, int]], opts: RebuildOptions, stop: asyncio.Event
+) -> None:
+    """One ``convlog.rebuild_worker`` process per group; Ctrl-C here is passed on to each once
+    (they run in sessions of their own, so a terminal's Ctrl-C does not reach them twice)."""
+    flags = ["--batch-size", str(opts.batch_size)] + (["--park-poison"] if opts.park_poison else [])
+    env = worker_env(settings)
+    procs = [await _start_worker(schema, group, flags, env) for group in groups]
+
+    async def forward() -> None:
+        await stop.wait()
+        for proc in procs:
+            if proc.returncode is None:
+                proc.send_signal(signal.SIGINT)
+
+    forwarding = asyncio.create_task(forward())
+    try:
+        results = await asyncio.gather(*(proc.communicate() for proc in procs))
+    finally:
+        forwarding.cancel()
+        for proc in procs:
+            if proc.returncode is None:  # we are being cancelled: let them stop after their batch
+                proc.send_signal(signal.SIGINT)
+    failures = [(proc.returncode, err.decode().strip()) for proc, (_, err) in zip(procs, results, strict=True)
+                if proc.returncode not in (0, INTERRUPTED)]  # fmt: skip
+    if failures:
+        code, message = failures[0]
+        error = ConvlogError(message.splitlines()[-1] if message else f"a rebuild worker exited with {code}")
+        error.retriable = code == RETRIABLE
+        raise error
+
+
+def worker_env(settings: Settings) -> dict[str, str]:
+    """The environment that gives a worker exactly these settings (not merely the inherited ones)."""
+    env = {**os.environ, "CONVLOG_TOPIC": settings.topic, "CONVLOG_PARTITIONS": str(settings.partitions),
+           "CONVLOG_MAX_EVENT_BYTES": str(settings.max_event_bytes), "CONVLOG_DATA_DIR": str(settings.data_dir),
+           "CONVLOG_KAFKA_BOOTSTRAP": settings.kafka_bootstrap or ""}  # fmt: skip
+    if settings.database_url:
+        env["CONVLOG_DATABASE_URL"] = settings.database_url
+    return env
+
+
+async def _start_worker(
+    schema: str, group: Mapping[int, int], flags: list[str], env: dict[str, str]
+) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "convlog.rebuild_worker", schema, json.dumps(group), *flags, env=env,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE, start_new_session=True,
+    )  # fmt: skip
+
+
+async def drop(settings: Settings, projection: str, version: int) -> int:
+    check_projection(projection)
+    url = await asyncio.to_thread(database_url, settings)
+    pool = await open_pool(url, max_size=1, name="convlog-drop")
+    try:
+        async with pool.connection() as conn, conn.transaction():
+            # The lock create_version takes: no version is created or switched meanwhile.
+            await conn.execute("SELECT pg_advisory_xact_lock(hashtext('convlog.projection_versions'))")
+            cur = await conn.execute(
+                "SELECT schema_name, status FROM convlog.projection_versions "
+                "WHERE projection = %s AND version = %s FOR UPDATE",
+                [projection, version],
+            )
+            row = await cur.fetchone()
+            if row is None:
+                raise ProjectionError(f"{projection} has no version {version}")
+            schema, status = row
+            if status == "live":
+                raise ProjectionError(
+                    f"version {version} of {projection} is live and cannot be dropped; "
+                    f"make another version live first (convlog rebuild {projection} --switch)"
+                )
+            await conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+            await conn.execute(
+                "DELETE FROM convlog.projection_versions WHERE projection = %s AND version = %s", [projection, version]
+            )
+    finally:
+        await pool.close()
+    say(f"dropped {projection} version {version} ({schema}, was {status})")
+    return 0
