@@ -226,7 +226,7 @@ def create_app(deps: ApiDeps) -> FastAPI:  # noqa: PLR0915 - one place that list
         min_offset: Annotated[int | None, Query(ge=0)] = None,
         as_of: Annotated[int | None, Query(ge=0)] = None,
         authorization: AuthHeader = None,
-    ) -> dict[str, Any]:
+    ) -> JSONResponse:
         key = key_of(authorization, user_id, conversation_id)
         try:
             spec = model_spec(model, default_encoding=deps.default_encoding)
@@ -247,7 +247,8 @@ def create_app(deps: ApiDeps) -> FastAPI:  # noqa: PLR0915 - one place that list
                 await _wait_for(reads, partition, min_offset, deps.wait_for_offset_s)
             ctx, inputs = await _assemble(reads, key, spec, request)
         deps.metrics.context_served(ctx.token_count)
-        return context_body(ctx, inputs, spec)
+        # Plain JSON types already: skip FastAPI's encoder and response validation on the hot path.
+        return JSONResponse(context_body(ctx, inputs, spec))
 
     @app.get(PREFIX + "/{conversation_id}/messages")
     async def transcript(

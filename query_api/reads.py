@@ -26,7 +26,6 @@ from psycopg.rows import dict_row
 from events.keys import ConversationKey
 from projectors.pg import PgPool, convert_pg_error
 from projectors.tokens import ENCODINGS, get_encoding
-from query_api.context import context_start
 from query_api.model import StoredMessage, StoredSummary
 
 __all__ = ["MAX_CURSOR_CHARS", "MAX_PAGE", "ContextInputs", "ConversationListItem", "ReadModels",
@@ -40,11 +39,11 @@ _NEWEST = (1 << 63) - 1  # "before" of the first transcript page
 _SNAPSHOT = sql.SQL("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
 
 _HEAD = """
-SELECT c.epoch, c.last_partition, c.last_offset, CASE WHEN w.epoch = c.epoch THEN w.start_seq END, c.turn_count,
-       EXISTS (SELECT FROM {s}.parked p WHERE p.conversation_key = c.conversation_key),
+SELECT c.epoch, c.last_partition, c.last_offset, CASE WHEN w.epoch = c.epoch THEN w.start_seq END AS window_start,
+       c.turn_count, EXISTS (SELECT FROM {s}.parked p WHERE p.conversation_key = c.conversation_key),
        m.summary_id, m.text,
        (SELECT min(t.seq) FROM {s}.transcript t
-         WHERE t.conversation_key = c.conversation_key AND t.message_id = m.covers_through_message_id)
+         WHERE t.conversation_key = c.conversation_key AND t.message_id = m.covers_through_message_id) AS covers
 FROM {s}.conversations c
 LEFT JOIN {s}.windows w ON w.conversation_key = c.conversation_key
 LEFT JOIN LATERAL (
@@ -52,24 +51,33 @@ LEFT JOIN LATERAL (
      WHERE conversation_key = c.conversation_key AND epoch = c.epoch AND text IS NOT NULL
      ORDER BY seq DESC LIMIT 1
 ) m ON true
-WHERE c.conversation_key = %s"""
+WHERE c.conversation_key = %(k)s"""
+# Where the context's messages start — query_api.context.context_start, here in SQL so that the
+# head and the messages go to Postgres together, in one round trip. (The as_of tests compare
+# contexts read this way with contexts rebuilt from the log through context_start.)
+_RANGE = (
+    "WITH h AS (" + _HEAD + "), r AS (SELECT h.epoch, CASE WHEN h.summary_id IS NULL OR h.covers IS NULL THEN 0 "
+    "WHEN h.window_start IS NULL THEN h.covers + 1 ELSE LEAST(h.window_start, h.covers + 1) END AS start FROM h) "
+)
+_IN_RANGE = "AND seq >= (SELECT start FROM r) AND epoch = (SELECT epoch FROM r) AND role <> 'system' "
 # StoredMessage's fields, in its order (tool_calls is made a tuple in Python).
 _MESSAGE = (
     "SELECT seq, epoch, message_id, role, content, name, tool_calls, tool_call_id, reasoning_content, "
     "finish_reason, flag, redacted_at IS NOT NULL, erased_at IS NOT NULL, {tokens}, {reasoning}, image_count "
-    "FROM {s}.transcript WHERE conversation_key = %s "
+    "FROM {s}.transcript WHERE conversation_key = %(k)s "
 )
 _SYSTEM = _MESSAGE + "AND role = 'system' ORDER BY seq"  # the partial index transcript_system_messages
-_MESSAGES = _MESSAGE + "AND seq >= %s AND epoch = %s AND role <> 'system' ORDER BY seq"  # the primary key
+_MESSAGES = _RANGE + _MESSAGE + _IN_RANGE + "ORDER BY seq"  # the primary key
 # The newest rows of that range only (a budget rarely reaches back far), and what the assembler
 # needs to report the turns it did not read: the first row of the range and the redacted
 # questions in it (the partial index transcript_redacted keeps that cheap).
-_NEWEST_ROWS = _MESSAGE + "AND seq >= %s AND epoch = %s AND role <> 'system' ORDER BY seq DESC LIMIT %s"
+_NEWEST_ROWS = _RANGE + _MESSAGE + _IN_RANGE + "ORDER BY seq DESC LIMIT %(n)s"
 _FIRST = (
-    "SELECT turn, role = 'user', (SELECT count(*) FROM {s}.transcript r WHERE r.conversation_key = %s "
-    "AND r.seq >= %s AND r.epoch = %s AND r.role = 'user' AND r.redacted_at IS NOT NULL) "
-    "FROM {s}.transcript WHERE conversation_key = %s AND seq >= %s AND epoch = %s AND role <> 'system' "
-    "ORDER BY seq LIMIT 1"
+    _RANGE
+    + "SELECT turn, role = 'user', (SELECT count(*) FROM {s}.transcript WHERE conversation_key = %(k)s "
+    + _IN_RANGE
+    + "AND role = 'user' AND redacted_at IS NOT NULL) "
+    "FROM {s}.transcript WHERE conversation_key = %(k)s " + _IN_RANGE + "ORDER BY seq LIMIT 1"
 )
 
 _TRANSCRIPT = """
@@ -158,36 +166,38 @@ class ReadModels:
     async def context_inputs(
         self, key: ConversationKey, *, encoding: str, newest: int | None = None
     ) -> ContextInputs | None:
-        """None when the conversation is unknown. Two round trips: (snapshot, head, system
-        messages) in one pipeline, then the messages from the start (primary-key range)."""
+        """None when the conversation is unknown. One round trip: the snapshot, the head, the
+        system messages and the messages from the start (a primary-key range) — all of them, or
+        with ``newest`` only that many of the newest — go in one pipeline with the commit."""
         if encoding not in ENCODINGS:
             raise ValueError(f"unknown encoding {encoding!r}; expected one of {', '.join(ENCODINGS)}")
-        k = str(key)
-        with _pg_errors(f"read the context inputs of {k}"):
+        k = {"k": str(key), "n": newest}
+        with _pg_errors(f"read the context inputs of {key}"):
             async with self._pool.connection() as conn:
                 async with conn.pipeline():
                     await conn.execute(_SNAPSHOT)
-                    head_cur = await conn.execute(self._head, [k])
-                    system_cur = await conn.execute(self._system[encoding], [k])
+                    head_cur = await conn.execute(self._head, k)
+                    system_cur = await conn.execute(self._system[encoding], k)
+                    if newest is None:
+                        messages_cur = await conn.execute(self._messages[encoding], k)
+                    else:
+                        messages_cur = await conn.execute(self._newest[encoding], k)
+                        first_cur = await conn.execute(self._first, k)
+                    await conn.commit()
                 head = await head_cur.fetchone()
                 if head is None:
                     return None
-                epoch, partition, last_offset, window_start, turn_count, parked, summary_id, text, covers = head
-                summary = None
-                if summary_id is not None and covers is not None:
-                    summary = StoredSummary(summary_id, text, covers, _count(encoding, text))
-                start = context_start(window_start, summary.covers_through_seq if summary else None)
                 system = _messages(await system_cur.fetchall())
-                if newest is None:
-                    cur = await conn.execute(self._messages[encoding], [k, start, epoch])
-                    messages = _messages(await cur.fetchall())
-                    return ContextInputs(key, epoch, parked, system, summary, window_start, messages, partition,
-                                         last_offset)  # fmt: skip
-                async with conn.pipeline():
-                    newest_cur = await conn.execute(self._newest[encoding], [k, start, epoch, newest])
-                    first_cur = await conn.execute(self._first, [k, start, epoch, k, start, epoch])
-                messages = _messages(list(reversed(await newest_cur.fetchall())))
-                first = await first_cur.fetchone()
+                rows = await messages_cur.fetchall()
+                first = await first_cur.fetchone() if newest is not None else None
+        epoch, partition, last_offset, window_start, turn_count, parked, summary_id, text, covers = head
+        summary = None
+        if summary_id is not None and covers is not None:
+            summary = StoredSummary(summary_id, text, covers, _count(encoding, text))
+        if newest is None:
+            return ContextInputs(key, epoch, parked, system, summary, window_start, _messages(rows), partition,
+                                 last_offset)  # fmt: skip
+        messages = _messages(list(reversed(rows)))
         usable_turns = 0
         if first is not None:
             first_turn, first_is_user, redacted_questions = first

@@ -346,10 +346,14 @@ async def test_context_statements_use_the_indexes_for_a_conversation_among_many(
     await projection.execute("ANALYZE {s}.transcript")
     inputs = await context(reads, OA)
     k = str(OA)
-    statements: list[tuple[sql.Composable, list[Any], str]] = [
-        (reads._head, [k], "transcript_by_message_id"),
-        (reads._system["o200k_base"], [k], "transcript_system_messages"),
-        (reads._messages["o200k_base"], [k, inputs.messages[0].seq, inputs.epoch], "transcript_pkey"),
+    assert inputs.summary is not None
+    params = {"k": k, "n": 3}
+    statements: list[tuple[sql.Composable, dict[str, Any], str]] = [
+        (reads._head, params, "transcript_by_message_id"),
+        (reads._system["o200k_base"], params, "transcript_system_messages"),
+        (reads._messages["o200k_base"], params, "transcript_pkey"),
+        (reads._newest["o200k_base"], params, "transcript_pkey"),
+        (reads._first, params, "transcript_pkey"),
     ]
     for statement, params, index in statements:
         async with projection.pool.connection() as conn:
