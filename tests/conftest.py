@@ -1,5 +1,5 @@
 """Shared fixtures. Kafka tests need ``CONVLOG_KAFKA_BOOTSTRAP``; without it they skip, unless
-``CONVLOG_REQUIRE_KAFKA=1`` (set by ``.ci/run``), where a missing broker fails the run."""
+``CONVLOG_REQUIRE_SERVICES=1`` (set by ``.ci/run``), where a missing service fails the run."""
 
 from __future__ import annotations
 
