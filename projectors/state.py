@@ -106,6 +106,7 @@ class Redaction:
     message_id: str
     reason: str
     occurred_at: datetime
+    offset: int  # of the redaction: summaries recorded before it that cover the message are withdrawn
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,7 +151,7 @@ def apply_event(
     if isinstance(body, MessageRedacted):
         if not message_known(body.message_id):
             raise InvariantError(f"redaction of message {body.message_id!r}, which {key} does not have")
-        return base, [Redaction(key, body.message_id, body.reason, event.occurred_at)]
+        return base, [Redaction(key, body.message_id, body.reason, event.occurred_at, at.offset)]
     if isinstance(body, SummaryRecorded):
         if not message_known(body.covers_through_message_id):
             raise InvariantError(

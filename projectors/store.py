@@ -201,6 +201,20 @@ class ProjectionStore:
                 ),
                 [(r.occurred_at, r.reason, r.conversation_key, r.message_id) for r in out.redactions],
             )
+            # The content leaves every read model: a summary recorded before the redaction that
+            # covers the message may repeat it, so it is withdrawn (text NULL, erased_at NULL);
+            # the context then falls back to the previous summary and the raw turns, and the
+            # summarizer folds them again without it. Log order decides, so rebuilds agree.
+            await cur.executemany(
+                self._q(
+                    "UPDATE {s}.summaries x SET text = NULL FROM {s}.transcript m "
+                    "WHERE m.conversation_key = %s AND m.message_id = %s AND x.conversation_key = m.conversation_key "
+                    'AND x.epoch = m.epoch AND x."offset" < %s AND x.text IS NOT NULL AND m.seq <= '
+                    "(SELECT min(t.seq) FROM {s}.transcript t WHERE t.conversation_key = x.conversation_key "
+                    "AND t.message_id = x.covers_through_message_id)"
+                ),
+                [(r.conversation_key, r.message_id, r.offset) for r in out.redactions],
+            )
         for erasure in out.erasures:
             args = (erasure.occurred_at, erasure.conversation_key, erasure.before_seq)
             await cur.execute(

@@ -17,7 +17,7 @@ from events.log import EventLog
 from events.model import ConversationErased, MessageRedacted
 from events.reading import conversation_events
 from projectors.fold import BatchInputs, decode_batch, fold_batch
-from projectors.state import TranscriptRow, countable_text, image_count
+from projectors.state import SummaryRow, TranscriptRow, countable_text, image_count
 from projectors.tokens import get_encoding
 from projectors.window import WindowPolicy
 from query_api.context import context_start
@@ -45,6 +45,7 @@ async def context_inputs_as_of(
         return None
     later = [event.body for record, event in pairs if record.offset > as_of]
     redacted_later = {b.message_id for b in later if isinstance(b, MessageRedacted)}
+    redactions = [(record.offset, e.body.message_id) for record, e in pairs if isinstance(e.body, MessageRedacted)]
     erased_later = any(isinstance(b, ConversationErased) for b in later)
     out = fold_batch(decode_batch(before, codec=codec, max_event_bytes=max_event_bytes), BatchInputs({}), policy=policy)
     state = out.states.get(str(key))
@@ -70,7 +71,21 @@ async def context_inputs_as_of(
 
     rows = out.transcript
     summary = None
-    current = [s for s in out.summaries if s.epoch == state.epoch and not erased_later and s.seq >= erased_before]
+    seq_of = {r.message_id: r.seq for r in reversed(rows)}  # the first row of a message id
+    epoch_of = {r.message_id: r.epoch for r in reversed(rows)}
+
+    def withdrawn(s: SummaryRow) -> bool:
+        """Like the projection: a redaction after the summary of a message it covers (even one
+        recorded after ``as_of``: redacted content is never served again)."""
+        covers = seq_of.get(s.covers_through_message_id)
+        return covers is not None and any(
+            offset > s.offset and (m := seq_of.get(message_id)) is not None and m <= covers
+            and epoch_of.get(message_id) == s.epoch
+            for offset, message_id in redactions
+        )  # fmt: skip
+
+    current = [s for s in out.summaries if s.epoch == state.epoch and not erased_later and s.seq >= erased_before
+               and not withdrawn(s)]  # fmt: skip
     if current:
         latest = current[-1]
         covered = min((r.seq for r in rows if r.message_id == latest.covers_through_message_id), default=None)

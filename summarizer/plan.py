@@ -36,6 +36,7 @@ class SummaryInputs:
     previous: PreviousSummary | None  # the current epoch's latest summary
     pending: tuple[PendingMessage, ...]  # non-system messages after ``previous``, before the window
     complete: bool = True  # False: only the oldest pending messages were read (the last turn may be cut)
+    withdrawn: int = 0  # summaries of the epoch withdrawn because a message they covered was redacted
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,16 +47,21 @@ class SummaryJob:
     turns: int
     covers_through_message_id: str
     covers_through_seq: int
+    generation: int = 0  # withdrawn summaries so far: a redo after a redaction gets an id of its own
 
     def event_id(self, prompt_version: str) -> str:
-        return summary_event_id(self.key, self.covers_through_message_id, prompt_version)
+        return summary_event_id(self.key, self.covers_through_message_id, prompt_version, generation=self.generation)
 
 
-def summary_event_id(key: ConversationKey, covers_through_message_id: str, prompt_version: str) -> str:
+def summary_event_id(
+    key: ConversationKey, covers_through_message_id: str, prompt_version: str, *, generation: int = 0
+) -> str:
     """The same (conversation, watermark, prompt version) always gives the same event id, so a
     retry, a redelivery or a second summarizer instance cannot record a second summary: the
-    projections apply an event id once."""
-    return str(uuid.uuid5(SUMMARY_NAMESPACE, f"{key}\n{covers_through_message_id}\n{prompt_version}"))
+    projections apply an event id once. ``generation`` counts the conversation's summaries
+    withdrawn by redactions: the summary that replaces a withdrawn one, same watermark, is new."""
+    name = f"{key}\n{covers_through_message_id}\n{prompt_version}" + (f"\n{generation}" if generation else "")
+    return str(uuid.uuid5(SUMMARY_NAMESPACE, name))
 
 
 def plan(inputs: SummaryInputs, *, max_input_tokens: int, count: Callable[[str], int]) -> SummaryJob | None:
@@ -89,4 +95,5 @@ def plan(inputs: SummaryInputs, *, max_input_tokens: int, count: Callable[[str],
         turns=n,
         covers_through_message_id=last.message_id,
         covers_through_seq=last.seq,
+        generation=inputs.withdrawn,
     )

@@ -34,7 +34,7 @@ from events.codec import EventCodec
 from events.errors import ConvlogError
 from events.keys import ConversationKey
 from events.log import LogRecord
-from events.model import MessageAppended, SummaryRecorded
+from events.model import MessageAppended, MessageRedacted, SummaryRecorded
 from events.producer import EVENT_TYPE_HEADER, Appended, ConversationProducer
 from projectors.pg import retrying
 from projectors.sources import RecordSource
@@ -46,6 +46,7 @@ from summarizer.store import SummaryStore
 log = structlog.get_logger(__name__)
 
 _MESSAGE_APPENDED = MessageAppended.__name__.encode()
+_MESSAGE_REDACTED = MessageRedacted.__name__.encode()
 NOTHING_TO_KEEP = "(The earlier turns held nothing to keep.)"
 
 
@@ -160,16 +161,19 @@ class Summarizer:
         self.stats.batches += 1
 
     def _completed_turn(self, record: LogRecord) -> ConversationKey | None:
-        """The conversation whose turn this record completes: an assistant message that waits
-        for no tool results. Records that do not decode are the projection's business."""
+        """The conversation whose turn this record completes — an assistant message that waits
+        for no tool results — or whose summary a redaction may have withdrawn (it is redone at
+        once). Records that do not decode are the projection's business."""
         event_type = next((v for k, v in record.headers if k == EVENT_TYPE_HEADER), None)
-        if event_type is not None and event_type != _MESSAGE_APPENDED:
+        if event_type is not None and event_type not in {_MESSAGE_APPENDED, _MESSAGE_REDACTED}:
             return None
         try:
             event = self._codec.decode(record.value)
         except ConvlogError:
             return None
         body = event.body
+        if isinstance(body, MessageRedacted):
+            return event.key
         if not isinstance(body, MessageAppended) or body.role != "assistant":
             return None
         if body.tool_calls and body.finish_reason != "interrupted":
@@ -179,7 +183,7 @@ class Summarizer:
     async def _summarize(self, schema: str, key: ConversationKey, partition: int) -> None:
         """Record summaries for ``key`` until every turn that left its window is covered."""
         failures = 0
-        drafted: tuple[str, Draft] | None = None  # survives a failed append: the model is not asked twice
+        drafted: tuple[SummaryJob, Draft] | None = None  # survives a failed append: the model is not asked twice
         for _ in range(self._o.max_rounds):
             if self._stop.is_set():
                 return
@@ -192,8 +196,10 @@ class Summarizer:
                 return
             event_id = job.event_id(self._model.prompt_version)
             try:
-                if drafted is None or drafted[0] != event_id:
-                    drafted = (event_id, await self._draft(job))
+                if drafted is None or drafted[0] != job:
+                    drafted = (job, await self._draft(job))
+                if not await self._still_current(job, partition):
+                    continue  # a message it folds was redacted meanwhile (or more turns left): plan again
                 appended = await self._append(job, event_id, drafted[1])
             except ConvlogError as e:
                 self.stats.failures += 1
@@ -212,6 +218,25 @@ class Summarizer:
             if await self._wait_for_projection({partition: appended.offset + 1}) is None:
                 return
         log.warning("summarizer.rounds_exhausted", conversation_key=str(key), rounds=self._o.max_rounds)
+
+    async def _still_current(self, job: SummaryJob, partition: int) -> bool:
+        """Whether ``job`` still holds once the read models show everything in the log now — in
+        particular no redaction of a message it folds: a summary must never carry redacted
+        content (one recorded before a redaction is withdrawn by the projections; this closes
+        the gap of a redaction that lands while the model is writing)."""
+        ends = await self._log_ends()
+        schema = await self._wait_for_projection({partition: ends.get(partition, 0)})
+        if schema is None:
+            return False
+        inputs = await retrying(
+            lambda: self._store.summary_inputs(schema, job.key, max_rows=self._o.max_rows),
+            action=f"reading the summary inputs of {job.key}",
+        )
+        again = plan(inputs, max_input_tokens=self._o.max_input_tokens, count=count_tokens) if inputs else None
+        return (
+            again is not None and again.previous == job.previous and again.generation == job.generation
+            and again.covers_through_seq >= job.covers_through_seq and again.lines[: len(job.lines)] == job.lines
+        )  # fmt: skip
 
     async def _draft(self, job: SummaryJob) -> Draft:
         if not job.lines:  # only unusable messages left the window: move the watermark, keep the text

@@ -25,7 +25,9 @@ _SNAPSHOT = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
 _HEAD = """
 SELECT c.epoch, CASE WHEN w.epoch = c.epoch THEN w.start_seq END, m.summary_id, m.text,
        (SELECT min(t.seq) FROM {s}.transcript t
-         WHERE t.conversation_key = c.conversation_key AND t.message_id = m.covers_through_message_id)
+         WHERE t.conversation_key = c.conversation_key AND t.message_id = m.covers_through_message_id),
+       (SELECT count(*) FROM {s}.summaries x
+         WHERE x.conversation_key = c.conversation_key AND x.epoch = c.epoch AND x.text IS NULL)
 FROM {s}.conversations c
 LEFT JOIN {s}.windows w ON w.conversation_key = c.conversation_key
 LEFT JOIN LATERAL (
@@ -104,17 +106,18 @@ class SummaryStore:
                 head = await cur.fetchone()
                 if head is None:
                     return None
-                epoch, window_start, summary_id, text, covers_seq = head
+                epoch, window_start, summary_id, text, covers_seq, withdrawn = head
                 previous = None
                 if summary_id is not None and covers_seq is not None:
                     previous = PreviousSummary(summary_id, text, covers_seq)
                 if window_start is None:
-                    return SummaryInputs(key, epoch, None, previous, ())
+                    return SummaryInputs(key, epoch, None, previous, (), withdrawn=withdrawn)
                 after = previous.covers_through_seq if previous else -1
                 cur = await conn.execute(sql.SQL(_PENDING).format(s=s), [k, epoch, after, window_start, max_rows])
                 rows = await cur.fetchall()
         pending = tuple(_pending(r) for r in rows)
-        return SummaryInputs(key, epoch, window_start, previous, pending, complete=len(rows) < max_rows)
+        return SummaryInputs(key, epoch, window_start, previous, pending, complete=len(rows) < max_rows,
+                             withdrawn=withdrawn)  # fmt: skip
 
 
 def _pending(row: tuple[Any, ...]) -> PendingMessage:

@@ -98,6 +98,17 @@ def test_event_id_is_derived_from_conversation_watermark_and_prompt_version() ->
                 summary_event_id(ConversationKey("acme", "u1", "c2"), "m5", PROMPT_VERSION)}) == 4  # fmt: skip
 
 
+def test_a_redo_after_a_withdrawn_summary_gets_an_id_of_its_own() -> None:
+    inputs = SummaryInputs(KEY, 0, 2, None, (user(0, "Q0"), assistant(1, "A0")))
+    first = plan(inputs, max_input_tokens=99, count=len)
+    redo = plan(SummaryInputs(KEY, 0, 2, None, inputs.pending, withdrawn=1), max_input_tokens=99, count=len)
+    assert first is not None
+    assert redo is not None
+    assert first.event_id(PROMPT_VERSION) == summary_event_id(KEY, "m1", PROMPT_VERSION)
+    assert redo.event_id(PROMPT_VERSION) == summary_event_id(KEY, "m1", PROMPT_VERSION, generation=1)
+    assert redo.event_id(PROMPT_VERSION) != first.event_id(PROMPT_VERSION)
+
+
 def test_prompt_asks_for_facts_decisions_and_todos_within_the_limit() -> None:
     job = plan(SummaryInputs(KEY, 0, 2, None, (user(0, "Q0"), assistant(1, "A0"))), max_input_tokens=99, count=len)
     assert job is not None

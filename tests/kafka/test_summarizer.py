@@ -84,7 +84,7 @@ class Stack:
                         request=ContextRequest("gpt-4o", 100_000), spec=model_spec("gpt-4o"),
                         count=lambda t: len(encoding.encode_ordinary(t)))  # fmt: skip
 
-    async def summaries(self) -> list[tuple[str, str]]:
+    async def summaries(self) -> list[tuple[str, str | None]]:
         rows = await self.projection.rows("SELECT covers_through_message_id, text FROM {s}.summaries ORDER BY seq")
         return [(r[0], r[1]) for r in rows]
 
@@ -335,3 +335,26 @@ async def test_redelivery_and_a_second_instance_record_no_second_summary(
             finally:
                 await reader.close()
                 await other.close()
+
+
+async def test_a_redaction_withdraws_the_summary_and_the_redo_never_sees_the_content(
+    kafka_bootstrap: str, pg_admin_url: str
+) -> None:
+    with FakeLLM().running() as fake:
+        async with stack(kafka_bootstrap, pg_admin_url, fake) as s:
+            await s.producer.append_system(KEY, SYSTEM)
+            for t in range(1, 10):
+                await s.summarized(*await chat_turn(s.producer, t))
+            [(watermark, text)] = await s.summaries()
+            assert (watermark, markers(text or "")) == ("a3", {1, 2, 3})
+
+            redaction = await s.producer.redact(KEY, "u2", reason="the user asked")
+            await s.summarized(redaction.partition, redaction.offset)
+            (_, withdrawn), (redo_watermark, redo_text) = await s.summaries()
+            assert withdrawn is None  # the summary that repeated Q2 is gone from the read models
+            assert (redo_watermark, markers(redo_text or "")) == ("a3", {1, 3})  # same turns, without Q2
+            assert len(fake.answered()) == 2
+            assert "Q2" not in json.dumps(fake.answered()[-1])
+            ctx = await s.context()
+            assert ctx.compressed
+            assert markers(" ".join(str(m.get("content")) for m in ctx.messages)) == set(range(1, 10)) - {2}

@@ -1,0 +1,90 @@
+"""A redacted message leaves every read model — summaries included: a summary recorded before the
+redaction that covers the message is withdrawn, live, in a rebuild and in ``as_of`` contexts."""
+
+from __future__ import annotations
+
+import pytest
+
+from events.embedded_log import EmbeddedEventLog
+from events.keys import ConversationKey
+from events.model import SummaryRecorded
+from events.producer import Appended, ConversationProducer
+from projectors.versions import compare
+from projectors.window import WindowPolicy
+from query_api.as_of import context_inputs_as_of
+from query_api.reads import ContextInputs, ReadModels
+from tests.projection_support import Projection, project_all
+
+pytestmark = pytest.mark.postgres
+
+KEY = ConversationKey("acme", "u1", "secrets")
+
+
+async def turns(producer: ConversationProducer, n: int) -> None:
+    await producer.append_system(KEY, "Be brief.")
+    for t in range(1, n + 1):
+        await producer.append_user(KEY, f"Q{t}: my secret is S{t}", message_id=f"u{t}")
+        await producer.append_assistant(KEY, f"A{t}", message_id=f"a{t}")
+
+
+async def record(producer: ConversationProducer, summary_id: str, covers: str, text: str) -> Appended:
+    return await producer.append(
+        KEY, SummaryRecorded(summary_id, text, covers, "test-model", "v1"), event_id=summary_id
+    )
+
+
+async def live(projection: Projection) -> ContextInputs:
+    inputs = await ReadModels(projection.pool, schema=projection.version.schema).context_inputs(
+        KEY, encoding="o200k_base"
+    )
+    assert inputs is not None
+    return inputs
+
+
+async def as_of(log: EmbeddedEventLog, offset: int) -> ContextInputs:
+    inputs = await context_inputs_as_of(log, KEY, offset, encoding="o200k_base", policy=WindowPolicy(),
+                                        max_event_bytes=1 << 20)  # fmt: skip
+    assert inputs is not None
+    return inputs
+
+
+async def test_a_redaction_withdraws_the_summaries_that_cover_the_message(
+    projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer
+) -> None:
+    await turns(producer, 10)  # turns 1-3 left the window (8, then 6)
+    early = await record(producer, "s-early", "a1", "Q1 told S1.")  # covers turn 1 only
+    leaky = await record(producer, "s-leaky", "a3", "Q1 told S1. Q2 told S2. Q3 told S3.")
+    redaction = await producer.redact(KEY, "u2", reason="user request")
+    await project_all(log, projection.store())
+
+    inputs = await live(projection)
+    assert inputs.summary is not None
+    assert inputs.summary.summary_id == "s-early"  # s-leaky repeated S2: withdrawn; s-early did not cover u2
+    texts = dict(await projection.rows("SELECT summary_id, text FROM {s}.summaries"))
+    assert texts == {"s-early": "Q1 told S1.", "s-leaky": None}
+    # The turns after the remaining summary are served raw again; the redacted question is not.
+    assert [m.message_id for m in inputs.messages][:4] == ["u2", "a2", "u3", "a3"]
+    assert inputs.messages[0].redacted
+    assert inputs.messages[0].content is None
+
+    # A summary recorded after the redaction (it could not have seen the content) stays.
+    redo = await record(producer, "s-redo", "a3", "Q1 told S1. Q3 told S3.")
+    await project_all(log, projection.store())
+    inputs = await live(projection)
+    assert inputs.summary is not None
+    assert inputs.summary.summary_id == "s-redo"
+    assert inputs.messages[0].message_id == "u4"
+
+    # as_of: even the past is served without the redacted content.
+    before_redaction = await as_of(log, leaky.offset)
+    assert before_redaction.summary is not None
+    assert before_redaction.summary.summary_id == "s-early"
+    assert (await as_of(log, early.offset)).summary.summary_id == "s-early"  # type: ignore[union-attr]
+    assert (await as_of(log, redo.offset)).summary.summary_id == "s-redo"  # type: ignore[union-attr]
+    assert redaction.offset < redo.offset
+
+    # A rebuild agrees, whatever its batches.
+    rebuilt = await projection.new_version()
+    await project_all(log, projection.store(schema=rebuilt.schema), batch_size=3)
+    async with projection.pool.connection() as conn:
+        assert await compare(conn, projection.version.schema, rebuilt.schema) == []
