@@ -190,6 +190,18 @@ class ProjectionStore:
         await self._copy(cur, "transcript", TRANSCRIPT_COLUMNS, transcript_copy_rows(out.transcript, self._counter))
         await self._copy(cur, "summaries", SUMMARY_COLUMNS, summary_copy_rows(out.summaries))
         await self._copy(cur, "event_ids", ("conversation_key", "event_id"), out.applied_event_ids)
+        if out.summaries:
+            # A summary made just before a clear or an erase lands after it: it covers the old
+            # epoch and must not become the new one's summary (nor keep erased content).
+            await cur.executemany(
+                self._q(
+                    "UPDATE {s}.summaries x SET text = NULL WHERE x.conversation_key = %s AND x.seq = %s "
+                    "AND x.epoch <> (SELECT t.epoch FROM {s}.transcript t "
+                    "WHERE t.conversation_key = x.conversation_key AND t.message_id = x.covers_through_message_id "
+                    "ORDER BY t.seq LIMIT 1)"
+                ),
+                [(r.conversation_key, r.seq) for r in out.summaries],
+            )
         # After the COPY: a redaction or erasure may concern rows of this very batch.
         if out.redactions:
             await cur.executemany(

@@ -85,7 +85,7 @@ async def context_inputs_as_of(
         )  # fmt: skip
 
     current = [s for s in out.summaries if s.epoch == state.epoch and not erased_later and s.seq >= erased_before
-               and not withdrawn(s)]  # fmt: skip
+               and epoch_of.get(s.covers_through_message_id) == s.epoch and not withdrawn(s)]  # fmt: skip
     if current:
         latest = current[-1]
         covered = min((r.seq for r in rows if r.message_id == latest.covers_through_message_id), default=None)

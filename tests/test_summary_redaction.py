@@ -88,3 +88,26 @@ async def test_a_redaction_withdraws_the_summaries_that_cover_the_message(
     await project_all(log, projection.store(schema=rebuilt.schema), batch_size=3)
     async with projection.pool.connection() as conn:
         assert await compare(conn, projection.version.schema, rebuilt.schema) == []
+
+
+@pytest.mark.parametrize("restart", ["clear", "erase"])
+async def test_a_summary_landing_after_a_clear_or_erase_stays_with_the_old_epoch(
+    projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer, restart: str
+) -> None:
+    """The summarizer read the old epoch, the user started a new chat (or erased it) while the
+    model was writing: the late summary must not become the new epoch's summary."""
+    await turns(producer, 10)
+    await (producer.clear(KEY) if restart == "clear" else producer.erase(KEY))
+    await producer.append_user(KEY, "A new question", message_id="fresh")
+    late = await record(producer, "s-late", "a3", "Q1 told S1. Q2 told S2. Q3 told S3.")
+    await project_all(log, projection.store())
+
+    inputs = await live(projection)
+    assert inputs.summary is None
+    assert [m.message_id for m in inputs.messages] == ["fresh"]
+    assert await projection.rows("SELECT text FROM {s}.summaries") == [(None,)]
+    assert (await as_of(log, late.offset)).summary is None
+    rebuilt = await projection.new_version()
+    await project_all(log, projection.store(schema=rebuilt.schema), batch_size=2)
+    async with projection.pool.connection() as conn:
+        assert await compare(conn, projection.version.schema, rebuilt.schema) == []
