@@ -9,8 +9,10 @@ import signal
 from collections.abc import Mapping
 
 import structlog
+from prometheus_client import CollectorRegistry
 
 from convlog.embedded_pg import database_url
+from convlog.metrics_server import ProjectorCollector, start_metrics_endpoint
 from convlog.settings import Settings
 from convlog.wiring import open_event_log
 from events.codec import default_codec
@@ -142,6 +144,9 @@ async def run_projector(settings: Settings, stop: asyncio.Event) -> LiveProjecto
         if not settings.kafka_bootstrap:
             event_log = await open_event_log(settings)
         projector = LiveProjector(settings, pool, event_log, os.environ)
+        registry = CollectorRegistry()
+        registry.register(ProjectorCollector(projector))
+        start_metrics_endpoint(registry, os.environ)
         await projector.run(stop)
         return projector
     finally:

@@ -20,6 +20,7 @@ import structlog
 import uvicorn
 
 from convlog.embedded_pg import database_url
+from convlog.metrics_server import ProjectorCollector
 from convlog.projecting import LiveProjector
 from convlog.settings import Settings
 from convlog.summarizing import SummarizerSettings, build_summarizer
@@ -97,6 +98,7 @@ async def running_service(settings: Settings, env: Mapping[str, str] | None = No
         projector = LiveProjector(settings, pool, event_log, env)
         await projector.start_version()
         metrics = Metrics()
+        metrics.registry.register(ProjectorCollector(projector))
 
         background: dict[str, asyncio.Task[None]] = {}
         readiness = _Readiness(projector, event_log, pool, metrics, background)

@@ -22,6 +22,7 @@ import structlog
 from prometheus_client import CollectorRegistry
 
 from convlog.embedded_pg import database_url
+from convlog.metrics_server import start_metrics_endpoint
 from convlog.settings import Settings
 from convlog.wiring import make_producer, open_event_log
 from events.codec import default_codec
@@ -151,7 +152,9 @@ async def run_summarizer(settings: Settings, stop: asyncio.Event) -> Summarizer:
     pool = await retrying(lambda: open_pool(url, name="convlog-summarizer", max_size=6), action="connecting")
     event_log = await open_event_log(settings)
     try:
-        summarizer = build_summarizer(settings, pool, event_log, os.environ)
+        registry = CollectorRegistry()
+        summarizer = build_summarizer(settings, pool, event_log, os.environ, registry=registry)
+        start_metrics_endpoint(registry, os.environ)
         await summarizer.run(stop)
         return summarizer
     finally:

@@ -231,6 +231,8 @@ async def test_health_readiness_metrics_and_openapi(client: httpx.AsyncClient) -
     await client.get("/healthz")
     metrics = (await client.get("/metrics")).text
     assert "convlog_http_requests_total" in metrics
+    assert "convlog_projector_ready 1.0" in metrics
+    assert "convlog_projector_applied_total" in metrics
     spec = (await client.get("/openapi.json")).json()
     assert f"{BASE}/{{conversation_id}}/context".replace("u1", "{user_id}") in spec["paths"]
 

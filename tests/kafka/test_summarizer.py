@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import urllib.request
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -37,7 +38,7 @@ from summarizer.runner import Summarizer, SummarizerOptions
 from summarizer.store import SummaryStore
 from tests.fake_llm import MARKER, FakeLLM
 from tests.projection_support import Projection, project_all, projection_database
-from tests.support import unique_topic
+from tests.support import free_port, unique_topic
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
 
@@ -222,6 +223,11 @@ async def test_endpoint_down_leaves_no_gap_and_summaries_arrive_after_recovery(
             assert markers(" ".join(str(m.get("content")) for m in ctx.messages)) == set(range(1, 13))
 
 
+def _scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        return str(response.read().decode())
+
+
 def _start_summarizer(env: dict[str, str], log_file: Path) -> subprocess.Popen[bytes]:
     with log_file.open("ab") as out:
         return subprocess.Popen(
@@ -257,8 +263,12 @@ async def test_sigkill_right_after_the_answer_records_exactly_one_summary(
                 await s.wait(lambda: killed, timeout_s=60)
                 assert await asyncio.to_thread(process.wait, 10) == -signal.SIGKILL
                 fake.on_answer = None
-                process = _start_summarizer(env, tmp_path / "summarizer.log")
+                port = free_port()
+                process = _start_summarizer({**env, "CONVLOG_METRICS_PORT": str(port)}, tmp_path / "summarizer.log")
                 await s.wait(s.summaries, timeout_s=60)
+                scraped = await asyncio.to_thread(_scrape, port)
+                assert "convlog_summaries_recorded_total 1.0" in scraped
+                assert 'convlog_summary_llm_tokens_total{direction="input"} 100.0' in scraped
             finally:
                 process.send_signal(signal.SIGTERM)
                 await asyncio.to_thread(process.wait, 30)
