@@ -242,7 +242,7 @@ class TokenCounter:
         threads = min(self._batch_threads, len(texts))
         if threads > 1 and sum(map(len, texts)) >= self._parallel_min_chars:
             return _count_parallel(encode, texts, threads)
-        return [len(encode(text)) for text in texts]
+        return [len(encode(text)) if text else 0 for text in texts]  # most messages carry no reasoning
 
 
 def _count_parallel(encode: Callable[[str], list[int]], texts: Sequence[str], threads: int) -> list[int]:
