@@ -184,12 +184,21 @@ def _export(settings: Settings, args: argparse.Namespace) -> int:
         async with live_read_models(settings) as handle:
             if args.output is None:
                 return await export_transcripts(handle.pool, handle.schema, where, sys.stdout)
+            # Written beside the target and renamed into place when complete: a failed or
+            # interrupted export never leaves a file that looks like a whole one.
+            partial = args.output.with_name(args.output.name + ".partial")
             try:
-                out = args.output.open("w", encoding="utf-8")
+                out = partial.open("w", encoding="utf-8")
             except OSError as e:
                 raise ConfigurationError(f"cannot write {args.output}: {e.strerror}") from e
-            with out:
-                return await export_transcripts(handle.pool, handle.schema, where, out)
+            try:
+                with out:
+                    written = await export_transcripts(handle.pool, handle.schema, where, out)
+                partial.replace(args.output)
+            except BaseException:
+                partial.unlink(missing_ok=True)
+                raise
+            return written
 
     written = asyncio.run(run())
     print(f"exported {written} message(s)", file=sys.stderr)

@@ -78,6 +78,7 @@ async def test_export_writes_one_line_per_message_with_coordinates_and_honours_t
     assert filtered.returncode == 0, filtered.stderr
     assert filtered.stdout == ""
     assert [line["content"] for line in _lines(out.read_text())] == ["bob day 1"]  # since inclusive, until exclusive
+    assert [p.name for p in tmp_path.iterdir()] == ["bob.jsonl"]  # written as .partial, renamed when complete
 
     bad = ops.run("export", "--tenant", "acme", "--since", "yesterday", "--format", "jsonl")
     assert bad.returncode == 2
