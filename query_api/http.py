@@ -265,6 +265,14 @@ def create_app(deps: ApiDeps) -> FastAPI:  # noqa: PLR0915 - one place that list
         entries, next_before = page
         return {"messages": entries, "next_before": next_before}
 
+    @app.get(PREFIX + "/{conversation_id}/summaries")
+    async def summaries(user_id: str, conversation_id: str, authorization: AuthHeader = None) -> dict[str, Any]:
+        key = key_of(authorization, user_id, conversation_id)
+        entries = await (await deps.reads()).summaries(key)
+        if entries is None:
+            raise ApiError(404, "not_found", "no such conversation")
+        return {"summaries": entries}
+
     @app.get(PREFIX + "/{conversation_id}/events")
     async def raw_events(user_id: str, conversation_id: str, authorization: AuthHeader = None) -> dict[str, Any]:
         key = key_of(authorization, user_id, conversation_id)

@@ -88,6 +88,14 @@ SELECT t.* FROM {s}.conversations c LEFT JOIN LATERAL (
       FROM {s}.transcript WHERE conversation_key = c.conversation_key AND seq < %s ORDER BY seq DESC LIMIT %s
 ) t ON true
 WHERE c.conversation_key = %s ORDER BY t.seq DESC"""
+_SUMMARIES = """
+SELECT c.epoch AS current_epoch, m.seq, m.partition, m."offset", m.event_id, m.summary_id, m.epoch, m.text,
+       m.covers_through_message_id, m.model, m.prompt_version, m.input_tokens, m.output_tokens, m.summary_tokens,
+       m.occurred_at, m.erased_at
+FROM {s}.conversations c LEFT JOIN {s}.summaries m ON m.conversation_key = c.conversation_key
+WHERE c.conversation_key = %s ORDER BY m.seq"""
+_SUMMARY_FIELDS = ("seq", "partition", "offset", "event_id", "summary_id", "epoch", "text", "covers_through_message_id",
+                   "model", "prompt_version", "input_tokens", "output_tokens", "summary_tokens")  # fmt: skip
 _ENTRY_FIELDS = (
     "seq", "partition", "offset", "event_id", "message_id", "role", "content", "name", "tool_calls", "tool_call_id",
     "reasoning_content", "thinking_duration_ms", "finish_reason", "model", "usage", "metadata", "epoch", "flag",
@@ -153,6 +161,7 @@ class ReadModels:
         self._newest = {e: self._q(_NEWEST_ROWS, e) for e in ENCODINGS}
         self._first = self._q(_FIRST)
         self._transcript = self._q(_TRANSCRIPT)
+        self._summaries = self._q(_SUMMARIES)
         self._list = sql.SQL(_LIST).format(item=self._q(_ITEM))
 
     def _q(self, text: LiteralString, encoding: str = "o200k_base") -> sql.Composed:
@@ -246,6 +255,23 @@ class ReadModels:
         next_before = page[limit - 1]["seq"] if len(page) > limit else None
         return [_entry(r) for r in reversed(page[:limit])], next_before
 
+    async def summaries(self, key: ConversationKey) -> list[dict[str, Any]] | None:
+        """Every summary the conversation has had, oldest first, as JSON-ready dicts with a
+        ``status``: ``current`` (the one contexts use), ``superseded`` (a newer one, or a new
+        epoch, took over), ``withdrawn`` (a later redaction or epoch made it unusable: text
+        gone) or ``erased``. None when the conversation is unknown."""
+        k = str(key)
+        with _pg_errors(f"read the summaries of {k}"):
+            async with self._pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+                await cur.execute(self._summaries, [k])
+                rows = await cur.fetchall()
+        if not rows:
+            return None
+        found = [r for r in rows if r["seq"] is not None]
+        usable = [r for r in found if r["text"] is not None and r["epoch"] == r["current_epoch"]]
+        current = usable[-1]["seq"] if usable else None
+        return [_summary_entry(r, current) for r in found]
+
     async def conversation_exists(self, key: ConversationKey) -> bool:
         return await self.first_offset(key) is not None
 
@@ -329,4 +355,17 @@ def _entry(r: dict[str, Any]) -> dict[str, Any]:
     redacted_at, erased_at = r["redacted_at"], r["erased_at"]
     entry["redacted"] = {"at": redacted_at.isoformat(), "reason": r["redaction_reason"]} if redacted_at else None
     entry["erased_at"] = erased_at.isoformat() if erased_at else None
+    return entry
+
+
+def _summary_entry(r: dict[str, Any], current: int | None) -> dict[str, Any]:
+    entry = {f: r[f] for f in _SUMMARY_FIELDS}
+    entry["occurred_at"] = r["occurred_at"].isoformat()
+    entry["erased_at"] = r["erased_at"].isoformat() if r["erased_at"] else None
+    if r["erased_at"] is not None:
+        entry["status"] = "erased"
+    elif r["text"] is None:
+        entry["status"] = "withdrawn"
+    else:
+        entry["status"] = "current" if r["seq"] == current else "superseded"
     return entry

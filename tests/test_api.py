@@ -72,6 +72,7 @@ async def oa(client: httpx.AsyncClient) -> Any:
         ("POST", f"{BASE}/oa/messages"),
         ("GET", f"{BASE}/oa/messages"),
         ("GET", f"{BASE}/oa/events"),
+        ("GET", f"{BASE}/oa/summaries"),
         ("GET", BASE),
         ("POST", f"{BASE}/oa/clear"),
         ("DELETE", f"{BASE}/oa"),
@@ -122,6 +123,7 @@ async def test_other_tenants_and_unknown_conversations_are_404_everywhere(client
         ("GET", f"{BASE}/secret/context?model=gpt-4o&budget_tokens=1000"),
         ("GET", f"{BASE}/secret/messages"),
         ("GET", f"{BASE}/secret/events"),
+        ("GET", f"{BASE}/secret/summaries"),
         ("POST", f"{BASE}/secret/clear"),
         ("DELETE", f"{BASE}/secret"),
     ):
@@ -319,6 +321,11 @@ async def test_context_is_compressed_once_the_summarizer_folded_the_turns_that_l
     assert len([m for m in body["messages"] if m["role"] == "user"]) == 7
     metrics = (await client.get("/metrics")).text
     assert "convlog_summaries_recorded_total 1.0" in metrics
+    [entry] = (await client.get(f"{BASE}/oa/summaries", headers=A)).json()["summaries"]
+    assert entry["status"] == "current"
+    assert entry["text"] == body["summary"]["text"]
+    assert (entry["model"], entry["prompt_version"]) == ("convlog-offline-extractive", "offline-v1")
+    assert entry["summary_tokens"] > 0
 
 
 async def test_read_your_writes_under_concurrent_appends(client: httpx.AsyncClient) -> None:

@@ -74,6 +74,9 @@ async def test_a_redaction_withdraws_the_summaries_that_cover_the_message(
     assert inputs.summary is not None
     assert inputs.summary.summary_id == "s-redo"
     assert inputs.messages[0].message_id == "u4"
+    statuses = await ReadModels(projection.pool, schema=projection.version.schema).summaries(KEY)
+    assert [(e["summary_id"], e["status"]) for e in statuses or []] == [
+        ("s-early", "superseded"), ("s-leaky", "withdrawn"), ("s-redo", "current")]  # fmt: skip
 
     # as_of: even the past is served without the redacted content.
     before_redaction = await as_of(log, leaky.offset)
@@ -106,6 +109,8 @@ async def test_a_summary_landing_after_a_clear_or_erase_stays_with_the_old_epoch
     assert inputs.summary is None
     assert [m.message_id for m in inputs.messages] == ["fresh"]
     assert await projection.rows("SELECT text FROM {s}.summaries") == [(None,)]
+    statuses = await ReadModels(projection.pool, schema=projection.version.schema).summaries(KEY)
+    assert [e["status"] for e in statuses or []] == ["withdrawn"]
     assert (await as_of(log, late.offset)).summary is None
     rebuilt = await projection.new_version()
     await project_all(log, projection.store(schema=rebuilt.schema), batch_size=2)
