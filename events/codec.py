@@ -107,6 +107,7 @@ def _summary_record(b: SummaryRecorded) -> Record:
         "input_tokens": b.input_tokens,
         "output_tokens": b.output_tokens,
         "summary_tokens": b.summary_tokens,
+        "excluded_message_ids": None if b.excluded_message_ids is None else list(b.excluded_message_ids),
     }
 
 
@@ -151,6 +152,7 @@ def _summary_body(r: Record) -> SummaryRecorded:
         input_tokens=r["input_tokens"],
         output_tokens=r["output_tokens"],
         summary_tokens=r["summary_tokens"],
+        excluded_message_ids=None if r.get("excluded_message_ids") is None else tuple(r["excluded_message_ids"]),
     )
 
 

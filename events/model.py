@@ -99,6 +99,9 @@ class SummaryRecorded:
     input_tokens: int | None = None
     output_tokens: int | None = None
     summary_tokens: int | None = None
+    # Redacted messages of the covered range the summary left out (schema v2; None: not recorded).
+    # A summary covering a message redacted before it that it does not list is withdrawn.
+    excluded_message_ids: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

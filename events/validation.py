@@ -51,6 +51,8 @@ def validate_event(event: Event) -> None:
         _require_text(body.prompt_version, "prompt_version")
         for name in ("input_tokens", "output_tokens", "summary_tokens"):
             _non_negative(getattr(body, name), name)
+        for i, excluded in enumerate(body.excluded_message_ids or ()):
+            _require_id(excluded, f"excluded_message_ids[{i}]")
     elif isinstance(body, ConversationStarted):
         _check_metadata(body.metadata)
     elif isinstance(body, ConversationCleared | ConversationErased):

@@ -98,6 +98,7 @@ class SummaryRow:
     output_tokens: int | None
     summary_tokens: int | None
     occurred_at: datetime
+    excluded_message_ids: tuple[str, ...] | None = None  # not stored: checked against redactions once
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +165,7 @@ def apply_event(
             covers_through_message_id=body.covers_through_message_id, model=body.model,
             prompt_version=body.prompt_version, input_tokens=body.input_tokens,
             output_tokens=body.output_tokens, summary_tokens=body.summary_tokens,
-            occurred_at=event.occurred_at,
+            occurred_at=event.occurred_at, excluded_message_ids=body.excluded_message_ids,
         )  # fmt: skip
         return replace(base, next_seq=base.next_seq + 1), [row]
     if isinstance(body, ConversationStarted):

@@ -190,18 +190,6 @@ class ProjectionStore:
         await self._copy(cur, "transcript", TRANSCRIPT_COLUMNS, transcript_copy_rows(out.transcript, self._counter))
         await self._copy(cur, "summaries", SUMMARY_COLUMNS, summary_copy_rows(out.summaries))
         await self._copy(cur, "event_ids", ("conversation_key", "event_id"), out.applied_event_ids)
-        if out.summaries:
-            # A summary made just before a clear or an erase lands after it: it covers the old
-            # epoch and must not become the new one's summary (nor keep erased content).
-            await cur.executemany(
-                self._q(
-                    "UPDATE {s}.summaries x SET text = NULL WHERE x.conversation_key = %s AND x.seq = %s "
-                    "AND x.epoch <> (SELECT t.epoch FROM {s}.transcript t "
-                    "WHERE t.conversation_key = x.conversation_key AND t.message_id = x.covers_through_message_id "
-                    "ORDER BY t.seq LIMIT 1)"
-                ),
-                [(r.conversation_key, r.seq) for r in out.summaries],
-            )
         # After the COPY: a redaction or erasure may concern rows of this very batch.
         if out.redactions:
             await cur.executemany(
@@ -213,20 +201,7 @@ class ProjectionStore:
                 ),
                 [(r.occurred_at, r.reason, r.conversation_key, r.message_id) for r in out.redactions],
             )
-            # The content leaves every read model: a summary recorded before the redaction that
-            # covers the message may repeat it, so it is withdrawn (text NULL, erased_at NULL);
-            # the context then falls back to the previous summary and the raw turns, and the
-            # summarizer folds them again without it. Log order decides, so rebuilds agree.
-            await cur.executemany(
-                self._q(
-                    "UPDATE {s}.summaries x SET text = NULL FROM {s}.transcript m "
-                    "WHERE m.conversation_key = %s AND m.message_id = %s AND x.conversation_key = m.conversation_key "
-                    'AND x.epoch = m.epoch AND x."offset" < %s AND x.text IS NOT NULL AND m.seq <= '
-                    "(SELECT min(t.seq) FROM {s}.transcript t WHERE t.conversation_key = x.conversation_key "
-                    "AND t.message_id = x.covers_through_message_id)"
-                ),
-                [(r.conversation_key, r.message_id, r.offset) for r in out.redactions],
-            )
+        await self._withdraw_summaries(cur, out)
         for erasure in out.erasures:
             args = (erasure.occurred_at, erasure.conversation_key, erasure.before_seq)
             await cur.execute(
@@ -246,6 +221,52 @@ class ProjectionStore:
             )
         await self._write_states(cur, out)
         await self._write_poison(cur, out)
+
+    async def _withdraw_summaries(self, cur: Cursor, out: BatchOutcome) -> None:
+        """Summaries that may carry content no read model may keep lose their text (NULL, with
+        ``erased_at`` NULL: withdrawn). Every rule depends on log order only: rebuilds agree."""
+        if out.redactions:
+            # The content leaves every read model: a summary recorded before the redaction that
+            # covers the message may repeat it, so it is withdrawn (text NULL, erased_at NULL);
+            # the context then falls back to the previous summary and the raw turns, and the
+            # summarizer folds them again without it. Log order decides, so rebuilds agree.
+            await cur.executemany(
+                self._q(
+                    "UPDATE {s}.summaries x SET text = NULL FROM {s}.transcript m "
+                    "WHERE m.conversation_key = %s AND m.message_id = %s AND x.conversation_key = m.conversation_key "
+                    'AND x.epoch = m.epoch AND x."offset" < %s AND x.text IS NOT NULL AND m.seq <= '
+                    "(SELECT min(t.seq) FROM {s}.transcript t WHERE t.conversation_key = x.conversation_key "
+                    "AND t.message_id = x.covers_through_message_id)"
+                ),
+                [(r.conversation_key, r.message_id, r.offset) for r in out.redactions],
+            )
+        if out.summaries:
+            # A summary made just before a clear or an erase lands after it: it covers the old
+            # epoch and must not become the new one's summary (nor keep erased content).
+            await cur.executemany(
+                self._q(
+                    "UPDATE {s}.summaries x SET text = NULL WHERE x.conversation_key = %s AND x.seq = %s "
+                    "AND x.epoch <> (SELECT t.epoch FROM {s}.transcript t "
+                    "WHERE t.conversation_key = x.conversation_key AND t.message_id = x.covers_through_message_id "
+                    "ORDER BY t.seq LIMIT 1)"
+                ),
+                [(r.conversation_key, r.seq) for r in out.summaries],
+            )
+        listed = [r for r in out.summaries if r.excluded_message_ids is not None]
+        if listed:
+            # A summary says which redacted messages it left out; one that covers a message
+            # redacted before it and does not list it was written from a stale read: withdrawn.
+            # (Redactions after it withdraw it above, so the batch boundaries do not matter.)
+            await cur.executemany(
+                self._q(
+                    "UPDATE {s}.summaries x SET text = NULL WHERE x.conversation_key = %s AND x.seq = %s "
+                    "AND x.text IS NOT NULL AND EXISTS (SELECT FROM {s}.transcript t "
+                    "WHERE t.conversation_key = x.conversation_key AND t.epoch = x.epoch AND t.redacted_at IS NOT NULL "
+                    "AND NOT t.message_id = ANY(%s) AND t.seq <= (SELECT min(c.seq) FROM {s}.transcript c "
+                    "WHERE c.conversation_key = x.conversation_key AND c.message_id = x.covers_through_message_id))"
+                ),
+                [(r.conversation_key, r.seq, list(r.excluded_message_ids or ())) for r in listed],
+            )
 
     async def _write_states(self, cur: Cursor, out: BatchOutcome) -> None:
         if not out.states:

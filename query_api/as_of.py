@@ -76,11 +76,15 @@ async def context_inputs_as_of(
 
     def withdrawn(s: SummaryRow) -> bool:
         """Like the projection: a redaction after the summary of a message it covers (even one
-        recorded after ``as_of``: redacted content is never served again)."""
+        recorded after ``as_of``: redacted content is never served again), or one before it
+        that the summary does not list as left out."""
         covers = seq_of.get(s.covers_through_message_id)
-        return covers is not None and any(
-            offset > s.offset and (m := seq_of.get(message_id)) is not None and m <= covers
-            and epoch_of.get(message_id) == s.epoch
+        if covers is None:
+            return False
+        excluded = s.excluded_message_ids
+        return any(
+            (offset > s.offset or (excluded is not None and message_id not in excluded))
+            and (m := seq_of.get(message_id)) is not None and m <= covers and epoch_of.get(message_id) == s.epoch
             for offset, message_id in redactions
         )  # fmt: skip
 

@@ -37,6 +37,7 @@ class SummaryInputs:
     pending: tuple[PendingMessage, ...]  # non-system messages after ``previous``, before the window
     complete: bool = True  # False: only the oldest pending messages were read (the last turn may be cut)
     withdrawn: int = 0  # summaries of the epoch withdrawn because a message they covered was redacted
+    redacted: tuple[tuple[int, str], ...] = ()  # (seq, message_id) of redacted messages before the window
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +49,7 @@ class SummaryJob:
     covers_through_message_id: str
     covers_through_seq: int
     generation: int = 0  # withdrawn summaries so far: a redo after a redaction gets an id of its own
+    excluded: tuple[str, ...] = ()  # redacted messages up to the watermark: recorded as left out
 
     def event_id(self, prompt_version: str) -> str:
         return summary_event_id(self.key, self.covers_through_message_id, prompt_version, generation=self.generation)
@@ -96,4 +98,5 @@ def plan(inputs: SummaryInputs, *, max_input_tokens: int, count: Callable[[str],
         covers_through_message_id=last.message_id,
         covers_through_seq=last.seq,
         generation=inputs.withdrawn,
+        excluded=tuple(message_id for seq, message_id in inputs.redacted if seq <= last.seq),
     )

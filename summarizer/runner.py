@@ -262,6 +262,7 @@ class Summarizer:
             input_tokens=draft.input_tokens,
             output_tokens=draft.output_tokens,
             summary_tokens=count_tokens(text),
+            excluded_message_ids=job.excluded,
         )
         appended = await self._producer.append(job.key, body, event_id=event_id)
         self.stats.recorded += 1

@@ -42,6 +42,10 @@ SELECT seq, message_id, role, content, tool_calls, tool_call_id, finish_reason,
 FROM {s}.transcript
 WHERE conversation_key = %s AND epoch = %s AND seq > %s AND seq < %s AND role <> 'system'
 ORDER BY seq LIMIT %s"""
+# Every redacted message before the window (a summary records which ones it left out).
+_REDACTED = """
+SELECT seq, message_id FROM {s}.transcript
+WHERE conversation_key = %s AND epoch = %s AND seq < %s AND redacted_at IS NOT NULL ORDER BY seq"""
 
 
 class SummaryStore:
@@ -115,9 +119,11 @@ class SummaryStore:
                 after = previous.covers_through_seq if previous else -1
                 cur = await conn.execute(sql.SQL(_PENDING).format(s=s), [k, epoch, after, window_start, max_rows])
                 rows = await cur.fetchall()
+                cur = await conn.execute(sql.SQL(_REDACTED).format(s=s), [k, epoch, window_start])
+                redacted = tuple((int(seq), str(message_id)) for seq, message_id in await cur.fetchall())
         pending = tuple(_pending(r) for r in rows)
         return SummaryInputs(key, epoch, window_start, previous, pending, complete=len(rows) < max_rows,
-                             withdrawn=withdrawn)  # fmt: skip
+                             withdrawn=withdrawn, redacted=redacted)  # fmt: skip
 
 
 def _pending(row: tuple[Any, ...]) -> PendingMessage:

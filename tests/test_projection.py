@@ -16,7 +16,7 @@ from projectors.errors import PositionConflictError, ProjectionError
 from projectors.tokens import get_encoding
 from projectors.versions import compare
 from tests.projection_support import Projection, project_all
-from tests.test_schema_evolution import schema_dir
+from tests.test_schema_evolution import future_schema_dir
 
 pytestmark = pytest.mark.postgres
 
@@ -104,7 +104,7 @@ async def test_poison_parks_its_conversation_and_release_applies_held_records_in
     projection: Projection, log: EmbeddedEventLog, tmp_path: Path
 ) -> None:
     # A producer with a newer schema writes records this build cannot decode yet.
-    future = EventCodec(schema_dir(tmp_path))
+    future = EventCodec(future_schema_dir(tmp_path))
     old_producer = ConversationProducer(log, producer="old")
     new_producer = ConversationProducer(log, producer="new", codec=future)
     await old_producer.append_user(OA, "first")

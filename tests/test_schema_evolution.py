@@ -5,6 +5,7 @@ older codecs refuse newer records instead of misreading them."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import re
 import shutil
@@ -17,6 +18,7 @@ from fastavro.schema import to_parsing_canonical_form
 
 from events.codec import HEADER_SIZE, EventCodec, default_codec
 from events.errors import ConfigurationError, CorruptRecordError, UnknownSchemaError
+from events.model import Event, SummaryRecorded
 from tests.fixtures.events import make_fixtures
 from tests.fixtures.events.expected import FIXTURES_DIR, all_fixtures, fixture_versions
 
@@ -24,7 +26,7 @@ SCHEMAS_DIR = FIXTURES_DIR.parents[2] / "schemas"
 FIXTURES = all_fixtures()
 
 # A released schema's fingerprint is part of every record written with it: pin each one here.
-RELEASED_FINGERPRINTS = {1: "fcf25474182b1aac"}
+RELEASED_FINGERPRINTS = {1: "fcf25474182b1aac", 2: "2b9d8c016a5d255a"}
 
 Schema = dict[str, Any]
 
@@ -90,6 +92,20 @@ def schema_dir(tmp_path: Path, *, name: str = "v1+v2", v2: Callable[[Schema], Sc
     return directory
 
 
+def future_schema_dir(tmp_path: Path) -> Path:
+    """Every released schema plus a compatible synthetic next version: the codec of a build
+    newer than this one."""
+    directory = tmp_path / "future"
+    directory.mkdir()
+    for version in schema_versions():
+        shutil.copy(SCHEMAS_DIR / f"event.v{version}.avsc", directory)
+    latest = max(schema_versions())
+    (directory / f"event.v{latest + 1}.avsc").write_text(
+        json.dumps(compatible_v2(load_schema(latest))), encoding="utf-8"
+    )
+    return directory
+
+
 # ---- released schemas and their fixtures ---------------------------------------------------------
 
 
@@ -137,10 +153,12 @@ def test_default_codec_writes_the_newest_version() -> None:
 # ---- a newer schema reads older records --------------------------------------------------------
 
 
-def test_v2_reads_every_fixture_of_every_released_version(tmp_path: Path) -> None:
+def test_v2_reads_every_fixture_of_v1(tmp_path: Path) -> None:
+    """(The mechanics, on a synthetic v2 next to v1; the real v2 reading every released
+    version's fixtures is tests/test_codec.py's business.)"""
     codec = EventCodec(schema_dir=schema_dir(tmp_path))
     assert codec.version == 2
-    for fixture in FIXTURES:
+    for fixture in (f for f in FIXTURES if f.version == 1):
         assert codec.decode(fixture.data()) == fixture.expected(), fixture.id
 
 
@@ -148,10 +166,17 @@ def test_v2_writes_with_its_own_fingerprint_and_reads_its_own_records(tmp_path: 
     v1 = EventCodec(schema_dir=only_version(tmp_path, 1))
     v2 = EventCodec(schema_dir=schema_dir(tmp_path))
     assert v2.fingerprint != v1.fingerprint
-    for event in make_fixtures.SAMPLES.values():
+    for event in map(_as_v1, make_fixtures.SAMPLES.values()):
         data = v2.encode(event)
         assert data[2:HEADER_SIZE] == v2.fingerprint
         assert v2.decode(data) == event
+
+
+def _as_v1(event: Event) -> Event:
+    """The sample without what the real v2 added (the synthetic v2 here derives from v1)."""
+    if isinstance(event.body, SummaryRecorded):
+        return dataclasses.replace(event, body=dataclasses.replace(event.body, excluded_message_ids=None))
+    return event
 
 
 def test_v1_only_codec_refuses_v2_records(tmp_path: Path) -> None:
@@ -202,7 +227,7 @@ def test_the_highest_version_number_writes(tmp_path: Path) -> None:
         (directory / ignored).write_text("not a schema", encoding="utf-8")
     codec = EventCodec(schema_dir=directory)
     assert codec.version == 10
-    for fixture in FIXTURES:
+    for fixture in (f for f in FIXTURES if f.version == 1):
         assert codec.decode(fixture.data()) == fixture.expected(), fixture.id
 
 

@@ -98,6 +98,16 @@ def test_event_id_is_derived_from_conversation_watermark_and_prompt_version() ->
                 summary_event_id(ConversationKey("acme", "u1", "c2"), "m5", PROMPT_VERSION)}) == 4  # fmt: skip
 
 
+def test_the_job_lists_the_redacted_messages_up_to_its_watermark() -> None:
+    pending = (user(0, "Q0"), PendingMessage(1, "m1", "assistant", None, usable=False), user(2, "Q1"),
+               assistant(3, "A1"), user(4, "Q2"))  # fmt: skip
+    inputs = SummaryInputs(KEY, 0, 4, None, pending, redacted=((1, "m1"), (4, "m4")))
+    job = plan(inputs, max_input_tokens=99, count=len)
+    assert job is not None
+    assert job.excluded == ("m1",)  # m4 is past the watermark (m3)
+    assert "m1" not in " ".join(job.lines)
+
+
 def test_a_redo_after_a_withdrawn_summary_gets_an_id_of_its_own() -> None:
     inputs = SummaryInputs(KEY, 0, 2, None, (user(0, "Q0"), assistant(1, "A0")))
     first = plan(inputs, max_input_tokens=99, count=len)

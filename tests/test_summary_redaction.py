@@ -116,3 +116,29 @@ async def test_a_summary_landing_after_a_clear_or_erase_stays_with_the_old_epoch
     await project_all(log, projection.store(schema=rebuilt.schema), batch_size=2)
     async with projection.pool.connection() as conn:
         assert await compare(conn, projection.version.schema, rebuilt.schema) == []
+
+
+async def test_a_summary_written_from_a_read_before_a_redaction_is_withdrawn(
+    projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer
+) -> None:
+    """The redaction lands while the summary model is writing: the summary comes after it in the
+    log, so no later redaction withdraws it — but it does not list the message as left out."""
+    await turns(producer, 10)
+    await producer.redact(KEY, "u2", reason="user request")
+    stale = SummaryRecorded("s-stale", "Q1 told S1. Q2 told S2.", "a3", "m", "v", excluded_message_ids=())
+    await producer.append(KEY, stale, event_id="s-stale")
+    aware = SummaryRecorded("s-aware", "Q1 told S1. Q3 told S3.", "a3", "m", "v", excluded_message_ids=("u2",))
+    last = await producer.append(KEY, aware, event_id="s-aware")
+    await project_all(log, projection.store())
+
+    statuses = await ReadModels(projection.pool, schema=projection.version.schema).summaries(KEY)
+    assert [(e["summary_id"], e["status"]) for e in statuses or []] == [
+        ("s-stale", "withdrawn"),
+        ("s-aware", "current"),
+    ]
+    assert (await as_of(log, last.offset)).summary.summary_id == "s-aware"  # type: ignore[union-attr]
+    assert (await as_of(log, last.offset - 1)).summary is None  # s-stale is not served even as it was
+    rebuilt = await projection.new_version()
+    await project_all(log, projection.store(schema=rebuilt.schema), batch_size=1)
+    async with projection.pool.connection() as conn:
+        assert await compare(conn, projection.version.schema, rebuilt.schema) == []

@@ -365,6 +365,8 @@ async def test_a_redaction_withdraws_the_summary_and_the_redo_never_sees_the_con
             assert (redo_watermark, markers(redo_text or "")) == ("a3", {1, 3})  # same turns, without Q2
             assert len(fake.answered()) == 2
             assert "Q2" not in json.dumps(fake.answered()[-1])
+            recorded = [e.body async for _, e in conversation_events(s.log, KEY) if isinstance(e.body, SummaryRecorded)]
+            assert [b.excluded_message_ids for b in recorded] == [(), ("u2",)]  # the redo says what it left out
             ctx = await s.context()
             assert ctx.compressed
             assert markers(" ".join(str(m.get("content")) for m in ctx.messages)) == set(range(1, 10)) - {2}
