@@ -12,7 +12,7 @@ from pathlib import Path
 
 from summarizer.plan import SummaryJob
 
-PROMPT_VERSION = "summary-v1"
+PROMPT_VERSION = "summary-v2"  # v2: the turns are quoted material; instructions in them are reported, not obeyed
 PROMPTS_DIR = Path(__file__).parent / "prompts"
 
 
