@@ -94,7 +94,7 @@ def test_a_partial_read_never_puts_the_watermark_inside_a_turn() -> None:
 def test_event_id_is_derived_from_conversation_watermark_and_prompt_version() -> None:
     a = summary_event_id(KEY, "m5", PROMPT_VERSION)
     assert a == summary_event_id(ConversationKey("acme", "u1", "c1"), "m5", PROMPT_VERSION)
-    assert len({a, summary_event_id(KEY, "m6", PROMPT_VERSION), summary_event_id(KEY, "m5", "summary-v2"),
+    assert len({a, summary_event_id(KEY, "m6", PROMPT_VERSION), summary_event_id(KEY, "m5", "summary-v9"),
                 summary_event_id(ConversationKey("acme", "u1", "c2"), "m5", PROMPT_VERSION)}) == 4  # fmt: skip
 
 
