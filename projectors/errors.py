@@ -35,3 +35,12 @@ class InvariantError(ProjectionError):
 
 class MigrationError(ProjectionError):
     code = "migration_error"
+
+
+class PositionBeyondLogEndError(ProjectionError):
+    """A stored position lies past the end of the log: the read models were built from another
+    topic (``CONVLOG_TOPIC``) or the topic was deleted and created again. Reading on would skip
+    every record up to that position (Kafka resets an out-of-range position to the start), so
+    the projector stops instead: point it at the original topic, or rebuild into a new version."""
+
+    code = "position_beyond_log_end"

@@ -23,7 +23,7 @@ from aiokafka.errors import KafkaError
 from events.errors import LogClosedError
 from events.kafka_log import convert_kafka_error, to_log_record
 from events.log import EventLog, LogRecord
-from projectors.errors import ProjectionError
+from projectors.errors import PositionBeyondLogEndError, ProjectionError
 
 log = structlog.get_logger(__name__)
 
@@ -64,6 +64,16 @@ def _checked(partitions: frozenset[int], positions: Mapping[int, int]) -> dict[i
     return {p: positions[p] for p in partitions}
 
 
+def _within(positions: Mapping[int, int], ends: Mapping[int, int], *, where: str) -> None:
+    beyond = {p: (o, ends.get(p, 0)) for p, o in positions.items() if o > ends.get(p, 0)}
+    if beyond:
+        detail = ", ".join(f"partition {p} at {o} but the log ends at {e}" for p, (o, e) in sorted(beyond.items()))
+        raise PositionBeyondLogEndError(
+            f"stored positions lie past the end of {where} ({detail}): the read models were built from another "
+            "topic or the topic was created anew; set CONVLOG_TOPIC to the original topic, or rebuild"
+        )
+
+
 class LogSource:
     """Reads an :class:`~events.log.EventLog` as the single owner of all its partitions (or of
     ``partitions``: a rebuild splits them over worker processes)."""
@@ -76,7 +86,9 @@ class LogSource:
 
     async def start(self, listener: AssignmentListener) -> None:
         partitions = self._partitions if self._partitions is not None else frozenset(range(self._log.partition_count))
-        self._next = _checked(partitions, await listener.on_assigned(partitions))
+        positions = _checked(partitions, await listener.on_assigned(partitions))
+        _within(positions, await self._log.end_offsets(), where="the log")
+        self._next = positions
         self._listener = listener
 
     async def fetch(self, *, max_records: int, timeout_s: float) -> Sequence[LogRecord]:
@@ -245,10 +257,15 @@ class KafkaGroupSource:
         )
         assert listener is not None
         positions = _checked(partitions, await listener.on_assigned(partitions))
+        try:
+            ends = await consumer.end_offsets([TopicPartition(self._topic, p) for p in positions])
+        except KafkaError as e:
+            raise convert_kafka_error(e, action=f"reading the end offsets of {self._topic}") from e
         if generation != self._generation or self._consumer is None:
             # a rebalance or stop overtook the answer: take it back; the next fetch asks anew
             await listener.on_revoked(partitions)
             return
+        _within(positions, {tp.partition: o for tp, o in ends.items()}, where=f"topic {self._topic}")
         try:
             for p, offset in positions.items():
                 consumer.seek(TopicPartition(self._topic, p), offset)

@@ -18,7 +18,7 @@ from events.errors import LogClosedError
 from events.kafka_log import KafkaEventLog
 from events.keys import ConversationKey, partition_for_key
 from events.log import EventLog, LogRecord
-from projectors.errors import StoreUnavailableError
+from projectors.errors import PositionBeyondLogEndError, StoreUnavailableError
 from projectors.sources import KafkaGroupSource, LogSource, RecordSource
 from tests.support import unique_topic
 
@@ -172,6 +172,24 @@ async def test_fetch_starts_exactly_at_the_positions_the_listener_returned(harne
     await harness.log.append(key=KEYS[2], value=b"late")
     records = await _pump([(source, listener)], lambda rs: len(rs) >= 1)
     assert [(r.partition, r.offset, r.value) for r in records] == [(2, 6, b"late")]
+
+
+async def test_a_stored_position_past_the_log_end_is_refused_not_silently_reset(harness: Harness) -> None:
+    """Read models built from another topic (or a topic made anew): Kafka would reset the
+    position to the start and the projector would drop every record up to it, forever."""
+    for p in range(PARTITIONS):
+        await harness.append(p, 2)
+    source = harness.new_source()
+
+    async def start_and_read() -> None:
+        await source.start(Recorder(positions={1: 9}))
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:  # the group source positions (and checks) on a fetch
+            await source.fetch(max_records=100, timeout_s=0.2)
+
+    with pytest.raises(PositionBeyondLogEndError, match=r"partition 1 at 9 but the log ends at 2"):
+        await start_and_read()
+    await source.stop()
 
 
 async def test_seek_rereads_from_the_given_offset(harness: Harness) -> None:
