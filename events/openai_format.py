@@ -159,3 +159,40 @@ def _opt_int(value: object, field: str) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidEventError("must be an integer", field=field)
     return value
+
+
+def completion_message(completion: Mapping[str, Any] | Any, *, choice: int = 0) -> dict[str, Any]:
+    """The assistant message of a Chat Completions response, with what convlog keeps beside it:
+    ``finish_reason``, ``model``, ``usage`` and (DeepSeek and others) ``reasoning_content``.
+
+    ``completion`` is the ``openai`` SDK's ``ChatCompletion`` (anything with ``model_dump()``)
+    or the response's JSON as a dict; convlog does not import the SDK for it."""
+    doc = completion.model_dump() if hasattr(completion, "model_dump") else completion
+    if not isinstance(doc, Mapping):
+        raise InvalidEventError("expected a ChatCompletion or its JSON object", field="completion")
+    raw = doc.get("choices")
+    choices: list[Any] = list(raw) if isinstance(raw, Sequence) and not isinstance(raw, str | bytes) else []
+    if not 0 <= choice < len(choices):
+        raise InvalidEventError(f"no choice {choice} among {len(choices)}", field="completion.choices")
+    picked = choices[choice]
+    message = picked.get("message") if isinstance(picked, Mapping) else None
+    if not isinstance(message, Mapping):
+        raise InvalidEventError("the choice has no message", field=f"completion.choices[{choice}].message")
+    finish_reason = picked.get("finish_reason")
+    if finish_reason == "function_call":
+        raise InvalidEventError(
+            "legacy function_call responses are not supported: use tools / tool_calls",
+            field=f"completion.choices[{choice}].finish_reason",
+        )
+    out: dict[str, Any] = {
+        "role": "assistant",
+        "content": message.get("content"),
+        "tool_calls": message.get("tool_calls") or None,
+        "reasoning_content": message.get("reasoning_content"),
+        "finish_reason": finish_reason,
+        "model": doc.get("model"),
+        "usage": doc.get("usage"),
+    }
+    if message.get("refusal") and not out["content"]:
+        out["content"] = message["refusal"]  # what the user was shown
+    return {k: v for k, v in out.items() if v is not None}

@@ -31,6 +31,7 @@ from events.openai_format import (
     ContentInput,
     ToolCallInput,
     UsageInput,
+    completion_message,
     content_from_openai,
     message_from_openai,
     tool_calls_from_openai,
@@ -40,6 +41,8 @@ from events.validation import validate_event
 
 DEFAULT_MAX_EVENT_BYTES = 1024 * 1024
 EVENT_TYPE_HEADER = "convlog.event_type"
+# Namespace of the event ids append_completion derives from a completion's id (uuid5).
+_COMPLETION_NAMESPACE = uuid.UUID("8f0c2f4e-0d7b-4c6e-9a1d-3b5e7c9f1a24")
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,6 +211,35 @@ class ConversationProducer:
             usage=usage_from_openai(usage),
             finish_reason=finish_reason,
         )
+
+    async def append_completion(
+        self,
+        key: ConversationKey,
+        completion: Mapping[str, Any] | Any,
+        *,
+        choice: int = 0,
+        thinking_duration_ms: int | None = None,
+        message_id: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        event_id: str | None = None,
+    ) -> Appended:
+        """Append the assistant message of a Chat Completions response (the ``openai`` SDK's
+        ``ChatCompletion`` or its JSON) with its finish reason, model, usage and reasoning.
+
+        The event id defaults to one derived from the conversation, the completion's ``id`` and
+        ``choice``: appending the same response again (a retry after a timeout) is recognised as
+        the same event and applied once."""
+        message = completion_message(completion, choice=choice)
+        if thinking_duration_ms is not None:
+            message["thinking_duration_ms"] = thinking_duration_ms
+        if metadata:
+            message["metadata"] = dict(metadata)
+        if event_id is None:
+            doc = completion.model_dump() if hasattr(completion, "model_dump") else completion
+            completion_id = doc.get("id") if isinstance(doc, Mapping) else None
+            if completion_id:
+                event_id = str(uuid.uuid5(_COMPLETION_NAMESPACE, f"{key}\n{completion_id}\n{choice}"))
+        return await self.append_message(key, message, message_id=message_id, event_id=event_id)
 
     async def append_tool_result(
         self,
