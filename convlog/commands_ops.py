@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from convlog.commands_core import KEY_HELP
-from convlog.settings import Settings
+from convlog.settings import Settings, env_number
 from events.keys import ConversationKey
 
 
@@ -103,7 +103,7 @@ def _replay(settings: Settings, args: argparse.Namespace) -> int:
     from query_api.model import ContextRequest  # noqa: PLC0415
 
     key = ConversationKey.parse(args.key)
-    image_turns = int(os.environ.get("CONVLOG_WINDOW_IMAGE_TURNS", "2"))  # as `convlog serve` reads it
+    image_turns = env_number(os.environ, "CONVLOG_WINDOW_IMAGE_TURNS", 2, minimum=0)  # as `convlog serve` reads it
     request = ContextRequest(args.model, args.budget_tokens, args.reserve_tokens, 0, args.reasoning, image_turns)
 
     async def run() -> None:

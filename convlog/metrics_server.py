@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from convlog.settings import env_number
 from events.errors import ConfigurationError
 from projectors.runner import ProjectorStats
 
@@ -60,13 +61,9 @@ class ProjectorCollector(Collector):
 
 def start_metrics_endpoint(registry: CollectorRegistry, env: Mapping[str, str]) -> bool:
     """Serve ``registry`` over HTTP (a daemon thread) when ``CONVLOG_METRICS_PORT`` is set."""
-    raw = env.get("CONVLOG_METRICS_PORT")
-    if not raw:
+    port = env_number(env, "CONVLOG_METRICS_PORT", 0, minimum=0)
+    if not port:
         return False
-    try:
-        port = int(raw)
-    except ValueError as e:
-        raise ConfigurationError(f"CONVLOG_METRICS_PORT must be a port number, got {raw!r}") from e
     host = env.get("CONVLOG_METRICS_HOST") or "127.0.0.1"
     try:
         start_http_server(port, addr=host, registry=registry)

@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 
 from convlog.embedded_pg import database_url
 from convlog.metrics_server import ProjectorCollector, start_metrics_endpoint
-from convlog.settings import Settings
+from convlog.settings import Settings, env_number
 from convlog.wiring import open_event_log
 from events.codec import default_codec
 from events.log import EventLog
@@ -41,7 +41,7 @@ def build_projector(
             topic=settings.topic,
             group_id=f"convlog.projector.{schema}",
             # How long a crashed member keeps its partitions before the group moves them.
-            session_timeout_ms=int(env.get("CONVLOG_KAFKA_SESSION_TIMEOUT_MS", "10000")),
+            session_timeout_ms=env_number(env, "CONVLOG_KAFKA_SESSION_TIMEOUT_MS", 10_000, minimum=1),
             heartbeat_interval_ms=1000,
             group_instance_id=env.get("CONVLOG_PROJECTOR_INSTANCE_ID") or None,
         )
@@ -75,7 +75,7 @@ class LiveProjector:
         poll_s: float | None = None,
     ) -> None:  # fmt: skip
         self._settings, self._pool, self._event_log, self._env = settings, pool, event_log, env
-        self._poll_s = poll_s if poll_s is not None else float(env.get("CONVLOG_VERSION_POLL_S", "1.0"))
+        self._poll_s = poll_s if poll_s is not None else env_number(env, "CONVLOG_VERSION_POLL_S", 1.0, minimum=0.01)
         self.current: Projector | None = None
         self.schema: str | None = None
 

@@ -22,7 +22,7 @@ import uvicorn
 from convlog.embedded_pg import database_url
 from convlog.metrics_server import ProjectorCollector
 from convlog.projecting import LiveProjector
-from convlog.settings import Settings
+from convlog.settings import Settings, env_number
 from convlog.summarizing import SummarizerSettings, build_summarizer
 from convlog.wiring import make_producer, open_event_log
 from events.errors import ConfigurationError
@@ -112,7 +112,7 @@ async def running_service(settings: Settings, env: Mapping[str, str] | None = No
             reads=_LiveReads(pool),
             readiness=readiness,
             metrics=metrics,
-            image_turns=int(env.get("CONVLOG_WINDOW_IMAGE_TURNS", "2")),
+            image_turns=env_number(env, "CONVLOG_WINDOW_IMAGE_TURNS", 2, minimum=0),
             default_encoding=default_encoding,
             max_body_bytes=settings.max_event_bytes * 2,
             policy=WindowPolicy.from_env(env),
@@ -189,17 +189,12 @@ def _retention_task(
 ) -> list[asyncio.Task[None]]:
     """Daily retention (``convlog retention``) when ``CONVLOG_RETENTION_IDLE_DAYS`` is set; archives
     go to ``CONVLOG_RETENTION_ARCHIVE_DIR`` (default ``DATA_DIR/retention``)."""
-    raw = env.get("CONVLOG_RETENTION_IDLE_DAYS")
-    if not raw:
+    if not env.get("CONVLOG_RETENTION_IDLE_DAYS"):
         return []
     from convlog.ops.retention import retention_schedule  # noqa: PLC0415 - only when retention is on
 
-    try:
-        idle_days, delay_s = int(raw), float(env.get("CONVLOG_RETENTION_FIRST_RUN_S", "60"))
-    except ValueError as e:
-        raise ConfigurationError(f"CONVLOG_RETENTION_IDLE_DAYS / CONVLOG_RETENTION_FIRST_RUN_S: {e}") from e
-    if idle_days < 1:
-        raise ConfigurationError(f"CONVLOG_RETENTION_IDLE_DAYS must be >= 1, got {idle_days}")
+    idle_days = env_number(env, "CONVLOG_RETENTION_IDLE_DAYS", 0, minimum=1)
+    delay_s = env_number(env, "CONVLOG_RETENTION_FIRST_RUN_S", 60.0, minimum=0.0)
     archive_dir = Path(env.get("CONVLOG_RETENTION_ARCHIVE_DIR") or settings.data_dir / "retention")
     producer = make_producer(event_log, settings, producer="convlog-retention")
     log.info("retention.scheduled", idle_days=idle_days, archive_dir=str(archive_dir), first_run_s=delay_s)
@@ -210,7 +205,7 @@ def _retention_task(
 
 def main(settings: Settings) -> None:
     host = os.environ.get("CONVLOG_HTTP_HOST", "127.0.0.1")
-    port = int(os.environ.get("CONVLOG_HTTP_PORT", "8080"))
+    port = env_number(os.environ, "CONVLOG_HTTP_PORT", 8080, minimum=1)
 
     async def run() -> None:
         async with running_service(settings) as service:

@@ -6,6 +6,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from events.errors import ConfigurationError
 from events.producer import DEFAULT_MAX_EVENT_BYTES
@@ -29,8 +30,8 @@ class Settings:
             database_url=env.get("CONVLOG_DATABASE_URL") or None,
             data_dir=Path(env.get("CONVLOG_DATA_DIR") or defaults.data_dir),
             topic=env.get("CONVLOG_TOPIC") or defaults.topic,
-            partitions=_positive_int(env, "CONVLOG_PARTITIONS", defaults.partitions),
-            max_event_bytes=_positive_int(env, "CONVLOG_MAX_EVENT_BYTES", defaults.max_event_bytes),
+            partitions=env_number(env, "CONVLOG_PARTITIONS", defaults.partitions, minimum=1),
+            max_event_bytes=env_number(env, "CONVLOG_MAX_EVENT_BYTES", defaults.max_event_bytes, minimum=1),
         )
 
     @property
@@ -38,14 +39,20 @@ class Settings:
         return self.data_dir / "log" / f"{self.topic}.log"
 
 
-def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
+N = TypeVar("N", int, float)
+
+
+def env_number(env: Mapping[str, str], name: str, default: N, *, minimum: N) -> N:
+    """``env[name]`` as a number of ``default``'s type, at least ``minimum``; ``default`` when
+    unset. A malformed or too small value is a :class:`ConfigurationError` naming the setting."""
     raw = env.get(name)
     if not raw:
         return default
+    kind = type(default)
     try:
-        value = int(raw)
+        value = kind(raw)
     except ValueError as e:
-        raise ConfigurationError(f"{name} must be an integer, got {raw!r}") from e
-    if value < 1:
-        raise ConfigurationError(f"{name} must be >= 1, got {value}")
+        raise ConfigurationError(f"{name} must be {'an integer' if kind is int else 'a number'}, got {raw!r}") from e
+    if value < minimum:
+        raise ConfigurationError(f"{name} must be >= {minimum}, got {value}")
     return value

@@ -16,14 +16,13 @@ import os
 import signal
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TypeVar
 
 import structlog
 from prometheus_client import CollectorRegistry
 
 from convlog.embedded_pg import database_url
 from convlog.metrics_server import start_metrics_endpoint
-from convlog.settings import Settings
+from convlog.settings import Settings, env_number
 from convlog.wiring import make_producer, open_event_log
 from events.codec import default_codec
 from events.errors import ConfigurationError
@@ -43,9 +42,6 @@ log = structlog.get_logger(__name__)
 def consumer_name(settings: Settings) -> str:
     """The summarizer's consumer group and positions name: one summarizer per topic."""
     return f"convlog.summarizer.{settings.topic}"
-
-
-N = TypeVar("N", int, float)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,9 +65,9 @@ class SummarizerSettings:
             base_url=(env.get("CONVLOG_LLM_BASE_URL") or "").strip() or None,
             api_key=env.get("CONVLOG_LLM_API_KEY") or env.get("OPENAI_API_KEY") or "",
             model=env.get("CONVLOG_LLM_MODEL") or d.model,
-            timeout_s=_number(env, "CONVLOG_LLM_TIMEOUT_S", d.timeout_s, float, minimum=0.1),
-            max_retries=_number(env, "CONVLOG_LLM_MAX_RETRIES", d.max_retries, int, minimum=0),
-            max_tokens=_number(env, "CONVLOG_SUMMARY_MAX_TOKENS", d.max_tokens, int, minimum=16),
+            timeout_s=env_number(env, "CONVLOG_LLM_TIMEOUT_S", d.timeout_s, minimum=0.1),
+            max_retries=env_number(env, "CONVLOG_LLM_MAX_RETRIES", d.max_retries, minimum=0),
+            max_tokens=env_number(env, "CONVLOG_SUMMARY_MAX_TOKENS", d.max_tokens, minimum=16),
         )
 
     def build_model(self) -> SummaryModel:
@@ -85,19 +81,6 @@ class SummarizerSettings:
             timeout_s=self.timeout_s,
             max_retries=self.max_retries,
         )
-
-
-def _number(env: Mapping[str, str], name: str, default: N, kind: type[N], *, minimum: N) -> N:
-    raw = env.get(name)
-    if not raw:
-        return default
-    try:
-        value = kind(raw)
-    except ValueError as e:
-        raise ConfigurationError(f"{name} must be a number, got {raw!r}") from e
-    if value < minimum:
-        raise ConfigurationError(f"{name} must be >= {minimum}, got {value}")
-    return value
 
 
 def build_summarizer(
@@ -118,7 +101,7 @@ def build_summarizer(
             topic=settings.topic,
             group_id=consumer_name(settings),
             client_id="convlog-summarizer",
-            session_timeout_ms=int(env.get("CONVLOG_KAFKA_SESSION_TIMEOUT_MS", "10000")),
+            session_timeout_ms=env_number(env, "CONVLOG_KAFKA_SESSION_TIMEOUT_MS", 10_000, minimum=1),
             heartbeat_interval_ms=1000,
             group_instance_id=env.get("CONVLOG_SUMMARIZER_INSTANCE_ID") or None,
         )
