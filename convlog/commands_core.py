@@ -46,16 +46,14 @@ def _project(settings: Settings, args: argparse.Namespace) -> int:
     from convlog.projecting import main as project_main  # noqa: PLC0415
 
     configure_logging(default_level="info")
-    project_main(settings)
-    return 0
+    return project_main(settings)
 
 
 def _summarize(settings: Settings, args: argparse.Namespace) -> int:
     from convlog.summarizing import main as summarize_main  # noqa: PLC0415
 
     configure_logging(default_level="info")
-    summarize_main(settings)
-    return 0
+    return summarize_main(settings)
 
 
 def _serve(settings: Settings, args: argparse.Namespace) -> int:

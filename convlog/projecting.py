@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import signal
 from collections.abc import Mapping
 
 import structlog
@@ -13,6 +12,7 @@ from prometheus_client import CollectorRegistry
 
 from convlog.embedded_pg import database_url
 from convlog.metrics_server import ProjectorCollector, start_metrics_endpoint
+from convlog.ops_common import run_interruptibly
 from convlog.settings import Settings, env_number
 from convlog.wiring import open_event_log
 from events.codec import default_codec
@@ -155,12 +155,11 @@ async def run_projector(settings: Settings, stop: asyncio.Event) -> LiveProjecto
         await pool.close()
 
 
-def main(settings: Settings) -> None:
-    async def run() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        await run_projector(settings, stop)
+def main(settings: Settings) -> int:
+    """``convlog project``: until SIGINT/SIGTERM (a second one aborts the batch in flight)."""
 
-    asyncio.run(run())
+    async def run(stop: asyncio.Event) -> int:
+        await run_projector(settings, stop)
+        return 0
+
+    return run_interruptibly(run)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -22,6 +21,7 @@ from prometheus_client import CollectorRegistry
 
 from convlog.embedded_pg import database_url
 from convlog.metrics_server import start_metrics_endpoint
+from convlog.ops_common import run_interruptibly
 from convlog.settings import Settings, env_number
 from convlog.wiring import make_producer, open_event_log
 from events.codec import default_codec
@@ -145,12 +145,11 @@ async def run_summarizer(settings: Settings, stop: asyncio.Event) -> Summarizer:
         await pool.close()
 
 
-def main(settings: Settings) -> None:
-    async def run() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        await run_summarizer(settings, stop)
+def main(settings: Settings) -> int:
+    """``convlog summarize``: until SIGINT/SIGTERM (a second one aborts the summary in flight)."""
 
-    asyncio.run(run())
+    async def run(stop: asyncio.Event) -> int:
+        await run_summarizer(settings, stop)
+        return 0
+
+    return run_interruptibly(run)
