@@ -19,6 +19,7 @@ from events.codec import EventCodec
 from events.log import LogRecord
 from projectors.errors import PositionConflictError, ProjectionError
 from projectors.fold import BatchInputs, BatchOutcome, Decoded, decode_batch, fold_batch, lookups
+from projectors.read_sql import SUMMARY_COVERED_SEQ
 from projectors.rows import (
     CONVERSATION_COLUMNS,
     HELD_COLUMNS,
@@ -235,8 +236,7 @@ class ProjectionStore:
                     "UPDATE {s}.summaries x SET text = NULL FROM {s}.transcript m "
                     "WHERE m.conversation_key = %s AND m.message_id = %s AND x.conversation_key = m.conversation_key "
                     'AND x.epoch = m.epoch AND x."offset" < %s AND x.text IS NOT NULL AND m.seq <= '
-                    "(SELECT min(t.seq) FROM {s}.transcript t WHERE t.conversation_key = x.conversation_key "
-                    "AND t.message_id = x.covers_through_message_id)"
+                    + SUMMARY_COVERED_SEQ
                 ),
                 [(r.conversation_key, r.message_id, r.offset) for r in out.redactions],
             )
@@ -260,10 +260,9 @@ class ProjectionStore:
             await cur.executemany(
                 self._q(
                     "UPDATE {s}.summaries x SET text = NULL WHERE x.conversation_key = %s AND x.seq = %s "
-                    "AND x.text IS NOT NULL AND EXISTS (SELECT FROM {s}.transcript t "
-                    "WHERE t.conversation_key = x.conversation_key AND t.epoch = x.epoch AND t.redacted_at IS NOT NULL "
-                    "AND NOT t.message_id = ANY(%s) AND t.seq <= (SELECT min(c.seq) FROM {s}.transcript c "
-                    "WHERE c.conversation_key = x.conversation_key AND c.message_id = x.covers_through_message_id))"
+                    "AND x.text IS NOT NULL AND EXISTS (SELECT FROM {s}.transcript r "
+                    "WHERE r.conversation_key = x.conversation_key AND r.epoch = x.epoch AND r.redacted_at IS NOT NULL "
+                    "AND NOT r.message_id = ANY(%s) AND r.seq <= " + SUMMARY_COVERED_SEQ + ")"
                 ),
                 [(r.conversation_key, r.seq, list(r.excluded_message_ids or ())) for r in listed],
             )

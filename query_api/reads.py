@@ -25,6 +25,7 @@ from psycopg.rows import dict_row
 
 from events.keys import ConversationKey
 from projectors.pg import PgPool, convert_pg_error
+from projectors.read_sql import WINDOW_AND_CURRENT_SUMMARY
 from projectors.tokens import ENCODINGS, get_encoding
 from query_api.model import StoredMessage, StoredSummary
 
@@ -38,20 +39,14 @@ _NEWEST = (1 << 63) - 1  # "before" of the first transcript page
 # One snapshot for the context's statements: a projector committing in between cannot tear it.
 _SNAPSHOT = sql.SQL("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
 
-_HEAD = """
-SELECT c.epoch, c.last_partition, c.last_offset, CASE WHEN w.epoch = c.epoch THEN w.start_seq END AS window_start,
-       c.turn_count, EXISTS (SELECT FROM {s}.parked p WHERE p.conversation_key = c.conversation_key),
-       m.summary_id, m.text,
-       (SELECT min(t.seq) FROM {s}.transcript t
-         WHERE t.conversation_key = c.conversation_key AND t.message_id = m.covers_through_message_id) AS covers
-FROM {s}.conversations c
-LEFT JOIN {s}.windows w ON w.conversation_key = c.conversation_key
-LEFT JOIN LATERAL (
-    SELECT summary_id, text, covers_through_message_id FROM {s}.summaries
-     WHERE conversation_key = c.conversation_key AND epoch = c.epoch AND text IS NOT NULL
-     ORDER BY seq DESC LIMIT 1
-) m ON true
-WHERE c.conversation_key = %(k)s"""
+_HEAD = (
+    "SELECT c.epoch, c.last_partition, c.last_offset, "
+    "CASE WHEN w.epoch = c.epoch THEN w.start_seq END AS window_start, c.turn_count, "
+    "EXISTS (SELECT FROM {s}.parked p WHERE p.conversation_key = c.conversation_key), "
+    "m.summary_id, m.text, m.covers FROM {s}.conversations c "
+    + WINDOW_AND_CURRENT_SUMMARY
+    + "WHERE c.conversation_key = %(k)s"
+)
 # Where the context's messages start — query_api.context.context_start, here in SQL so that the
 # head and the messages go to Postgres together, in one round trip. (The as_of tests compare
 # contexts read this way with contexts rebuilt from the log through context_start.)

@@ -17,25 +17,17 @@ from psycopg import sql
 from events.keys import ConversationKey
 from projectors.errors import ProjectionError
 from projectors.pg import PgPool, convert_pg_error
+from projectors.read_sql import WINDOW_AND_CURRENT_SUMMARY
 from projectors.versions import live_version
 from summarizer.plan import PreviousSummary, SummaryInputs
 from summarizer.transcript import PendingMessage
 
 _SNAPSHOT = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
-_HEAD = """
-SELECT c.epoch, CASE WHEN w.epoch = c.epoch THEN w.start_seq END, m.summary_id, m.text,
-       (SELECT min(t.seq) FROM {s}.transcript t
-         WHERE t.conversation_key = c.conversation_key AND t.message_id = m.covers_through_message_id),
-       (SELECT count(*) FROM {s}.summaries x
-         WHERE x.conversation_key = c.conversation_key AND x.epoch = c.epoch AND x.text IS NULL)
-FROM {s}.conversations c
-LEFT JOIN {s}.windows w ON w.conversation_key = c.conversation_key
-LEFT JOIN LATERAL (
-    SELECT summary_id, text, covers_through_message_id FROM {s}.summaries
-     WHERE conversation_key = c.conversation_key AND epoch = c.epoch AND text IS NOT NULL
-     ORDER BY seq DESC LIMIT 1
-) m ON true
-WHERE c.conversation_key = %s"""
+_HEAD = (
+    "SELECT c.epoch, CASE WHEN w.epoch = c.epoch THEN w.start_seq END, m.summary_id, m.text, m.covers, "
+    "(SELECT count(*) FROM {s}.summaries x WHERE x.conversation_key = c.conversation_key AND x.epoch = c.epoch "
+    "AND x.text IS NULL) FROM {s}.conversations c " + WINDOW_AND_CURRENT_SUMMARY + "WHERE c.conversation_key = %s"
+)
 _PENDING = """
 SELECT seq, message_id, role, content, tool_calls, tool_call_id, finish_reason,
        flag IS NULL AND redacted_at IS NULL AND erased_at IS NULL
