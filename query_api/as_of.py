@@ -92,7 +92,7 @@ async def context_inputs_as_of(
                and epoch_of.get(s.covers_through_message_id) == s.epoch and not withdrawn(s)]  # fmt: skip
     if current:
         latest = current[-1]
-        covered = min((r.seq for r in rows if r.message_id == latest.covers_through_message_id), default=None)
+        covered = seq_of.get(latest.covers_through_message_id)
         if covered is not None:
             summary = StoredSummary(latest.summary_id, latest.text, covered, count(latest.text))
     start = context_start(state.window.start_seq, summary.covers_through_seq if summary else None)
