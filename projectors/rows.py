@@ -17,6 +17,7 @@ from projectors.state import (
     image_count,
     to_json,
 )
+from projectors.tokens import ENCODINGS
 from projectors.window import Window
 
 
@@ -64,55 +65,17 @@ def transcript_copy_rows(rows: Sequence[TranscriptRow], counter: TokenCounting) 
     """Rows for COPY, with token counts computed here, once, for the whole batch."""
     texts = [countable_text(r) for r in rows]
     reasoning = [r.reasoning_content or "" for r in rows]
-    o200k, cl100k = counter.count_many(texts, "o200k_base"), counter.count_many(texts, "cl100k_base")
-    r_o200k, r_cl100k = (
-        counter.count_many(reasoning, "o200k_base"),
-        counter.count_many(reasoning, "cl100k_base"),
-    )
-    return [
-        (
-            r.conversation_key,
-            r.seq,
-            r.partition,
-            r.offset,
-            r.event_id,
-            r.message_id,
-            r.role,
-            to_json(r.content),
-            r.name,
-            to_json(r.tool_calls),
-            r.tool_call_id,
-            r.reasoning_content,
-            r.thinking_duration_ms,
-            r.finish_reason,
-            r.model,
-            to_json(r.usage),
-            to_json(r.metadata),
-            r.occurred_at,
-            r.epoch,
-            r.turn,
-            r.flag,
-            image_count(r),
-            o200k[i],
-            cl100k[i],
-            r_o200k[i],
-            r_cl100k[i],
-        )
-        for i, r in enumerate(rows)
-    ]
+    counts = zip(*(counter.count_many(t, encoding) for t in (texts, reasoning) for encoding in ENCODINGS), strict=True)
+    return [_transcript_row(r, c) for r, c in zip(rows, counts, strict=True)]
 
 
-def _reasoning_counts(rows: Sequence[TranscriptRow], counter: TokenCounting) -> tuple[list[int], list[int]]:
-    """Most messages carry no reasoning: count only those that do."""
-    o200k, cl100k = [0] * len(rows), [0] * len(rows)
-    which = [i for i, r in enumerate(rows) if r.reasoning_content]
-    if which:
-        texts = [rows[i].reasoning_content or "" for i in which]
-        for i, a, b in zip(
-            which, counter.count_many(texts, "o200k_base"), counter.count_many(texts, "cl100k_base"), strict=True
-        ):
-            o200k[i], cl100k[i] = a, b
-    return o200k, cl100k
+def _transcript_row(r: TranscriptRow, counts: tuple[int, ...]) -> tuple[Any, ...]:
+    return (
+        r.conversation_key, r.seq, r.partition, r.offset, r.event_id, r.message_id, r.role,
+        to_json(r.content), r.name, to_json(r.tool_calls), r.tool_call_id, r.reasoning_content,
+        r.thinking_duration_ms, r.finish_reason, r.model, to_json(r.usage), to_json(r.metadata),
+        r.occurred_at, r.epoch, r.turn, r.flag, image_count(r), *counts,
+    )  # fmt: skip
 
 
 def summary_copy_rows(rows: Sequence[SummaryRow]) -> list[tuple[Any, ...]]:

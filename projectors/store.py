@@ -169,10 +169,11 @@ class ProjectionStore:
     ) -> frozenset[tuple[str, str]]:
         if not pairs:
             return frozenset()
-        keys, values = zip(*sorted(pairs), strict=True)
+        keys, values = zip(*pairs, strict=True)
+        # A join against the batch's pairs (index probes), not IN (...) with a DISTINCT over it.
         query = sql.SQL(
-            "SELECT DISTINCT conversation_key, {c} FROM {s}.{t} WHERE (conversation_key, {c}) IN "
-            "(SELECT * FROM unnest(%s::text[], %s::text[]))"
+            "SELECT DISTINCT t.conversation_key, t.{c} FROM unnest(%s::text[], %s::text[]) AS v(k, id) "
+            "JOIN {s}.{t} t ON t.conversation_key = v.k AND t.{c} = v.id"
         ).format(s=sql.Identifier(self.schema), t=sql.Identifier(table), c=sql.Identifier(column))
         await cur.execute(query, [list(keys), list(values)])
         return frozenset((row["conversation_key"], row[column]) for row in await cur.fetchall())

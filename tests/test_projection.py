@@ -56,11 +56,12 @@ async def test_token_counts_equal_tiktoken_on_the_same_text(
     await append_tools_conversation(producer, TOOLS)
     await project_all(log, projection.store())
     rows = await projection.rows(
-        "SELECT content, tool_calls, reasoning_content, tokens_o200k, tokens_cl100k, reasoning_tokens_o200k "
-        "FROM {s}.transcript ORDER BY seq"
+        "SELECT content, tool_calls, reasoning_content, tokens_o200k, tokens_cl100k, reasoning_tokens_o200k, "
+        "reasoning_tokens_cl100k FROM {s}.transcript ORDER BY seq"
     )
     o200k, cl100k = get_encoding("o200k_base"), get_encoding("cl100k_base")
-    for content, calls, reasoning, t_o200k, t_cl100k, r_o200k in rows:
+    assert any(reasoning for _, _, reasoning, *_ in rows)
+    for content, calls, reasoning, t_o200k, t_cl100k, r_o200k, r_cl100k in rows:
         parts = [content] if isinstance(content, str) else []
         for call in calls or ():
             parts += [call["function"]["name"], call["function"]["arguments"]]
@@ -68,6 +69,7 @@ async def test_token_counts_equal_tiktoken_on_the_same_text(
         assert t_o200k == len(o200k.encode_ordinary(text))
         assert t_cl100k == len(cl100k.encode_ordinary(text))
         assert r_o200k == len(o200k.encode_ordinary(reasoning or ""))
+        assert r_cl100k == len(cl100k.encode_ordinary(reasoning or ""))
 
 
 async def test_a_repeated_event_id_changes_nothing(

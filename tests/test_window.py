@@ -265,3 +265,38 @@ def test_a_redaction_of_an_unknown_message_is_poison() -> None:
         policy=WindowPolicy(),
     )
     assert [p.error_code for p in out.poisoned] == ["invariant_violation"]
+
+
+@pytest.mark.parametrize("role", ["user", "assistant", "tool", "system"])
+def test_a_message_changes_only_the_fields_a_message_moves(role: str) -> None:
+    """The message path builds the new state field by field (no dataclasses.replace): a field
+    added to ConversationState later must not be reset by it."""
+    from dataclasses import fields  # noqa: PLC0415
+
+    from events.log import Coordinates  # noqa: PLC0415
+    from projectors.state import apply_event  # noqa: PLC0415
+
+    state = ConversationState(
+        KEY, exists=True, title="kept", metadata={"k": "v"}, started_at=T0, last_activity_at=T0,
+        last_event_at=T0, message_count=5, turn_count=2, next_seq=7, epoch=3, clear_count=2,
+        erased_at=T0, open_tool_calls=("c1",), answered_tool_calls=("c0",), window=Window(2, (2, 4)),
+        last_at=(1, 40), first_offset=10,
+    )  # fmt: skip
+    assert all(getattr(state, f.name) != f.default for f in fields(state) if f.name not in ("key", "metadata"))
+    body = MessageAppended(
+        message_id="m", role=role, content="hi", tool_call_id="c1" if role == "tool" else None,
+        finish_reason="stop" if role == "assistant" else None,
+    )  # fmt: skip
+    later = T0 + timedelta(minutes=1)
+    new, _ = apply_event(
+        state, Event("e", KEY, later, "p", body), Coordinates(1, 41), policy=WindowPolicy(), message_known=bool
+    )
+    moved = {"last_event_at", "message_count", "next_seq", "last_at"}
+    moved |= {"open_tool_calls", "answered_tool_calls"} if role in ("user", "assistant", "tool") else set()
+    moved |= {"turn_count", "last_activity_at", "window"} if role == "user" else set()
+    for f in fields(state):
+        if f.name in moved:
+            assert getattr(new, f.name) != getattr(state, f.name), f.name
+        else:
+            assert getattr(new, f.name) == getattr(state, f.name), f.name
+    assert (new.last_event_at, new.message_count, new.next_seq, new.last_at) == (later, 6, 8, (1, 41))
