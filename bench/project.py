@@ -7,6 +7,10 @@
    The serial ceiling is N / (consume time + COPY time).
 4. The projector (decode, validate, fold, token counting, COPY, state upserts, positions —
    one transaction per batch) projects the same topic into a fresh read-models version.
+5. The CPU budget: what each step no projector can skip costs per event, measured alone —
+   raw consume and COPY (above), convlog's pure core (decode, validate, fold) and tiktoken
+   (both encodings, the same texts) — and the ratio bound they leave on one core and when
+   spread perfectly over every core with nothing else running.
 
     CONVLOG_KAFKA_BOOTSTRAP=... CONVLOG_DATABASE_URL=... python bench/project.py [--events N]
 """
@@ -18,9 +22,12 @@ import asyncio
 import os
 import time
 import uuid
+from collections.abc import Sequence
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from psycopg import sql
+from psycopg_pool import AsyncConnectionPool
 
 from events.codec import default_codec
 from events.kafka_log import KafkaEventLog
@@ -32,9 +39,10 @@ from projectors.pg import open_pool
 from projectors.rows import TRANSCRIPT_COLUMNS, column_list, transcript_copy_rows
 from projectors.runner import Projector
 from projectors.sources import LogSource
+from projectors.state import TranscriptRow, countable_text
 from projectors.store import ProjectionStore
-from projectors.tokens import TokenCounter
-from projectors.versions import create_version
+from projectors.tokens import ENCODINGS, TokenCounter
+from projectors.versions import ProjectionVersion, create_version
 from projectors.window import WindowPolicy
 
 TEXT = "提交之后审批流程是怎样的？外包员工需要驻场负责人先确认，再由直属主管和供应商管理员审批。"
@@ -74,28 +82,45 @@ async def raw_consume(bootstrap: str, topic: str, n: int) -> tuple[float, list[o
     return elapsed, records
 
 
-async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--events", type=int, default=50_000)
-    parser.add_argument("--conversations", type=int, default=1000)
-    parser.add_argument("--batch-size", type=int, default=2000)
-    args = parser.parse_args()
-    bootstrap, url = os.environ.get("CONVLOG_KAFKA_BOOTSTRAP"), os.environ.get("CONVLOG_DATABASE_URL")
-    if not bootstrap or not url:
-        raise SystemExit("set CONVLOG_KAFKA_BOOTSTRAP and CONVLOG_DATABASE_URL (make services-up)")
-    topic = f"bench.project.{uuid.uuid4().hex[:8]}"
-    print(f"writing {args.events} events over {args.conversations} conversations to {topic} ...")
-    await write_events(bootstrap, topic, args.events, args.conversations)
-    await migrate(url)
-    pool = await open_pool(url, name="bench")
-    counter = TokenCounter()
-
-    consume_s, raw_records = await raw_consume(bootstrap, topic, args.events)
-    # The same transcript rows the projector writes, computed outside the timing.
+def transcript_rows(raw_records: Sequence[object]) -> tuple[list[TranscriptRow], float]:
+    """The transcript rows the projector writes for these aiokafka records, and the seconds the
+    pure core took to decode, validate and fold them (one core, no I/O)."""
     from events.kafka_log import to_log_record  # noqa: PLC0415
 
-    decoded = decode_batch([to_log_record(r) for r in raw_records], codec=default_codec(), max_event_bytes=1 << 20)
-    rows = transcript_copy_rows(fold_batch(decoded, BatchInputs({}), policy=WindowPolicy()).transcript, counter)
+    records = [to_log_record(r) for r in raw_records]
+    started = time.perf_counter()
+    decoded = decode_batch(records, codec=default_codec(), max_event_bytes=1 << 20)
+    transcript = fold_batch(decoded, BatchInputs({}), policy=WindowPolicy()).transcript
+    return transcript, time.perf_counter() - started
+
+
+def token_counting_s(rows: Sequence[TranscriptRow], counter: TokenCounter) -> float:
+    """Seconds tiktoken takes for the rows' counts, both encodings (what the projector counts)."""
+    texts = [countable_text(r) for r in rows]
+    reasoning = [r.reasoning_content or "" for r in rows]
+    started = time.perf_counter()
+    for encoding in ENCODINGS:
+        counter.count_many(texts, encoding)
+        counter.count_many(reasoning, encoding)
+    return time.perf_counter() - started
+
+
+def print_cpu_budget(n: int, baseline: float, parts: dict[str, float]) -> None:
+    """What the work the projector cannot skip costs per event, measured alone on one core, and
+    the ratio that leaves: tiktoken alone on one core, and everything spread perfectly over all
+    cores with nothing else (broker, Postgres) running."""
+    cores = os.cpu_count() or 1
+    print(f"cost per event, each measured alone (budget for the target: {1e6 / (baseline / 2):.1f} us):")
+    for name, seconds in parts.items():
+        print(f"  {name:<26}{seconds / n * 1e6:>8.1f} us")
+    tokens = n / parts["token counting"]
+    spread = n / (sum(parts.values()) / cores)
+    print(f"ratio bound, token counting on one core {tokens / baseline:>5.2f}; "
+          f"all of the above on {cores} cores {spread / baseline:.2f}")  # fmt: skip
+
+
+async def raw_copy(pool: AsyncConnectionPool[Any], rows: Sequence[tuple[Any, ...]]) -> tuple[ProjectionVersion, float]:
+    """COPY ``rows`` into a scratch table shaped like a new version's transcript: (version, s)."""
     table = f"bench_copy_{uuid.uuid4().hex[:8]}"
     async with pool.connection() as conn:
         version = await create_version(conn)
@@ -117,6 +142,31 @@ async def main() -> None:
         copy_s = time.perf_counter() - started
         await conn.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(table)))
         await conn.commit()
+    return version, copy_s
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--events", type=int, default=50_000)
+    parser.add_argument("--conversations", type=int, default=1000)
+    parser.add_argument("--batch-size", type=int, default=2000)
+    args = parser.parse_args()
+    bootstrap, url = os.environ.get("CONVLOG_KAFKA_BOOTSTRAP"), os.environ.get("CONVLOG_DATABASE_URL")
+    if not bootstrap or not url:
+        raise SystemExit("set CONVLOG_KAFKA_BOOTSTRAP and CONVLOG_DATABASE_URL (make services-up)")
+    topic = f"bench.project.{uuid.uuid4().hex[:8]}"
+    print(f"writing {args.events} events over {args.conversations} conversations to {topic} ...")
+    await write_events(bootstrap, topic, args.events, args.conversations)
+    await migrate(url)
+    pool = await open_pool(url, name="bench")
+    counter = TokenCounter()
+
+    consume_s, raw_records = await raw_consume(bootstrap, topic, args.events)
+    # The same transcript rows the projector writes, computed outside the timing.
+    transcript, core_s = transcript_rows(raw_records)
+    tokens_s = token_counting_s(transcript, counter)
+    rows = transcript_copy_rows(transcript, counter)
+    version, copy_s = await raw_copy(pool, rows)
 
     log = await KafkaEventLog.connect(bootstrap=bootstrap, topic=topic, partitions=12)
     store = ProjectionStore(pool, schema=version.schema, codec=default_codec(), counter=counter,
@@ -137,6 +187,8 @@ async def main() -> None:
     print(f"serial ceiling              {ceiling:>10,.0f} events/s")
     print(f"convlog projector           {rate:>10,.0f} events/s  ({project_s:.2f} s, batch {args.batch_size})")
     print(f"ratio projector / ceiling   {rate / ceiling:>10.2f}   (target >= 0.50)")
+    parts = {"raw consume": consume_s, "raw COPY": copy_s, "decode+validate+fold": core_s, "token counting": tokens_s}
+    print_cpu_budget(n, ceiling, parts)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@
 3. Rebuild: the ``convlog rebuild`` code path (group-less Kafka reader, projector, COPY, one
    transaction per batch, progress bar) builds a new version from offset 0 beside an empty live
    one, in a temporary database that is dropped afterwards.
+4. The CPU budget, as in bench/project.py (the raw COPY is not measured here).
 
     CONVLOG_KAFKA_BOOTSTRAP=... CONVLOG_DATABASE_URL=... python bench/rebuild.py [--events N]
 """
@@ -18,7 +19,7 @@ import time
 import uuid
 
 import psycopg
-from project import raw_consume, write_events
+from project import print_cpu_budget, raw_consume, token_counting_s, transcript_rows, write_events
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
@@ -26,6 +27,7 @@ from convlog.rebuilding import RebuildOptions, rebuild
 from convlog.settings import Settings
 from projectors.migrate import migrate
 from projectors.pg import open_pool
+from projectors.tokens import TokenCounter
 from projectors.versions import create_version
 
 
@@ -57,7 +59,10 @@ async def main() -> None:
     print(f"writing {args.events} events over {args.conversations} conversations to {topic} ...")
     await write_events(bootstrap, topic, args.events, args.conversations)
 
-    consume_s, _ = await raw_consume(bootstrap, topic, args.events)
+    consume_s, raw_records = await raw_consume(bootstrap, topic, args.events)
+    transcript, core_s = transcript_rows(raw_records)
+    tokens_s = token_counting_s(transcript, TokenCounter())
+    del raw_records, transcript
     database = f"convlog_bench_{uuid.uuid4().hex[:8]}"
     async with await psycopg.AsyncConnection.connect(admin_url, autocommit=True) as conn:
         await conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
@@ -74,6 +79,7 @@ async def main() -> None:
     setup = f"batch {args.batch_size}, workers {args.workers or 'auto'}"
     print(f"convlog rebuild             {rate:>10,.0f} events/s  ({rebuild_s:.2f} s, {setup})")
     print(f"ratio rebuild / raw consume {rate / raw:>10.2f}   (target >= 0.50)")
+    print_cpu_budget(n, raw, {"raw consume": consume_s, "decode+validate+fold": core_s, "token counting": tokens_s})
 
 
 if __name__ == "__main__":
