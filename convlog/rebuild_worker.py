@@ -28,7 +28,7 @@ async def work(settings: Settings, args: argparse.Namespace, stop: asyncio.Event
     until = {int(p): int(o) for p, o in json.loads(args.until).items()}
     counter = load_counter()
     async with ops_resources(settings, name="convlog-rebuild-worker", migrated=True) as (pool, event_log):
-        store = make_store(settings, pool, args.schema, await counter, park_poison=args.park_poison)
+        store = await make_store(settings, pool, args.schema, await counter, park_poison=args.park_poison)
         projector = Projector(LogSource(event_log, until), store, batch_size=args.batch_size, fetch_timeout_s=0.2)
         try:
             await projector.run(stop, until=until)

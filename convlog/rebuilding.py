@@ -46,7 +46,7 @@ from projectors.fold import PoisonRecordError
 from projectors.pg import PgPool, open_pool
 from projectors.runner import Projector
 from projectors.sources import LogSource
-from projectors.store import ProjectionStore
+from projectors.store import ProjectionStore, skip_decisions
 from projectors.tokens import TokenCounter
 from projectors.versions import READ_MODELS, ProjectionVersion, create_version, live_version, switch, versions
 from projectors.window import WindowPolicy
@@ -81,7 +81,10 @@ async def rebuild(settings: Settings, opts: RebuildOptions, stop: asyncio.Event)
     counter = load_counter()
     async with ops_resources(settings, name="convlog-rebuild") as (pool, event_log):
         target = await choose_version(pool, opts)
-        store = make_store(settings, pool, target.schema, await counter, park_poison=opts.park_poison)
+        tokens = await counter
+        store = await make_store(settings, pool, target.schema, tokens, park_poison=opts.park_poison)
+        if store.skips:
+            say(f"skipping the {len(store.skips)} record(s) an operator skipped in the live version, as it did")
         if not await build(settings, event_log, store, stop, opts=opts, desc=f"rebuild v{target.version}"):
             say(f"interrupted: version {target.version} keeps what it built; run the command again to resume")
             return INTERRUPTED
@@ -102,7 +105,9 @@ async def rebuild(settings: Settings, opts: RebuildOptions, stop: asyncio.Event)
         async with pool.connection() as conn:
             live_read = await positions(conn, live.schema)  # before the log end the catch-up reads
         # Catch up to the log's end once more so that reads of the new version start fresh; what
-        # arrives after this the live projector applies once it followed the switch.
+        # arrives after this the live projector applies once it followed the switch. (A new store:
+        # it takes the skips an operator made in the live version meanwhile.)
+        store = await make_store(settings, pool, target.schema, tokens, park_poison=opts.park_poison)
         if not await build(settings, event_log, store, stop, opts=opts, desc="catch up"):
             say(f"interrupted before the switch: version {target.version} is still building")
             return INTERRUPTED
@@ -165,12 +170,18 @@ def load_counter() -> asyncio.Task[TokenCounter]:
     return asyncio.create_task(asyncio.to_thread(TokenCounter))
 
 
-def make_store(
+async def make_store(
     settings: Settings, pool: PgPool, schema: str, counter: TokenCounter, *, park_poison: bool
 ) -> ProjectionStore:
+    """The store a rebuild writes ``schema`` with. Poison records an operator skipped in the live
+    version are skipped here too (with the same reason): the log does not hold that decision,
+    and without it the rebuild would stop there, or park the conversation, and differ."""
+    async with pool.connection() as conn:
+        live = await live_version(conn)
+        skips = await skip_decisions(conn, live.schema) if live is not None and live.schema != schema else {}
     return ProjectionStore(pool, schema=schema, codec=default_codec(), counter=counter,
                            policy=WindowPolicy.from_env(os.environ), max_event_bytes=settings.max_event_bytes,
-                           fail_fast=not park_poison)  # fmt: skip
+                           fail_fast=not park_poison, skips=skips)  # fmt: skip
 
 
 def worker_count(settings: Settings, opts: RebuildOptions, records: int) -> int:

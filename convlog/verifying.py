@@ -4,7 +4,9 @@
 conversation (all conversations, or a random sample of them), replays the log up to exactly
 those positions into a scratch schema — only the chosen conversations' records are applied —
 and compares. Any difference is a projection bug or a tampered row: exit code 1, naming the
-first differing conversation and row. The scratch schema is dropped at the end.
+first differing conversation and row. The scratch schema is dropped at the end. Records an
+operator skipped (``convlog dead-letters skip``) are skipped by the replay too: that decision
+is not in the log.
 
 A sample is drawn from the live version's conversations, so it cannot find a conversation that
 is missing from the live version altogether; ``--all`` can.
@@ -29,7 +31,7 @@ from events.codec import default_codec
 from events.errors import ConfigurationError
 from events.log import EventLog
 from projectors.pg import PgPool
-from projectors.store import ProjectionStore
+from projectors.store import ProjectionStore, skip_decisions
 from projectors.tokens import TokenCounter
 from projectors.versions import CHECKED_TABLES, checksums, live_version
 from projectors.window import WindowPolicy
@@ -171,6 +173,7 @@ async def _verify(
         async with conn.transaction():  # positions and checksums from one snapshot
             await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
             until = await positions(conn, live.schema)
+            skips = await skip_decisions(conn, live.schema)  # operators' decisions the log does not hold
             keys: list[str] | None = None
             if sample is not None:
                 cur = await conn.execute(
@@ -197,7 +200,7 @@ async def _verify(
     try:
         policy = WindowPolicy.from_env(os.environ)
         store = ProjectionStore(pool, schema=scratch, codec=default_codec(), counter=TokenCounter(),
-                                policy=policy, max_event_bytes=settings.max_event_bytes)  # fmt: skip
+                                policy=policy, max_event_bytes=settings.max_event_bytes, skips=skips)  # fmt: skip
         read = [0]
         bar = progress_bar(sum(until.values()), "replay")
 

@@ -129,6 +129,9 @@ class BatchInputs:
     parked: frozenset[str] = frozenset()
     seen_event_ids: frozenset[tuple[str, str]] = frozenset()
     known_messages: frozenset[tuple[str, str]] = frozenset()  # (conversation_key, message_id) stored
+    # (partition, offset) -> reason: poison records an operator skipped in the version this one
+    # rebuilds or verifies; skipped again here instead of parking, so the versions agree.
+    skips: Mapping[tuple[int, int], str] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -140,6 +143,7 @@ class BatchOutcome:
     erasures: list[Erasure] = field(default_factory=list)
     applied_event_ids: list[tuple[str, str]] = field(default_factory=list)
     poisoned: list[Poison] = field(default_factory=list)
+    skipped: list[tuple[Poison, str]] = field(default_factory=list)  # with the operator's reason
     held: list[tuple[str, LogRecord]] = field(default_factory=list)  # behind a parked conversation
     duplicates: int = 0
 
@@ -152,6 +156,7 @@ def fold_batch(
     A conversation with a poisoned record is parked: its later records are held, in order,
     while other conversations go on. With ``fail_fast`` a poisoned record raises
     :class:`PoisonRecordError` instead (a rebuild must not quietly differ from the live run).
+    A poisoned record listed in ``inputs.skips`` is skipped, as the operator decided before.
     """
     out = BatchOutcome()
     parked = set(inputs.parked)
@@ -163,6 +168,10 @@ def fold_batch(
             continue
         poison = d.poison or _apply(d, states=inputs.states, out=out, seen=seen, known=known, policy=policy)
         if poison is None:
+            continue
+        reason = inputs.skips.get((d.record.partition, d.record.offset))
+        if reason is not None:
+            out.skipped.append((poison, reason))
             continue
         if fail_fast:
             raise PoisonRecordError(poison)

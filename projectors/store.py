@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, LiteralString
 
-from psycopg import AsyncCursor, sql
+from psycopg import AsyncConnection, AsyncCursor, sql
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
@@ -63,7 +63,10 @@ class ProjectionStore:
         policy: WindowPolicy,
         max_event_bytes: int,
         fail_fast: bool = False,
+        skips: Mapping[tuple[int, int], str] | None = None,
     ) -> None:
+        """``skips``: (partition, offset) -> reason of poison records an operator skipped in the
+        version this one rebuilds or verifies (:func:`skip_decisions`): skipped here too."""
         self._pool = pool
         self.schema = schema
         self._codec = codec
@@ -71,6 +74,11 @@ class ProjectionStore:
         self._policy = policy
         self._max_event_bytes = max_event_bytes
         self._fail_fast = fail_fast
+        self._skips = dict(skips or {})
+
+    @property
+    def skips(self) -> Mapping[tuple[int, int], str]:
+        return self._skips
 
     def _q(self, text: LiteralString) -> sql.Composed:
         return sql.SQL(text).format(s=sql.Identifier(self.schema))
@@ -161,7 +169,7 @@ class ProjectionStore:
         parked = {row["conversation_key"] for row in await cur.fetchall()} - {parked_override}
         seen = await self._existing(cur, "event_ids", "event_id", look.event_ids)
         known = await self._existing(cur, "transcript", "message_id", look.referenced_messages)
-        inputs = BatchInputs(states, frozenset(k for k in parked if k), seen, known)
+        inputs = BatchInputs(states, frozenset(k for k in parked if k), seen, known, self._skips)
         return fold_batch(decoded, inputs, policy=self._policy, fail_fast=self._fail_fast)
 
     async def _existing(
@@ -307,6 +315,16 @@ class ProjectionStore:
                     ),
                     (poison.conversation_key, fetched["id"]),
                 )
+        for poison, reason in out.skipped:  # the operator's earlier decision, on the record here too
+            await cur.execute(
+                self._q(
+                    'INSERT INTO {s}.dead_letters (partition, "offset", conversation_key, record_key, record_value, '
+                    "headers, record_timestamp, error_code, error, status, resolution, resolved_at) "
+                    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, 'skipped', %s, now()) "
+                    'ON CONFLICT (partition, "offset") DO NOTHING'
+                ),
+                (*record_row(poison.record, poison.conversation_key), poison.error_code, poison.error, reason),
+            )
         await self._copy(cur, "held_records", HELD_COLUMNS, [record_row(r, key) for key, r in out.held])
 
     async def resolve(self, dead_letter_id: int, *, skip_reason: str | None = None) -> BatchReport:
@@ -344,3 +362,11 @@ class ProjectionStore:
             await self._write(cur, outcome)  # re-parks and re-holds if a held record fails now
         return BatchReport({}, len(outcome.applied_event_ids), outcome.duplicates, len(outcome.poisoned),
                            len(outcome.held))  # fmt: skip
+
+
+async def skip_decisions(conn: AsyncConnection[Any], schema: str) -> dict[tuple[int, int], str]:
+    """The records an operator skipped in ``schema`` ((partition, offset) -> reason), for a
+    rebuild or a verify replay to skip too: a skip is a decision the log does not hold."""
+    query = sql.SQL("SELECT partition, \"offset\", resolution FROM {}.dead_letters WHERE status = 'skipped'")
+    cur = await conn.execute(query.format(sql.Identifier(schema)))
+    return {(partition, offset): reason or "" for partition, offset, reason in await cur.fetchall()}

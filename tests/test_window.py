@@ -244,6 +244,26 @@ def test_poison_parks_only_its_conversation_and_holds_its_later_records() -> Non
     assert [r.message_id for r in out.transcript] == ["m0", "m3"]
 
 
+@pytest.mark.parametrize("fail_fast", [False, True])
+def test_a_record_skipped_before_is_skipped_again_instead_of_parking_or_failing(fail_fast: bool) -> None:
+    """A rebuild or verify replay honours the skips an operator made in the live version."""
+    good = Event("e0", KEY, T0, "t", MessageAppended("m0", "user", "q"))
+    later = Event("e2", KEY, T0, "t", MessageAppended("m2", "user", "q2"))
+    records = [
+        LogRecord(0, 0, KEY.encode(), CODEC.encode(good), T0),
+        LogRecord(0, 1, KEY.encode(), b"\xc3\x01garbage", T0),
+        LogRecord(0, 2, KEY.encode(), CODEC.encode(later), T0),
+    ]
+    decoded = decode_batch(records, codec=CODEC, max_event_bytes=1 << 20)
+    out = fold_batch(decoded, BatchInputs({}, skips={(0, 1): "ticket 42"}), policy=WindowPolicy(), fail_fast=fail_fast)
+    assert [(p.record.offset, reason) for p, reason in out.skipped] == [(1, "ticket 42")]
+    assert (out.poisoned, out.held) == ([], [])
+    assert [r.message_id for r in out.transcript] == ["m0", "m2"]
+    # a skip names exact coordinates: the same garbage elsewhere is still poison
+    elsewhere = fold_batch(decoded, BatchInputs({}, skips={(1, 1): "other partition"}), policy=WindowPolicy())
+    assert [p.record.offset for p in elsewhere.poisoned] == [1]
+
+
 @pytest.mark.parametrize(
     ("value", "code"),
     [

@@ -237,6 +237,40 @@ async def test_a_poison_record_stops_a_rebuild_with_its_coordinates_unless_parke
     assert await projection.rows("SELECT conversation_key FROM {s}.parked", schema=v2) == [(str(key),)]
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+async def test_a_record_skipped_in_the_live_version_is_skipped_by_rebuild_and_verify(
+    projection: Projection, kafka_bootstrap: str, tmp_path: Path, workers: int
+) -> None:
+    topic = unique_topic("skipped")
+    log = await KafkaEventLog.connect(bootstrap=kafka_bootstrap, topic=topic, partitions=PARTITIONS)
+    key = ConversationKey("acme", "user-1", "conv-1")
+    producer = ConversationProducer(log, producer="test")
+    try:
+        await _write(producer, conversations=30, turns=2)
+        bad = await log.append(key=key.encode(), value=b"\xc3\x01garbage")
+        await producer.append_user(key, "after the garbage")  # held until the skip
+        live = projection.store()
+        await project_all(log, live, batch_size=2000)
+        [(letter,)] = await projection.rows("SELECT id FROM {s}.dead_letters")
+        await live.resolve(letter, skip_reason="broken client, ticket 42")
+    finally:
+        await log.close()
+    env = _env(projection, kafka_bootstrap, topic, tmp_path)
+    code, out, err = await _cli(env, "verify", "--all")
+    assert code == 0, (out, err)  # the replay skipped it too: no false difference
+    code, out, err = await _cli(env, "rebuild", "read_models", "--verify", "--workers", str(workers))
+    assert code == 0, (out, err)
+    assert "skipping the 1 record(s) an operator skipped in the live version" in out
+    assert "checksums match" in out
+    v2 = schema_name("read_models", 2)
+    letters = await projection.rows('SELECT partition, "offset", status, resolution FROM {s}.dead_letters', schema=v2)
+    assert letters == [(bad.partition, bad.offset, "skipped", "broken client, ticket 42")]
+    assert await projection.rows("SELECT count(*) FROM {s}.parked", schema=v2) == [(0,)]
+    rows = await projection.rows("SELECT content FROM {s}.transcript WHERE conversation_key = %s ORDER BY seq",
+                                 str(key), schema=v2)  # fmt: skip
+    assert rows[-1] == ("after the garbage",)
+
+
 async def test_a_log_that_ends_before_the_live_positions_is_refused(
     projection: Projection, kafka_bootstrap: str, tmp_path: Path
 ) -> None:
