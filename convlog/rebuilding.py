@@ -25,13 +25,15 @@ quietly: ``--park-poison`` parks it the way the live projector does.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
 import sys
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 
+import psycopg
 from psycopg import sql
 
 from convlog.embedded_pg import database_url
@@ -41,7 +43,7 @@ from convlog.verifying import compare_settled, positions
 from events.codec import default_codec
 from events.errors import ConfigurationError, ConvlogError
 from events.log import EventLog
-from projectors.errors import ProjectionError
+from projectors.errors import ProjectionError, VersionBusyError
 from projectors.fold import PoisonRecordError
 from projectors.pg import PgPool, open_pool
 from projectors.runner import Projector
@@ -82,41 +84,42 @@ async def rebuild(settings: Settings, opts: RebuildOptions, stop: asyncio.Event)
     async with ops_resources(settings, name="convlog-rebuild") as (pool, event_log):
         target = await choose_version(pool, opts)
         tokens = await counter
-        store = await make_store(settings, pool, target.schema, tokens, park_poison=opts.park_poison)
-        if store.skips:
-            say(f"skipping the {len(store.skips)} record(s) an operator skipped in the live version, as it did")
-        if not await build(settings, event_log, store, stop, opts=opts, desc=f"rebuild v{target.version}"):
-            say(f"interrupted: version {target.version} keeps what it built; run the command again to resume")
-            return INTERRUPTED
-        async with pool.connection() as conn:
-            live = await live_version(conn, opts.projection)
-        assert live is not None  # choose_version refused a projection without one
-        if opts.verify:
+        async with building(pool, target):
+            store = await make_store(settings, pool, target.schema, tokens, park_poison=opts.park_poison)
+            if store.skips:
+                say(f"skipping the {len(store.skips)} record(s) an operator skipped in the live version, as it did")
+            if not await build(settings, event_log, store, stop, opts=opts, desc=f"rebuild v{target.version}"):
+                say(f"interrupted: version {target.version} keeps what it built; run the command again to resume")
+                return INTERRUPTED
             async with pool.connection() as conn:
-                result = await compare_settled(conn, live.schema, target.schema)
-            say(result.describe(checked=target.schema, reference=live.schema))
-            if result.differing:
-                say("not switching: the versions differ" if opts.switch else "the versions differ")
-                return 1
-        if not opts.switch:
-            say(f"version {target.version} built; make it live with: "
-                f"convlog rebuild {opts.projection} --version {target.version} --switch")  # fmt: skip
+                live = await live_version(conn, opts.projection)
+            assert live is not None  # choose_version refused a projection without one
+            if opts.verify:
+                async with pool.connection() as conn:
+                    result = await compare_settled(conn, live.schema, target.schema)
+                say(result.describe(checked=target.schema, reference=live.schema))
+                if result.differing:
+                    say("not switching: the versions differ" if opts.switch else "the versions differ")
+                    return 1
+            if not opts.switch:
+                say(f"version {target.version} built; make it live with: "
+                    f"convlog rebuild {opts.projection} --version {target.version} --switch")  # fmt: skip
+                return 0
+            async with pool.connection() as conn:
+                live_read = await positions(conn, live.schema)  # before the log end the catch-up reads
+            # Catch up to the log's end once more so that reads of the new version start fresh; what
+            # arrives after this the live projector applies once it followed the switch. (A new store:
+            # it takes the skips an operator made in the live version meanwhile.)
+            store = await make_store(settings, pool, target.schema, tokens, park_poison=opts.park_poison)
+            if not await build(settings, event_log, store, stop, opts=opts, desc="catch up"):
+                say(f"interrupted before the switch: version {target.version} is still building")
+                return INTERRUPTED
+            await check_not_behind(store, live_read, settings.topic)
+            async with pool.connection() as conn:
+                await switch(conn, opts.projection, target.version)
+            say(f"version {target.version} is live; version {live.version} is retired "
+                f"(remove it with: convlog drop {opts.projection} --version {live.version})")  # fmt: skip
             return 0
-        async with pool.connection() as conn:
-            live_read = await positions(conn, live.schema)  # before the log end the catch-up reads
-        # Catch up to the log's end once more so that reads of the new version start fresh; what
-        # arrives after this the live projector applies once it followed the switch. (A new store:
-        # it takes the skips an operator made in the live version meanwhile.)
-        store = await make_store(settings, pool, target.schema, tokens, park_poison=opts.park_poison)
-        if not await build(settings, event_log, store, stop, opts=opts, desc="catch up"):
-            say(f"interrupted before the switch: version {target.version} is still building")
-            return INTERRUPTED
-        await check_not_behind(store, live_read, settings.topic)
-        async with pool.connection() as conn:
-            await switch(conn, opts.projection, target.version)
-        say(f"version {target.version} is live; version {live.version} is retired "
-            f"(remove it with: convlog drop {opts.projection} --version {live.version})")  # fmt: skip
-        return 0
 
 
 async def check_not_behind(store: ProjectionStore, live_read: Mapping[int, int], topic: str) -> None:
@@ -159,6 +162,30 @@ async def choose_version(pool: PgPool, opts: RebuildOptions) -> ProjectionVersio
         created = await create_version(conn, opts.projection)
         say(f"building version {created.version} ({created.schema}) beside live version {live.version}")
         return created
+
+
+@contextlib.asynccontextmanager
+async def building(pool: PgPool, target: ProjectionVersion) -> AsyncIterator[None]:
+    """One rebuild of a version at a time: a second one would redo the same batches only to lose
+    every position check (correct, but wasted) and show a progress bar that means nothing.
+    A session-level advisory lock on a connection held for the whole rebuild: it goes away with
+    the process, however that ends."""
+    key = f"convlog.rebuild.{target.schema}"
+    async with pool.connection() as conn:
+        cur = await conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", [key])
+        row = await cur.fetchone()
+        await conn.commit()
+        if row is None or not row[0]:
+            raise VersionBusyError(
+                f"version {target.version} ({target.schema}) is being built by another convlog rebuild right now; "
+                "wait for it to end, or stop it and run this again: it resumes from the stored positions"
+            )
+        try:
+            yield
+        finally:
+            with contextlib.suppress(psycopg.Error):  # a broken connection released it already
+                await conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", [key])
+                await conn.commit()
 
 
 def poison_stop(e: PoisonRecordError) -> ProjectionError:

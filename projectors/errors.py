@@ -44,3 +44,11 @@ class PositionBeyondLogEndError(ProjectionError):
     the projector stops instead: point it at the original topic, or rebuild into a new version."""
 
     code = "position_beyond_log_end"
+
+
+class VersionBusyError(ProjectionError):
+    """Another ``convlog rebuild`` is building this version right now; try again once it ended
+    (an interrupted rebuild resumes where it stopped)."""
+
+    code = "version_busy"
+    retriable = True

@@ -8,15 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from convlog.rebuilding import DEFAULT_WORKERS, RebuildOptions, shares, worker_count
+from convlog.rebuilding import DEFAULT_WORKERS, RebuildOptions, building, shares, worker_count
 from convlog.serve import running_service
 from convlog.settings import Settings
 from events.codec import default_codec
 from events.keys import ConversationKey
+from projectors.errors import VersionBusyError
+from projectors.pg import open_pool
 from projectors.store import ProjectionStore
 from projectors.versions import create_version, switch
 from projectors.window import WindowPolicy
-from tests.projection_support import COUNTER, project_all, temporary_database
+from tests.projection_support import COUNTER, Projection, project_all, temporary_database
 
 KEY = ConversationKey("acme", "u1", "c1")
 
@@ -67,3 +69,22 @@ async def test_serve_follows_a_switch_and_continues_the_new_version_from_its_pos
                 # every event once: 20 from the rebuild, 10 from the projector that followed the switch
                 cur = await conn.execute(f"SELECT count(*), count(DISTINCT seq) FROM {v2.schema}.transcript")  # noqa: S608
                 assert await cur.fetchone() == (30, 30)
+
+
+@pytest.mark.postgres
+async def test_a_version_is_built_by_one_rebuild_at_a_time(projection: Projection) -> None:
+    v2 = await projection.new_version()
+    other = await open_pool(projection.url, max_size=2, name="another-rebuild")
+    try:
+        async with building(projection.pool, v2):
+            with pytest.raises(VersionBusyError, match="being built by another convlog rebuild") as busy:
+                async with building(other, v2):
+                    pytest.fail("two rebuilds of one version")
+            assert busy.value.retriable  # exit code 75: try again later
+            v3 = await projection.new_version()
+            async with building(other, v3):  # another version is not held up
+                pass
+        async with building(other, v2):  # released when the first ended
+            pass
+    finally:
+        await other.close()
