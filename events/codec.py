@@ -162,7 +162,10 @@ _TO_RECORD: Final[dict[type[Any], tuple[str, Callable[[Any], Record]]]] = {
     MessageRedacted: (_NS + "MessageRedacted", lambda b: {"message_id": b.message_id, "reason": b.reason}),
     SummaryRecorded: (_NS + "SummaryRecorded", _summary_record),
     ConversationCleared: (_NS + "ConversationCleared", lambda b: {"reason": b.reason}),
-    ConversationErased: (_NS + "ConversationErased", lambda b: {"reason": b.reason}),
+    ConversationErased: (
+        _NS + "ConversationErased",
+        lambda b: {"reason": b.reason, "only_if_last_offset": b.only_if_last_offset},
+    ),
 }
 _FROM_RECORD: Final[dict[str, Callable[[Record], EventBody]]] = {
     _NS + "ConversationStarted": lambda r: ConversationStarted(title=r["title"], metadata=r["metadata"]),
@@ -170,7 +173,9 @@ _FROM_RECORD: Final[dict[str, Callable[[Record], EventBody]]] = {
     _NS + "MessageRedacted": lambda r: MessageRedacted(message_id=r["message_id"], reason=r["reason"]),
     _NS + "SummaryRecorded": _summary_body,
     _NS + "ConversationCleared": lambda r: ConversationCleared(reason=r["reason"]),
-    _NS + "ConversationErased": lambda r: ConversationErased(reason=r["reason"]),
+    _NS + "ConversationErased": lambda r: ConversationErased(
+        reason=r["reason"], only_if_last_offset=r.get("only_if_last_offset")
+    ),
 }
 
 

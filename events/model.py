@@ -113,9 +113,16 @@ class ConversationCleared:
 
 @dataclass(frozen=True, slots=True)
 class ConversationErased:
-    """Right to be forgotten: content leaves every read model."""
+    """Right to be forgotten: content leaves every read model.
+
+    ``only_if_last_offset`` (schema v3) makes the erase conditional: it applies only if the
+    conversation's last applied event is still the one at that offset of its partition. Retention
+    sets it to the event it judged idle, so a conversation written to after that judgement and
+    before the erase landed is spared (the erase is void) instead of losing the new message.
+    The log orders both on one partition, so every projection and replay decides alike."""
 
     reason: str | None = None
+    only_if_last_offset: int | None = None
 
 
 EventBody: TypeAlias = (

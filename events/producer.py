@@ -271,8 +271,18 @@ class ConversationProducer:
     async def clear(self, key: ConversationKey, *, reason: str | None = None, event_id: str | None = None) -> Appended:
         return await self.append(key, ConversationCleared(reason=reason), event_id=event_id)
 
-    async def erase(self, key: ConversationKey, *, reason: str | None = None, event_id: str | None = None) -> Appended:
-        return await self.append(key, ConversationErased(reason=reason), event_id=event_id)
+    async def erase(
+        self,
+        key: ConversationKey,
+        *,
+        reason: str | None = None,
+        event_id: str | None = None,
+        only_if_last_offset: int | None = None,
+    ) -> Appended:
+        """Erase the conversation's content from every read model. With ``only_if_last_offset``
+        the erase applies only if no event of the conversation was applied after that offset."""
+        erased = ConversationErased(reason=reason, only_if_last_offset=only_if_last_offset)
+        return await self.append(key, erased, event_id=event_id)
 
     async def _message(
         self,

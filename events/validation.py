@@ -55,7 +55,9 @@ def validate_event(event: Event) -> None:
             _require_id(excluded, f"excluded_message_ids[{i}]")
     elif isinstance(body, ConversationStarted):
         _check_metadata(body.metadata)
-    elif isinstance(body, ConversationCleared | ConversationErased):
+    elif isinstance(body, ConversationErased):
+        _non_negative(body.only_if_last_offset, "only_if_last_offset")
+    elif isinstance(body, ConversationCleared):
         pass
     else:  # pragma: no cover - the union is closed; this guards foreign subclasses
         raise InvalidEventError(f"unknown event body {type(body).__name__}", field="body")

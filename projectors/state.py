@@ -19,6 +19,7 @@ from events.keys import ConversationKey
 from events.log import Coordinates
 from events.model import (
     ConversationCleared,
+    ConversationErased,
     ConversationStarted,
     Event,
     MessageAppended,
@@ -115,6 +116,7 @@ class Erasure:
     conversation_key: str
     occurred_at: datetime
     before_seq: int  # rows of the conversation before this sequence number lose their content
+    offset: int  # of the erase event
 
 
 Change: TypeAlias = TranscriptRow | SummaryRow | Redaction | Erasure
@@ -172,8 +174,16 @@ def apply_event(
         return replace(base, title=body.title or base.title, metadata={**base.metadata, **body.metadata}), []
     if isinstance(body, ConversationCleared):
         return _restart(base, clear_count=base.clear_count + 1), []
+    if not erase_applies(body, state):
+        return base, []  # void: the conversation moved on after the erase was decided (retention)
     erased = _restart(base, clear_count=base.clear_count, title=None, metadata={}, erased_at=event.occurred_at)
-    return erased, [Erasure(key, event.occurred_at, base.next_seq)]
+    return erased, [Erasure(key, event.occurred_at, base.next_seq, at.offset)]
+
+
+def erase_applies(body: ConversationErased, state: ConversationState) -> bool:
+    """An erase applies unless it is conditional and the conversation's last applied event is
+    no longer the one it names (see :class:`~events.model.ConversationErased`)."""
+    return body.only_if_last_offset is None or (state.exists and state.last_at[1] == body.only_if_last_offset)
 
 
 def _restart(state: ConversationState, **changes: Any) -> ConversationState:

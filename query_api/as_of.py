@@ -14,7 +14,7 @@ from __future__ import annotations
 from events.codec import EventCodec, default_codec
 from events.keys import ConversationKey
 from events.log import EventLog
-from events.model import ConversationErased, MessageRedacted
+from events.model import MessageRedacted
 from events.reading import conversation_events
 from projectors.fold import BatchInputs, decode_batch, fold_batch
 from projectors.state import SummaryRow, TranscriptRow, countable_text, image_count
@@ -46,7 +46,11 @@ async def context_inputs_as_of(
     later = [event.body for record, event in pairs if record.offset > as_of]
     redacted_later = {b.message_id for b in later if isinstance(b, MessageRedacted)}
     redactions = [(record.offset, e.body.message_id) for record, e in pairs if isinstance(e.body, MessageRedacted)]
-    erased_later = any(isinstance(b, ConversationErased) for b in later)
+    # An erase recorded later still applies (content is never served again) — unless it was void
+    # (a conditional one the conversation outran), which only folding the whole history tells.
+    history = fold_batch(decode_batch([r for r, _ in pairs], codec=codec, max_event_bytes=max_event_bytes),
+                         BatchInputs({}), policy=policy)  # fmt: skip
+    erased_later = any(e.offset > as_of for e in history.erasures)
     out = fold_batch(decode_batch(before, codec=codec, max_event_bytes=max_event_bytes), BatchInputs({}), policy=policy)
     state = out.states.get(str(key))
     if state is None:

@@ -7,17 +7,23 @@ from dataclasses import asdict
 from typing import Any
 
 from events.log import LogRecord
-from events.model import ConversationErased, Event, MessageAppended, MessageRedacted, SummaryRecorded
+from events.model import Event, MessageAppended, MessageRedacted, SummaryRecorded
+from projectors.fold import BatchInputs, Decoded, fold_batch
 from projectors.state import content_json, tool_calls_json, usage_json
+from projectors.window import WindowPolicy
 
 _WITHHELD = "[withheld]"
 
 
 def events_json(pairs: Sequence[tuple[LogRecord, Event]]) -> list[dict[str, Any]]:
     """The log never changes, so erasure and redaction are applied here: content of messages
-    redacted later, and of everything before the last erasure, is withheld."""
+    redacted later, and of everything before the last erasure, is withheld. ``pairs`` is the
+    conversation's history from its first event: whether an erase applied (a conditional one
+    may be void) is decided by folding it, as the projection does."""
     redacted = {e.body.message_id for _, e in pairs if isinstance(e.body, MessageRedacted)}
-    last_erase = max((i for i, (_, e) in enumerate(pairs) if isinstance(e.body, ConversationErased)), default=-1)
+    folded = fold_batch([Decoded(r, str(e.key), e) for r, e in pairs], BatchInputs({}), policy=WindowPolicy())
+    erase_offsets = {erasure.offset for erasure in folded.erasures}
+    last_erase = max((i for i, (r, _) in enumerate(pairs) if r.offset in erase_offsets), default=-1)
     out = []
     for i, (record, event) in enumerate(pairs):
         body = event.body

@@ -202,7 +202,8 @@ def message(**fields: bytes) -> bytes:
 def test_hand_written_records_decode() -> None:
     assert CODEC.decode(record(1, message())) == Event("e-1", KEY, AT, "p", MessageAppended("m-1", "user"))
     assert CODEC.decode(record(4, zz(1) + s("x"))).body == ConversationCleared("x")
-    assert CODEC.decode(record(5, zz(0))).body == ConversationErased()
+    assert CODEC.decode(record(5, zz(0) + zz(0))).body == ConversationErased()
+    assert CODEC.decode(record(5, zz(0) + zz(1) + zz(7))).body == ConversationErased(only_if_last_offset=7)
 
 
 def test_spec_legal_block_encodings_decode() -> None:

@@ -16,6 +16,7 @@ from events.keys import ConversationKey
 from events.log import LogRecord
 from events.model import (
     ConversationCleared,
+    ConversationErased,
     Event,
     EventBody,
     MessageAppended,
@@ -242,6 +243,36 @@ def test_poison_parks_only_its_conversation_and_holds_its_later_records() -> Non
     ]
     assert [r.offset for _, r in out.held] == [2, 4]
     assert [r.message_id for r in out.transcript] == ["m0", "m3"]
+
+
+@pytest.mark.parametrize(
+    ("after_the_check", "applies"),
+    [
+        ([], True),  # nothing happened since retention judged the conversation idle
+        (["user"], False),  # the user came back in between: the erase is void
+        (["duplicate"], True),  # a redelivered event is not applied, so it does not count
+    ],
+)
+def test_a_conditional_erase_applies_only_if_nothing_was_applied_after_its_offset(
+    after_the_check: list[str], applies: bool
+) -> None:
+    events = [
+        Event("e0", KEY, T0, "t", MessageAppended("m0", "user", "old question")),
+        Event("e1", KEY, T0, "t", MessageAppended("m1", "assistant", "old answer", finish_reason="stop")),
+    ]
+    for what in after_the_check:
+        events.append(
+            events[1] if what == "duplicate" else Event("e2", KEY, T0, "t", MessageAppended("m2", "user", "back"))
+        )
+    events.append(Event("e9", KEY, T0, "t", ConversationErased("retention", only_if_last_offset=1)))
+    [out], state = fold_in_batches(as_records(events), [], WindowPolicy())
+    assert state is not None
+    assert [e.offset for e in out.erasures] == ([len(events) - 1] if applies else [])
+    assert (state.erased_at is not None, state.epoch) == (applies, 1 if applies else 0)
+    assert state.last_at == (0, len(events) - 1)  # applied either way: it happened
+    unconditional = fold_in_batches(as_records([*events[:-1], Event("e9", KEY, T0, "t", ConversationErased())]), [],
+                                    WindowPolicy())  # fmt: skip
+    assert len(unconditional[0][0].erasures) == 1
 
 
 @pytest.mark.parametrize("fail_fast", [False, True])

@@ -11,8 +11,10 @@ Idle = the last event (any type) is older than the cutoff and there is something
 erase (never erased, or events after the last erasure). Selection waits until the live
 projection has caught up with the log as of the start, so a conversation with recent events
 the projection has not seen yet is not taken for idle; and a conversation written to while the
-run selected and archived it is left alone (only the moment between that last check and its
-erase event remains open).
+run selected and archived it is left alone. Each erase is conditional on the conversation's
+last event still being the one judged idle (``ConversationErased.only_if_last_offset``): one
+written to between that last check and its erase event keeps everything, as the projection
+decides in log order.
 """
 
 from __future__ import annotations
@@ -239,7 +241,8 @@ async def _erase(
         reason = (f"retention: idle for more than {idle_days} days (last event {c.last_event_at.isoformat()}); "
                   f"archived in {archive.name}")  # fmt: skip
         async with gate:
-            await producer.erase(ConversationKey.parse(c.key), reason=reason, event_id=c.erase_event_id())
+            await producer.erase(ConversationKey.parse(c.key), reason=reason, event_id=c.erase_event_id(),
+                                 only_if_last_offset=c.last_offset)  # fmt: skip
         bar.update(1)
 
     try:

@@ -10,9 +10,11 @@ import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from convlog.ops import retention
 from convlog.ops.retention import active_since
 from convlog.serve import running_service
 from convlog.settings import Settings
@@ -22,6 +24,9 @@ from events.log import EventLog
 from events.model import ConversationErased
 from events.producer import ConversationProducer
 from events.reading import conversation_events
+from projectors.window import WindowPolicy
+from query_api.as_of import context_inputs_as_of
+from query_api.events_json import events_json
 from tests.kafka.ops_support import Ops, ops_context
 from tests.projection_support import Projection, project_all, temporary_database
 
@@ -160,3 +165,50 @@ async def test_a_conversation_written_to_during_the_run_is_not_erased(ops: Ops) 
     woke = await active_since(ops.log, started_at, {str(IDLE_1), str(IDLE_2)})
     assert woke == {str(IDLE_1)}
     assert await active_since(ops.log, await ops.log.end_offsets(), {str(IDLE_1)}) == set()
+
+
+async def test_a_conversation_written_to_after_the_last_check_keeps_everything(
+    ops: Ops, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race the conditional erase closes: the user comes back after retention's last check
+    and before its erase event lands. The erase is void; nothing of the conversation is lost."""
+    await _history(ops.log)
+    await project_all(ops.log, ops.projection.store())
+    real_check = retention.active_since
+
+    async def check_then_user_returns(*args: Any, **kwargs: Any) -> set[str]:
+        woke = await real_check(*args, **kwargs)
+        await ops.producer.append_user(IDLE_1, "I am back, just now")  # after the check
+        return woke
+
+    monkeypatch.setattr(retention, "active_since", check_then_user_returns)
+    report = await retention.run_retention(
+        ops.projection.pool, ops.projection.version.schema, ops.log, ops.producer,
+        idle_days=30, archive=tmp_path, dry_run=False, progress=False,
+    )  # fmt: skip
+    assert report.erased == 2  # both erase events were appended ...
+    await project_all(ops.log, ops.projection.store())
+    rows = await ops.projection.rows("SELECT content, erased_at FROM {s}.transcript WHERE conversation_key = %s "
+                                     "ORDER BY seq", str(IDLE_1))  # fmt: skip
+    # ... but IDLE_1's was void: its history and the new message are all there
+    assert rows == [("old question of idle-1", None), ("old answer", None), ("I am back, just now", None)]
+    [(erased_at,)] = await ops.projection.rows("SELECT erased_at FROM {s}.conversations WHERE conversation_key = %s",
+                                               str(IDLE_1))  # fmt: skip
+    assert erased_at is None
+    assert await ops.projection.rows("SELECT count(*) FROM {s}.transcript WHERE conversation_key = %s "
+                                     "AND content IS NOT NULL", str(IDLE_2)) == [(0,)]  # fmt: skip
+    # as_of and the events endpoint agree: a void erase withholds nothing, not even from the past
+    pairs = [pair async for pair in conversation_events(ops.log, IDLE_1)]
+    first_answer = pairs[1][0].offset
+    inputs = await context_inputs_as_of(ops.log, IDLE_1, first_answer, encoding="o200k_base", policy=WindowPolicy(),
+                                        max_event_bytes=1 << 20)  # fmt: skip
+    assert inputs is not None
+    assert [m.content for m in inputs.messages] == ["old question of idle-1", "old answer"]
+    listed = events_json(pairs)
+    assert [e["body"].get("content") for e in listed if e["event_type"] == "MessageAppended"] == [
+        "old question of idle-1", "old answer", "I am back, just now"
+    ]  # fmt: skip
+    gone = [pair async for pair in conversation_events(ops.log, IDLE_2)]
+    assert {e["body"].get("content") for e in events_json(gone) if e["event_type"] == "MessageAppended"} == {
+        "[withheld]"
+    }
