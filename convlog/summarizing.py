@@ -15,6 +15,7 @@ import asyncio
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 import structlog
 from prometheus_client import CollectorRegistry
@@ -53,6 +54,7 @@ class SummarizerSettings:
     timeout_s: float = 60.0
     max_retries: int = 2
     max_tokens: int = 400
+    start: Literal["earliest", "latest"] = "earliest"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> SummarizerSettings:
@@ -60,6 +62,9 @@ class SummarizerSettings:
         switch = (env.get("CONVLOG_SUMMARIZER") or "on").strip().lower()
         if switch not in {"on", "off"}:
             raise ConfigurationError(f"CONVLOG_SUMMARIZER must be on or off, got {switch!r}")
+        start = (env.get("CONVLOG_SUMMARIZER_START") or d.start).strip().lower()
+        if start not in {"earliest", "latest"}:
+            raise ConfigurationError(f"CONVLOG_SUMMARIZER_START must be earliest or latest, got {start!r}")
         return cls(
             enabled=switch == "on",
             base_url=(env.get("CONVLOG_LLM_BASE_URL") or "").strip() or None,
@@ -68,6 +73,7 @@ class SummarizerSettings:
             timeout_s=env_number(env, "CONVLOG_LLM_TIMEOUT_S", d.timeout_s, minimum=0.1),
             max_retries=env_number(env, "CONVLOG_LLM_MAX_RETRIES", d.max_retries, minimum=0),
             max_tokens=env_number(env, "CONVLOG_SUMMARY_MAX_TOKENS", d.max_tokens, minimum=16),
+            start="latest" if start == "latest" else "earliest",
         )
 
     def build_model(self) -> SummaryModel:
@@ -118,7 +124,7 @@ def build_summarizer(
         codec=default_codec(),
         log_ends=event_log.end_offsets,
         metrics=SummarizerMetrics(registry),
-        options=SummarizerOptions(max_tokens=config.max_tokens),
+        options=SummarizerOptions(max_tokens=config.max_tokens, start=config.start),
     )
 
 

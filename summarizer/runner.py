@@ -27,6 +27,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 import structlog
 
@@ -62,6 +63,10 @@ class SummarizerOptions:
     retry_base_s: float = 0.5
     retry_max_delay_s: float = 30.0
     max_rounds: int = 100  # summaries per conversation per batch (catching up a long backlog)
+    # Where a summarizer that never read a partition starts: "earliest" reads the whole log (every
+    # conversation with turns out of its window gets summarized: model calls for all history),
+    # "latest" its end as of the first start (conversations are summarized at their next turn).
+    start: Literal["earliest", "latest"] = "earliest"
 
 
 @dataclass(slots=True)
@@ -105,14 +110,22 @@ class Summarizer:
         return self._model
 
     async def on_assigned(self, partitions: frozenset[int]) -> Mapping[int, int]:
-        stored = await retrying(lambda: self._store.positions(sorted(partitions)), action="loading positions")
         # Whatever a previous owner appended (a summary, just before it died) is before today's
         # end: the read models must show it before this process plans anything.
         ends = await self._log_ends()
+        start_at = {p: ends.get(p, 0) for p in partitions} if self._o.start == "latest" else None
+        stored, unread = await retrying(
+            lambda: self._store.positions(sorted(partitions), start_at=start_at), action="loading positions"
+        )
+        backlog = sum(ends.get(p, 0) for p in unread)
+        if backlog and start_at is None:
+            log.warning("summarizer.reading_the_whole_log", partitions=sorted(unread), records=backlog,
+                        hint="conversations of the whole history get summarized (model calls); "
+                             "CONVLOG_SUMMARIZER_START=latest starts at the log's end instead")  # fmt: skip
         for p in partitions:
             self._barrier[p] = max(self._barrier.get(p, 0), ends.get(p, 0))
         self._next.update(stored)
-        log.info("summarizer.assigned", consumer=self._store.consumer, positions=stored)
+        log.info("summarizer.assigned", consumer=self._store.consumer, positions=stored, fresh=sorted(unread))
         return stored
 
     async def on_revoked(self, partitions: frozenset[int]) -> None:

@@ -45,17 +45,28 @@ class SummaryStore:
         self._pool = pool
         self.consumer = consumer
 
-    async def positions(self, partitions: Sequence[int]) -> dict[int, int]:
-        """The next offset to look at per partition (0 for a partition never read)."""
+    async def positions(
+        self, partitions: Sequence[int], *, start_at: Mapping[int, int] | None = None
+    ) -> tuple[dict[int, int], frozenset[int]]:
+        """The next offset to look at per partition, and the partitions never read before. Those
+        start at 0, or at ``start_at`` (the log's end: "latest"), which is stored at once so that
+        every member, and this one after a restart, goes on from the same place."""
         with _pg_errors("load the summarizer's positions"):
             async with self._pool.connection() as conn:
-                cur = await conn.execute(
-                    "SELECT partition, next_offset FROM convlog.summarizer_positions "
-                    "WHERE consumer = %s AND partition = ANY(%s)",
-                    [self.consumer, list(partitions)],
-                )
+                select = ("SELECT partition, next_offset FROM convlog.summarizer_positions "
+                          "WHERE consumer = %s AND partition = ANY(%s)")  # fmt: skip
+                cur = await conn.execute(select, [self.consumer, list(partitions)])
                 stored: dict[int, int] = dict(await cur.fetchall())
-        return {p: stored.get(p, 0) for p in partitions}
+                unread = frozenset(p for p in partitions if p not in stored)
+                if unread and start_at is not None:
+                    async with conn.cursor() as insert:
+                        await insert.executemany(
+                            "INSERT INTO convlog.summarizer_positions (consumer, partition, next_offset) "
+                            "VALUES (%s, %s, %s) ON CONFLICT (consumer, partition) DO NOTHING",
+                            [(self.consumer, p, start_at.get(p, 0)) for p in sorted(unread)],
+                        )
+                    stored = dict(await (await conn.execute(select, [self.consumer, list(partitions)])).fetchall())
+        return {p: stored.get(p, 0) for p in partitions}, unread
 
     async def save_positions(self, positions: Mapping[int, int]) -> None:
         """Store positions; they never move back (a member that lost a partition during a

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from convlog.settings import Settings, env_number
+from convlog.summarizing import SummarizerSettings
 from events.errors import ConfigurationError
 
 
@@ -32,3 +33,10 @@ def test_a_bad_value_names_the_setting(raw: str, default: float, message: str) -
 def test_settings_refuse_a_bad_partition_count() -> None:
     with pytest.raises(ConfigurationError, match="CONVLOG_PARTITIONS must be >= 1"):
         Settings.from_env({"CONVLOG_PARTITIONS": "0"})
+
+
+def test_the_summarizer_start_is_earliest_unless_set_to_latest() -> None:
+    assert SummarizerSettings.from_env({}).start == "earliest"
+    assert SummarizerSettings.from_env({"CONVLOG_SUMMARIZER_START": " Latest "}).start == "latest"
+    with pytest.raises(ConfigurationError, match="CONVLOG_SUMMARIZER_START must be earliest or latest"):
+        SummarizerSettings.from_env({"CONVLOG_SUMMARIZER_START": "now"})

@@ -90,6 +90,19 @@ class Stack:
         return [(r[0], r[1]) for r in rows]
 
 
+def make_summarizer(
+    topic: str, reader: KafkaEventLog, writer: KafkaEventLog, projection: Projection, fake: FakeLLM, **options: Any
+) -> Summarizer:
+    model = OpenAISummaryModel(base_url=fake.base_url, api_key="test", model="fake-summarizer",
+                               timeout_s=1.0, max_retries=0)  # fmt: skip
+    return Summarizer(
+        LogSource(reader), SummaryStore(projection.pool, consumer=f"summarizer.{topic}"),
+        ConversationProducer(writer, producer="summarizer"), model, codec=default_codec(),
+        log_ends=reader.end_offsets,
+        options=SummarizerOptions(fetch_timeout_s=0.1, retry_base_s=0.1, retry_max_delay_s=0.5, **options),
+    )  # fmt: skip
+
+
 @asynccontextmanager
 async def stack(kafka_bootstrap: str, pg_admin_url: str, fake: FakeLLM | None) -> AsyncIterator[Stack]:
     """A topic, a projection database, a projector and (with ``fake``) a summarizer, each reading
@@ -105,14 +118,7 @@ async def stack(kafka_bootstrap: str, pg_admin_url: str, fake: FakeLLM | None) -
             tasks.append(asyncio.create_task(projector.run(stop)))
             summarizer = None
             if fake is not None:
-                model = OpenAISummaryModel(base_url=fake.base_url, api_key="test", model="fake-summarizer",
-                                           timeout_s=1.0, max_retries=0)  # fmt: skip
-                summarizer = Summarizer(
-                    LogSource(logs[2]), SummaryStore(projection.pool, consumer=f"summarizer.{topic}"),
-                    ConversationProducer(logs[0], producer="summarizer"), model, codec=default_codec(),
-                    log_ends=logs[2].end_offsets,
-                    options=SummarizerOptions(fetch_timeout_s=0.1, retry_base_s=0.1, retry_max_delay_s=0.5),
-                )  # fmt: skip
+                summarizer = make_summarizer(topic, logs[2], logs[0], projection, fake)
                 tasks.append(asyncio.create_task(summarizer.run(stop)))
             try:
                 yield Stack(topic, ConversationProducer(logs[0], producer="app"), logs[0], projection, projector,
@@ -185,6 +191,39 @@ async def test_forty_turns_are_summarized_without_gap_or_overlap(kafka_bootstrap
             await project_all(s.log, s.projection.store(schema=rebuilt.schema))
             assert len(fake.answered()) == calls_before
             assert await compare_tables(s.projection, rebuilt.schema) == []
+
+
+async def test_a_summarizer_started_at_latest_leaves_the_history_alone_until_its_next_turn(
+    kafka_bootstrap: str, pg_admin_url: str
+) -> None:
+    """CONVLOG_SUMMARIZER_START=latest on a log with history: no model call for the past; a
+    conversation is summarized (all of what left its window) at its next completed turn."""
+    with FakeLLM().running() as fake:
+        async with stack(kafka_bootstrap, pg_admin_url, None) as s:
+            for t in range(1, 13):  # turns 1-6 have left the window
+                await s.projected(*await chat_turn(s.producer, t))
+            reader = await KafkaEventLog.connect(bootstrap=kafka_bootstrap, topic=s.topic, partitions=PARTITIONS)
+            summarizer = make_summarizer(s.topic, reader, s.log, s.projection, fake, start="latest")
+            stop = asyncio.Event()
+            task = asyncio.create_task(summarizer.run(stop))
+            try:
+                ends = await s.log.end_offsets()
+                await s.wait(lambda: summarizer.stats.positions and summarizer.stats.positions == ends)
+                await asyncio.sleep(0.5)
+                assert fake.answered() == []
+                assert await s.summaries() == []
+                partition, offset = await chat_turn(s.producer, 13)
+                await s.wait(lambda: summarizer.stats.positions.get(partition, 0) > offset)
+                assert [w for w, _ in await s.summaries()] == ["a6"]
+                [request] = fake.answered()
+                assert markers(request["messages"][1]["content"]) == set(range(1, 7))
+                stored = await s.projection.rows("SELECT partition, next_offset FROM convlog.summarizer_positions "
+                                                 "WHERE consumer = %s ORDER BY 1", f"summarizer.{s.topic}")  # fmt: skip
+                assert len(stored) == PARTITIONS  # decided once, stored at the first assignment
+            finally:
+                stop.set()
+                await asyncio.wait_for(task, 30)
+                await reader.close()
 
 
 async def compare_tables(projection: Projection, schema: str) -> list[tuple[str, str]]:
