@@ -7,17 +7,19 @@
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Iterator, Mapping
 from typing import Protocol
 
 import structlog
 from prometheus_client import CollectorRegistry, start_http_server
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from convlog.settings import env_number
 from events.errors import ConfigurationError
-from projectors.runner import ProjectorStats
+from projectors.runner import LATENCY_BUCKETS, ProjectorStats
 
 log = structlog.get_logger(__name__)
 
@@ -53,6 +55,16 @@ class ProjectorCollector(Collector):
         ready = GaugeMetricFamily("convlog_projector_ready", "1 when positions are loaded and Postgres answers")
         ready.add_metric([], 1.0 if self._projector.ready else 0.0)
         yield ready
+        latency = stats.latency
+        cumulative = list(itertools.accumulate(latency.counts))
+        yield HistogramMetricFamily(
+            "convlog_projection_latency_seconds",
+            "Per committed batch: the age of its oldest record (log timestamp to commit)",
+            buckets=[
+                ("+Inf" if math.isinf(b) else str(b), c) for b, c in zip(LATENCY_BUCKETS, cumulative, strict=True)
+            ],
+            sum_value=latency.total_s,
+        )
         positions = GaugeMetricFamily("convlog_projector_position", "Next offset to apply", labels=["partition"])
         for partition, offset in sorted(self._projector.positions.items()):
             positions.add_metric([str(partition)], offset)

@@ -9,9 +9,12 @@ projector reloads the stored positions, seeks, and goes on.
 from __future__ import annotations
 
 import asyncio
+import bisect
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 import structlog
 
@@ -22,6 +25,25 @@ from projectors.sources import RecordSource
 from projectors.store import BatchReport, ProjectionStore
 
 log = structlog.get_logger(__name__)
+
+
+# Upper bounds (seconds) of the projection latency histogram's buckets; the last is +Inf.
+LATENCY_BUCKETS: tuple[float, ...] = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, math.inf)
+
+
+@dataclass(slots=True)
+class LatencyHistogram:
+    """Projection latency: per committed batch, how long its oldest record had been in the log
+    (its timestamp to the commit) — the longest any event of the batch waited to be readable.
+    Kept here as plain counts; the metrics layer exposes them (no Prometheus in the core)."""
+
+    counts: list[int] = field(default_factory=lambda: [0] * len(LATENCY_BUCKETS))  # per bucket, not cumulative
+    total_s: float = 0.0
+
+    def observe(self, seconds: float) -> None:
+        seconds = max(0.0, seconds)  # the producer's clock may run a little ahead of ours
+        self.counts[bisect.bisect_left(LATENCY_BUCKETS, seconds)] += 1
+        self.total_s += seconds
 
 
 @dataclass(slots=True)
@@ -35,6 +57,7 @@ class ProjectorStats:
     store_retries: int = 0
     last_batch_at: float | None = None
     positions: dict[int, int] = field(default_factory=dict)
+    latency: LatencyHistogram = field(default_factory=LatencyHistogram)
 
 
 class Projector:
@@ -137,6 +160,8 @@ class Projector:
         s.held += report.held
         s.batches += 1
         s.last_batch_at = time.monotonic()
+        if report.applied:
+            s.latency.observe((datetime.now(UTC) - min(r.timestamp for r in records)).total_seconds())
         if report.dead_lettered:
             log.warning("projector.dead_lettered", count=report.dead_lettered, schema=self._store.schema)
 

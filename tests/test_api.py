@@ -235,6 +235,7 @@ async def test_health_readiness_metrics_and_openapi(client: httpx.AsyncClient) -
     assert "convlog_http_requests_total" in metrics
     assert "convlog_projector_ready 1.0" in metrics
     assert "convlog_projector_applied_total" in metrics
+    assert 'convlog_projection_latency_seconds_bucket{le="+Inf"}' in metrics
     spec = (await client.get("/openapi.json")).json()
     assert f"{BASE}/{{conversation_id}}/context".replace("u1", "{user_id}") in spec["paths"]
 

@@ -72,6 +72,16 @@ async def test_token_counts_equal_tiktoken_on_the_same_text(
         assert r_cl100k == len(cl100k.encode_ordinary(reasoning or ""))
 
 
+async def test_every_committed_batch_records_its_latency(
+    projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer
+) -> None:
+    await append_tools_conversation(producer, TOOLS)
+    projector = await project_all(log, projection.store(), batch_size=3)
+    latency = projector.stats.latency
+    assert sum(latency.counts) == projector.stats.batches > 1
+    assert 0 < latency.total_s < 60 * projector.stats.batches  # seconds since these records were appended
+
+
 async def test_a_repeated_event_id_changes_nothing(
     projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer
 ) -> None:
