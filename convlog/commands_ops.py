@@ -23,8 +23,14 @@ def register(sub: Any) -> None:
         "replay", help="print a conversation's events and the context served as of an offset (the API's as_of path)"
     )
     replay.add_argument("key", help=KEY_HELP)
-    replay.add_argument("--as-of", type=_offset, metavar="OFFSET",
-                        help="log offset of one of its events (default: its last event)")  # fmt: skip
+    point = replay.add_mutually_exclusive_group()
+    point.add_argument("--as-of", type=_offset, metavar="OFFSET",
+                       help="log offset of one of its events (default: its last event)")  # fmt: skip
+    point.add_argument(
+        "--before-message",
+        metavar="MESSAGE_ID",
+        help="right before this message was appended (an answer: the context that produced it)",
+    )
     replay.add_argument("--model", default="gpt-4o", help="model the context is counted for (default gpt-4o)")
     replay.add_argument("--budget-tokens", type=_positive, default=128_000, metavar="N", help="default 128000")
     replay.add_argument("--reserve-tokens", type=_offset, default=0, metavar="N", help="kept free for the answer")
@@ -100,6 +106,7 @@ def _timestamp(text: str) -> Any:
 def _replay(settings: Settings, args: argparse.Namespace) -> int:
     from convlog.ops.replay import first_offset, replay  # noqa: PLC0415
     from convlog.ops.resources import live_read_models, opened_log  # noqa: PLC0415
+    from query_api.as_of import BeforeMessage  # noqa: PLC0415
     from query_api.model import ContextRequest  # noqa: PLC0415
 
     key = ConversationKey.parse(args.key)
@@ -109,7 +116,8 @@ def _replay(settings: Settings, args: argparse.Namespace) -> int:
     async def run() -> None:
         async with live_read_models(settings) as handle, opened_log(settings) as event_log:
             start = await first_offset(handle, key)
-            await replay(event_log, key, as_of=args.as_of, start_offset=start or 0, request=request,
+            point = BeforeMessage(args.before_message) if args.before_message is not None else args.as_of
+            await replay(event_log, key, as_of=point, start_offset=start or 0, request=request,
                          max_event_bytes=settings.max_event_bytes)  # fmt: skip
 
     asyncio.run(run())

@@ -11,10 +11,14 @@ operation, not a hot path.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 from events.codec import EventCodec, default_codec
+from events.errors import ConvlogError
 from events.keys import ConversationKey
-from events.log import EventLog
-from events.model import MessageRedacted
+from events.log import EventLog, LogRecord
+from events.model import Event, MessageAppended, MessageRedacted
 from events.reading import conversation_events
 from projectors.fold import BatchInputs, decode_batch, fold_batch
 from projectors.state import SummaryRow, TranscriptRow, countable_text, image_count
@@ -25,10 +29,33 @@ from query_api.model import StoredMessage, StoredSummary
 from query_api.reads import ContextInputs
 
 
+@dataclass(frozen=True, slots=True)
+class BeforeMessage:
+    """The point right before message ``message_id`` was appended: for an assistant answer, the
+    context that produced it (the audit question "what did the model see?")."""
+
+    message_id: str
+
+
+class UnknownMessageError(ConvlogError):
+    code = "unknown_message"
+
+
+def as_of_offset(pairs: Sequence[tuple[LogRecord, Event]], point: int | BeforeMessage) -> int:
+    """The offset an as-of point stands for: itself, or the offset just before the message's
+    event (the conversation's earlier events are all at lower offsets of its partition)."""
+    if isinstance(point, int):
+        return point
+    for record, event in pairs:
+        if isinstance(event.body, MessageAppended) and event.body.message_id == point.message_id:
+            return record.offset - 1
+    raise UnknownMessageError(f"the conversation has no message {point.message_id!r}")
+
+
 async def context_inputs_as_of(
     log: EventLog,
     key: ConversationKey,
-    as_of: int,
+    point: int | BeforeMessage,
     *,
     encoding: str,
     policy: WindowPolicy,
@@ -36,10 +63,12 @@ async def context_inputs_as_of(
     codec: EventCodec | None = None,
     start_offset: int = 0,
 ) -> ContextInputs | None:
-    """The inputs of the context right after the event at offset ``as_of`` of the
-    conversation's partition; None if the conversation had no event by then."""
+    """The inputs of the context right after the event at offset ``point`` of the
+    conversation's partition (or right before a message, :class:`BeforeMessage`); None if the
+    conversation had no event by then. Raises :class:`UnknownMessageError`."""
     codec = codec or default_codec()
     pairs = [pair async for pair in conversation_events(log, key, codec=codec, start_offset=start_offset)]
+    as_of = as_of_offset(pairs, point)
     before = [record for record, _ in pairs if record.offset <= as_of]
     if not before:
         return None

@@ -25,6 +25,7 @@ from events.log import EventLog
 from events.producer import Appended, ConversationProducer
 from events.reading import conversation_events
 from projectors.window import WindowPolicy
+from query_api.as_of import BeforeMessage, UnknownMessageError
 from query_api.context import NeedOlderMessagesError, assemble
 from query_api.events_json import events_json
 from query_api.metrics import Metrics
@@ -225,6 +226,7 @@ def create_app(deps: ApiDeps) -> FastAPI:  # noqa: PLR0915 - one place that list
         reasoning: Literal["omit", "tool_turns", "all"] = "omit",
         min_offset: Annotated[int | None, Query(ge=0)] = None,
         as_of: Annotated[int | None, Query(ge=0)] = None,
+        before_message: Annotated[str | None, Query(min_length=1, max_length=128)] = None,
         authorization: AuthHeader = None,
     ) -> JSONResponse:
         key = key_of(authorization, user_id, conversation_id)
@@ -235,12 +237,19 @@ def create_app(deps: ApiDeps) -> FastAPI:  # noqa: PLR0915 - one place that list
         reads = await deps.reads()
         partition = partition_for_key(key.encode(), deps.log.partition_count)
         request = ContextRequest(model, budget_tokens, reserve_tokens, tools_tokens, reasoning, deps.image_turns)
-        if as_of is not None:  # rebuilt from the log, exactly as served right after that event
+        if as_of is not None and before_message is not None:
+            raise ApiError(422, "invalid_request", "give as_of or before_message, not both", field="before_message")
+        if as_of is not None or before_message is not None:  # rebuilt from the log, exactly as served then
             first = await known(key)
-            served = await context_as_of(deps.log, key, as_of, request=request, spec=spec, policy=deps.policy,
-                                         max_event_bytes=deps.max_event_bytes, start_offset=first)  # fmt: skip
+            point = as_of if as_of is not None else BeforeMessage(before_message or "")
+            try:
+                served = await context_as_of(deps.log, key, point, request=request, spec=spec, policy=deps.policy,
+                                             max_event_bytes=deps.max_event_bytes, start_offset=first)  # fmt: skip
+            except UnknownMessageError as e:
+                raise ApiError(404, e.code, str(e), field="before_message") from e
             if served is None:
-                raise ApiError(404, "not_found", f"the conversation had no event by offset {as_of}")
+                at = f"offset {as_of}" if as_of is not None else f"message {before_message!r}"
+                raise ApiError(404, "not_found", f"the conversation had no event before {at}")
             ctx, inputs = served
         else:
             if min_offset is not None:

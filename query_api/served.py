@@ -14,7 +14,7 @@ from events.keys import ConversationKey
 from events.log import EventLog
 from projectors.tokens import get_encoding
 from projectors.window import WindowPolicy
-from query_api.as_of import context_inputs_as_of
+from query_api.as_of import BeforeMessage, context_inputs_as_of
 from query_api.context import assemble
 from query_api.model import Context, ContextRequest, ModelSpec
 from query_api.reads import ContextInputs
@@ -36,7 +36,7 @@ def cached_counter(encoding_name: str) -> Callable[[str], int]:
 async def context_as_of(
     log: EventLog,
     key: ConversationKey,
-    as_of: int,
+    point: int | BeforeMessage,
     *,
     request: ContextRequest,
     spec: ModelSpec,
@@ -44,9 +44,9 @@ async def context_as_of(
     max_event_bytes: int,
     start_offset: int,
 ) -> tuple[Context, ContextInputs] | None:
-    """The context served right after the event at ``as_of``, rebuilt from the log; None if the
-    conversation had no event by then."""
-    inputs = await context_inputs_as_of(log, key, as_of, encoding=spec.encoding, policy=policy,
+    """The context served right after the event at offset ``point`` (or right before a message),
+    rebuilt from the log; None if the conversation had no event by then."""
+    inputs = await context_inputs_as_of(log, key, point, encoding=spec.encoding, policy=policy,
                                         max_event_bytes=max_event_bytes, start_offset=start_offset)  # fmt: skip
     if inputs is None:
         return None

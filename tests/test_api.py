@@ -281,9 +281,11 @@ async def test_as_of_reproduces_earlier_answers_byte_for_byte(
             script.append({"role": "tool", "tool_call_id": f"c{i}", "content": "found it"})
         script.append({"role": "assistant", "content": answer, "finish_reason": "stop"})
     recorded: list[tuple[int, str]] = []
+    message_ids: list[str] = []
     params = {"model": "gpt-4o", "budget_tokens": 700, "reasoning": "tool_turns"}
     for n, message in enumerate(script):
         appended = await post(client, "audit", message)
+        message_ids.append(appended["message_id"])
         if n == 12:  # a summary of the first turns, as the summarizer records it
             summary = SummaryRecorded("s1", "The user is an outsourced employee asking about overtime.",
                                       appended["message_id"], "test-model", "v1")  # fmt: skip
@@ -299,6 +301,17 @@ async def test_as_of_reproduces_earlier_answers_byte_for_byte(
     for offset, text in recorded:
         again = await client.get(f"{BASE}/audit/context", params=params | {"as_of": offset}, headers=A)
         assert again.text == text
+    # "What did the model see when it wrote this answer?": the context served right before it.
+    for n in range(1, len(script)):
+        before = await client.get(f"{BASE}/audit/context", params=params | {"before_message": message_ids[n]},
+                                  headers=A)  # fmt: skip
+        assert before.text == recorded[n - 1][1], n
+    unknown = await client.get(f"{BASE}/audit/context", params=params | {"before_message": "nope"}, headers=A)
+    assert (unknown.status_code, unknown.json()["error"]["code"]) == (404, "unknown_message")
+    first = await client.get(f"{BASE}/audit/context", params=params | {"before_message": message_ids[0]}, headers=A)
+    assert (first.status_code, first.json()["error"]["code"]) == (404, "not_found")
+    both = await client.get(f"{BASE}/audit/context", params=params | {"as_of": 1, "before_message": "x"}, headers=A)
+    assert both.status_code == 422
 
 
 async def test_context_is_compressed_once_the_summarizer_folded_the_turns_that_left_the_window(

@@ -26,6 +26,7 @@ from events.model import Event
 from events.reading import conversation_events
 from projectors.pg import convert_pg_error
 from projectors.window import WindowPolicy
+from query_api.as_of import BeforeMessage, as_of_offset
 from query_api.model import ContextRequest
 from query_api.models import model_spec
 from query_api.served import context_as_of, context_body
@@ -49,19 +50,21 @@ async def replay(
     event_log: EventLog,
     key: ConversationKey,
     *,
-    as_of: int | None,
+    as_of: int | BeforeMessage | None,
     start_offset: int,
     request: ContextRequest,
     max_event_bytes: int,
     out: Callable[[str], None] = print,
 ) -> int:
     """Print the conversation's events and the context served right after ``as_of`` (default:
-    its last event). Returns the number of events; raises if there are none by ``as_of``."""
+    its last event; a :class:`BeforeMessage`: right before that message was appended). Returns
+    the number of events; raises if there are none by then, or no such message."""
     pairs = await _read_with_progress(event_log, key, start_offset)
     if not pairs:
         raise ConvlogError(f"the log has no events of {key}")
-    point = pairs[-1][0].offset if as_of is None else as_of
-    out(f"conversation {key}  (partition {pairs[0][0].partition}, context as of offset {point})")
+    point = pairs[-1][0].offset if as_of is None else as_of_offset(pairs, as_of)
+    why = f", right before message {as_of.message_id!r}" if isinstance(as_of, BeforeMessage) else ""
+    out(f"conversation {key}  (partition {pairs[0][0].partition}, context as of offset {point}{why})")
     for record, event in pairs:
         marker = "  " if record.offset <= point else "+ "  # "+": after the as-of point, not in the context
         out(marker + format_line(record, event).lstrip())

@@ -156,6 +156,21 @@ async def test_replay_prints_the_events_and_the_context_served_as_of_an_offset(o
     ]  # question 0 was redacted later, so its turn is gone; nothing after the as-of point
     assert served["position"] == {"partition": turns[1][1].partition, "offset": as_of}
 
+    # the context that produced the third answer: as of the event right before it
+    third = turns[2][1]
+    before = ops.run("replay", str(OA), "--before-message", third.message_id or "", "--budget-tokens", "4000")
+    assert before.returncode == 0, before.stderr
+    assert f"right before message {third.message_id!r}" in before.stdout
+    produced = json.loads(before.stdout[before.stdout.index("{", before.stdout.index(" (model gpt-4o")) :])
+    assert [m.get("content") for m in produced["messages"]][-2:] == ["answer 1", "question 2"]
+    assert produced["position"]["offset"] == turns[2][0].offset
+    unknown = ops.run("replay", str(OA), "--before-message", "no-such-message")
+    assert unknown.returncode == 2
+    assert "no message 'no-such-message'" in unknown.stderr
+    both = ops.run("replay", str(OA), "--as-of", "1", "--before-message", "x")
+    assert both.returncode == 2
+    assert "not allowed with" in both.stderr
+
     latest = ops.run("replay", str(OA))
     assert latest.returncode == 0, latest.stderr
     assert '"content": "answer 2"' in latest.stdout
