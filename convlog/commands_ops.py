@@ -114,7 +114,7 @@ def _replay(settings: Settings, args: argparse.Namespace) -> int:
     request = ContextRequest(args.model, args.budget_tokens, args.reserve_tokens, 0, args.reasoning, image_turns)
 
     async def run() -> None:
-        async with live_read_models(settings) as handle, opened_log(settings) as event_log:
+        async with live_read_models(settings) as handle, opened_log(settings, read_only=True) as event_log:
             start = await first_offset(handle, key)
             point = BeforeMessage(args.before_message) if args.before_message is not None else args.as_of
             await replay(event_log, key, as_of=point, start_offset=start or 0, request=request,
@@ -141,7 +141,7 @@ def _tail(settings: Settings, args: argparse.Namespace) -> int:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, stop.set)
-        async with opened_log(settings) as event_log:
+        async with opened_log(settings, read_only=True) as event_log:
             await follow(event_log, key, start_offset=start, stop=stop, out=out)
 
     asyncio.run(run())  # Ctrl-C: the front door prints "interrupted" and exits 130
@@ -153,7 +153,7 @@ def _positions(settings: Settings, args: argparse.Namespace) -> int:
     from convlog.ops.resources import opened_log, opened_pool  # noqa: PLC0415
 
     async def run() -> str:
-        async with opened_pool(settings) as pool, opened_log(settings) as event_log:
+        async with opened_pool(settings) as pool, opened_log(settings, read_only=True) as event_log:
             return render_positions(await collect_positions(pool, event_log))
 
     print(asyncio.run(run()))

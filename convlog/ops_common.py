@@ -30,20 +30,20 @@ def say(text: str) -> None:
 
 @asynccontextmanager
 async def ops_resources(
-    settings: Settings, *, name: str, migrated: bool = False
+    settings: Settings, *, name: str, migrated: bool = False, read_only: bool = False
 ) -> AsyncIterator[tuple[PgPool, EventLog]]:
     """A pool on the migrated database and the event log.
 
     With Kafka the log's reader is a group-less consumer with plain assignment that never
     commits: it cannot take partitions from, or move offsets of, the live projector's group.
-    The embedded log admits one process: stop ``convlog serve`` / ``project`` first.
+    The embedded log has one writer: ``read_only`` opens it beside ``convlog serve``.
     """
     url = await asyncio.to_thread(database_url, settings)
     if not migrated:
         await migrate(url)
     pool = await open_pool(url, max_size=4, name=name)
     try:
-        event_log = await open_event_log(settings)
+        event_log = await open_event_log(settings, read_only=read_only)
         try:
             yield pool, event_log
         finally:

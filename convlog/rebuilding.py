@@ -81,7 +81,7 @@ def check_projection(projection: str) -> None:
 async def rebuild(settings: Settings, opts: RebuildOptions, stop: asyncio.Event) -> int:
     check_projection(opts.projection)
     counter = load_counter()
-    async with ops_resources(settings, name="convlog-rebuild") as (pool, event_log):
+    async with ops_resources(settings, name="convlog-rebuild", read_only=True) as (pool, event_log):
         target = await choose_version(pool, opts)
         tokens = await counter
         async with building(pool, target):

@@ -158,7 +158,7 @@ async def replay(
 
 
 async def verify(settings: Settings, *, sample: int | None, batch_size: int, stop: asyncio.Event) -> int:
-    async with ops_resources(settings, name="convlog-verify") as (pool, event_log):
+    async with ops_resources(settings, name="convlog-verify", read_only=True) as (pool, event_log):
         return await _verify(settings, pool, event_log, sample=sample, batch_size=batch_size, stop=stop)
 
 

@@ -13,8 +13,9 @@ from events.producer import ConversationProducer
 log = structlog.get_logger(__name__)
 
 
-async def open_event_log(settings: Settings) -> EventLog:
-    """Kafka when ``CONVLOG_KAFKA_BOOTSTRAP`` is set, else the embedded file log."""
+async def open_event_log(settings: Settings, *, read_only: bool = False) -> EventLog:
+    """Kafka when ``CONVLOG_KAFKA_BOOTSTRAP`` is set, else the embedded file log — opened
+    ``read_only`` by commands that only read, so that they run beside ``convlog serve``."""
     if settings.kafka_bootstrap:
         log.info("event_log.kafka", bootstrap=settings.kafka_bootstrap, topic=settings.topic)
         return await KafkaEventLog.connect(
@@ -24,7 +25,7 @@ async def open_event_log(settings: Settings) -> EventLog:
             max_request_size=settings.max_event_bytes + 64 * 1024,
         )
     log.info("event_log.embedded", path=str(settings.embedded_log_path))
-    return EmbeddedEventLog.open(settings.embedded_log_path, partitions=settings.partitions)
+    return EmbeddedEventLog.open(settings.embedded_log_path, partitions=settings.partitions, read_only=read_only)
 
 
 def make_producer(event_log: EventLog, settings: Settings, *, producer: str = "convlog") -> ConversationProducer:

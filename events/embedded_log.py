@@ -18,6 +18,7 @@ import asyncio
 import fcntl
 import os
 import struct
+import time
 import zlib
 from array import array
 from collections.abc import Mapping, Sequence
@@ -55,10 +56,19 @@ class EmbeddedEventLog:
         self._appended = asyncio.Event()
         self._rotation = 0
         self._closed = False
+        self._read_only = False
 
     @classmethod
-    def open(cls, path: Path, *, partitions: int = 12) -> EmbeddedEventLog:
-        """Open or create the log file. An existing file keeps the partition count it was created with."""
+    def open(cls, path: Path, *, partitions: int = 12, read_only: bool = False) -> EmbeddedEventLog:
+        """Open or create the log file. An existing file keeps the partition count it was created with.
+
+        ``read_only``: open an existing log that another process may be writing — no lock, and
+        :meth:`append` refuses. Reads see every complete frame (its CRC checks) the writer has
+        written, which may include frames it has not yet fsynced: fine for inspecting, while
+        only the writer's own readers are held to durable records.
+        """
+        if read_only:
+            return cls._open_read_only(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -80,6 +90,28 @@ class EmbeddedEventLog:
             )
         return cls(path, fd, partition_count, index, end)
 
+    @classmethod
+    def _open_read_only(cls, path: Path) -> EmbeddedEventLog:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError as e:
+            raise LogError(f"there is no embedded log at {path} yet") from e
+        try:
+            count, index, end = _index_existing(fd, path)
+        except BaseException:
+            os.close(fd)
+            raise
+        opened = cls(path, fd, count, index, end)
+        opened._read_only = True
+        return opened
+
+    def _refresh(self) -> None:
+        """Read-only: index the frames the writer added since (a frame still being written fails
+        its CRC and is picked up next time)."""
+        size = os.fstat(self._fd).st_size
+        if size > self._end:
+            self._end = _scan(self._fd, self._index, self._end, size)
+
     @property
     def partition_count(self) -> int:
         return self._partition_count
@@ -90,6 +122,8 @@ class EmbeddedEventLog:
 
     async def append(self, *, key: bytes, value: bytes, headers: Sequence[tuple[str, bytes]] = ()) -> Coordinates:
         self._check_open()
+        if self._read_only:
+            raise LogError(f"{self._path} is open read-only here: appends go through the process that holds it")
         partition = partition_for_key(key, self._partition_count)
         frame = _encode_frame(partition, key, value, headers)
         offset = self._next_offset[partition]
@@ -128,6 +162,8 @@ class EmbeddedEventLog:
         for partition in positions:
             if not 0 <= partition < self._partition_count:
                 raise LogError(f"partition {partition} does not exist (0..{self._partition_count - 1})")
+        if self._read_only:
+            return await self._poll(positions, max_records, timeout_s)
         records = self._read_available(positions, max_records)
         if records or timeout_s <= 0:
             return records
@@ -136,6 +172,17 @@ class EmbeddedEventLog:
         except TimeoutError:
             return []
         return self._read_available(positions, max_records)
+
+    async def _poll(self, positions: Mapping[int, int], max_records: int, timeout_s: float) -> list[LogRecord]:
+        """Read-only: another process appends, so nothing wakes us; look again every 50 ms."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self._refresh()
+            records = self._read_available(positions, max_records)
+            remaining = deadline - time.monotonic()
+            if records or remaining <= 0:
+                return records
+            await asyncio.sleep(min(0.05, remaining))
 
     def _read_available(self, positions: Mapping[int, int], max_records: int) -> list[LogRecord]:
         order = sorted(positions)
@@ -156,6 +203,8 @@ class EmbeddedEventLog:
 
     async def end_offsets(self) -> dict[int, int]:
         self._check_open()
+        if self._read_only:
+            self._refresh()
         return {p: len(frames) for p, frames in enumerate(self._index)}
 
     async def close(self) -> None:
@@ -164,7 +213,8 @@ class EmbeddedEventLog:
         if self._flusher is not None:
             await asyncio.shield(self._flusher)
         self._closed = True
-        fcntl.flock(self._fd, fcntl.LOCK_UN)
+        if not self._read_only:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
         os.close(self._fd)
 
     def _check_open(self) -> None:
@@ -247,7 +297,33 @@ def _load(fd: int, path: Path, partitions: int) -> tuple[int, list[array[int]], 
     if magic != _MAGIC:
         raise LogError(f"{path} is not a convlog embedded log")
     index = [array("q") for _ in range(count)]
-    position = _FILE_HEADER.size
+    position = _scan(fd, index, _FILE_HEADER.size, size)
+    if position < size:
+        log.warning(
+            "embedded_log.torn_tail_truncated",
+            path=str(path),
+            kept_bytes=position,
+            dropped_bytes=size - position,
+        )
+        os.ftruncate(fd, position)
+        os.fsync(fd)
+    return count, index, position
+
+
+def _index_existing(fd: int, path: Path) -> tuple[int, list[array[int]], int]:
+    """Read-only: the header and the intact frames, changing nothing."""
+    header = os.pread(fd, _FILE_HEADER.size, 0)
+    if len(header) < _FILE_HEADER.size or _FILE_HEADER.unpack(header)[0] != _MAGIC:
+        raise LogError(f"{path} is not a convlog embedded log")
+    count = _FILE_HEADER.unpack(header)[1]
+    index = [array("q") for _ in range(count)]
+    return count, index, _scan(fd, index, _FILE_HEADER.size, os.fstat(fd).st_size)
+
+
+def _scan(fd: int, index: list[array[int]], position: int, size: int) -> int:
+    """Index the intact frames from ``position`` up to ``size``; where they end (a torn or
+    half-written frame stops the scan)."""
+    count = len(index)
     with open(fd, "rb", closefd=False) as f:
         f.seek(position)
         while position < size:
@@ -263,13 +339,4 @@ def _load(fd: int, path: Path, partitions: int) -> tuple[int, list[array[int]], 
                 break
             index[partition].append(position)
             position += _FRAME_HEADER.size + length
-    if position < size:
-        log.warning(
-            "embedded_log.torn_tail_truncated",
-            path=str(path),
-            kept_bytes=position,
-            dropped_bytes=size - position,
-        )
-        os.ftruncate(fd, position)
-        os.fsync(fd)
-    return count, index, position
+    return position

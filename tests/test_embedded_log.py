@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -115,3 +116,37 @@ async def test_a_cancelled_append_is_still_written(tmp_path: Path) -> None:
         assert [r.value for r in await log.read({0: 0}, timeout_s=0)] == [b"first", b"second"]
     finally:
         await log.close()
+
+
+async def test_a_read_only_opener_reads_beside_the_writer_and_follows_it(tmp_path: Path) -> None:
+    """What `convlog replay` / `tail` / `positions` / `verify` do while `convlog serve` holds the log."""
+    path = tmp_path / "events.log"
+    writer = EmbeddedEventLog.open(path, partitions=2)
+    reader: EmbeddedEventLog | None = None
+    try:
+        first = [await writer.append(key=b"k", value=f"v{i}".encode()) for i in range(3)]
+        reader = EmbeddedEventLog.open(path, read_only=True)
+        partition = first[0].partition
+        assert (reader.partition_count, (await reader.end_offsets())[partition]) == (2, 3)
+        assert [r.value for r in await reader.read({partition: 0}, timeout_s=0)] == [b"v0", b"v1", b"v2"]
+        # A frame the writer is in the middle of writing (here: half of one) is not a record yet ...
+        raw = os.open(path, os.O_WRONLY)
+        try:
+            os.pwrite(raw, b"\x40\x00\x00\x00\x01\x02\x03\x04half a frame", os.fstat(raw).st_size)
+        finally:
+            os.close(raw)
+        assert (await reader.end_offsets())[partition] == 3
+        assert await reader.read({partition: 3}, timeout_s=0.1) == []
+        # ... and once it is written over with whole frames, a waiting read picks them up.
+        pending = asyncio.ensure_future(reader.read({partition: 3}, timeout_s=5))
+        await asyncio.sleep(0.1)
+        await writer.append(key=b"k", value=b"v3")
+        assert [(r.offset, r.value) for r in await pending] == [(3, b"v3")]
+        with pytest.raises(LogError, match="read-only"):
+            await reader.append(key=b"k", value=b"nope")
+    finally:
+        if reader is not None:
+            await reader.close()
+        await writer.close()
+    with pytest.raises(LogError, match="no embedded log"):
+        EmbeddedEventLog.open(tmp_path / "missing.log", read_only=True)

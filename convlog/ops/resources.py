@@ -57,8 +57,8 @@ async def live_read_models(settings: Settings) -> AsyncIterator[ReadModelsHandle
 
 
 @asynccontextmanager
-async def opened_log(settings: Settings) -> AsyncIterator[EventLog]:
-    event_log = await open_event_log(settings)
+async def opened_log(settings: Settings, *, read_only: bool = False) -> AsyncIterator[EventLog]:
+    event_log = await open_event_log(settings, read_only=read_only)
     try:
         yield event_log
     finally:

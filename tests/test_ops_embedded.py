@@ -1,0 +1,60 @@
+"""The operators' read commands beside a running `convlog serve` on the embedded log: they open
+the log file read-only instead of failing on the writer's lock."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from convlog.serve import running_service
+from convlog.settings import Settings
+from events.keys import ConversationKey
+from tests.projection_support import temporary_database
+
+pytestmark = pytest.mark.postgres
+
+REPO = Path(__file__).resolve().parents[1]
+KEY = ConversationKey("acme", "u1", "beside-serve")
+
+
+def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "convlog.cli", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=120, check=False)  # fmt: skip
+
+
+async def test_replay_positions_and_verify_run_beside_serve_but_retention_does_not(
+    pg_admin_url: str, tmp_path: Path
+) -> None:
+    async with temporary_database(pg_admin_url) as url:
+        settings = Settings(database_url=url, data_dir=tmp_path, partitions=4)
+        async with running_service(settings, {"CONVLOG_SUMMARIZER": "off"}) as service:
+            producer = service.deps.producer
+            await producer.append_user(KEY, "hello from beside serve")
+            answer = await producer.append_assistant(KEY, "hi there", finish_reason="stop")
+            deadline = time.monotonic() + 20
+            while service.projector.positions.get(answer.partition, 0) <= answer.offset:
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.05)
+            env = {**os.environ, "CONVLOG_DATABASE_URL": url, "CONVLOG_DATA_DIR": str(tmp_path),
+                   "CONVLOG_PARTITIONS": "4", "CONVLOG_LOG_LEVEL": "warning"}  # fmt: skip
+            env.pop("CONVLOG_KAFKA_BOOTSTRAP", None)
+
+            replay = await asyncio.to_thread(_cli, env, "replay", str(KEY))
+            assert replay.returncode == 0, replay.stderr
+            assert '"content": "hello from beside serve"' in replay.stdout
+            positions = await asyncio.to_thread(_cli, env, "positions")
+            assert positions.returncode == 0, positions.stderr
+            assert "total lag 0" in positions.stdout
+            verify = await asyncio.to_thread(_cli, env, "verify", "--all")
+            assert verify.returncode == 0, verify.stdout + verify.stderr
+            assert "checksums match" in verify.stdout
+            # Retention appends erase events: it needs the writer, which serve is.
+            retention = await asyncio.to_thread(_cli, env, "retention", "--idle-days", "30", "--dry-run")
+            assert retention.returncode != 0
+            assert "open in another process" in retention.stderr
