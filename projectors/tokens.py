@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import gzip
 import hashlib
 import importlib.util
@@ -100,6 +101,14 @@ _SPECS: Final[Mapping[str, _EncodingSpec]] = {
 # to take it back, which is the likely reason. tiktoken's encode_ordinary_batch (one future per
 # text) was 1.5-2x slower than the loop.
 _PARALLEL_MIN_CHARS: Final = 256 * 1024
+
+# Texts at least this long are counted through a small LRU cache per encoding: the same system
+# prompt (often thousands of tokens, hundreds of microseconds to count) opens conversation after
+# conversation, and tool results repeat. Shorter texts rarely repeat and cost little to count.
+# Memory is bounded: entries of at most _REPEATED_MAX_CHARS characters.
+_REPEATED_MIN_CHARS: Final = 512
+_REPEATED_MAX_CHARS: Final = 64 * 1024
+_REPEATED_ENTRIES: Final = 256
 
 
 def _unknown_encoding(name: str) -> ConfigurationError:
@@ -221,6 +230,10 @@ class TokenCounter:
         self._cl100k = self._encodings["cl100k_base"]
         self._batch_threads = batch_threads
         self._parallel_min_chars = parallel_min_chars
+        self._repeated: dict[str, functools._lru_cache_wrapper[int]] = {
+            name: functools.lru_cache(maxsize=_REPEATED_ENTRIES)(_counter(encoding))
+            for name, encoding in self._encodings.items()
+        }
 
     def _encoding(self, name: str) -> tiktoken.Encoding:
         try:
@@ -237,12 +250,29 @@ class TokenCounter:
         return len(self._o200k.encode_ordinary(text)), len(self._cl100k.encode_ordinary(text))
 
     def count_many(self, texts: Sequence[str], encoding: str) -> list[int]:
-        """``[count(t, encoding) for t in texts]``, for a projector batch."""
+        """``[count(t, encoding) for t in texts]``, for a projector batch. Long texts are counted
+        once per process (see ``_REPEATED_MIN_CHARS``): a system prompt opens every conversation."""
         encode = self._encoding(encoding).encode_ordinary
         threads = min(self._batch_threads, len(texts))
         if threads > 1 and sum(map(len, texts)) >= self._parallel_min_chars:
             return _count_parallel(encode, texts, threads)
-        return [len(encode(text)) if text else 0 for text in texts]  # most messages carry no reasoning
+        repeated = self._repeated[encoding]
+        return [_count_one(text, encode, repeated) for text in texts]
+
+
+def _count_one(text: str, encode: Callable[[str], list[int]], repeated: Callable[[str], int]) -> int:
+    if not text:  # most messages carry no reasoning
+        return 0
+    if _REPEATED_MIN_CHARS <= len(text) <= _REPEATED_MAX_CHARS:
+        return repeated(text)
+    return len(encode(text))
+
+
+def _counter(encoding: tiktoken.Encoding) -> Callable[[str], int]:
+    def count(text: str) -> int:
+        return len(encoding.encode_ordinary(text))
+
+    return count
 
 
 def _count_parallel(encode: Callable[[str], list[int]], texts: Sequence[str], threads: int) -> list[int]:

@@ -330,3 +330,16 @@ def test_specs_match_tiktoken_ext_openai_public(openai_public_offline: list[tupl
     assert ours.n_vocab == theirs.n_vocab
     for text in CORPUS:
         assert ours.encode_ordinary(text) == theirs.encode_ordinary(text)
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_a_long_repeated_text_is_counted_once_and_counts_the_same(encoding: str, reference: dict[str, Any]) -> None:
+    counter = TokenCounter()
+    prompt = "You are the OA assistant. 回答要简洁，先给结论。 " * 40  # a system prompt every conversation opens with
+    huge = "x y " * 40_000  # beyond the cache's size limit: counted every time, never kept
+    texts = [prompt, "short", prompt, huge, prompt, ""]
+    expected = [len(reference[encoding].encode_ordinary(t)) for t in texts]
+    assert counter.count_many(texts, encoding) == expected
+    assert counter.count_many(texts, encoding) == expected
+    info = counter._repeated[encoding].cache_info()  # the cache is the point here
+    assert (info.misses, info.hits, info.currsize) == (1, 5, 1)
