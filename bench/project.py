@@ -48,6 +48,22 @@ from projectors.window import WindowPolicy
 TEXT = "提交之后审批流程是怎样的？外包员工需要驻场负责人先确认，再由直属主管和供应商管理员审批。"
 
 
+def services_from_env() -> tuple[str, str]:
+    """(Kafka bootstrap, Postgres URL) as `make services-up` / `devservices env` give them."""
+    bootstrap, url = os.environ.get("CONVLOG_KAFKA_BOOTSTRAP"), os.environ.get("CONVLOG_DATABASE_URL")
+    if not bootstrap or not url:
+        raise SystemExit("set CONVLOG_KAFKA_BOOTSTRAP and CONVLOG_DATABASE_URL (make services-up)")
+    return bootstrap, url
+
+
+async def fresh_topic(bootstrap: str, bench: str, events: int, conversations: int) -> str:
+    """A new topic holding ``events`` message events over ``conversations`` (written untimed)."""
+    topic = f"bench.{bench}.{uuid.uuid4().hex[:8]}"
+    print(f"writing {events} events over {conversations} conversations to {topic} ...")
+    await write_events(bootstrap, topic, events, conversations)
+    return topic
+
+
 async def write_events(bootstrap: str, topic: str, n: int, conversations: int) -> None:
     log = await KafkaEventLog.connect(bootstrap=bootstrap, topic=topic, partitions=12)
     producer = ConversationProducer(log, producer="bench")
@@ -151,12 +167,8 @@ async def main() -> None:
     parser.add_argument("--conversations", type=int, default=1000)
     parser.add_argument("--batch-size", type=int, default=2000)
     args = parser.parse_args()
-    bootstrap, url = os.environ.get("CONVLOG_KAFKA_BOOTSTRAP"), os.environ.get("CONVLOG_DATABASE_URL")
-    if not bootstrap or not url:
-        raise SystemExit("set CONVLOG_KAFKA_BOOTSTRAP and CONVLOG_DATABASE_URL (make services-up)")
-    topic = f"bench.project.{uuid.uuid4().hex[:8]}"
-    print(f"writing {args.events} events over {args.conversations} conversations to {topic} ...")
-    await write_events(bootstrap, topic, args.events, args.conversations)
+    bootstrap, url = services_from_env()
+    topic = await fresh_topic(bootstrap, "project", args.events, args.conversations)
     await migrate(url)
     pool = await open_pool(url, name="bench")
     counter = TokenCounter()

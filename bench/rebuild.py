@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import time
 import uuid
 
 import psycopg
-from project import print_cpu_budget, raw_consume, token_counting_s, transcript_rows, write_events
+from project import fresh_topic, print_cpu_budget, raw_consume, services_from_env, token_counting_s, transcript_rows
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
@@ -52,12 +51,8 @@ async def main() -> None:
     parser.add_argument("--batch-size", type=int, default=5000)
     parser.add_argument("--workers", type=int, help="default: as convlog rebuild chooses")
     args = parser.parse_args()
-    bootstrap, admin_url = os.environ.get("CONVLOG_KAFKA_BOOTSTRAP"), os.environ.get("CONVLOG_DATABASE_URL")
-    if not bootstrap or not admin_url:
-        raise SystemExit("set CONVLOG_KAFKA_BOOTSTRAP and CONVLOG_DATABASE_URL (make services-up)")
-    topic = f"bench.rebuild.{uuid.uuid4().hex[:8]}"
-    print(f"writing {args.events} events over {args.conversations} conversations to {topic} ...")
-    await write_events(bootstrap, topic, args.events, args.conversations)
+    bootstrap, admin_url = services_from_env()
+    topic = await fresh_topic(bootstrap, "rebuild", args.events, args.conversations)
 
     consume_s, raw_records = await raw_consume(bootstrap, topic, args.events)
     transcript, core_s = transcript_rows(raw_records)

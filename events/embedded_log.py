@@ -293,11 +293,7 @@ def _load(fd: int, path: Path, partitions: int) -> tuple[int, list[array[int]], 
         os.pwrite(fd, _FILE_HEADER.pack(_MAGIC, partitions), 0)
         os.fsync(fd)
         return partitions, [array("q") for _ in range(partitions)], _FILE_HEADER.size
-    magic, count = _FILE_HEADER.unpack(os.pread(fd, _FILE_HEADER.size, 0))
-    if magic != _MAGIC:
-        raise LogError(f"{path} is not a convlog embedded log")
-    index = [array("q") for _ in range(count)]
-    position = _scan(fd, index, _FILE_HEADER.size, size)
+    count, index, position = _index_existing(fd, path)
     if position < size:
         log.warning(
             "embedded_log.torn_tail_truncated",
@@ -311,7 +307,7 @@ def _load(fd: int, path: Path, partitions: int) -> tuple[int, list[array[int]], 
 
 
 def _index_existing(fd: int, path: Path) -> tuple[int, list[array[int]], int]:
-    """Read-only: the header and the intact frames, changing nothing."""
+    """The header and the intact frames (where they end), changing nothing."""
     header = os.pread(fd, _FILE_HEADER.size, 0)
     if len(header) < _FILE_HEADER.size or _FILE_HEADER.unpack(header)[0] != _MAGIC:
         raise LogError(f"{path} is not a convlog embedded log")

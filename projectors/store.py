@@ -40,6 +40,12 @@ from projectors.window import WindowPolicy
 
 Cursor = AsyncCursor[Any]
 
+# A dead letter's columns up to its error; record_row() gives the record's part of them.
+_DEAD_LETTER_INSERT: LiteralString = (
+    'INSERT INTO {s}.dead_letters (partition, "offset", conversation_key, record_key, record_value, headers, '
+    "record_timestamp, error_code, error"
+)
+
 
 @dataclass(frozen=True, slots=True)
 class BatchReport:
@@ -299,8 +305,7 @@ class ProjectionStore:
             row = record_row(poison.record, poison.conversation_key)
             await cur.execute(
                 self._q(
-                    'INSERT INTO {s}.dead_letters (partition, "offset", conversation_key, record_key, record_value, '
-                    "headers, record_timestamp, error_code, error) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) "
+                    _DEAD_LETTER_INSERT + ") VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) "
                     "ON CONFLICT (partition, \"offset\") DO UPDATE SET status = 'parked', error = excluded.error, "
                     "error_code = excluded.error_code, resolved_at = NULL, resolution = NULL RETURNING id"
                 ),
@@ -318,8 +323,7 @@ class ProjectionStore:
         for poison, reason in out.skipped:  # the operator's earlier decision, on the record here too
             await cur.execute(
                 self._q(
-                    'INSERT INTO {s}.dead_letters (partition, "offset", conversation_key, record_key, record_value, '
-                    "headers, record_timestamp, error_code, error, status, resolution, resolved_at) "
+                    _DEAD_LETTER_INSERT + ", status, resolution, resolved_at) "
                     "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, 'skipped', %s, now()) "
                     'ON CONFLICT (partition, "offset") DO NOTHING'
                 ),

@@ -75,12 +75,12 @@ async def context_inputs_as_of(
     later = [event.body for record, event in pairs if record.offset > as_of]
     redacted_later = {b.message_id for b in later if isinstance(b, MessageRedacted)}
     redactions = [(record.offset, e.body.message_id) for record, e in pairs if isinstance(e.body, MessageRedacted)]
+    decoded = decode_batch([r for r, _ in pairs], codec=codec, max_event_bytes=max_event_bytes)
     # An erase recorded later still applies (content is never served again) — unless it was void
     # (a conditional one the conversation outran), which only folding the whole history tells.
-    history = fold_batch(decode_batch([r for r, _ in pairs], codec=codec, max_event_bytes=max_event_bytes),
-                         BatchInputs({}), policy=policy)  # fmt: skip
+    history = fold_batch(decoded, BatchInputs({}), policy=policy)
     erased_later = any(e.offset > as_of for e in history.erasures)
-    out = fold_batch(decode_batch(before, codec=codec, max_event_bytes=max_event_bytes), BatchInputs({}), policy=policy)
+    out = fold_batch(decoded[: len(before)], BatchInputs({}), policy=policy)
     state = out.states.get(str(key))
     if state is None:
         return None

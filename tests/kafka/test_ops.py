@@ -8,8 +8,6 @@ import json
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -20,19 +18,13 @@ from events.reading import conversation_events
 from query_api.http import ApiDeps, create_app
 from query_api.metrics import Metrics
 from query_api.reads import ReadModels
-from tests.kafka.ops_support import PARTITIONS, REPO, Ops, ops_context
+from tests.kafka.ops_support import PARTITIONS, REPO, Ops
 from tests.projection_support import Projection, project_all
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
 
 OA = ConversationKey("acme", "employee-42", "oa")
 OTHER = ConversationKey("acme", "employee-7", "other")
-
-
-@pytest.fixture
-async def ops(kafka_bootstrap: str, projection: Projection, tmp_path: Path) -> AsyncIterator[Ops]:
-    async with ops_context(kafka_bootstrap, projection, tmp_path) as o:
-        yield o
 
 
 def _table(stdout: str) -> dict[tuple[str, int], tuple[int, int, int]]:

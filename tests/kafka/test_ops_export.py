@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -17,18 +17,12 @@ import pytest
 
 from events.keys import ConversationKey
 from events.producer import ConversationProducer
-from tests.kafka.ops_support import REPO, Ops, ops_context
-from tests.projection_support import Projection, project_all
+from tests.kafka.ops_support import REPO, Ops
+from tests.projection_support import project_all
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
 
 T0 = datetime(2026, 1, 10, 12, 0, tzinfo=UTC)
-
-
-@pytest.fixture
-async def ops(kafka_bootstrap: str, projection: Projection, tmp_path: Path) -> AsyncIterator[Ops]:
-    async with ops_context(kafka_bootstrap, projection, tmp_path) as o:
-        yield o
 
 
 def _clock(times: list[datetime]) -> Callable[[], datetime]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -27,8 +26,8 @@ from events.reading import conversation_events
 from projectors.window import WindowPolicy
 from query_api.as_of import context_inputs_as_of
 from query_api.events_json import events_json
-from tests.kafka.ops_support import Ops, ops_context
-from tests.projection_support import Projection, project_all, temporary_database
+from tests.kafka.ops_support import Ops
+from tests.projection_support import project_all, temporary_database
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
 
@@ -39,12 +38,6 @@ IDLE_2 = ConversationKey("globex", "bob", "idle-2")
 RECENT = ConversationKey("acme", "alice", "recent")
 REVIVED = ConversationKey("acme", "carol", "old-but-revived")
 ALREADY_ERASED = ConversationKey("acme", "dave", "erased-long-ago")
-
-
-@pytest.fixture
-async def ops(kafka_bootstrap: str, projection: Projection, tmp_path: Path) -> AsyncIterator[Ops]:
-    async with ops_context(kafka_bootstrap, projection, tmp_path) as o:
-        yield o
 
 
 async def _history(log: EventLog) -> None:

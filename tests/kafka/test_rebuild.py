@@ -8,6 +8,8 @@ import os
 import signal
 import sys
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +50,17 @@ async def _cli(env: dict[str, str], *args: str, timeout_s: float = 180) -> tuple
     out, err = await asyncio.wait_for(proc.communicate(), timeout_s)
     assert proc.returncode is not None
     return proc.returncode, out.decode(), err.decode()
+
+
+@asynccontextmanager
+async def _fresh_topic(bootstrap: str, name: str) -> AsyncIterator[tuple[str, KafkaEventLog, ConversationProducer]]:
+    """A new topic, a log connection to it and a producer; the connection is closed on exit."""
+    topic = unique_topic(name)
+    log = await KafkaEventLog.connect(bootstrap=bootstrap, topic=topic, partitions=PARTITIONS)
+    try:
+        yield topic, log, ConversationProducer(log, producer="test")
+    finally:
+        await log.close()
 
 
 async def _write(producer: ConversationProducer, conversations: int, turns: int, *, rate_per_s: float = 0) -> int:
@@ -96,13 +109,9 @@ async def _clean_rebuild_equals(projection: Projection, bootstrap: str, topic: s
 async def test_rebuild_interrupted_with_ctrl_c_and_resumed_equals_an_uninterrupted_one(
     projection: Projection, kafka_bootstrap: str, tmp_path: Path, workers: int
 ) -> None:
-    topic = unique_topic("rebuild")
-    log = await KafkaEventLog.connect(bootstrap=kafka_bootstrap, topic=topic, partitions=PARTITIONS)
-    try:
-        written = await _write(ConversationProducer(log, producer="test"), conversations=200, turns=40)
+    async with _fresh_topic(kafka_bootstrap, "rebuild") as (topic, log, producer):
+        written = await _write(producer, conversations=200, turns=40)
         await project_all(log, projection.store(), batch_size=2000)  # the live version, v1
-    finally:
-        await log.close()
     env = _env(projection, kafka_bootstrap, topic, tmp_path)
 
     # Small batches make the rebuild take long enough to be interrupted halfway.
@@ -186,13 +195,9 @@ async def test_switch_under_live_traffic_loses_no_event(
 async def test_verify_names_the_first_corrupted_conversation_and_row(
     projection: Projection, kafka_bootstrap: str, tmp_path: Path
 ) -> None:
-    topic = unique_topic("verify")
-    log = await KafkaEventLog.connect(bootstrap=kafka_bootstrap, topic=topic, partitions=PARTITIONS)
-    try:
-        await _write(ConversationProducer(log, producer="test"), conversations=40, turns=5)
+    async with _fresh_topic(kafka_bootstrap, "verify") as (topic, log, producer):
+        await _write(producer, conversations=40, turns=5)
         await project_all(log, projection.store(), batch_size=2000)
-    finally:
-        await log.close()
     env = _env(projection, kafka_bootstrap, topic, tmp_path)
     code, out, err = await _cli(env, "verify", "--all")
     assert code == 0, (out, err)
@@ -215,15 +220,11 @@ async def test_verify_names_the_first_corrupted_conversation_and_row(
 async def test_a_poison_record_stops_a_rebuild_with_its_coordinates_unless_parked(
     projection: Projection, kafka_bootstrap: str, tmp_path: Path, workers: int
 ) -> None:
-    topic = unique_topic("poison")
-    log = await KafkaEventLog.connect(bootstrap=kafka_bootstrap, topic=topic, partitions=PARTITIONS)
     key = ConversationKey("acme", "user-1", "conv-1")
-    try:
-        await _write(ConversationProducer(log, producer="test"), conversations=30, turns=3)
+    async with _fresh_topic(kafka_bootstrap, "poison") as (topic, log, producer):
+        await _write(producer, conversations=30, turns=3)
         bad = await log.append(key=key.encode(), value=b"\xc3\x01garbage")
         await project_all(log, projection.store(), batch_size=2000)  # the live projector parks it
-    finally:
-        await log.close()
     env = _env(projection, kafka_bootstrap, topic, tmp_path)
     code, out, err = await _cli(env, "rebuild", "read_models", "--workers", str(workers))
     assert code == 2, (out, err)
@@ -241,11 +242,8 @@ async def test_a_poison_record_stops_a_rebuild_with_its_coordinates_unless_parke
 async def test_a_record_skipped_in_the_live_version_is_skipped_by_rebuild_and_verify(
     projection: Projection, kafka_bootstrap: str, tmp_path: Path, workers: int
 ) -> None:
-    topic = unique_topic("skipped")
-    log = await KafkaEventLog.connect(bootstrap=kafka_bootstrap, topic=topic, partitions=PARTITIONS)
     key = ConversationKey("acme", "user-1", "conv-1")
-    producer = ConversationProducer(log, producer="test")
-    try:
+    async with _fresh_topic(kafka_bootstrap, "skipped") as (topic, log, producer):
         await _write(producer, conversations=30, turns=2)
         bad = await log.append(key=key.encode(), value=b"\xc3\x01garbage")
         await producer.append_user(key, "after the garbage")  # held until the skip
@@ -253,8 +251,6 @@ async def test_a_record_skipped_in_the_live_version_is_skipped_by_rebuild_and_ve
         await project_all(log, live, batch_size=2000)
         [(letter,)] = await projection.rows("SELECT id FROM {s}.dead_letters")
         await live.resolve(letter, skip_reason="broken client, ticket 42")
-    finally:
-        await log.close()
     env = _env(projection, kafka_bootstrap, topic, tmp_path)
     code, out, err = await _cli(env, "verify", "--all")
     assert code == 0, (out, err)  # the replay skipped it too: no false difference
@@ -274,13 +270,9 @@ async def test_a_record_skipped_in_the_live_version_is_skipped_by_rebuild_and_ve
 async def test_a_log_that_ends_before_the_live_positions_is_refused(
     projection: Projection, kafka_bootstrap: str, tmp_path: Path
 ) -> None:
-    topic = unique_topic("right")
-    log = await KafkaEventLog.connect(bootstrap=kafka_bootstrap, topic=topic, partitions=PARTITIONS)
-    try:
-        await _write(ConversationProducer(log, producer="test"), conversations=20, turns=2)
+    async with _fresh_topic(kafka_bootstrap, "right") as (_, log, producer):
+        await _write(producer, conversations=20, turns=2)
         await project_all(log, projection.store(), batch_size=2000)
-    finally:
-        await log.close()
     env = _env(projection, kafka_bootstrap, unique_topic("wrong"), tmp_path)  # an operator's typo
     code, out, err = await _cli(env, "rebuild", "read_models", "--switch")
     assert code == 2, (out, err)
