@@ -62,6 +62,12 @@ class Appended:
         return self.coordinates.offset
 
 
+def appended_at(event: Event, coordinates: Coordinates) -> Appended:
+    """What appending ``event`` answers once it is stored at ``coordinates``."""
+    message_id = event.body.message_id if isinstance(event.body, MessageAppended) else None
+    return Appended(event_id=event.event_id, coordinates=coordinates, message_id=message_id)
+
+
 def _utcnow() -> datetime:
     return datetime.now(UTC)
 
@@ -120,12 +126,14 @@ class ConversationProducer:
         event_id: str | None = None,
         occurred_at: datetime | None = None,
     ) -> Appended:
-        event, data = self.build(key, body, event_id=event_id, occurred_at=occurred_at)
+        return await self.append_built(*self.build(key, body, event_id=event_id, occurred_at=occurred_at))
+
+    async def append_built(self, event: Event, data: bytes) -> Appended:
+        """Append an event :meth:`build` (or :meth:`build_message`) made, as those bytes."""
         coordinates = await self._log.append(
-            key=key.encode(), value=data, headers=((EVENT_TYPE_HEADER, event.event_type.encode()),)
+            key=event.key.encode(), value=data, headers=((EVENT_TYPE_HEADER, event.event_type.encode()),)
         )
-        message_id = body.message_id if isinstance(body, MessageAppended) else None
-        return Appended(event_id=event.event_id, coordinates=coordinates, message_id=message_id)
+        return appended_at(event, coordinates)
 
     async def start_conversation(
         self,
@@ -148,9 +156,20 @@ class ConversationProducer:
         event_id: str | None = None,
     ) -> Appended:
         """Append an OpenAI-format chat message (plus convlog's optional extras)."""
+        return await self.append_built(*self.build_message(key, message, message_id=message_id, event_id=event_id))
+
+    def build_message(
+        self,
+        key: ConversationKey,
+        message: Mapping[str, Any],
+        *,
+        message_id: str | None = None,
+        event_id: str | None = None,
+    ) -> tuple[Event, bytes]:
+        """The event :meth:`append_message` would append, validated and encoded."""
         event_id = event_id or self._new_id()
         body = message_from_openai(message, message_id=message_id or message.get("message_id") or event_id)
-        return await self.append(key, body, event_id=event_id)
+        return self.build(key, body, event_id=event_id)
 
     async def append_user(
         self,

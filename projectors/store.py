@@ -18,6 +18,7 @@ from psycopg_pool import AsyncConnectionPool
 from events.codec import EventCodec
 from events.log import LogRecord
 from projectors.errors import PositionConflictError, ProjectionError
+from projectors.event_index import ensure_event_index, write_event_index
 from projectors.fold import BatchInputs, BatchOutcome, Decoded, decode_batch, fold_batch, lookups
 from projectors.read_sql import SUMMARY_COVERED_SEQ
 from projectors.rows import (
@@ -81,6 +82,7 @@ class ProjectionStore:
         self._max_event_bytes = max_event_bytes
         self._fail_fast = fail_fast
         self._skips = dict(skips or {})
+        self._indexed = False  # ensure_event_index ran (a version older than the index gets it)
 
     @property
     def skips(self) -> Mapping[tuple[int, int], str]:
@@ -91,6 +93,7 @@ class ProjectionStore:
 
     async def positions(self, partitions: Sequence[int]) -> dict[int, int]:
         """Stored next offsets; partitions never seen start at 0 (and get their row now)."""
+        await self._ensure_event_index()
         async with self._pool.connection() as conn, conn.cursor() as cur:
             await cur.execute(
                 self._q(
@@ -119,6 +122,7 @@ class ProjectionStore:
             await self._check_positions(cur, {p: expected[p] for p in new_positions})
             outcome = await self._fold(cur, decoded, parked_override=None)
             await self._write(cur, outcome)
+            await write_event_index(cur, self.schema, decoded)  # every record, whatever the fold made of it
             await self._move_positions(cur, {p: expected[p] for p in new_positions}, new_positions)
         return BatchReport(
             positions=new_positions,
@@ -127,6 +131,12 @@ class ProjectionStore:
             dead_lettered=len(outcome.poisoned),
             held=len(outcome.held),
         )
+
+    async def _ensure_event_index(self) -> None:
+        if not self._indexed:
+            async with self._pool.connection() as conn:
+                await ensure_event_index(conn, self.schema)
+            self._indexed = True
 
     async def _check_positions(self, cur: Cursor, expected: Mapping[int, int]) -> None:
         await cur.execute(

@@ -17,6 +17,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from projectors.errors import ProjectionError
+from projectors.event_index import ensure_event_index
 
 READ_MODELS = "read_models"
 _DDL = resources.files("projectors").joinpath("sql/read_models.sql")
@@ -64,6 +65,7 @@ async def create_version(conn: AsyncConnection[Any], projection: str = READ_MODE
             "VALUES (%s, %s, %s, %s, CASE WHEN %s = 'live' THEN now() END)",
             [projection, version, schema, status, status],
         )
+        await ensure_event_index(conn, schema)  # a savepoint of this transaction
     return ProjectionVersion(projection, version, schema, status)
 
 

@@ -5,8 +5,9 @@ projector's own pure functions, so the context assembled from them is the one se
 after that event. The log never forgets, but people may: a redaction or an erasure recorded
 later still applies — such content is never served again, even for the past.
 
-This reads the conversation's partition from the conversation's first event on: an audit
-operation, not a hot path.
+The HTTP API passes the conversation's events as read through the event index
+(query_api/log_reads.py: the cost of the conversation, not of its partition); without them
+this scans the conversation's partition from ``start_offset`` on (``convlog replay``).
 """
 
 from __future__ import annotations
@@ -62,12 +63,14 @@ async def context_inputs_as_of(
     max_event_bytes: int,
     codec: EventCodec | None = None,
     start_offset: int = 0,
+    pairs: Sequence[tuple[LogRecord, Event]] | None = None,
 ) -> ContextInputs | None:
     """The inputs of the context right after the event at offset ``point`` of the
     conversation's partition (or right before a message, :class:`BeforeMessage`); None if the
     conversation had no event by then. Raises :class:`UnknownMessageError`."""
     codec = codec or default_codec()
-    pairs = [pair async for pair in conversation_events(log, key, codec=codec, start_offset=start_offset)]
+    if pairs is None:
+        pairs = [pair async for pair in conversation_events(log, key, codec=codec, start_offset=start_offset)]
     as_of = as_of_offset(pairs, point)
     before = [record for record, _ in pairs if record.offset <= as_of]
     if not before:

@@ -21,13 +21,15 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from events.errors import ConvlogError, EventTooLargeError, InvalidEventError
 from events.keys import ConversationKey, partition_for_key
-from events.log import EventLog
+from events.log import EventLog, LogRecord
+from events.model import Event
 from events.producer import Appended, ConversationProducer
-from events.reading import conversation_events
 from projectors.window import WindowPolicy
 from query_api.as_of import BeforeMessage, UnknownMessageError
 from query_api.context import NeedOlderMessagesError, assemble
 from query_api.events_json import events_json
+from query_api.idempotency import IdempotencyKeyReusedError, IdempotentAppends
+from query_api.log_reads import conversation_records, log_holds
 from query_api.metrics import Metrics
 from query_api.model import Context, ContextBudgetExceededError, ContextRequest, ModelSpec
 from query_api.models import model_spec
@@ -164,12 +166,19 @@ def create_app(deps: ApiDeps) -> FastAPI:  # noqa: PLR0915 - one place that list
     def key_of(authorization: str | None, user_id: str, conversation_id: str) -> ConversationKey:
         return ConversationKey(tenant(authorization), user_id, conversation_id)
 
-    async def known(key: ConversationKey) -> int:
-        """The conversation's first log offset; 404 when it is unknown (or another tenant's)."""
-        first = await (await deps.reads()).first_offset(key)
-        if first is None:
+    async def held_by_log(key: ConversationKey) -> None:
+        """404 unless the log holds the conversation (the read models may lag behind it)."""
+        if not await log_holds(deps.log, await deps.reads(), key):
             raise ApiError(404, "not_found", "no such conversation")
-        return first
+
+    async def logged_events(key: ConversationKey) -> list[tuple[LogRecord, Event]]:
+        """The conversation's events, read from the log through the event index; 404 for none."""
+        pairs = await conversation_records(deps.log, await deps.reads(), key)
+        if not pairs:
+            raise ApiError(404, "not_found", "no such conversation")
+        return pairs
+
+    idempotent = IdempotentAppends(deps.producer, deps.log, deps.reads)
 
     def accepted(appended: Appended) -> JSONResponse:
         return JSONResponse(
@@ -200,19 +209,24 @@ def create_app(deps: ApiDeps) -> FastAPI:  # noqa: PLR0915 - one place that list
         idempotency_key: Annotated[str | None, Header()] = None,
     ) -> JSONResponse:
         key = key_of(authorization, user_id, conversation_id)
-        appended = await deps.producer.append_message(key, message, event_id=idempotency_key or None)
-        return accepted(appended)
+        if not idempotency_key:
+            return accepted(await deps.producer.append_message(key, message))
+        try:
+            return accepted(await idempotent.append_message(key, message, event_id=idempotency_key))
+        except IdempotencyKeyReusedError as e:
+            raise ApiError(409, e.code, str(e), event_id=e.first.event_id, partition=e.first.partition,
+                           offset=e.first.offset) from e  # fmt: skip
 
     @app.post(PREFIX + "/{conversation_id}/clear", status_code=202)
     async def clear(user_id: str, conversation_id: str, authorization: AuthHeader = None) -> JSONResponse:
         key = key_of(authorization, user_id, conversation_id)
-        await known(key)
+        await held_by_log(key)
         return accepted(await deps.producer.clear(key))
 
     @app.delete(PREFIX + "/{conversation_id}", status_code=202)
     async def erase(user_id: str, conversation_id: str, authorization: AuthHeader = None) -> JSONResponse:
         key = key_of(authorization, user_id, conversation_id)
-        await known(key)
+        await held_by_log(key)
         return accepted(await deps.producer.erase(key, reason="erased through the API"))
 
     @app.get(PREFIX + "/{conversation_id}/context")
@@ -240,11 +254,12 @@ def create_app(deps: ApiDeps) -> FastAPI:  # noqa: PLR0915 - one place that list
         if as_of is not None and before_message is not None:
             raise ApiError(422, "invalid_request", "give as_of or before_message, not both", field="before_message")
         if as_of is not None or before_message is not None:  # rebuilt from the log, exactly as served then
-            first = await known(key)
+            pairs = await logged_events(key)
             point = as_of if as_of is not None else BeforeMessage(before_message or "")
             try:
                 served = await context_as_of(deps.log, key, point, request=request, spec=spec, policy=deps.policy,
-                                             max_event_bytes=deps.max_event_bytes, start_offset=first)  # fmt: skip
+                                             max_event_bytes=deps.max_event_bytes, start_offset=pairs[0][0].offset,
+                                             pairs=pairs)  # fmt: skip
             except UnknownMessageError as e:
                 raise ApiError(404, e.code, str(e), field="before_message") from e
             if served is None:
@@ -285,9 +300,7 @@ def create_app(deps: ApiDeps) -> FastAPI:  # noqa: PLR0915 - one place that list
     @app.get(PREFIX + "/{conversation_id}/events")
     async def raw_events(user_id: str, conversation_id: str, authorization: AuthHeader = None) -> dict[str, Any]:
         key = key_of(authorization, user_id, conversation_id)
-        first = await known(key)
-        pairs = [pair async for pair in conversation_events(deps.log, key, start_offset=first)]
-        return {"events": events_json(pairs)}
+        return {"events": events_json(await logged_events(key))}
 
     @app.get(PREFIX)
     async def conversations(

@@ -15,7 +15,7 @@ import functools
 import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, LiteralString
 
@@ -29,7 +29,7 @@ from projectors.read_sql import WINDOW_AND_CURRENT_SUMMARY
 from projectors.tokens import ENCODINGS, get_encoding
 from query_api.model import StoredMessage, StoredSummary
 
-__all__ = ["MAX_CURSOR_CHARS", "MAX_PAGE", "ContextInputs", "ConversationListItem", "ReadModels",
+__all__ = ["MAX_CURSOR_CHARS", "MAX_PAGE", "ContextInputs", "ConversationListItem", "LoggedAt", "ReadModels",
            "decode_cursor", "encode_cursor"]  # fmt: skip
 
 MAX_PAGE = 1000
@@ -113,6 +113,17 @@ SELECT * FROM (
 ) page ORDER BY last_activity_at DESC NULLS LAST, conversation_id LIMIT %(n)s"""
 _FAR_FUTURE = datetime.fromisoformat("9999-12-31T00:00:00+00:00")  # the first page's "ts"
 
+# Where a conversation's records are in the log (projectors/event_index.py), in one statement:
+# one snapshot, so every record below the position it reports is in the index.
+_LOGGED_AT = """
+SELECT (SELECT next_offset FROM {s}.positions WHERE partition = %(p)s),
+       (SELECT from_offset FROM {s}.event_index_from WHERE partition = %(p)s),
+       (SELECT first_offset FROM {s}.conversations WHERE conversation_key = %(k)s),
+       ARRAY(SELECT "offset" FROM {s}.event_index WHERE conversation_key = %(k)s AND partition = %(p)s
+             AND (%(e)s::text IS NULL OR event_id = %(e)s) ORDER BY "offset")"""
+# A version older than the index knows a message's coordinates from its transcript row only.
+_MESSAGE_EVENT_AT = 'SELECT "offset" FROM {s}.transcript WHERE conversation_key = %s AND event_id = %s ORDER BY seq'
+
 
 @dataclass(frozen=True, slots=True)
 class ContextInputs:
@@ -129,6 +140,22 @@ class ContextInputs:
     last_offset: int  # the log position the read models reflect for this conversation
     complete: bool = True  # messages reach back to the start (False: only the newest were read)
     usable_turns: int | None = None  # with complete=False: the turns from the start a context may use
+
+
+@dataclass(frozen=True, slots=True)
+class LoggedAt:
+    """Where a conversation's records are in the log, as the read models know it."""
+
+    partition: int
+    offsets: tuple[int, ...]  # of its records below ``projected``, ascending (the event index)
+    projected: int  # the projection's next offset on the partition: records from here on are not indexed yet
+    first_offset: int | None  # of its first event, once projected
+    index_from: int = 0  # the index starts here on the partition (a version made before it existed)
+
+    @property
+    def indexed(self) -> bool:
+        """Every projected record of the conversation is in ``offsets`` (else scan from its first)."""
+        return self.first_offset is None or self.first_offset >= self.index_from
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,6 +305,30 @@ class ReadModels:
                 q = self._q("SELECT first_offset FROM {s}.conversations WHERE conversation_key = %s")
                 row = await (await conn.execute(q, [str(key)])).fetchone()
         return None if row is None else int(row[0])
+
+    async def logged_at(self, key: ConversationKey, partition: int, *, event_id: str | None = None) -> LoggedAt:
+        """The log offsets of the conversation's projected records on ``partition`` (with
+        ``event_id``, only of those that carried it), and the projection's position there."""
+        params = {"k": str(key), "p": partition, "e": event_id}
+        with _pg_errors(f"look up where {key} is in the log"):
+            try:
+                async with self._pool.connection() as conn:
+                    row = await (await conn.execute(self._q(_LOGGED_AT), params)).fetchone()
+                    assert row is not None  # scalar subqueries: always one row
+                    at = LoggedAt(partition, tuple(row[3]), row[0] or 0, row[2], row[1] or 0)
+                    if event_id is not None and not at.offsets and not at.indexed:
+                        cur = await conn.execute(self._q(_MESSAGE_EVENT_AT), [str(key), event_id])
+                        found = await cur.fetchone()  # the transcript row of the message still knows
+                        at = replace(at, offsets=(found[0],) if found else ())
+            except psycopg.errors.UndefinedTable:
+                return await self._logged_at_without_index(key, partition)
+        return at
+
+    async def _logged_at_without_index(self, key: ConversationKey, partition: int) -> LoggedAt:
+        """A version older than the index that no projector has opened since: no offsets, scan."""
+        first = await self.first_offset(key)
+        position = await self.projection_position(partition)
+        return LoggedAt(partition, (), position, first, index_from=position if first is not None else 0)
 
     async def projection_position(self, partition: int) -> int:
         """The next offset the projection will apply on ``partition`` (0 before the first)."""

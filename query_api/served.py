@@ -7,11 +7,12 @@ context for the same request.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from events.keys import ConversationKey
-from events.log import EventLog
+from events.log import EventLog, LogRecord
+from events.model import Event
 from projectors.tokens import get_encoding
 from projectors.window import WindowPolicy
 from query_api.as_of import BeforeMessage, context_inputs_as_of
@@ -43,11 +44,14 @@ async def context_as_of(
     policy: WindowPolicy,
     max_event_bytes: int,
     start_offset: int,
+    pairs: Sequence[tuple[LogRecord, Event]] | None = None,
 ) -> tuple[Context, ContextInputs] | None:
     """The context served right after the event at offset ``point`` (or right before a message),
-    rebuilt from the log; None if the conversation had no event by then."""
+    rebuilt from the log; None if the conversation had no event by then. ``pairs``: the
+    conversation's events already read (else its partition is scanned from ``start_offset``)."""
     inputs = await context_inputs_as_of(log, key, point, encoding=spec.encoding, policy=policy,
-                                        max_event_bytes=max_event_bytes, start_offset=start_offset)  # fmt: skip
+                                        max_event_bytes=max_event_bytes, start_offset=start_offset,
+                                        pairs=pairs)  # fmt: skip
     if inputs is None:
         return None
     ctx = assemble(system=inputs.system, summary=inputs.summary, messages=inputs.messages, request=request,

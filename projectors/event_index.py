@@ -1,0 +1,60 @@
+"""The event index: every record's coordinates per conversation, written with the rows.
+
+Audit reads (``/events``, ``as_of``) fetch a conversation's records from the log by these
+coordinates instead of scanning its partition, and a repeated Idempotency-Key finds the first
+record that carried it. A record is indexed once, in the transaction of the batch that first
+reads it, whatever the fold made of it — so the index holds exactly the records the projection
+has passed, and a reader scans only what lies beyond the projection's position.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from importlib import resources
+from typing import Any
+
+from psycopg import AsyncConnection, AsyncCursor, sql
+
+from projectors.fold import Decoded
+
+_DDL = resources.files("projectors").joinpath("sql/event_index.sql")
+INDEX_COLUMNS = ("conversation_key", "event_id", "partition", "offset")
+
+
+async def ensure_event_index(conn: AsyncConnection[Any], schema: str) -> None:
+    """Create the index tables of ``schema`` if it lacks them. In a version that already
+    projected records (one made before the index existed) the index starts at its positions:
+    readers fall back to scanning for conversations that began before that."""
+    async with conn.transaction(), conn.cursor() as cur:
+        await cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [f"convlog.event_index.{schema}"])
+        await cur.execute("SELECT to_regclass(%s) IS NOT NULL", [f'"{schema}".event_index'])
+        row = await cur.fetchone()
+        if row is not None and row[0]:
+            return
+        s = sql.Identifier(schema)
+        await cur.execute(sql.SQL(_DDL.read_text(encoding="utf-8")).format(schema=s))
+        await cur.execute(
+            sql.SQL(
+                "INSERT INTO {s}.event_index_from (partition, from_offset) "
+                "SELECT partition, next_offset FROM {s}.positions WHERE next_offset > 0"
+            ).format(s=s)
+        )
+
+
+def index_rows(decoded: Sequence[Decoded]) -> list[tuple[str, str, int, int]]:
+    """One row per record with a readable conversation key (no reader can ask for the others)."""
+    return [
+        (d.key, d.event.event_id if d.event is not None else "", d.record.partition, d.record.offset)
+        for d in decoded
+        if d.key is not None
+    ]
+
+
+async def write_event_index(cur: AsyncCursor[Any], schema: str, decoded: Sequence[Decoded]) -> None:
+    rows = index_rows(decoded)
+    if not rows:
+        return
+    statement = sql.SQL('COPY {s}.event_index (conversation_key, event_id, partition, "offset") FROM STDIN')
+    async with cur.copy(statement.format(s=sql.Identifier(schema))) as copy:
+        for row in rows:
+            await copy.write_row(row)

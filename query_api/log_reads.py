@@ -1,0 +1,109 @@
+"""One conversation read back from the log at the cost of the conversation, not of its partition.
+
+The event index (projectors/event_index.py) holds the coordinates of every record the
+projection has passed; those records are fetched from the log by offset, in coalesced ranges,
+and only what lies beyond the projection's position is scanned. The log stays the source of
+truth: the records are the log's own bytes, decoded here, so folding them gives what folding a
+scan of the partition gives (erasure and redaction are applied by the readers, as before).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from events.codec import EventCodec, default_codec
+from events.errors import DecodeError, LogUnavailableError
+from events.keys import ConversationKey, partition_for_key
+from events.log import EventLog, LogRecord
+from events.model import Event
+from events.reading import conversation_events
+from query_api.reads import LoggedAt, ReadModels
+
+# Records of other conversations read through rather than given a fetch of their own: a fetch
+# returns a whole batch from the broker anyway, so a short detour costs less than a round trip.
+MAX_GAP = 32
+_READ_BATCH = 1000
+_EMPTY_READS = 10  # a record the index names exists: this many empty polls in a row is an outage
+
+
+def coalesce(offsets: Sequence[int], *, max_gap: int = MAX_GAP) -> list[tuple[int, int]]:
+    """Ascending offsets as inclusive ranges, joining neighbours at most ``max_gap`` apart."""
+    ranges: list[tuple[int, int]] = []
+    for offset in offsets:
+        if ranges and offset - ranges[-1][1] <= max_gap + 1:
+            ranges[-1] = (ranges[-1][0], offset)
+        else:
+            ranges.append((offset, offset))
+    return ranges
+
+
+async def read_range(log: EventLog, partition: int, first: int, last: int) -> list[LogRecord]:
+    """The records of ``partition`` at offsets ``first``..``last``; a record at ``last`` or after
+    it must exist (offsets need not be dense, so the range ends where a record passes it)."""
+    out: list[LogRecord] = []
+    position, empty = first, 0
+    while position <= last:
+        records = await log.read({partition: position}, max_records=min(last - position + 1, _READ_BATCH))
+        if not records:
+            empty += 1
+            if empty >= _EMPTY_READS:
+                raise LogUnavailableError(f"partition {partition} returned nothing at offset {position}")
+            continue
+        empty = 0
+        out.extend(r for r in records if r.offset <= last)
+        position = records[-1].offset + 1
+    return out
+
+
+async def read_offsets(
+    log: EventLog, partition: int, offsets: Sequence[int], *, max_gap: int = MAX_GAP
+) -> list[LogRecord]:
+    """The records at exactly ``offsets`` (ascending, all existing) of ``partition``."""
+    wanted = set(offsets)
+    out: list[LogRecord] = []
+    for first, last in coalesce(offsets, max_gap=max_gap):
+        out.extend(r for r in await read_range(log, partition, first, last) if r.offset in wanted)
+    return out
+
+
+async def conversation_records(
+    log: EventLog, reads: ReadModels, key: ConversationKey, *, codec: EventCodec | None = None
+) -> list[tuple[LogRecord, Event]]:
+    """Every event of the conversation in the log, in log order (empty: the log has none)."""
+    codec = codec or default_codec()
+    partition = partition_for_key(key.encode(), log.partition_count)
+    at = await reads.logged_at(key, partition)
+    if not at.indexed:  # a version older than the index: scan, from the conversation's first event
+        start = at.first_offset or 0
+        return [pair async for pair in conversation_events(log, key, start_offset=start, codec=codec)]
+    return [*await indexed_events(log, key, at, codec=codec), *await _tail(log, key, at, codec)]
+
+
+async def indexed_events(
+    log: EventLog, key: ConversationKey, at: LoggedAt, *, codec: EventCodec
+) -> list[tuple[LogRecord, Event]]:
+    """The events at ``at.offsets``; only records with the conversation's own key bytes count,
+    exactly as a scan of the partition would match them."""
+    raw = key.encode()
+    records = await read_offsets(log, at.partition, at.offsets)
+    return [(r, codec.decode(r.value)) for r in records if r.key == raw]
+
+
+async def _tail(log: EventLog, key: ConversationKey, at: LoggedAt, codec: EventCodec) -> list[tuple[LogRecord, Event]]:
+    return [pair async for pair in conversation_events(log, key, start_offset=at.projected, codec=codec)]
+
+
+async def log_holds(log: EventLog, reads: ReadModels, key: ConversationKey) -> bool:
+    """Whether the log holds any record of the conversation — decided from the log where the
+    read models have not caught up: never refuses a conversation that exists, and (the key
+    names the tenant) never finds another tenant's."""
+    partition = partition_for_key(key.encode(), log.partition_count)
+    at = await reads.logged_at(key, partition)
+    if at.first_offset is not None or at.offsets:
+        return True
+    try:
+        async for _ in conversation_events(log, key, start_offset=at.projected):
+            return True
+    except DecodeError:  # a record of the conversation that cannot be decoded is still its record
+        return True
+    return False
