@@ -8,6 +8,7 @@ when that fails (a fresh machine fetches them from Maven Central once).
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -39,6 +40,13 @@ def _inputs_hash() -> str:
 def build_classpath() -> str:
     """The example's run classpath (its classes, then its dependencies), building it if needed."""
     target = EXAMPLE / "target"
+    target.mkdir(exist_ok=True)
+    with (target / ".build.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # test runs side by side share one target/
+        return _build(target)
+
+
+def _build(target: Path) -> str:
     stamp, deps = target / "convlog-build.sha256", target / "classpath.txt"
     wanted = _inputs_hash()
     if not (stamp.is_file() and stamp.read_text() == wanted and deps.is_file() and _jars_present(deps)):

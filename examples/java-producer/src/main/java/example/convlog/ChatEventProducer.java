@@ -244,7 +244,8 @@ public final class ChatEventProducer {
     private static Schema loadBundledSchema() throws IOException {
         try (InputStream in = ChatEventProducer.class.getResourceAsStream(SCHEMA_RESOURCE)) {
             if (in == null) {
-                throw new IOException(SCHEMA_RESOURCE + " is not on the classpath");
+                throw new IOException(SCHEMA_RESOURCE + " is not on the classpath: outside the convlog repository, "
+                        + "copy schemas/event.v3.avsc into src/main/resources/convlog/");
             }
             return new Schema.Parser().parse(in);
         }
