@@ -21,11 +21,13 @@ from typing import Any
 import structlog
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError, MessageSizeTooLargeError, RecordTooLargeError
 
 from events.errors import ConfigurationError, LogClosedError, LogError, LogUnavailableError
 from events.keys import partition_for_key
 from events.log import Coordinates, LogRecord
+from events.topic_settings import CHECKED_SETTINGS, new_topic_configs, topic_risks
 
 log = structlog.get_logger(__name__)
 
@@ -260,7 +262,11 @@ def to_log_record(m: Any) -> LogRecord:
 async def _ensure_topic(
     bootstrap: str, topic: str, partitions: int, replication_factor: int | None, client_id: str
 ) -> int:
-    """Create ``topic`` unless it exists; return its actual partition count."""
+    """Create ``topic`` unless it exists; return its actual partition count.
+
+    An existing topic keeps its settings; those that would lose events (finite retention,
+    compaction, a single in-sync replica among several) are logged as warnings at start.
+    """
     if partitions < 1:
         raise ConfigurationError(f"partitions must be >= 1, got {partitions}")
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id=f"{client_id}-admin")
@@ -269,11 +275,7 @@ async def _ensure_topic(
         if topic not in await admin.list_topics():
             brokers = len((await admin.describe_cluster()).get("brokers") or ()) or 1
             replicas = replication_factor or min(3, brokers)
-            configs = {
-                "retention.ms": "-1",
-                "retention.bytes": "-1",
-                "min.insync.replicas": str(min(2, replicas)),
-            }
+            configs = new_topic_configs(replicas)
             response = await admin.create_topics(
                 [
                     NewTopic(
@@ -292,8 +294,44 @@ async def _ensure_topic(
             described = await admin.describe_topics([topic])
             found = described[0].get("partitions") if described else None
             if found and described[0].get("error_code", 0) == 0:
+                replica_count = len(found[0].get("replicas") or ())
+                await _warn_if_settings_lose_events(admin, bootstrap, topic, replicas=replica_count)
                 return len(found)
             await asyncio.sleep(0.1)
         raise LogUnavailableError(f"topic {topic} was not visible in metadata after creation")
     finally:
         await admin.close()
+
+
+async def _warn_if_settings_lose_events(
+    admin: AIOKafkaAdminClient, bootstrap: str, topic: str, *, replicas: int
+) -> None:
+    """One structured warning per setting of ``topic`` that can lose events (see
+    :mod:`events.topic_settings`). A broker that refuses to describe the topic (e.g. no
+    DescribeConfigs permission) does not stop convlog: that is logged instead."""
+    wanted = ConfigResource(ConfigResourceType.TOPIC, topic, configs=dict.fromkeys(CHECKED_SETTINGS))
+    try:
+        [response] = await admin.describe_configs([wanted])
+        [resource] = response.to_object()["resources"]
+    except (KafkaError, ValueError, KeyError) as e:
+        log.warning("kafka_log.topic_settings_unchecked", topic=topic, error=repr(e))
+        return
+    if resource.get("error_code", 0) != 0:
+        log.warning(
+            "kafka_log.topic_settings_unchecked",
+            topic=topic,
+            error=f"error {resource['error_code']} {resource.get('error_message')}",
+        )
+        return
+    entries = resource["config_entries"]
+    configs = {e["config_names"]: e["config_value"] for e in entries if e["config_value"] is not None}
+    for risk in topic_risks(configs, replicas=replicas):
+        log.warning(
+            "kafka_log.topic_setting_loses_events",
+            topic=topic,
+            setting=risk.setting,
+            value=risk.value,
+            risk=risk.risk,
+            fix=f"kafka-configs.sh --bootstrap-server {bootstrap} --alter --entity-type topics "
+            f"--entity-name {topic} --add-config {risk.setting}={risk.safe_value}",
+        )

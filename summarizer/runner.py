@@ -36,7 +36,7 @@ from events.errors import ConvlogError
 from events.keys import ConversationKey
 from events.log import LogRecord
 from events.model import MessageAppended, MessageRedacted, SummaryRecorded
-from events.producer import EVENT_TYPE_HEADER, Appended, ConversationProducer
+from events.producer import Appended, ConversationProducer
 from projectors.pg import retrying
 from projectors.sources import RecordSource
 from summarizer.metrics import SummarizerMetrics
@@ -46,8 +46,6 @@ from summarizer.store import SummaryStore
 
 log = structlog.get_logger(__name__)
 
-_MESSAGE_APPENDED = MessageAppended.__name__.encode()
-_MESSAGE_REDACTED = MessageRedacted.__name__.encode()
 NOTHING_TO_KEEP = "(The earlier turns held nothing to keep.)"
 
 
@@ -176,10 +174,12 @@ class Summarizer:
     def _completed_turn(self, record: LogRecord) -> ConversationKey | None:
         """The conversation whose turn this record completes — an assistant message that waits
         for no tool results — or whose summary a redaction may have withdrawn (it is redone at
-        once). Records that do not decode are the projection's business."""
-        event_type = next((v for k, v in record.headers if k == EVENT_TYPE_HEADER), None)
-        if event_type is not None and event_type not in {_MESSAGE_APPENDED, _MESSAGE_REDACTED}:
-            return None
+        once). Records that do not decode are the projection's business.
+
+        The body decides, never the ``convlog.event_type`` header: a foreign producer may send
+        another value there (Avro's full name, ...), and trusting it skipped that producer's
+        turns — no summary, silently. Skipping on the header saved little: nearly every record
+        is a message, which has to be decoded anyway."""
         try:
             event = self._codec.decode(record.value)
         except ConvlogError:

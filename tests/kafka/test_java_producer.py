@@ -1,0 +1,123 @@
+"""The Java example producer (examples/java-producer: kafka-clients + Avro, no convlog code),
+built with Maven and run against the local Kafka, while ``convlog serve``'s service runs on the
+same topic: its events are projected and served through the HTTP API exactly as sent."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import pytest
+
+from convlog.serve import Service, running_service
+from convlog.settings import Settings
+from events.keys import ConversationKey, partition_for_key
+from query_api.http import create_app
+from query_api.rules import violations
+from tests.java_example import build_classpath, run_example
+from tests.producer_doc import SCHEMAS, fingerprint_rows
+from tests.projection_support import temporary_database
+from tests.support import services_required, unique_topic
+
+pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
+
+PARTITIONS = 12
+AUTH = {"Authorization": "Bearer token-java"}
+# A colon and a backslash in the ids: the key escapes them, the envelope carries them as they are.
+KEY = ConversationKey("acme", "employee:42", "oa\\overtime")
+QUESTION = "How do I file an overtime request in the OA system?"
+TOOL_RESULT = '{"hits": 3, "top": "OA > Attendance > Overtime"}'
+ANSWER = "Open OA, then Attendance > Overtime, and submit the form."
+
+
+@pytest.fixture(scope="module")
+def classpath() -> str:
+    if shutil.which("mvn") is None:
+        if services_required():
+            pytest.fail("CONVLOG_REQUIRE_SERVICES=1 but Maven (mvn) is not on PATH: it builds examples/java-producer")
+        pytest.skip("no Maven: it builds examples/java-producer")
+    return build_classpath()
+
+
+@pytest.fixture
+async def service(kafka_bootstrap: str, pg_admin_url: str, tmp_path: Path) -> AsyncIterator[tuple[Service, Settings]]:
+    """convlog's service on a topic of its own, which it creates (before any producer runs)."""
+    async with temporary_database(pg_admin_url) as url:
+        settings = Settings(kafka_bootstrap=kafka_bootstrap, topic=unique_topic("java"), partitions=PARTITIONS,
+                            database_url=url, data_dir=tmp_path)  # fmt: skip
+        env = {"CONVLOG_API_TOKENS": "acme:token-java", "CONVLOG_SUMMARIZER": "off"}
+        async with running_service(settings, env) as svc:
+            yield svc, settings
+
+
+def test_the_java_notation_of_every_fingerprint_is_the_byte_reversed_wire_form(classpath: str) -> None:
+    printed = run_example(classpath, "--print-fingerprints", *(str(p) for p in SCHEMAS.values()))
+    assert [(p["wire_hex"], p["java_long_hex"]) for p in printed] == [
+        (row.wire, row.java) for row in fingerprint_rows()
+    ]
+
+
+async def test_a_java_producer_that_follows_the_contract_is_served_exactly(
+    classpath: str, service: tuple[Service, Settings]
+) -> None:
+    svc, settings = service
+    assert settings.kafka_bootstrap is not None
+    sent = await asyncio.to_thread(
+        run_example, classpath, "--bootstrap", settings.kafka_bootstrap, "--topic", settings.topic,
+        "--tenant", KEY.tenant_id, "--user", KEY.user_id, "--conversation", KEY.conversation_id,
+    )  # fmt: skip
+    assert [e["type"] for e in sent] == ["ConversationStarted", *["MessageAppended"] * 4]
+    # The key escaped as convlog escapes it, and the Java client's default partitioner put every
+    # event on the partition convlog computes: one conversation, one partition, in order.
+    assert {e["key"] for e in sent} == {str(KEY)} == {"acme:employee\\:42:oa\\\\overtime"}
+    assert {e["partition"] for e in sent} == {partition_for_key(KEY.encode(), PARTITIONS)}
+    offsets = [e["offset"] for e in sent]
+    assert offsets == sorted(offsets)
+
+    transport = httpx.ASGITransport(app=create_app(svc.deps))
+    base = f"/v1/users/{quote(KEY.user_id, safe='')}/conversations"
+    path = f"{base}/{quote(KEY.conversation_id, safe='')}"
+    async with httpx.AsyncClient(transport=transport, base_url="http://convlog", headers=AUTH) as client:
+        context = await get(client, f"{path}/context", model="gpt-4o", budget_tokens=4000, min_offset=offsets[-1])
+        assert context["messages"] == [
+            {"role": "user", "content": QUESTION},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "call_1", "type": "function",
+                 "function": {"name": "search_kb", "arguments": '{"q": "overtime request"}'}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": TOOL_RESULT},
+            {"role": "assistant", "content": ANSWER},
+        ]  # fmt: skip
+        assert violations(context["messages"]) == []
+        assert context["degraded"] is False  # nothing was dead-lettered
+        assert context["position"]["offset"] == offsets[-1]
+
+        events = (await get(client, f"{path}/events"))["events"]
+        assert [(e["event_id"], e["offset"]) for e in events] == [(e["event_id"], e["offset"]) for e in sent]
+        assert {e["producer"] for e in events} == {"java-example"}
+
+        transcript = (await get(client, f"{path}/messages"))["messages"]
+        assert [m["message_id"] for m in transcript] == [e["event_id"] for e in sent[1:]]  # message id = event id
+        answer = transcript[-1]
+        assert (answer["model"], answer["finish_reason"]) == ("gpt-4o", "stop")
+        assert answer["usage"] == {"prompt_tokens": 160, "completion_tokens": 24, "cached_tokens": 64}
+        assert answer["metadata"] == {"client": "java-example"}
+        assert transcript[1]["usage"] == {"prompt_tokens": 120, "completion_tokens": 18}  # a null count is left out
+        assert transcript[1]["reasoning_content"] == "The knowledge base has the procedure."
+
+        [listed] = (await get(client, base))["conversations"]
+        assert (listed["conversation_id"], listed["title"]) == (KEY.conversation_id, "Overtime request")
+
+    async with svc.pool.connection() as conn:
+        cur = await conn.execute("SELECT count(*) FROM convlog_read_models_v1.dead_letters")
+        assert await cur.fetchone() == (0,)
+
+
+async def get(client: httpx.AsyncClient, path: str, **params: Any) -> Any:
+    response = await client.get(path, params=params)
+    assert response.status_code == 200, response.text
+    return response.json()
