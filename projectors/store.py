@@ -3,6 +3,11 @@
 One transaction per batch: lock and check the positions (a consumer that lost its partitions
 finds another value and writes nothing), prefetch what the fold needs, fold, write rows with
 COPY, and move the positions. A crash anywhere leaves either the whole batch or none of it.
+
+When Postgres refuses the data of a row (:class:`~projectors.errors.RecordRefusedError`) the
+batch is written again in a new transaction, the record behind the refused row found by
+bisection (:mod:`projectors.isolation`), dead-lettered and its conversation parked, and the
+rest of the batch goes on. A batch Postgres accepts is written once, as before.
 """
 
 from __future__ import annotations
@@ -11,14 +16,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, LiteralString
 
+import psycopg
+import structlog
 from psycopg import AsyncConnection, AsyncCursor, sql
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from events.codec import EventCodec
 from events.log import LogRecord
-from projectors.errors import PositionConflictError, ProjectionError
+from projectors.errors import PositionConflictError, ProjectionError, RecordRefusedError
 from projectors.fold import BatchInputs, BatchOutcome, Decoded, decode_batch, fold_batch, lookups
+from projectors.isolation import as_refused, first_refused
+from projectors.pg import convert_pg_error
 from projectors.read_sql import SUMMARY_COVERED_SEQ
 from projectors.rows import (
     CONVERSATION_COLUMNS,
@@ -39,6 +48,11 @@ from projectors.state import ConversationState
 from projectors.window import WindowPolicy
 
 Cursor = AsyncCursor[Any]
+log = structlog.get_logger(__name__)
+
+# The error code of a dead letter for a part of the log that cannot be read at all (a record
+# batch the Kafka client cannot decompress or whose checksum fails): no record, no conversation.
+UNREADABLE_BATCH = "unreadable_batch"
 
 # A dead letter's columns up to its error; record_row() gives the record's part of them.
 _DEAD_LETTER_INSERT: LiteralString = (
@@ -111,15 +125,13 @@ class ProjectionStore:
         new_positions: dict[int, int] = {}
         for r in records:
             new_positions[r.partition] = r.offset + 1
-        async with (
-            self._pool.connection() as conn,
-            conn.transaction(),
-            conn.cursor(row_factory=dict_row) as cur,
-        ):
-            await self._check_positions(cur, {p: expected[p] for p in new_positions})
-            outcome = await self._fold(cur, decoded, parked_override=None)
-            await self._write(cur, outcome)
-            await self._move_positions(cur, {p: expected[p] for p in new_positions}, new_positions)
+        try:
+            outcome = await self._apply_decoded(decoded, expected, new_positions, refused=None)
+        except psycopg.Error as e:
+            refused = convert_pg_error(e, action="applying a batch")
+            if not isinstance(refused, RecordRefusedError):
+                raise  # availability or a broken schema: the caller's retrying() decides
+            outcome = await self._apply_decoded(decoded, expected, new_positions, refused=refused)
         return BatchReport(
             positions=new_positions,
             applied=len(outcome.applied_event_ids),
@@ -127,6 +139,79 @@ class ProjectionStore:
             dead_lettered=len(outcome.poisoned),
             held=len(outcome.held),
         )
+
+    async def _apply_decoded(
+        self, decoded: Sequence[Decoded], expected: Mapping[int, int], new_positions: Mapping[int, int], *,
+        refused: RecordRefusedError | None,
+    ) -> BatchOutcome:  # fmt: skip
+        """One transaction: check the positions, fold, write, move the positions. ``refused``:
+        Postgres refused this batch in an earlier transaction; find the records it refuses."""
+        moved = {p: expected[p] for p in new_positions}
+        async with (
+            self._pool.connection() as conn,
+            conn.transaction(),
+            conn.cursor(row_factory=dict_row) as cur,
+        ):
+            await self._check_positions(cur, moved)
+            if refused is None:
+                outcome = await self._fold(cur, decoded, parked_override=None)
+                await self._write(cur, outcome)
+            else:
+                outcome = await self._write_isolating(cur, decoded, parked_override=None, refused=refused)
+            await self._move_positions(cur, moved, new_positions)
+        return outcome
+
+    async def _write_isolating(
+        self, cur: Cursor, decoded: Sequence[Decoded], *, parked_override: str | None,
+        refused: RecordRefusedError | None,
+    ) -> BatchOutcome:  # fmt: skip
+        """Fold and write ``decoded``, each record whose rows Postgres refuses turned into
+        poison (dead letter, conversation parked, its later records held), one at a time.
+        ``refused``: the refusal of the whole of ``decoded``, known already. With ``fail_fast``
+        the first such record raises :class:`~projectors.fold.PoisonRecordError` (naming it)
+        unless an operator skipped it before. Raises the refusal itself when it is not one
+        record's: the search ended on a dead letter or a held record."""
+        # Deferred constraints are checked per statement here, so a savepoint sees their refusal.
+        await cur.execute("SET CONSTRAINTS ALL IMMEDIATE")
+        batch = list(decoded)
+        isolated: set[int] = set()
+        while True:
+            if refused is None:
+                outcome, refused = await self._try_write(cur, batch, parked_override, keep=True)
+                if outcome is not None:
+                    return outcome
+            assert refused is not None
+
+            async def try_prefix(prefix: Sequence[Decoded]) -> RecordRefusedError | None:
+                return (await self._try_write(cur, prefix, parked_override, keep=False))[1]
+
+            index, refused = await first_refused(batch, try_prefix, refused)
+            d = batch[index]
+            if index in isolated or d.event is None:
+                raise refused
+            isolated.add(index)
+            batch[index] = as_refused(d, refused)
+            log.warning("store.record_refused", schema=self.schema, partition=d.record.partition,
+                        offset=d.record.offset, conversation=d.key, reason=refused.reason)  # fmt: skip
+            refused = None
+
+    async def _try_write(
+        self, cur: Cursor, decoded: Sequence[Decoded], parked_override: str | None, *, keep: bool
+    ) -> tuple[BatchOutcome | None, RecordRefusedError | None]:
+        """Fold and write ``decoded`` in a savepoint; rolled back unless ``keep``. The outcome,
+        or Postgres' refusal of the data (any other error is raised)."""
+        try:
+            async with cur.connection.transaction():
+                outcome = await self._fold(cur, decoded, parked_override=parked_override)
+                await self._write(cur, outcome)
+                if not keep:
+                    raise psycopg.Rollback()
+        except psycopg.Error as e:
+            error = convert_pg_error(e, action="applying a record")
+            if isinstance(error, RecordRefusedError):
+                return None, error
+            raise
+        return outcome, None
 
     async def _check_positions(self, cur: Cursor, expected: Mapping[int, int]) -> None:
         await cur.execute(
@@ -309,7 +394,8 @@ class ProjectionStore:
                     "ON CONFLICT (partition, \"offset\") DO UPDATE SET status = 'parked', error = excluded.error, "
                     "error_code = excluded.error_code, resolved_at = NULL, resolution = NULL RETURNING id"
                 ),
-                (*row, poison.error_code, poison.error),
+                # An error text quoting a record's NUL must not get the dead letter itself refused.
+                (*row, poison.error_code, poison.error.replace("\x00", "\\x00")),
             )
             fetched = await cur.fetchone()
             if poison.conversation_key is not None and fetched is not None:
@@ -333,8 +419,11 @@ class ProjectionStore:
 
     async def resolve(self, dead_letter_id: int, *, skip_reason: str | None = None) -> BatchReport:
         """Release a parked record (apply it, then the records held behind it, in order) or skip
-        it with a recorded reason (then apply the held records). If it still cannot be applied,
-        nothing changes and a :class:`ProjectionError` says why."""
+        it with a recorded reason (then apply the held records). If it still cannot be applied —
+        it does not decode, breaks a rule, or Postgres still refuses its rows —, nothing changes
+        and a :class:`ProjectionError` says why; a held record that fails now parks the
+        conversation again behind itself. Releasing an unreadable batch only marks it: the
+        projector reads that partition again by itself once the batch can be read."""
         async with (
             self._pool.connection() as conn,
             conn.transaction(),
@@ -344,7 +433,12 @@ class ProjectionStore:
             letter = await cur.fetchone()
             if letter is None or letter["status"] != "parked":
                 raise ProjectionError(f"dead letter {dead_letter_id} is not parked (unknown or already resolved)")
+            if letter["error_code"] == UNREADABLE_BATCH:
+                return await self._resolve_unreadable(cur, dead_letter_id, skip_reason=skip_reason)
             key = letter["conversation_key"]
+            # The parked row first: a batch that is holding records behind it (FOR SHARE) commits
+            # before this goes on, so its records are among the held ones read next.
+            await cur.execute(self._q("SELECT FROM {s}.parked WHERE conversation_key = %s FOR UPDATE"), [key])
             await cur.execute(
                 self._q('SELECT * FROM {s}.held_records WHERE conversation_key = %s ORDER BY partition, "offset"'),
                 [key],
@@ -354,18 +448,46 @@ class ProjectionStore:
             decoded = decode_batch([*first, *held], codec=self._codec, max_event_bytes=self._max_event_bytes)
             if first and decoded[0].poison is not None:
                 raise ProjectionError(f"dead letter {dead_letter_id} still fails: {decoded[0].poison.error}")
-            outcome = await self._fold(cur, decoded, parked_override=key)
-            if first and outcome.poisoned and outcome.poisoned[0].record == first[0]:
-                raise ProjectionError(f"dead letter {dead_letter_id} still fails: {outcome.poisoned[0].error}")
             await cur.execute(self._q("DELETE FROM {s}.held_records WHERE conversation_key = %s"), [key])
             await cur.execute(self._q("DELETE FROM {s}.parked WHERE conversation_key = %s"), [key])
             await cur.execute(
                 self._q("UPDATE {s}.dead_letters SET status = %s, resolution = %s, resolved_at = now() WHERE id = %s"),
                 ["skipped" if skip_reason is not None else "released", skip_reason, dead_letter_id],
             )
-            await self._write(cur, outcome)  # re-parks and re-holds if a held record fails now
+            # Re-parks and re-holds if a held record fails now; the released one failing undoes all.
+            outcome = await self._write_isolating(cur, decoded, parked_override=key, refused=None)
+            if first and outcome.poisoned and outcome.poisoned[0].record == first[0]:
+                raise ProjectionError(f"dead letter {dead_letter_id} still fails: {outcome.poisoned[0].error}")
         return BatchReport({}, len(outcome.applied_event_ids), outcome.duplicates, len(outcome.poisoned),
                            len(outcome.held))  # fmt: skip
+
+    async def _resolve_unreadable(self, cur: Cursor, dead_letter_id: int, *, skip_reason: str | None) -> BatchReport:
+        if skip_reason is not None:
+            raise ProjectionError(
+                f"dead letter {dead_letter_id} is an unreadable batch: where it ends is not known, so it cannot be "
+                "skipped; install the codec it needs (or, if it is corrupt, delete the records up to its end with "
+                "kafka-delete-records) and release it"
+            )
+        await cur.execute(
+            self._q("UPDATE {s}.dead_letters SET status = 'released', resolved_at = now() WHERE id = %s"),
+            [dead_letter_id],
+        )
+        return BatchReport({}, 0, 0, 0, 0)
+
+    async def record_unreadable(self, partition: int, offset: int, error: str) -> None:
+        """A dead letter for a batch of the log that cannot be read from ``offset`` on (the
+        source stopped reading that partition there; its stored position stays at ``offset``).
+        Seen again after a restart or a retry, it is the same dead letter, parked again."""
+        async with self._pool.connection() as conn:
+            await conn.execute(
+                self._q(
+                    _DEAD_LETTER_INSERT + ") VALUES (%s, %s, NULL, '', '', '[]', now(), %s, %s) "
+                    "ON CONFLICT (partition, \"offset\") DO UPDATE SET status = 'parked', error = excluded.error, "
+                    "resolved_at = NULL, resolution = NULL WHERE dead_letters.error_code = excluded.error_code"
+                ),
+                (partition, offset, UNREADABLE_BATCH, error.replace("\x00", "\\x00")),
+            )
+            await conn.commit()
 
 
 async def skip_decisions(conn: AsyncConnection[Any], schema: str) -> dict[tuple[int, int], str]:
