@@ -142,7 +142,9 @@ async def running_service(settings: Settings, env: Mapping[str, str] | None = No
 
 class _Readiness:
     """``/readyz``: the projector loop runs and is not waiting out an outage, Kafka and Postgres
-    answer; the projection lag goes to the report and the metrics."""
+    answer; the projection lag goes to the report and the metrics. A projector task that ended
+    (crashed or returned) is not ready whatever else holds; the report says why, and gives no
+    lag (it owns no partitions then, so any figure would read as "caught up")."""
 
     def __init__(
         self, projector: LiveProjector, event_log: EventLog, pool: PgPool, metrics: Metrics,
@@ -155,8 +157,23 @@ class _Readiness:
         task = self._background.get(name)
         return task is not None and not task.done()
 
+    def _ended(self, name: str) -> str | None:
+        """Why the background task ``name`` is not running (None while it runs)."""
+        task = self._background.get(name)
+        if task is None:
+            return "not started"
+        if not task.done():
+            return None
+        if task.cancelled():
+            return "cancelled"
+        error = task.exception()
+        return "exited" if error is None else f"crashed: {type(error).__name__}: {error}"
+
     async def __call__(self) -> dict[str, Any]:
-        report: dict[str, Any] = {"projector": self._projector.ready and self._running("projector")}
+        ended = self._ended("projector")
+        report: dict[str, Any] = {"projector": self._projector.ready and ended is None}
+        if ended is not None:
+            report["projector_error"] = ended
         if "summarizer" in self._background:  # summaries are optional: contexts stay valid without them
             report["summarizer"] = self._running("summarizer")
         try:
@@ -165,7 +182,7 @@ class _Readiness:
             lag = {p: max(0, ends[p] - o) for p, o in positions.items() if p in ends}
             for p, n in lag.items():
                 self._metrics.projection_lag.labels(str(p)).set(n)
-            report["log"], report["lag"] = True, sum(lag.values())
+            report["log"], report["lag"] = True, sum(lag.values()) if ended is None else None
         except Exception as e:  # noqa: BLE001 - readiness reports any failure
             report["log"], report["log_error"] = False, str(e)
         try:

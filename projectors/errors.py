@@ -25,6 +25,19 @@ class PositionConflictError(ProjectionError):
     retriable = True
 
 
+class RecordRefusedError(ProjectionError):
+    """Postgres (or the driver, for a value Postgres cannot hold, such as a NUL in text)
+    refused the data of a statement: retrying the same rows cannot help. In a batch it is the
+    poison of the record whose rows were refused: the store finds that record, dead-letters
+    it and parks its conversation (``reason`` says why, without the rows' content)."""
+
+    code = "record_refused"
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
 class InvariantError(ProjectionError):
     """A decodable event breaks the event model's rules for its conversation (for example a
     redaction of a message the conversation never had). The record goes to dead letters and

@@ -42,12 +42,17 @@ async def ensure_event_index(conn: AsyncConnection[Any], schema: str) -> None:
 
 
 def index_rows(decoded: Sequence[Decoded]) -> list[tuple[str, str, int, int]]:
-    """One row per record with a readable conversation key (no reader can ask for the others)."""
-    return [
-        (d.key, d.event.event_id if d.event is not None else "", d.record.partition, d.record.offset)
-        for d in decoded
-        if d.key is not None
-    ]
+    """One row per record with a readable conversation key (no reader can ask for the others).
+    A NUL cannot be stored in ``text`` and no reader can ask for one (the API refuses them; only
+    a foreign record carries one): a record whose key has one is left out, an event id with one
+    is indexed as ''."""
+    rows = []
+    for d in decoded:
+        if d.key is None or "\x00" in d.key:
+            continue
+        event_id = d.event.event_id if d.event is not None else ""
+        rows.append((d.key, "" if "\x00" in event_id else event_id, d.record.partition, d.record.offset))
+    return rows
 
 
 async def write_event_index(cur: AsyncCursor[Any], schema: str, decoded: Sequence[Decoded]) -> None:

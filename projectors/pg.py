@@ -2,8 +2,10 @@
 
 Everything above this module sees :class:`~projectors.errors.StoreUnavailableError` (retriable:
 Postgres is down, restarting, overloaded, or broke the connection; the same operation can succeed
-later) or :class:`~projectors.errors.ProjectionError` (not retriable: the statement or the data is
-wrong, retrying cannot help). :func:`retrying` retries only the former, with capped exponential
+later), :class:`~projectors.errors.RecordRefusedError` (not retriable: Postgres refused the data
+of the rows — a value, a constraint, a trigger —, so the record behind them is poison) or
+:class:`~projectors.errors.ProjectionError` (not retriable: the statement or the schema is wrong).
+:func:`retrying` retries only the first, with capped exponential
 backoff and full jitter; with ``attempts=None`` it waits out an outage of any length.
 """
 
@@ -22,12 +24,13 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import TupleRow
 
 from events.errors import ConfigurationError, ConvlogError
-from projectors.errors import ProjectionError, StoreUnavailableError
+from projectors.errors import ProjectionError, RecordRefusedError, StoreUnavailableError
 
 __all__ = [
     "PgPool",
     "convert_pg_error",
     "describe_url",
+    "is_refusal_sqlstate",
     "is_retriable_sqlstate",
     "open_pool",
     "retrying",
@@ -37,17 +40,42 @@ T = TypeVar("T")
 
 PgPool: TypeAlias = psycopg_pool.AsyncConnectionPool[psycopg.AsyncConnection[TupleRow]]
 
-# SQLSTATEs after which the same operation can succeed on a later attempt (class 08 as a prefix).
+# SQLSTATEs after which the same operation can succeed on a later attempt: availability, not data.
+# Classes 08 (connection exception) and 53 (insufficient resources: disk full, out of memory,
+# too many connections) as prefixes, and these.
 _RETRIABLE_SQLSTATES = frozenset(
     {
         "57P01",  # admin_shutdown: the server is stopping (fast/smart shutdown, pg_terminate_backend)
         "57P02",  # crash_shutdown: another backend crashed, the server restarts
         "57P03",  # cannot_connect_now: starting up / recovering
-        "53300",  # too_many_connections
+        "57P05",  # idle_session_timeout: the server closed an idle session
         "40001",  # serialization_failure
         "40P01",  # deadlock_detected
     }
+)  # not 57P04 database_dropped: waiting does not bring a dropped database back
+_RETRIABLE_CLASSES = ("08", "53")
+# SQLSTATEs that say Postgres refused the *data* of a statement: the same statement with other
+# rows goes through, so one record's rows are poison, not the projector's. (Not class 42 beyond
+# 42804, 25, 55, 58, XX: those fail the statement whatever the rows — a schema or a server
+# problem; blaming records for them would park every conversation instead of stopping.)
+_REFUSAL_CLASSES = (
+    "22",  # data_exception: a value the column cannot hold — 22P05 a NUL (\u0000) in text or jsonb,
+    #        22021 bad encoding, 22001 too long, 22003 out of range, 22007/22008 dates, 22P02 ...
+    "23",  # integrity_constraint_violation: NOT NULL, CHECK, FOREIGN KEY, UNIQUE, EXCLUDE refused the
+    #        row. No duplicate is expected to raise: the fold drops repeated event ids before
+    #        writing and rows that may exist are written with ON CONFLICT, so a 23505 too is the row's.
+    "2F",  # sql_routine_exception: a function (a trigger) failed on the row's values
+    "P0",  # plpgsql_error: RAISE EXCEPTION (P0001) or ASSERT (P0004) of a trigger validating rows
 )
+_REFUSAL_SQLSTATES = frozenset(
+    {
+        "27000",  # triggered_data_change_violation: a trigger's change of this row is not allowed
+        "42804",  # datatype_mismatch: a value (a trigger's row, a record) does not fit its type at run time
+        "54000",  # program_limit_exceeded: a value too large for an index row or a field
+    }
+)
+# Where a COPY error happened (its CONTEXT line), without the row's content that follows.
+_COPY_CONTEXT = re.compile(r"COPY (\S+), line \d+(?:, column ([^:\s]+))?")
 # libpq reports connection-time failures without a SQLSTATE. These few are configuration
 # mistakes, not outages: retrying them forever would hide the mistake. (Server messages in
 # English, i.e. the default lc_messages; other languages fall back to "retriable".)
@@ -60,9 +88,34 @@ _DEFAULT_CONNECT_TIMEOUT_S = 10
 
 
 def is_retriable_sqlstate(sqlstate: str) -> bool:
-    """True for connection exceptions (class 08), shutdowns, too many connections,
-    serialization failures and deadlocks."""
-    return sqlstate.startswith("08") or sqlstate in _RETRIABLE_SQLSTATES
+    """True for connection exceptions (class 08), insufficient resources (class 53),
+    shutdowns and restarts, serialization failures and deadlocks."""
+    return sqlstate.startswith(_RETRIABLE_CLASSES) or sqlstate in _RETRIABLE_SQLSTATES
+
+
+def is_refusal_sqlstate(sqlstate: str) -> bool:
+    """True when Postgres refused the data of a statement (classes 22, 23, 2F, P0 and a few
+    others), so the record behind the rows is poison."""
+    return sqlstate.startswith(_REFUSAL_CLASSES) or sqlstate in _REFUSAL_SQLSTATES
+
+
+def _refusal_reason(e: psycopg.Error) -> str:
+    """What was refused and where, without the rows' content (a CHECK violation's DETAIL
+    repeats the whole row): the message, for data exceptions their detail, the table and
+    column, the constraint, the SQLSTATE."""
+    diag = e.diag
+    text = diag.message_primary or str(e).strip().splitlines()[0]  # client-side errors have no diag
+    if e.sqlstate is not None and e.sqlstate.startswith("22") and diag.message_detail:
+        text += f" ({diag.message_detail.strip()})"
+    table, column = diag.table_name, diag.column_name
+    copied = _COPY_CONTEXT.search(diag.context or "")
+    if copied is not None:
+        table, column = table or copied.group(1), column or copied.group(2)
+    if table:
+        text += f" in {table}" + (f".{column}" if column else "")
+    if diag.constraint_name:
+        text += f", constraint {diag.constraint_name}"
+    return f"{type(e).__name__}: {text} (SQLSTATE {e.sqlstate or 'none: refused by the driver'})"
 
 
 def describe_url(url: str) -> str:
@@ -83,8 +136,10 @@ def convert_pg_error(e: BaseException, *, action: str) -> ConvlogError:
     Raise the result ``from e``. Retriable (:class:`StoreUnavailableError`): connection-level
     ``OperationalError``/``InterfaceError`` (refused, closed, broken; they carry no SQLSTATE),
     pool timeouts, ``TimeoutError``/``ConnectionError`` and the SQLSTATEs of :func:`is_retriable_sqlstate`.
-    Everything else is a :class:`ProjectionError` (not retriable) whose message carries ``action``
-    and the SQLSTATE. A :class:`ConvlogError` is returned unchanged.
+    A refusal of the data (:func:`is_refusal_sqlstate`, or a value the driver refuses to send,
+    such as a NUL in text) is a :class:`RecordRefusedError`. Everything else is a
+    :class:`ProjectionError` (not retriable) whose message carries ``action`` and the SQLSTATE.
+    A :class:`ConvlogError` is returned unchanged.
     """
     if isinstance(e, ConvlogError):
         return e
@@ -97,7 +152,10 @@ def convert_pg_error(e: BaseException, *, action: str) -> ConvlogError:
         error = StoreUnavailableError(f"{action}: no Postgres connection available: {message}")
     elif isinstance(e, psycopg.Error):
         sqlstate = e.sqlstate
-        if sqlstate is not None:
+        if (sqlstate is None and isinstance(e, psycopg.DataError)) or (sqlstate and is_refusal_sqlstate(sqlstate)):
+            reason = _refusal_reason(e)
+            error = RecordRefusedError(f"{action}: Postgres refused the data: {reason}", reason=reason)
+        elif sqlstate is not None:
             cls = StoreUnavailableError if is_retriable_sqlstate(sqlstate) else ProjectionError
             error = cls(f"{action}: {kind}: {message} (SQLSTATE {sqlstate})")
         elif isinstance(e, psycopg.OperationalError | psycopg.InterfaceError):

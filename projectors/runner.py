@@ -21,7 +21,7 @@ import structlog
 from events.log import LogRecord
 from projectors.errors import PositionConflictError, StoreUnavailableError
 from projectors.pg import retrying
-from projectors.sources import RecordSource
+from projectors.sources import RecordSource, UnreadableBatch
 from projectors.store import BatchReport, ProjectionStore
 
 log = structlog.get_logger(__name__)
@@ -125,7 +125,10 @@ class Projector:
                 )
                 if records:
                     await self._apply(records)
+                for batch in self._source.take_unreadable():
+                    await self._unreadable(batch)
         finally:
+            self._ready = False  # /readyz and the metrics tell a projector that ended
             await self._source.stop()
 
     def _owned(self, records: Sequence[LogRecord]) -> list[LogRecord]:
@@ -164,6 +167,19 @@ class Projector:
             s.latency.observe((datetime.now(UTC) - min(r.timestamp for r in records)).total_seconds())
         if report.dead_lettered:
             log.warning("projector.dead_lettered", count=report.dead_lettered, schema=self._store.schema)
+
+    async def _unreadable(self, batch: UnreadableBatch) -> None:
+        """A dead letter for a batch the source cannot read; that partition waits at it (its
+        position stays there), every other goes on."""
+        await retrying(
+            lambda: self._store.record_unreadable(batch.partition, batch.offset, batch.error),
+            action="recording an unreadable batch",
+            max_delay_s=self._retry_max_delay_s,
+            on_retry=self._not_ready,
+        )
+        self.stats.dead_lettered += 1
+        log.error("projector.unreadable_batch", schema=self._store.schema, partition=batch.partition,
+                  offset=batch.offset, error=batch.error)  # fmt: skip
 
     async def _reload(self, partitions: frozenset[int]) -> None:
         owned = partitions & frozenset(self._expected)

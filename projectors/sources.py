@@ -13,12 +13,14 @@ taken away, the listener hears it and the source returns no more of their record
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import structlog
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.errors import KafkaError
+from aiokafka.errors import CorruptRecordException, KafkaError, UnsupportedCodecError
 
 from events.errors import LogClosedError
 from events.kafka_log import convert_kafka_error, to_log_record
@@ -26,6 +28,21 @@ from events.log import EventLog, LogRecord
 from projectors.errors import PositionBeyondLogEndError, ProjectionError
 
 log = structlog.get_logger(__name__)
+
+
+# A record batch the client cannot decode: a codec it lacks, a checksum that fails.
+_UNREADABLE = (UnsupportedCodecError, CorruptRecordException)
+UNREADABLE_RETRY_S = 60.0  # a partition stopped at an unreadable batch tries it again this often
+
+
+@dataclass(frozen=True, slots=True)
+class UnreadableBatch:
+    """Reading ``partition`` stopped at ``offset``: the batch holding it cannot be decoded (where
+    it ends is not known before it is). Nothing of the partition from there on is returned."""
+
+    partition: int
+    offset: int
+    error: str
 
 
 class AssignmentListener(Protocol):
@@ -49,6 +66,10 @@ class RecordSource(Protocol):
     def seek(self, partition: int, offset: int) -> None:
         """Read ``partition`` from ``offset`` next (after a position conflict, say); ignored
         for a partition not owned."""
+        ...
+
+    def take_unreadable(self) -> list[UnreadableBatch]:
+        """The batches found unreadable since the last call (their partitions wait at them)."""
         ...
 
     @property
@@ -102,6 +123,9 @@ class LogSource:
     def seek(self, partition: int, offset: int) -> None:
         if partition in self._next:
             self._next[partition] = offset
+
+    def take_unreadable(self) -> list[UnreadableBatch]:
+        return []  # the embedded log has no codecs; a corrupt file is refused when opened
 
     @property
     def assigned(self) -> frozenset[int]:
@@ -160,6 +184,8 @@ class KafkaGroupSource:
         self._next: dict[int, int] = {}  # owned and positioned partition -> next offset to return
         self._unpositioned: frozenset[int] = frozenset()  # assigned, paused, listener not yet answered
         self._generation = 0  # bumped by every rebalance callback
+        self._unreadable: dict[int, tuple[int, float]] = {}  # paused partition -> (offset, retry at)
+        self._reported: list[UnreadableBatch] = []
 
     async def start(self, listener: AssignmentListener) -> None:
         consumer = AIOKafkaConsumer(**self._options)
@@ -176,10 +202,13 @@ class KafkaGroupSource:
         consumer = self._running()
         if self._unpositioned:
             await self._position()
+        self._retry_unreadable()
         try:
             # getmany waits for a rebalance in progress without a bound of its own
             async with asyncio.timeout(timeout_s):
                 batches = await consumer.getmany(timeout_ms=int(timeout_s * 1000), max_records=max_records)
+        except _UNREADABLE as e:
+            return await self._read_around_unreadable(e, max_records=max_records, timeout_s=timeout_s)
         except KafkaError as e:
             raise convert_kafka_error(e, action=f"reading {self._topic}") from e
         except TimeoutError:
@@ -205,6 +234,71 @@ class KafkaGroupSource:
         except KafkaError as e:
             raise convert_kafka_error(e, action=f"seeking {self._topic}[{partition}]") from e
         self._next[partition] = offset
+
+    def take_unreadable(self) -> list[UnreadableBatch]:
+        reported, self._reported = self._reported, []
+        return [u for u in reported if u.partition in self._next]
+
+    async def _read_around_unreadable(
+        self, error: KafkaError, *, max_records: int, timeout_s: float
+    ) -> list[LogRecord]:
+        """``getmany`` raised for a batch it cannot decode. It does not say of which partition,
+        the records of other partitions it had drained are lost with the exception, and it
+        moved their positions past them (a later call would skip them). So: seek every owned
+        partition back to the next offset to return, then read one partition at a time, one
+        record at a time, up to the batch that fails — the records before it are returned —
+        and pause that partition there. The next fetches read the others as usual."""
+        consumer = self._running()
+        log.warning("sources.unreadable_batch", topic=self._topic, error=f"{type(error).__name__}: {error}")
+        for p, offset in self._next.items():
+            consumer.seek(TopicPartition(self._topic, p), offset)
+        tps = {p: TopicPartition(self._topic, p) for p in self._next if p not in self._unreadable}
+        try:
+            ends = await consumer.end_offsets(list(tps.values()))
+            records: list[LogRecord] = []
+            for p, tp in sorted(tps.items()):
+                while len(records) < max_records and p in self._next and self._next[p] < ends[tp]:
+                    try:
+                        async with asyncio.timeout(timeout_s):
+                            got = (await consumer.getmany(tp, timeout_ms=int(timeout_s * 1000), max_records=1)).get(tp)
+                    except _UNREADABLE as e:
+                        self._pause_unreadable(p, e)
+                        break
+                    except TimeoutError:
+                        break
+                    if not got:
+                        break  # nothing more within the timeout (a transaction marker ends the partition)
+                    fresh = [m for m in got if m.offset >= self._next[p]]
+                    records.extend(to_log_record(m) for m in fresh)
+                    if fresh:
+                        self._next[p] = fresh[-1].offset + 1
+        except KafkaError as e:
+            raise convert_kafka_error(e, action=f"reading {self._topic} around an unreadable batch") from e
+        return records
+
+    def _pause_unreadable(self, partition: int, error: KafkaError) -> None:
+        tp, offset = TopicPartition(self._topic, partition), self._next[partition]
+        consumer = self._running()
+        consumer.pause(tp)
+        consumer.seek(tp, offset)  # drops what aiokafka buffered past it
+        self._unreadable[partition] = (offset, time.monotonic() + UNREADABLE_RETRY_S)
+        message = f"{type(error).__name__}: {error}"
+        self._reported.append(UnreadableBatch(partition, offset, message))
+        log.error("sources.partition_stopped_at_unreadable_batch", topic=self._topic, partition=partition,
+                  offset=offset, error=message, retry_in_s=UNREADABLE_RETRY_S)  # fmt: skip
+
+    def _retry_unreadable(self) -> None:
+        """Read a partition stopped at an unreadable batch again, now and then: a checksum
+        failure may have been the network's, a replica's; after a fix, the batch reads."""
+        now = time.monotonic()
+        for p, (offset, retry_at) in list(self._unreadable.items()):
+            if p not in self._next:
+                del self._unreadable[p]
+            elif now >= retry_at:
+                del self._unreadable[p]
+                tp = TopicPartition(self._topic, p)
+                self._running().seek(tp, offset)
+                self._running().resume(tp)
 
     @property
     def assigned(self) -> frozenset[int]:
@@ -234,6 +328,8 @@ class KafkaGroupSource:
         owned = self.assigned & partitions
         self._next = {p: o for p, o in self._next.items() if p not in partitions}
         self._unpositioned -= partitions
+        for p in partitions:
+            self._unreadable.pop(p, None)  # a new owner (or this one, assigned again) reads it afresh
         if owned and self._listener is not None:
             await self._listener.on_revoked(owned)
 

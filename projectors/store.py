@@ -3,6 +3,11 @@
 One transaction per batch: lock and check the positions (a consumer that lost its partitions
 finds another value and writes nothing), prefetch what the fold needs, fold, write rows with
 COPY, and move the positions. A crash anywhere leaves either the whole batch or none of it.
+
+When Postgres refuses the data of a row (:class:`~projectors.errors.RecordRefusedError`) the
+batch is written again in a new transaction, the record behind the refused row found by
+bisection (:mod:`projectors.isolation`), dead-lettered and its conversation parked, and the
+rest of the batch goes on. A batch Postgres accepts is written once, as before.
 """
 
 from __future__ import annotations
@@ -11,41 +16,30 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, LiteralString
 
+import psycopg
+import structlog
 from psycopg import AsyncConnection, AsyncCursor, sql
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from events.codec import EventCodec
 from events.log import LogRecord
-from projectors.errors import PositionConflictError, ProjectionError
+from projectors.errors import PositionConflictError, ProjectionError, RecordRefusedError
 from projectors.event_index import ensure_event_index, write_event_index
 from projectors.fold import BatchInputs, BatchOutcome, Decoded, decode_batch, fold_batch, lookups
-from projectors.read_sql import SUMMARY_COVERED_SEQ
-from projectors.rows import (
-    CONVERSATION_COLUMNS,
-    HELD_COLUMNS,
-    SUMMARY_COLUMNS,
-    TRANSCRIPT_COLUMNS,
-    WINDOW_COLUMNS,
-    TokenCounting,
-    column_list,
-    record_from_row,
-    record_row,
-    state_from_row,
-    states_json,
-    summary_copy_rows,
-    transcript_copy_rows,
-)
+from projectors.isolation import as_refused, first_refused
+from projectors.pg import convert_pg_error
+from projectors.rows import TokenCounting, record_from_row, state_from_row
 from projectors.state import ConversationState
 from projectors.window import WindowPolicy
+from projectors.writes import DEAD_LETTER_INSERT, BatchWriter
 
 Cursor = AsyncCursor[Any]
+log = structlog.get_logger(__name__)
 
-# A dead letter's columns up to its error; record_row() gives the record's part of them.
-_DEAD_LETTER_INSERT: LiteralString = (
-    'INSERT INTO {s}.dead_letters (partition, "offset", conversation_key, record_key, record_value, headers, '
-    "record_timestamp, error_code, error"
-)
+# The error code of a dead letter for a part of the log that cannot be read at all (a record
+# batch the Kafka client cannot decompress or whose checksum fails): no record, no conversation.
+UNREADABLE_BATCH = "unreadable_batch"
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +71,7 @@ class ProjectionStore:
         self._pool = pool
         self.schema = schema
         self._codec = codec
-        self._counter = counter
+        self._writer = BatchWriter(schema, counter)
         self._policy = policy
         self._max_event_bytes = max_event_bytes
         self._fail_fast = fail_fast
@@ -114,16 +108,13 @@ class ProjectionStore:
         new_positions: dict[int, int] = {}
         for r in records:
             new_positions[r.partition] = r.offset + 1
-        async with (
-            self._pool.connection() as conn,
-            conn.transaction(),
-            conn.cursor(row_factory=dict_row) as cur,
-        ):
-            await self._check_positions(cur, {p: expected[p] for p in new_positions})
-            outcome = await self._fold(cur, decoded, parked_override=None)
-            await self._write(cur, outcome)
-            await write_event_index(cur, self.schema, decoded)  # every record, whatever the fold made of it
-            await self._move_positions(cur, {p: expected[p] for p in new_positions}, new_positions)
+        try:
+            outcome = await self._apply_decoded(decoded, expected, new_positions, refused=None)
+        except psycopg.Error as e:
+            refused = convert_pg_error(e, action="applying a batch")
+            if not isinstance(refused, RecordRefusedError):
+                raise  # availability or a broken schema: the caller's retrying() decides
+            outcome = await self._apply_decoded(decoded, expected, new_positions, refused=refused)
         return BatchReport(
             positions=new_positions,
             applied=len(outcome.applied_event_ids),
@@ -137,6 +128,80 @@ class ProjectionStore:
             async with self._pool.connection() as conn:
                 await ensure_event_index(conn, self.schema)
             self._indexed = True
+
+    async def _apply_decoded(
+        self, decoded: Sequence[Decoded], expected: Mapping[int, int], new_positions: Mapping[int, int], *,
+        refused: RecordRefusedError | None,
+    ) -> BatchOutcome:  # fmt: skip
+        """One transaction: check the positions, fold, write, move the positions. ``refused``:
+        Postgres refused this batch in an earlier transaction; find the records it refuses."""
+        moved = {p: expected[p] for p in new_positions}
+        async with (
+            self._pool.connection() as conn,
+            conn.transaction(),
+            conn.cursor(row_factory=dict_row) as cur,
+        ):
+            await self._check_positions(cur, moved)
+            if refused is None:
+                outcome = await self._fold(cur, decoded, parked_override=None)
+                await self._writer.write(cur, outcome)
+            else:
+                outcome = await self._write_isolating(cur, decoded, parked_override=None, refused=refused)
+            await write_event_index(cur, self.schema, decoded)  # every record, whatever the fold made of it
+            await self._move_positions(cur, moved, new_positions)
+        return outcome
+
+    async def _write_isolating(
+        self, cur: Cursor, decoded: Sequence[Decoded], *, parked_override: str | None,
+        refused: RecordRefusedError | None,
+    ) -> BatchOutcome:  # fmt: skip
+        """Fold and write ``decoded``, each record whose rows Postgres refuses turned into
+        poison (dead letter, conversation parked, its later records held), one at a time.
+        ``refused``: the refusal of the whole of ``decoded``, known already. With ``fail_fast``
+        the first such record raises :class:`~projectors.fold.PoisonRecordError` (naming it)
+        unless an operator skipped it before. Raises the refusal itself when it is not one
+        record's: the search ended on a dead letter or a held record."""
+        # Deferred constraints are checked per statement here, so a savepoint sees their refusal.
+        await cur.execute("SET CONSTRAINTS ALL IMMEDIATE")
+        batch = list(decoded)
+        isolated: set[int] = set()
+        while True:
+            if refused is None:
+                outcome, refused = await self._try_write(cur, batch, parked_override, keep=True)
+                if outcome is not None:
+                    return outcome
+            assert refused is not None
+
+            async def try_prefix(prefix: Sequence[Decoded]) -> RecordRefusedError | None:
+                return (await self._try_write(cur, prefix, parked_override, keep=False))[1]
+
+            index, refused = await first_refused(batch, try_prefix, refused)
+            d = batch[index]
+            if index in isolated or d.event is None:
+                raise refused
+            isolated.add(index)
+            batch[index] = as_refused(d, refused)
+            log.warning("store.record_refused", schema=self.schema, partition=d.record.partition,
+                        offset=d.record.offset, conversation=d.key, reason=refused.reason)  # fmt: skip
+            refused = None
+
+    async def _try_write(
+        self, cur: Cursor, decoded: Sequence[Decoded], parked_override: str | None, *, keep: bool
+    ) -> tuple[BatchOutcome | None, RecordRefusedError | None]:
+        """Fold and write ``decoded`` in a savepoint; rolled back unless ``keep``. The outcome,
+        or Postgres' refusal of the data (any other error is raised)."""
+        try:
+            async with cur.connection.transaction():
+                outcome = await self._fold(cur, decoded, parked_override=parked_override)
+                await self._writer.write(cur, outcome)
+                if not keep:
+                    raise psycopg.Rollback()
+        except psycopg.Error as e:
+            error = convert_pg_error(e, action="applying a record")
+            if isinstance(error, RecordRefusedError):
+                return None, error
+            raise
+        return outcome, None
 
     async def _check_positions(self, cur: Cursor, expected: Mapping[int, int]) -> None:
         await cur.execute(
@@ -202,149 +267,13 @@ class ProjectionStore:
         await cur.execute(query, [list(keys), list(values)])
         return frozenset((row["conversation_key"], row[column]) for row in await cur.fetchall())
 
-    async def _copy(self, cur: Cursor, table: LiteralString, columns: Sequence[str], rows: Sequence[Any]) -> None:
-        if not rows:
-            return
-        statement = sql.SQL("COPY {s}.{t} ({c}) FROM STDIN").format(
-            s=sql.Identifier(self.schema), t=sql.Identifier(table), c=sql.SQL(column_list(columns))
-        )
-        async with cur.copy(statement) as copy:
-            for row in rows:
-                await copy.write_row(row)
-
-    async def _write(self, cur: Cursor, out: BatchOutcome) -> None:
-        await self._copy(cur, "transcript", TRANSCRIPT_COLUMNS, transcript_copy_rows(out.transcript, self._counter))
-        await self._copy(cur, "summaries", SUMMARY_COLUMNS, summary_copy_rows(out.summaries))
-        await self._copy(cur, "event_ids", ("conversation_key", "event_id"), out.applied_event_ids)
-        # After the COPY: a redaction or erasure may concern rows of this very batch.
-        if out.redactions:
-            await cur.executemany(
-                self._q(
-                    "UPDATE {s}.transcript SET content = NULL, reasoning_content = NULL, tool_calls = NULL, "
-                    "metadata = '{{}}', redacted_at = coalesce(redacted_at, %s), "
-                    "redaction_reason = coalesce(redaction_reason, %s) "
-                    "WHERE conversation_key = %s AND message_id = %s"
-                ),
-                [(r.occurred_at, r.reason, r.conversation_key, r.message_id) for r in out.redactions],
-            )
-        await self._withdraw_summaries(cur, out)
-        for erasure in out.erasures:
-            args = (erasure.occurred_at, erasure.conversation_key, erasure.before_seq)
-            await cur.execute(
-                self._q(
-                    "UPDATE {s}.transcript SET content = NULL, reasoning_content = NULL, tool_calls = NULL, "
-                    "name = NULL, metadata = '{{}}', usage = NULL, erased_at = coalesce(erased_at, %s) "
-                    "WHERE conversation_key = %s AND seq < %s"
-                ),
-                args,
-            )
-            await cur.execute(
-                self._q(
-                    "UPDATE {s}.summaries SET text = NULL, erased_at = coalesce(erased_at, %s) "
-                    "WHERE conversation_key = %s AND seq < %s"
-                ),
-                args,
-            )
-        await self._write_states(cur, out)
-        await self._write_poison(cur, out)
-
-    async def _withdraw_summaries(self, cur: Cursor, out: BatchOutcome) -> None:
-        """Summaries that may carry content no read model may keep lose their text (NULL, with
-        ``erased_at`` NULL: withdrawn). Every rule depends on log order only: rebuilds agree."""
-        if out.redactions:
-            # The content leaves every read model: a summary recorded before the redaction that
-            # covers the message may repeat it, so it is withdrawn (text NULL, erased_at NULL);
-            # the context then falls back to the previous summary and the raw turns, and the
-            # summarizer folds them again without it. Log order decides, so rebuilds agree.
-            await cur.executemany(
-                self._q(
-                    "UPDATE {s}.summaries x SET text = NULL FROM {s}.transcript m "
-                    "WHERE m.conversation_key = %s AND m.message_id = %s AND x.conversation_key = m.conversation_key "
-                    'AND x.epoch = m.epoch AND x."offset" < %s AND x.text IS NOT NULL AND m.seq <= '
-                    + SUMMARY_COVERED_SEQ
-                ),
-                [(r.conversation_key, r.message_id, r.offset) for r in out.redactions],
-            )
-        if out.summaries:
-            # A summary made just before a clear or an erase lands after it: it covers the old
-            # epoch and must not become the new one's summary (nor keep erased content).
-            await cur.executemany(
-                self._q(
-                    "UPDATE {s}.summaries x SET text = NULL WHERE x.conversation_key = %s AND x.seq = %s "
-                    "AND x.epoch <> (SELECT t.epoch FROM {s}.transcript t "
-                    "WHERE t.conversation_key = x.conversation_key AND t.message_id = x.covers_through_message_id "
-                    "ORDER BY t.seq LIMIT 1)"
-                ),
-                [(r.conversation_key, r.seq) for r in out.summaries],
-            )
-        listed = [r for r in out.summaries if r.excluded_message_ids is not None]
-        if listed:
-            # A summary says which redacted messages it left out; one that covers a message
-            # redacted before it and does not list it was written from a stale read: withdrawn.
-            # (Redactions after it withdraw it above, so the batch boundaries do not matter.)
-            await cur.executemany(
-                self._q(
-                    "UPDATE {s}.summaries x SET text = NULL WHERE x.conversation_key = %s AND x.seq = %s "
-                    "AND x.text IS NOT NULL AND EXISTS (SELECT FROM {s}.transcript r "
-                    "WHERE r.conversation_key = x.conversation_key AND r.epoch = x.epoch AND r.redacted_at IS NOT NULL "
-                    "AND NOT r.message_id = ANY(%s) AND r.seq <= " + SUMMARY_COVERED_SEQ + ")"
-                ),
-                [(r.conversation_key, r.seq, list(r.excluded_message_ids or ())) for r in listed],
-            )
-
-    async def _write_states(self, cur: Cursor, out: BatchOutcome) -> None:
-        if not out.states:
-            return
-        conversations, windows = states_json(list(out.states.values()))
-        for table, columns, rows in (
-            ("conversations", CONVERSATION_COLUMNS, conversations),
-            ("windows", WINDOW_COLUMNS, windows),
-        ):
-            updates = ", ".join(f'"{c}" = excluded."{c}"' for c in columns[1:])
-            statement = sql.SQL(
-                "INSERT INTO {s}.{t} ({cols}) SELECT {cols} FROM jsonb_populate_recordset(NULL::{s}.{t}, %s::jsonb) "
-                "ON CONFLICT (conversation_key) DO UPDATE SET {u}"
-            ).format(
-                s=sql.Identifier(self.schema), t=sql.Identifier(table), cols=sql.SQL(column_list(columns)),
-                u=sql.SQL(updates),
-            )  # fmt: skip
-            await cur.execute(statement, [rows])
-
-    async def _write_poison(self, cur: Cursor, out: BatchOutcome) -> None:
-        for poison in out.poisoned:
-            row = record_row(poison.record, poison.conversation_key)
-            await cur.execute(
-                self._q(
-                    _DEAD_LETTER_INSERT + ") VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) "
-                    "ON CONFLICT (partition, \"offset\") DO UPDATE SET status = 'parked', error = excluded.error, "
-                    "error_code = excluded.error_code, resolved_at = NULL, resolution = NULL RETURNING id"
-                ),
-                (*row, poison.error_code, poison.error),
-            )
-            fetched = await cur.fetchone()
-            if poison.conversation_key is not None and fetched is not None:
-                await cur.execute(
-                    self._q(
-                        "INSERT INTO {s}.parked (conversation_key, dead_letter_id) VALUES (%s, %s) "
-                        "ON CONFLICT (conversation_key) DO UPDATE SET dead_letter_id = excluded.dead_letter_id"
-                    ),
-                    (poison.conversation_key, fetched["id"]),
-                )
-        for poison, reason in out.skipped:  # the operator's earlier decision, on the record here too
-            await cur.execute(
-                self._q(
-                    _DEAD_LETTER_INSERT + ", status, resolution, resolved_at) "
-                    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, 'skipped', %s, now()) "
-                    'ON CONFLICT (partition, "offset") DO NOTHING'
-                ),
-                (*record_row(poison.record, poison.conversation_key), poison.error_code, poison.error, reason),
-            )
-        await self._copy(cur, "held_records", HELD_COLUMNS, [record_row(r, key) for key, r in out.held])
-
     async def resolve(self, dead_letter_id: int, *, skip_reason: str | None = None) -> BatchReport:
         """Release a parked record (apply it, then the records held behind it, in order) or skip
-        it with a recorded reason (then apply the held records). If it still cannot be applied,
-        nothing changes and a :class:`ProjectionError` says why."""
+        it with a recorded reason (then apply the held records). If it still cannot be applied —
+        it does not decode, breaks a rule, or Postgres still refuses its rows —, nothing changes
+        and a :class:`ProjectionError` says why; a held record that fails now parks the
+        conversation again behind itself. Releasing an unreadable batch only marks it: the
+        projector reads that partition again by itself once the batch can be read."""
         async with (
             self._pool.connection() as conn,
             conn.transaction(),
@@ -354,7 +283,12 @@ class ProjectionStore:
             letter = await cur.fetchone()
             if letter is None or letter["status"] != "parked":
                 raise ProjectionError(f"dead letter {dead_letter_id} is not parked (unknown or already resolved)")
+            if letter["error_code"] == UNREADABLE_BATCH:
+                return await self._resolve_unreadable(cur, dead_letter_id, skip_reason=skip_reason)
             key = letter["conversation_key"]
+            # The parked row first: a batch that is holding records behind it (FOR SHARE) commits
+            # before this goes on, so its records are among the held ones read next.
+            await cur.execute(self._q("SELECT FROM {s}.parked WHERE conversation_key = %s FOR UPDATE"), [key])
             await cur.execute(
                 self._q('SELECT * FROM {s}.held_records WHERE conversation_key = %s ORDER BY partition, "offset"'),
                 [key],
@@ -364,18 +298,46 @@ class ProjectionStore:
             decoded = decode_batch([*first, *held], codec=self._codec, max_event_bytes=self._max_event_bytes)
             if first and decoded[0].poison is not None:
                 raise ProjectionError(f"dead letter {dead_letter_id} still fails: {decoded[0].poison.error}")
-            outcome = await self._fold(cur, decoded, parked_override=key)
-            if first and outcome.poisoned and outcome.poisoned[0].record == first[0]:
-                raise ProjectionError(f"dead letter {dead_letter_id} still fails: {outcome.poisoned[0].error}")
             await cur.execute(self._q("DELETE FROM {s}.held_records WHERE conversation_key = %s"), [key])
             await cur.execute(self._q("DELETE FROM {s}.parked WHERE conversation_key = %s"), [key])
             await cur.execute(
                 self._q("UPDATE {s}.dead_letters SET status = %s, resolution = %s, resolved_at = now() WHERE id = %s"),
                 ["skipped" if skip_reason is not None else "released", skip_reason, dead_letter_id],
             )
-            await self._write(cur, outcome)  # re-parks and re-holds if a held record fails now
+            # Re-parks and re-holds if a held record fails now; the released one failing undoes all.
+            outcome = await self._write_isolating(cur, decoded, parked_override=key, refused=None)
+            if first and outcome.poisoned and outcome.poisoned[0].record == first[0]:
+                raise ProjectionError(f"dead letter {dead_letter_id} still fails: {outcome.poisoned[0].error}")
         return BatchReport({}, len(outcome.applied_event_ids), outcome.duplicates, len(outcome.poisoned),
                            len(outcome.held))  # fmt: skip
+
+    async def _resolve_unreadable(self, cur: Cursor, dead_letter_id: int, *, skip_reason: str | None) -> BatchReport:
+        if skip_reason is not None:
+            raise ProjectionError(
+                f"dead letter {dead_letter_id} is an unreadable batch: where it ends is not known, so it cannot be "
+                "skipped; install the codec it needs (or, if it is corrupt, delete the records up to its end with "
+                "kafka-delete-records) and release it"
+            )
+        await cur.execute(
+            self._q("UPDATE {s}.dead_letters SET status = 'released', resolved_at = now() WHERE id = %s"),
+            [dead_letter_id],
+        )
+        return BatchReport({}, 0, 0, 0, 0)
+
+    async def record_unreadable(self, partition: int, offset: int, error: str) -> None:
+        """A dead letter for a batch of the log that cannot be read from ``offset`` on (the
+        source stopped reading that partition there; its stored position stays at ``offset``).
+        Seen again after a restart or a retry, it is the same dead letter, parked again."""
+        async with self._pool.connection() as conn:
+            await conn.execute(
+                self._q(
+                    DEAD_LETTER_INSERT + ") VALUES (%s, %s, NULL, '', '', '[]', now(), %s, %s) "
+                    "ON CONFLICT (partition, \"offset\") DO UPDATE SET status = 'parked', error = excluded.error, "
+                    "resolved_at = NULL, resolution = NULL WHERE dead_letters.error_code = excluded.error_code"
+                ),
+                (partition, offset, UNREADABLE_BATCH, error.replace("\x00", "\\x00")),
+            )
+            await conn.commit()
 
 
 async def skip_decisions(conn: AsyncConnection[Any], schema: str) -> dict[tuple[int, int], str]:

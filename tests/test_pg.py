@@ -26,7 +26,7 @@ from convlog._postgres_local import PostgresHandle, pg_bin_dir, start_postgres
 from convlog._processes import ServiceError
 from convlog.embedded_pg import ensure_embedded_postgres, stop_embedded_postgres
 from events.errors import ConvlogError
-from projectors.errors import PositionConflictError, ProjectionError, StoreUnavailableError
+from projectors.errors import PositionConflictError, ProjectionError, RecordRefusedError, StoreUnavailableError
 from projectors.pg import PgPool, convert_pg_error, describe_url, open_pool, retrying
 from tests.projection_support import temporary_database
 from tests.support import free_port, services_required
@@ -79,6 +79,9 @@ RETRIABLE = [
     errors.CrashShutdown("crash"),
     errors.CannotConnectNow("the database system is starting up"),
     errors.TooManyConnections("sorry, too many clients already"),
+    errors.DiskFull("could not extend file: No space left on device"),  # class 53: waits for space
+    errors.OutOfMemory("out of memory"),
+    errors.IdleSessionTimeout("terminating connection due to idle-session timeout"),
     errors.SerializationFailure("could not serialize access"),
     errors.DeadlockDetected("deadlock detected"),
     psycopg_pool.PoolTimeout("couldn't get a connection after 30.00 sec"),
@@ -90,9 +93,23 @@ RETRIABLE = [
 NOT_RETRIABLE = [
     (errors.SyntaxError('syntax error at or near "SELEC"'), "42601"),
     (errors.UndefinedTable('relation "nope" does not exist'), "42P01"),
-    (errors.UniqueViolation("duplicate key value"), "23505"),
-    (errors.ProgramLimitExceeded("index row size exceeds maximum"), "54000"),  # an OperationalError
     (errors.QueryCanceled("canceling statement due to statement timeout"), "57014"),
+    (errors.DatabaseDropped("database dropped"), "57P04"),
+    (errors.InternalError_("could not read block"), "XX000"),
+]
+
+# Postgres refused the data: the record behind the rows is poison (RecordRefusedError).
+REFUSED = [
+    (errors.UntranslatableCharacter("unsupported Unicode escape sequence"), "22P05"),  # a NUL in jsonb
+    (errors.StringDataRightTruncation("value too long for type character varying(5)"), "22001"),
+    (errors.UniqueViolation("duplicate key value"), "23505"),
+    (errors.CheckViolation("new row violates check constraint"), "23514"),
+    (errors.NotNullViolation("null value in column"), "23502"),
+    (errors.FunctionExecutedNoReturnStatement("control reached end of trigger procedure"), "2F005"),
+    (errors.RaiseException("refused by a trigger"), "P0001"),
+    (errors.DatatypeMismatch("returned row structure does not match"), "42804"),
+    (errors.ProgramLimitExceeded("index row size exceeds maximum"), "54000"),  # an OperationalError
+    (psycopg.DataError("PostgreSQL text fields cannot contain NUL (0x00) bytes"), None),  # the driver's
 ]
 
 
@@ -112,6 +129,16 @@ def test_statement_errors_are_not_retriable(error: psycopg.Error, sqlstate: str)
     assert not converted.retriable
     assert "apply batch" in str(converted)
     assert f"SQLSTATE {sqlstate}" in str(converted)
+    assert converted.__cause__ is error
+
+
+@pytest.mark.parametrize(("error", "sqlstate"), REFUSED, ids=lambda e: str(getattr(e, "sqlstate", e)))
+def test_refused_data_is_a_record_refused_error(error: psycopg.Error, sqlstate: str | None) -> None:
+    converted = convert_pg_error(error, action="apply batch")
+    assert isinstance(converted, RecordRefusedError)
+    assert not converted.retriable
+    assert str(converted).startswith("apply batch: Postgres refused the data: ")
+    assert f"SQLSTATE {sqlstate or 'none'}" in converted.reason
     assert converted.__cause__ is error
 
 

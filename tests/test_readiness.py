@@ -1,0 +1,63 @@
+"""``/readyz`` once the projector is gone: not ready, whatever lag figure the last positions
+would give, and the report says why."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import httpx
+import pytest
+
+from convlog.serve import Service, running_service
+from convlog.settings import Settings
+from projectors.errors import ProjectionError
+from query_api.http import create_app
+from tests.projection_support import temporary_database
+
+pytestmark = pytest.mark.postgres
+
+
+async def crash_the_projector(service: Service) -> tuple[httpx.Response, str]:
+    """Ready first; then the read models broken under the running projector (an operator's
+    mistake): its next batch fails for good — an undefined table, neither a data error nor an
+    outage. The /readyz answer and the metrics once the projector task ended."""
+    transport = httpx.ASGITransport(app=create_app(service.deps))
+    async with httpx.AsyncClient(transport=transport, base_url="http://convlog") as client:
+        for _ in range(100):
+            ready = await client.get("/readyz")
+            if ready.status_code == 200:
+                break
+            await asyncio.sleep(0.1)
+        assert ready.status_code == 200, ready.text
+        assert ready.json()["lag"] == 0
+        async with service.pool.connection() as conn:
+            await conn.execute(f"DROP TABLE {service.projector.schema}.transcript CASCADE")
+        posted = await client.post("/v1/users/u1/conversations/c/messages", json={"role": "user", "content": "hi"},
+                                   headers={"Authorization": "Bearer token-a"})  # fmt: skip
+        assert posted.status_code == 202
+        for _ in range(100):
+            report = await client.get("/readyz")
+            if report.json()["projector"] is False and not service.projector.ready:
+                break
+            await asyncio.sleep(0.1)
+        return report, (await client.get("/metrics")).text
+
+
+async def test_readyz_is_503_with_the_cause_once_the_projector_task_died(pg_admin_url: str, tmp_path: Path) -> None:
+    async with temporary_database(pg_admin_url) as url:
+        settings = Settings(database_url=url, data_dir=tmp_path, partitions=2)
+        env = {"CONVLOG_API_TOKENS": "acme:token-a", "CONVLOG_SUMMARIZER": "off"}
+        # Leaving the service re-raises what ended its projector: the crash made above. (So the
+        # assertions are made out here: inside, that exception would replace a failed one.)
+        with pytest.raises(ProjectionError, match="UndefinedTable"):
+            async with running_service(settings, env) as service:
+                report, metrics = await crash_the_projector(service)
+    assert report.status_code == 503
+    body = report.json()
+    assert body["ready"] is False
+    assert body["projector"] is False
+    assert body["projector_error"].startswith("crashed: ProjectionError")
+    assert "UndefinedTable" in body["projector_error"]
+    assert body["lag"] is None  # not 0: nothing is projecting, so nothing is caught up
+    assert "convlog_projector_ready 0.0" in metrics
