@@ -17,6 +17,7 @@ from fastapi import Body, FastAPI, Header, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.routing import APIRoute
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -102,8 +103,9 @@ class _LimitsAndMetrics:
             await self.app(scope, receive, send)
             return
         headers = dict(scope["headers"])
-        if scope["path"] not in self.public:
-            authorization = headers.get(b"authorization", b"").decode("latin-1")
+        path = scope["path"].removeprefix(scope.get("root_path", ""))  # as the router matches it
+        if path not in self.public:
+            authorization = Headers(scope=scope).get("authorization")  # the first one, as routes read it
             if tenant_of(self.deps.tokens, authorization) is None:
                 started = time.perf_counter()
                 await _unauthorized()(scope, receive, send)
