@@ -3,6 +3,7 @@ field — never a 5xx, and never a record the read models cannot hold (issue 11,
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import sys
@@ -282,9 +283,10 @@ async def test_http_refuses_unstorable_strings_and_the_projector_keeps_going(cli
     assert ok.status_code == 202
     context = await client.get(f"{BASE}/c/context", headers=A, params={
         "model": "gpt-4o", "budget_tokens": 500, "min_offset": ok.json()["offset"]})  # fmt: skip
-    for _ in range(200):  # read-your-writes: the projector applied it (with no wait in this app)
+    for _ in range(200):  # read-your-writes: the projector applied it (this app does not wait)
         if context.status_code == 200:
             break
+        await asyncio.sleep(0.05)
         context = await client.get(context.request.url, headers=A)
     assert context.status_code == 200, context.text
     assert [m["content"] for m in context.json()["messages"]] == ["still here"]
