@@ -7,7 +7,6 @@ path of the offending field (``tool_calls[1].function.arguments``).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
@@ -26,6 +25,7 @@ from events.model import (
     ToolCall,
     Usage,
 )
+from events.strict_json import NotJsonError, dump_json
 
 ContentInput = str | Sequence[ContentPart | Mapping[str, Any]] | None
 ToolCallInput = ToolCall | Mapping[str, Any]
@@ -60,7 +60,7 @@ def _part(part: ContentPart | Mapping[str, Any], field: str) -> ContentPart:
 
 
 def tool_calls_from_openai(calls: Sequence[ToolCallInput] | None, *, field: str = "tool_calls") -> tuple[ToolCall, ...]:
-    if not calls:
+    if calls is None:
         return ()
     if not _is_list(calls):
         raise InvalidEventError("must be a list", field=field)
@@ -79,7 +79,10 @@ def _tool_call(call: ToolCallInput, field: str) -> ToolCall:
         raise InvalidEventError("must be an object with name and arguments", field=f"{field}.function")
     arguments = function.get("arguments", "")
     if isinstance(arguments, Mapping):  # a convenience: already-parsed arguments are serialised
-        arguments = json.dumps(arguments, ensure_ascii=False, separators=(",", ":"))
+        try:
+            arguments = dump_json(arguments)
+        except NotJsonError as e:
+            raise InvalidEventError(str(e), field=f"{field}.function.arguments") from e
     return ToolCall(
         id=_str(call.get("id"), f"{field}.id"),
         name=_str(function.get("name"), f"{field}.function.name"),
@@ -93,8 +96,8 @@ def usage_from_openai(usage: UsageInput, *, field: str = "usage") -> Usage | Non
         return usage
     if not isinstance(usage, Mapping):
         raise InvalidEventError("must be an object", field=field)
-    prompt_details = usage.get("prompt_tokens_details") or {}
-    completion_details = usage.get("completion_tokens_details") or {}
+    prompt_details = _opt_object(usage.get("prompt_tokens_details"), f"{field}.prompt_tokens_details")
+    completion_details = _opt_object(usage.get("completion_tokens_details"), f"{field}.completion_tokens_details")
     return Usage(
         prompt_tokens=_opt_int(usage.get("prompt_tokens"), f"{field}.prompt_tokens"),
         completion_tokens=_opt_int(usage.get("completion_tokens"), f"{field}.completion_tokens"),
@@ -113,15 +116,15 @@ def message_from_openai(message: Mapping[str, Any], *, message_id: str) -> Messa
     (``reasoning_content``, ``thinking_duration_ms``, ``model``, ``usage``, ``finish_reason``,
     ``metadata``). Validation of the combination happens in :func:`events.validation.validate_message`.
     """
+    if not isinstance(message, Mapping):
+        raise InvalidEventError("must be a message object", field="message")
     role = message.get("role")
     if role not in ROLES:
         raise InvalidEventError(f"unknown role {role!r}; expected one of {', '.join(ROLES)}", field="role")
     finish_reason = message.get("finish_reason")
     if finish_reason is not None and finish_reason not in FINISH_REASONS:
         raise InvalidEventError(f"unknown finish_reason {finish_reason!r}", field="finish_reason")
-    metadata = message.get("metadata") or {}
-    if not isinstance(metadata, Mapping):
-        raise InvalidEventError("must be an object of strings", field="metadata")
+    metadata = _opt_object(message.get("metadata"), "metadata")
     return MessageAppended(
         message_id=message_id,
         role=cast("Role", role),
@@ -138,6 +141,13 @@ def message_from_openai(message: Mapping[str, Any], *, message_id: str) -> Messa
     )
 
 
+def requested_message_id(message: Mapping[str, Any]) -> str | None:
+    """The ``message_id`` a message names for itself, if any (else the caller picks one)."""
+    if not isinstance(message, Mapping):
+        raise InvalidEventError("must be a message object", field="message")
+    return _opt_str(message.get("message_id"), "message_id")
+
+
 def _is_list(value: object) -> bool:
     """JSON input can put anything anywhere: a string is a sequence too, but not a list of parts."""
     return isinstance(value, Sequence) and not isinstance(value, str | bytes)
@@ -151,6 +161,14 @@ def _str(value: object, field: str) -> str:
 
 def _opt_str(value: object, field: str) -> str | None:
     return None if value is None else _str(value, field)
+
+
+def _opt_object(value: object, field: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InvalidEventError("must be an object", field=field)
+    return value
 
 
 def _opt_int(value: object, field: str) -> int | None:

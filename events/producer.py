@@ -34,6 +34,7 @@ from events.openai_format import (
     completion_message,
     content_from_openai,
     message_from_openai,
+    requested_message_id,
     tool_calls_from_openai,
     usage_from_openai,
 )
@@ -168,7 +169,8 @@ class ConversationProducer:
     ) -> tuple[Event, bytes]:
         """The event :meth:`append_message` would append, validated and encoded."""
         event_id = event_id or self._new_id()
-        body = message_from_openai(message, message_id=message_id or message.get("message_id") or event_id)
+        requested = requested_message_id(message)  # type-checked: a non-string id is a 422, not a 500
+        body = message_from_openai(message, message_id=message_id or (event_id if requested is None else requested))
         return self.build(key, body, event_id=event_id)
 
     async def append_user(

@@ -9,13 +9,15 @@ from __future__ import annotations
 import asyncio
 import hmac
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-from fastapi import Body, FastAPI, Header, Query, Request
+from fastapi import Body, FastAPI, Header, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.routing import APIRoute
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -24,6 +26,7 @@ from events.keys import ConversationKey, partition_for_key
 from events.log import EventLog, LogRecord
 from events.model import Event
 from events.producer import Appended, ConversationProducer
+from events.strict_json import NotJsonError, parse_json
 from projectors.window import WindowPolicy
 from query_api.as_of import BeforeMessage, UnknownMessageError
 from query_api.context import NeedOlderMessagesError, assemble
@@ -41,6 +44,8 @@ PREFIX = "/v1/users/{user_id}/conversations"
 NEWEST_FIRST = 128  # rows read first; most budgets end inside them
 MAX_NEWEST = 4096  # beyond that, read the whole range
 AuthHeader = Annotated[str | None, Header()]
+# Answered without a token (probes and scrapers; the schema and its docs too); all else needs one.
+PUBLIC_ROUTES = ("/healthz", "/readyz", "/metrics")
 
 
 class ApiError(Exception):
@@ -72,18 +77,43 @@ class _BodyTooLargeError(StarletteHTTPException):
         super().__init__(413, f"the body may be at most {limit} bytes")
 
 
-class _LimitsAndMetrics:
-    """Refuses oversized bodies before they are read, and counts requests. A plain ASGI
-    middleware: Starlette's BaseHTTPMiddleware costs a task and a stream copy per request."""
+def tenant_of(tokens: Mapping[str, str], authorization: str | None) -> str | None:
+    """The tenant a ``Bearer`` token belongs to; None for a missing or unknown token."""
+    scheme, _, token = (authorization or "").partition(" ")
+    if scheme.lower() == "bearer" and token:
+        for known, tenant_id in tokens.items():
+            if hmac.compare_digest(known.encode(), token.encode()):
+                return tenant_id
+    return None
 
-    def __init__(self, app: ASGIApp, *, deps: ApiDeps) -> None:
-        self.app, self.deps = app, deps
+
+def _unauthorized() -> JSONResponse:
+    return _error(401, "unauthorized", "a valid bearer token is required")
+
+
+class _LimitsAndMetrics:
+    """Authenticates, refuses oversized bodies before they are read, and counts requests — in
+    that order: a client without a valid token gets 401 before any byte of its body is read or
+    parsed, whatever the route (FastAPI would validate a body before a route's dependencies).
+    A plain ASGI middleware: Starlette's BaseHTTPMiddleware costs a task and a stream copy."""
+
+    def __init__(self, app: ASGIApp, *, deps: ApiDeps, public: frozenset[str]) -> None:
+        self.app, self.deps, self.public = app, deps, public
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        length = dict(scope["headers"]).get(b"content-length")
+        headers = dict(scope["headers"])
+        path = scope["path"].removeprefix(scope.get("root_path", ""))  # as the router matches it
+        if path not in self.public:
+            authorization = Headers(scope=scope).get("authorization")  # the first one, as routes read it
+            if tenant_of(self.deps.tokens, authorization) is None:
+                started = time.perf_counter()
+                await _unauthorized()(scope, receive, send)
+                self.deps.metrics.request("unauthenticated", scope["method"], 401, time.perf_counter() - started)
+                return
+        length = headers.get(b"content-length")
         if length is not None and (not length.isdigit() or int(length) > self.deps.max_body_bytes):
             response = _error(413, "payload_too_large", f"the body may be at most {self.deps.max_body_bytes} bytes")
             await response(scope, receive, send)
@@ -121,8 +151,46 @@ def _error(status: int, code: str, message: str, **extra: Any) -> JSONResponse:
     return JSONResponse({"error": {"code": code, "message": message, **extra}}, status_code=status)
 
 
+class _BodyNotJsonError(StarletteHTTPException):
+    """Raised while the body is parsed; an HTTPException so FastAPI passes it on (it turns any
+    other exception there into a bare 400)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(422, reason)
+
+
+class _StrictJsonRequest(Request):
+    """A request whose JSON body is read strictly (events/strict_json.py): no NaN or Infinity,
+    and invalid UTF-8, deep nesting or huge integers are a 422 like any malformed JSON."""
+
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            body = await self.body()
+            try:
+                self._json = parse_json(body)
+            except NotJsonError as e:
+                raise _BodyNotJsonError(str(e)) from e
+        return self._json
+
+
+class _StrictJsonRoute(APIRoute):
+    """FastAPI's documented hook for a custom Request class: every route reads JSON strictly."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def strict(request: Request) -> Response:
+            try:
+                return await handler(_StrictJsonRequest(request.scope, request.receive))
+            except _BodyNotJsonError as e:
+                return _error(422, "invalid_json", f"the body is not JSON: {e.detail}", field="body")
+
+        return strict
+
+
 def create_app(deps: ApiDeps) -> FastAPI:  # noqa: PLR0915 - one place that lists the routes
     app = FastAPI(title="convlog", version="0.1.0", description=__doc__)
+    app.router.route_class = _StrictJsonRoute
 
     @app.exception_handler(ApiError)
     async def api_error(_: Request, e: ApiError) -> JSONResponse:
@@ -153,15 +221,15 @@ def create_app(deps: ApiDeps) -> FastAPI:  # noqa: PLR0915 - one place that list
             )
         return _error(500, e.code, str(e))
 
-    app.add_middleware(_LimitsAndMetrics, deps=deps)
+    docs = (app.openapi_url, app.docs_url, app.redoc_url, app.swagger_ui_oauth2_redirect_url)
+    public = frozenset([*PUBLIC_ROUTES, *(path for path in docs if path)])
+    app.add_middleware(_LimitsAndMetrics, deps=deps, public=public)
 
     def tenant(authorization: str | None) -> str:
-        scheme, _, token = (authorization or "").partition(" ")
-        if scheme.lower() == "bearer" and token:
-            for known, tenant_id in deps.tokens.items():
-                if hmac.compare_digest(known.encode(), token.encode()):
-                    return tenant_id
-        raise ApiError(401, "unauthorized", "a valid bearer token is required")
+        tenant_id = tenant_of(deps.tokens, authorization)  # _LimitsAndMetrics let only these in
+        if tenant_id is None:
+            raise ApiError(401, "unauthorized", "a valid bearer token is required")
+        return tenant_id
 
     def key_of(authorization: str | None, user_id: str, conversation_id: str) -> ConversationKey:
         return ConversationKey(tenant(authorization), user_id, conversation_id)

@@ -24,6 +24,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from events.keys import ConversationKey
+from events.strict_json import parse_json
 from projectors.pg import PgPool, convert_pg_error
 from projectors.read_sql import WINDOW_AND_CURRENT_SUMMARY
 from projectors.tokens import ENCODINGS, get_encoding
@@ -358,7 +359,7 @@ def _parse_cursor(cursor: str) -> tuple[datetime | None, str]:
     if len(cursor) > MAX_CURSOR_CHARS:
         raise ValueError("too long")
     raw = base64.b64decode(cursor + "=" * (-len(cursor) % 4), altchars=b"-_", validate=True)
-    value = json.loads(raw.decode("utf-8"))
+    value = parse_json(raw.decode("utf-8"))  # client text: strictly, like every JSON a client sends
     if not (isinstance(value, list) and len(value) == 2 and isinstance(value[1], str) and value[1]):
         raise ValueError("not a [last_activity_at, conversation_id] pair")
     ts = None if value[0] is None else datetime.fromisoformat(value[0])

@@ -1,0 +1,540 @@
+"""The edge of the API refuses bad input cleanly: 401 before anything else, then 422 naming the
+field — never a 5xx, and never a record the read models cannot hold (issue 11, items 1-3, 6)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import sys
+import urllib.parse
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from psycopg.types.json import Jsonb
+
+from convlog.serve import Service, running_service
+from convlog.settings import Settings
+from events.embedded_log import EmbeddedEventLog
+from events.errors import InvalidEventError
+from events.keys import ConversationKey
+from events.model import MessageAppended, SummaryRecorded
+from events.producer import ConversationProducer
+from events.strict_json import parse_json
+from events.validation import unstorable_char
+from query_api.http import create_app
+from tests.projection_support import temporary_database
+
+A = {"Authorization": "Bearer token-a"}
+BASE = "/v1/users/u1/conversations"
+KEY = ConversationKey("acme", "u1", "c1")
+CALL = {"id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}
+
+
+# --- the Python producer API ---------------------------------------------------------------------
+
+
+def _with_nul(path: str) -> tuple[dict[str, Any], str]:
+    """A valid message with a NUL put into the string at ``path``, and the field to expect."""
+    nul = "a\x00b"
+    messages: dict[str, tuple[dict[str, Any], str]] = {
+        "content": ({"role": "user", "content": nul}, "content"),
+        "text part": ({"role": "user", "content": [{"type": "text", "text": nul}]}, "content[0].text"),
+        "image url": (
+            {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "https://x/" + nul}}]},
+            "content[0].url",
+        ),
+        "reasoning": ({"role": "assistant", "content": "x", "reasoning_content": nul}, "reasoning_content"),
+        "metadata value": ({"role": "user", "content": "x", "metadata": {"k": nul}}, "metadata.k"),
+        "metadata key": ({"role": "user", "content": "x", "metadata": {nul: "v"}}, "metadata"),
+        "message_id": ({"role": "user", "content": "x", "message_id": nul}, "message_id"),
+        "model": ({"role": "assistant", "content": "x", "model": nul}, "model"),
+        "name": ({"role": "user", "content": "x", "name": nul}, "name"),
+        "tool call id": ({"role": "assistant", "tool_calls": [{**CALL, "id": nul}]}, "tool_calls[0].id"),
+        "tool arguments": (
+            {"role": "assistant", "tool_calls": [{**CALL, "function": {"name": "f", "arguments": '"' + nul + '"'}}]},
+            "tool_calls[0].arguments",
+        ),
+        "tool arguments escaped": (
+            {"role": "assistant", "tool_calls": [{**CALL, "function": {"name": "f", "arguments": '"a\\u0000"'}}]},
+            "tool_calls[0].arguments",
+        ),
+        "tool_call_id": ({"role": "tool", "content": "42", "tool_call_id": nul}, "tool_call_id"),
+        "surrogate": ({"role": "user", "content": "a\ud800"}, "content"),
+    }
+    return messages[path]
+
+
+NUL_CASES = [
+    "content", "text part", "image url", "reasoning", "metadata value", "metadata key", "message_id", "model",
+    "name", "tool call id", "tool arguments", "tool arguments escaped", "tool_call_id", "surrogate",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", NUL_CASES)
+async def test_strings_postgres_cannot_store_are_refused_with_the_field(
+    producer: ConversationProducer, log: EmbeddedEventLog, case: str
+) -> None:
+    message, field = _with_nul(case)
+    before = await log.end_offsets()
+    with pytest.raises(InvalidEventError) as info:
+        await producer.append_message(KEY, message)
+    assert info.value.field == field
+    assert await log.end_offsets() == before
+
+
+async def test_every_event_type_of_the_python_api_refuses_a_nul(producer: ConversationProducer) -> None:
+    nul = "x\x00"
+    calls: list[tuple[str, Callable[[], Awaitable[object]]]] = [
+        ("title", lambda: producer.start_conversation(KEY, title=nul)),
+        ("metadata.k", lambda: producer.start_conversation(KEY, metadata={"k": nul})),
+        ("reason", lambda: producer.redact(KEY, "m1", reason=nul)),
+        ("reason", lambda: producer.clear(KEY, reason=nul)),
+        ("reason", lambda: producer.erase(KEY, reason=nul)),
+        ("event_id", lambda: producer.clear(KEY, event_id=nul)),
+        ("content", lambda: producer.append_user(KEY, nul)),
+        ("content[1].text", lambda: producer.append_system(KEY, [{"type": "text", "text": "ok"},
+                                                                 {"type": "text", "text": nul}])),
+        ("tool_calls[0].name", lambda: producer.append_assistant(
+            KEY, tool_calls=[{**CALL, "function": {"name": nul, "arguments": "{}"}}])),
+    ]  # fmt: skip
+    for field, call in calls:
+        with pytest.raises(InvalidEventError) as info:
+            await call()
+        assert info.value.field == field, field
+    summary = SummaryRecorded(summary_id="s1", text="sum\x00mary", covers_through_message_id="m1", model="m",
+                              prompt_version="v1")  # fmt: skip
+    with pytest.raises(InvalidEventError) as info:
+        producer.build(KEY, summary)
+    assert info.value.field == "text"
+    message = MessageAppended(message_id="m", role="user", content="x")
+    with pytest.raises(InvalidEventError) as info:  # the key refuses control characters itself
+        producer.build(ConversationKey("acme", "u\ud800", "c"), message)
+    assert info.value.field == "user_id"
+
+
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity", '{"a": NaN}', "[1, -Infinity]"])
+async def test_tool_call_arguments_are_strict_json(producer: ConversationProducer, constant: str) -> None:
+    call = {**CALL, "function": {"name": "f", "arguments": constant}}
+    with pytest.raises(InvalidEventError) as info:
+        await producer.append_assistant(KEY, tool_calls=[call])
+    assert info.value.field == "tool_calls[0].arguments"
+
+
+async def test_parsed_arguments_are_serialised_strictly(producer: ConversationProducer) -> None:
+    call = {**CALL, "function": {"name": "f", "arguments": {"x": math.nan}}}
+    with pytest.raises(InvalidEventError) as info:
+        await producer.append_assistant(KEY, tool_calls=[call])
+    assert info.value.field == "tool_calls[0].function.arguments"
+
+
+async def test_arguments_nested_too_deep_are_refused_not_raised(producer: ConversationProducer) -> None:
+    deep = "[" * (sys.getrecursionlimit() * 2) + "]" * (sys.getrecursionlimit() * 2)
+    call = {**CALL, "function": {"name": "f", "arguments": deep}}
+    with pytest.raises(InvalidEventError) as info:
+        await producer.append_assistant(KEY, tool_calls=[call])
+    assert info.value.field == "tool_calls[0].arguments"
+
+
+def test_strict_json_refuses_the_constants_and_keeps_json() -> None:
+    assert parse_json('{"a": [1, 2.5, "x", null, true]}') == {"a": [1, 2.5, "x", None, True]}
+    assert parse_json(b'{"a": 1}') == {"a": 1}
+    for text in ("NaN", "Infinity", "-Infinity", '{"a": NaN}', "[" * 100_000, "1" * 5000):
+        with pytest.raises(ValueError, match="JSON"):
+            parse_json(text)
+
+
+@pytest.mark.parametrize(
+    ("message", "field"),
+    [
+        ({"role": "user", "content": "x", "message_id": 5}, "message_id"),
+        ({"role": "user", "content": "x", "message_id": 0}, "message_id"),
+        ({"role": "user", "content": "x", "message_id": []}, "message_id"),
+        ({"role": "user", "content": "x", "message_id": {"a": 1}}, "message_id"),
+        ({"role": "user", "content": "x", "message_id": ""}, "message_id"),
+        ({"role": "assistant", "content": "x", "usage": {"prompt_tokens_details": "x"}}, "usage.prompt_tokens_details"),
+        ({"role": "assistant", "content": "x", "usage": {"prompt_tokens_details": [1]}}, "usage.prompt_tokens_details"),
+        (
+            {"role": "assistant", "content": "x", "usage": {"completion_tokens_details": 7}},
+            "usage.completion_tokens_details",
+        ),
+        (
+            {"role": "assistant", "content": "x", "usage": {"prompt_tokens_details": {"cached_tokens": "x"}}},
+            "usage.cached_tokens",
+        ),
+        ({"role": "assistant", "content": "x", "usage": {"prompt_tokens": 2**63}}, "usage.prompt_tokens"),
+        ({"role": "assistant", "content": "x", "thinking_duration_ms": 2**64}, "thinking_duration_ms"),
+        ({"role": "assistant", "content": "x", "thinking_duration_ms": 1.5}, "thinking_duration_ms"),
+        ({"role": "user", "content": "x", "metadata": []}, "metadata"),
+        ({"role": "user", "content": "x", "metadata": "k=v"}, "metadata"),
+        ({"role": "user", "content": "x", "metadata": {"k": 1}}, "metadata.k"),
+        ({"role": "assistant", "content": "x", "tool_calls": {}}, "tool_calls"),
+        ({"role": "assistant", "content": "x", "tool_calls": ""}, "tool_calls"),
+        ({"role": "assistant", "content": "x", "tool_calls": 0}, "tool_calls"),
+        ({"role": "assistant", "content": "x", "tool_calls": [{**CALL, "id": 5}]}, "tool_calls[0].id"),
+        ({"role": "user", "content": {"text": "x"}}, "content"),
+        ({"role": "user", "content": [{"type": "image_url", "image_url": {"url": 5}}]}, "content[0].image_url.url"),
+        ({"role": "user", "content": [{"type": ["text"]}]}, "content[0].type"),
+        ({"role": ["user"], "content": "x"}, "role"),
+        ({"role": "assistant", "content": "x", "finish_reason": {"a": 1}}, "finish_reason"),
+        ({"role": "user", "content": "x", "name": 5}, "name"),
+        ({"role": "tool", "content": "x", "tool_call_id": 5}, "tool_call_id"),
+    ],
+)
+async def test_every_field_of_a_message_is_type_checked(
+    producer: ConversationProducer, message: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(InvalidEventError) as info:
+        await producer.append_message(KEY, message)
+    assert info.value.field == field
+
+
+async def test_python_api_ids_of_the_wrong_type_are_invalid_events(producer: ConversationProducer) -> None:
+    cases: list[tuple[dict[str, Any], str]] = [({"message_id": 5}, "message_id"), ({"event_id": 5}, "event_id")]
+    for kwargs, field in cases:
+        with pytest.raises(InvalidEventError) as info:
+            await producer.append_user(KEY, "x", **kwargs)
+        assert info.value.field == field
+
+
+# --- what Postgres refuses, checked against the real thing ---------------------------------------
+
+_SURROGATES = range(0xD800, 0xE000)
+
+
+def _storable_code_points() -> Iterator[str]:
+    for start in range(1, sys.maxunicode + 1, 0x10000):  # one plane per chunk
+        yield "".join(chr(c) for c in range(start, min(start + 0x10000, sys.maxunicode + 1)) if c not in _SURROGATES)
+
+
+@pytest.mark.postgres
+async def test_the_refused_characters_are_exactly_what_postgres_cannot_store(pg_admin_url: str) -> None:
+    """Every code point a Python str can hold, in text, in a jsonb string, as a jsonb key and
+    as the \\u escape json.dumps writes: Postgres stores all of them but U+0000 (and lone
+    surrogates, which cannot even be encoded to UTF-8), and validation refuses exactly those."""
+    async with await psycopg.AsyncConnection.connect(pg_admin_url, autocommit=True) as conn:
+        assert (await (await conn.execute("SHOW server_encoding")).fetchone()) == ("UTF8",)
+        for chunk in _storable_code_points():
+            assert unstorable_char(chunk) is None
+            row = await (await conn.execute("SELECT %s::text, %s::jsonb, %s::jsonb, %s::jsonb", (
+                chunk, Jsonb({chunk: chunk}), json.dumps([chunk]), json.dumps([chunk], ensure_ascii=False),
+            ))).fetchone()  # fmt: skip
+            assert row == (chunk, {chunk: chunk}, [chunk], [chunk])
+        for refused in ("\x00", "a\x00b"):
+            assert unstorable_char(refused) == "\x00"
+            for statement, value in (
+                ("SELECT %s::text", refused),
+                ("SELECT %s::jsonb", Jsonb([refused])),
+                ("SELECT %s::jsonb", Jsonb({refused: 1})),
+                ("SELECT %s::jsonb", json.dumps([refused])),  # the escape \u0000, not the character
+                ("SELECT %s::jsonb", '["\\ud800"]'),  # an escaped lone surrogate, as arguments may hold
+            ):
+                with pytest.raises(psycopg.DataError):
+                    await conn.execute(statement, (value,))
+    for c in (0xD800, 0xDBFF, 0xDC00, 0xDFFF):
+        with pytest.raises(UnicodeEncodeError):
+            chr(c).encode()
+        assert unstorable_char(f"a{chr(c)}") == chr(c)
+
+
+# --- the HTTP API --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def service(pg_admin_url: str, tmp_path: Path) -> AsyncIterator[Service]:
+    async with temporary_database(pg_admin_url) as url:
+        settings = Settings(database_url=url, data_dir=tmp_path, partitions=4)
+        env = {"CONVLOG_API_TOKENS": "acme:token-a,globex:token-b", "CONVLOG_SUMMARIZER": "off"}
+        async with running_service(settings, env) as svc:
+            yield svc
+
+
+@pytest.fixture
+async def client(service: Service) -> AsyncIterator[httpx.AsyncClient]:
+    # No waiting for offsets nobody writes: the fuzz test asks for random ones.
+    transport = httpx.ASGITransport(app=create_app(replace(service.deps, wait_for_offset_s=0.0)))
+    async with httpx.AsyncClient(transport=transport, base_url="http://convlog") as c:
+        yield c
+
+
+@pytest.mark.postgres
+async def test_http_refuses_unstorable_strings_and_the_projector_keeps_going(client: httpx.AsyncClient) -> None:
+    for case in NUL_CASES:
+        message, field = _with_nul(case)
+        if case == "surrogate":
+            continue  # JSON text cannot carry a lone surrogate as a character, only as an escape
+        response = await client.post(f"{BASE}/c/messages", json=message, headers=A)
+        assert response.status_code == 422, (case, response.text)
+        error = response.json()["error"]
+        assert (error["code"], error["field"]) == ("invalid_event", field)
+    escaped = '{"role": "user", "content": "a\\ud800b"}'  # a lone surrogate, as JSON can write one
+    response = await client.post(
+        f"{BASE}/c/messages", content=escaped, headers={**A, "Content-Type": "application/json"}
+    )
+    assert (response.status_code, response.json()["error"]["field"]) == (422, "content")
+    ok = await client.post(f"{BASE}/c/messages", json={"role": "user", "content": "still here"}, headers=A)
+    assert ok.status_code == 202
+    context = await client.get(f"{BASE}/c/context", headers=A, params={
+        "model": "gpt-4o", "budget_tokens": 500, "min_offset": ok.json()["offset"]})  # fmt: skip
+    for _ in range(200):  # read-your-writes: the projector applied it (this app does not wait)
+        if context.status_code == 200:
+            break
+        await asyncio.sleep(0.05)
+        context = await client.get(context.request.url, headers=A)
+    assert context.status_code == 200, context.text
+    assert [m["content"] for m in context.json()["messages"]] == ["still here"]
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    "raw",
+    [
+        '{"role": "user", "content": "x", "extra": NaN}',
+        '{"role": "user", "content": "x", "usage": {"prompt_tokens": Infinity}}',
+        '{"role": "user", "content": "x"',
+        "[" * 100_000,
+        '{"role": "user", "content": "x", "n": ' + "1" * 5000 + "}",
+        b'{"role": "user", "content": "\xff"}',
+    ],
+)
+async def test_http_bodies_are_strict_json(client: httpx.AsyncClient, raw: str | bytes) -> None:
+    response = await client.post(f"{BASE}/c/messages", content=raw, headers={**A, "Content-Type": "application/json"})
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["code"] == "invalid_json"
+    assert response.json()["error"]["field"] == "body"
+
+
+@pytest.mark.postgres
+async def test_http_type_checks_name_the_field(client: httpx.AsyncClient) -> None:
+    for body, field in (
+        ({"role": "user", "content": "x", "message_id": 5}, "message_id"),
+        ({"role": "assistant", "content": "x", "usage": {"prompt_tokens_details": "x"}}, "usage.prompt_tokens_details"),
+        (
+            {"role": "assistant", "content": "x", "usage": {"completion_tokens_details": [1]}},
+            "usage.completion_tokens_details",
+        ),
+        (
+            {"role": "assistant", "tool_calls": [{**CALL, "function": {"name": "f", "arguments": "NaN"}}]},
+            "tool_calls[0].arguments",
+        ),
+    ):
+        response = await client.post(f"{BASE}/c/messages", json=body, headers=A)
+        assert response.status_code == 422, response.text
+        assert response.json()["error"]["field"] == field
+
+
+# --- authentication comes first ------------------------------------------------------------------
+
+PUBLIC = ("/healthz", "/readyz", "/metrics", "/openapi.json")
+
+
+@pytest.mark.postgres
+async def test_without_a_token_nothing_but_401_and_the_body_is_never_read(client: httpx.AsyncClient) -> None:
+    read: list[bytes] = []
+
+    async def body() -> AsyncIterator[bytes]:
+        read.append(b"x")
+        yield b'{"role": "user", "content": "x"}'
+
+    for headers in ({}, {"Authorization": "Bearer nope"}, {"Authorization": "token-a"}, {"Authorization": "Bearer "}):
+        for method, path, content in (
+            ("POST", f"{BASE}/c/messages", b"[1, 2, 3]"),  # a bad body: 422 with a token
+            ("POST", f"{BASE}/c/messages", b"{not json"),
+            ("POST", f"{BASE}/c/messages", b"x" * (3 * 1024 * 1024)),  # too large: 413 with a token
+            ("POST", f"{BASE}/c/messages", body()),
+            ("GET", f"{BASE}/c/context?budget_tokens=-1", None),  # bad query: 422 with a token
+            ("GET", "/v1/no/such/route", None),
+            ("POST", f"{BASE}/c/clear", None),
+        ):
+            response = await client.request(method, path, content=content, headers=headers)
+            assert response.status_code == 401, (method, path, headers, response.text)
+            assert response.json()["error"]["code"] == "unauthorized"
+    assert read == []  # the streamed body was never asked for
+
+
+@pytest.mark.postgres
+async def test_health_readiness_metrics_and_the_schema_need_no_token(client: httpx.AsyncClient) -> None:
+    for path in PUBLIC:
+        response = await client.get(path)
+        assert response.status_code in (200, 503), (path, response.text)  # /readyz: 503 until caught up
+        assert response.status_code != 401
+    assert (await client.get("/healthz")).json() == {"status": "ok"}
+    metrics = (await client.get("/metrics")).text
+    assert 'status="401"' not in metrics  # nothing was refused yet
+    await client.get(f"{BASE}/c/messages")
+    assert 'status="401"' in (await client.get("/metrics")).text  # refusals are still counted
+
+
+# --- fuzzing every endpoint of the schema --------------------------------------------------------
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=8,
+)
+_TEXT = st.text(st.characters(codec="utf-8"), max_size=12) | st.sampled_from(["", "a\x00b", "gpt-4o", "0", "-1"])
+
+
+# Valid messages of every shape; the fuzzer replaces some of their values (at any depth) with
+# anything JSON can say, so the deep checks are reached and not only the first one.
+_VALID_MESSAGES: list[dict[str, Any]] = [
+    {"role": "system", "content": "be brief", "name": "ops"},
+    {"role": "user", "content": "hi", "metadata": {"k": "v"}, "message_id": "m-1"},
+    {"role": "user", "content": [{"type": "text", "text": "look"},
+                                 {"type": "image_url", "image_url": {"url": "https://x/a.png", "detail": "low"}}]},
+    {"role": "assistant", "content": "ok", "model": "gpt-4o", "finish_reason": "stop", "reasoning_content": "r",
+     "thinking_duration_ms": 12, "usage": {"prompt_tokens": 10, "completion_tokens": 2,
+                                           "prompt_tokens_details": {"cached_tokens": 1},
+                                           "completion_tokens_details": {"reasoning_tokens": 1}}},
+    {"role": "assistant", "tool_calls": [CALL, {"id": "call_2", "type": "function",
+                                                "function": {"name": "f", "arguments": {"a": [1, "b"]}}}]},
+    {"role": "tool", "tool_call_id": "call_1", "content": '{"temp": 21}'},
+    {"role": "assistant", "content": "cut", "finish_reason": "interrupted", "tool_calls": [CALL]},
+]  # fmt: skip
+
+
+def _paths(value: Any, prefix: tuple[str | int, ...] = ()) -> list[tuple[str | int, ...]]:
+    """Every place in a JSON value: its keys and indexes at any depth, and the value itself."""
+    out = [prefix]
+    if isinstance(value, dict):
+        for k, v in value.items():
+            out += _paths(v, (*prefix, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            out += _paths(v, (*prefix, i))
+    return out
+
+
+def _put(doc: Any, path: tuple[str | int, ...], value: Any) -> Any:
+    if not path:
+        return value
+    copy = dict(doc) if isinstance(doc, dict) else list(doc)
+    copy[path[0]] = _put(copy[path[0]], path[1:], value)  # type: ignore[index]
+    return copy
+
+
+@st.composite
+def _messages(draw: st.DrawFn) -> dict[str, Any]:
+    message: Any = draw(st.sampled_from(_VALID_MESSAGES))
+    for _ in range(draw(st.integers(0, 3))):
+        where = draw(st.sampled_from(_paths(message)[1:]))  # not the whole message: that is _JSON below
+        message = _put(message, where, draw(_JSON | _TEXT))
+    if draw(st.booleans()):
+        message = {**message, draw(st.sampled_from([*_FIELDS, "refusal", "audio"])): draw(_JSON | _TEXT)}
+    return dict(message)
+
+
+_FIELDS = ("role", "content", "name", "tool_calls", "tool_call_id", "reasoning_content", "thinking_duration_ms",
+           "model", "usage", "finish_reason", "metadata", "message_id")  # fmt: skip
+_ODD_BODY = st.one_of(
+    _JSON.map(lambda v: json.dumps(v).encode()),
+    st.binary(max_size=40),
+    st.sampled_from([b"NaN", b'{"role": "user", "content": Infinity}', b"", b"[" * 5000, b'{"role": "user"']),
+)
+_CONTENT_TYPES = ["application/json", "text/plain", "application/x-www-form-urlencoded", "multipart/form-data"]
+_BODY = st.one_of(  # (body, content type): mostly messages as JSON, the bodies the API reads
+    st.tuples(_messages().map(lambda m: json.dumps(m).encode()), st.just("application/json")),
+    st.tuples(_messages().map(lambda m: json.dumps(m).encode()), st.just("application/json")),
+    st.tuples(_ODD_BODY, st.sampled_from(_CONTENT_TYPES)),
+)
+
+
+def _query_value(schema: dict[str, Any]) -> st.SearchStrategy[str]:
+    """A value of the parameter's declared type (often in range), or any text at all."""
+    schema = next((s for s in schema.get("anyOf", [schema]) if s.get("type") != "null"), schema)
+    if "enum" in schema:
+        valid: st.SearchStrategy[str] = st.sampled_from(schema["enum"])
+    elif schema.get("type") == "integer":
+        low = schema.get("minimum", schema.get("exclusiveMinimum", -1))
+        valid = st.integers(low, schema.get("maximum", 10**6)).map(str)
+    else:
+        valid = st.sampled_from(["gpt-4o", "claude-3-5-sonnet", "m1"])
+    return valid | _TEXT | _JSON.map(json.dumps)
+
+
+Operation = tuple[str, str, list[str], dict[str, tuple[bool, dict[str, Any]]]]
+
+
+def _operations(spec: dict[str, Any]) -> list[Operation]:
+    """(method, path template, path params, query params: (required, schema)) of every operation."""
+    out = []
+    for path, item in spec["paths"].items():
+        for method, op in item.items():
+            params = op.get("parameters", [])
+            names = [p["name"] for p in params if p["in"] == "path"]
+            query = {p["name"]: (p.get("required", False), p["schema"]) for p in params if p["in"] == "query"}
+            out.append((method.upper(), path, names, query))
+    return sorted(out)
+
+
+@pytest.fixture
+async def operations(client: httpx.AsyncClient) -> list[Operation]:
+    """Every operation of the app's OpenAPI schema, and a conversation the token's tenant has."""
+    await client.post(f"{BASE}/c/messages", json={"role": "user", "content": "known conversation"}, headers=A)
+    return _operations((await client.get("/openapi.json")).json())
+
+
+def _segment(value: str) -> str:
+    return urllib.parse.quote(value, safe="") or "x"
+
+
+_IDEMPOTENCY_KEY = st.text(st.characters(codec="latin-1", exclude_characters="\r\n"), max_size=140)
+
+
+@pytest.mark.postgres
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture],
+          derandomize=True)  # fmt: skip
+@given(data=st.data())
+async def test_fuzzed_requests_on_every_endpoint_never_get_a_5xx(
+    client: httpx.AsyncClient, operations: list[Operation], data: st.DataObject
+) -> None:
+    """Every operation the schema lists, with path, query, headers and body drawn from their
+    declared types and from anything at all; appends (the richest input) are drawn most."""
+    assert len(operations) >= 10  # every route of the schema, the public ones included
+    appends = [op for op in operations if op[0] == "POST" and op[1].endswith("/messages")]
+    method, template, names, query = data.draw(st.sampled_from(operations) | st.sampled_from(appends), label="op")
+    path = template
+    for name in names:
+        path = path.replace("{" + name + "}", _segment(data.draw(st.sampled_from(["u1", "c"]) | _TEXT, label=name)))
+    params = {}
+    for name, (required, schema) in query.items():
+        if required or data.draw(st.booleans(), label=f"give {name}"):
+            params[name] = data.draw(_query_value(schema), label=name)
+    headers: dict[str, Any] = dict(A)  # without a token everything is a 401: the test below
+    body = None
+    if method == "POST":
+        body, headers["Content-Type"] = data.draw(_BODY, label="body")
+        if data.draw(st.booleans(), label="give an idempotency key"):
+            headers["Idempotency-Key"] = data.draw(_IDEMPOTENCY_KEY, label="key").encode("latin-1")
+    response = await client.request(method, path, params=params, content=body, headers=headers)
+    assert response.status_code != 500, (method, path, params, body, response.text)
+    if response.status_code > 500:  # only an availability answer, never for the input
+        assert path == "/readyz" or response.json()["error"]["code"] == "not_caught_up", response.text
+
+
+@pytest.mark.postgres
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture],
+          derandomize=True)  # fmt: skip
+@given(data=st.data())
+async def test_fuzzed_requests_without_a_valid_token_are_all_401(
+    client: httpx.AsyncClient, operations: list[Operation], data: st.DataObject
+) -> None:
+    method, template, names, _ = data.draw(st.sampled_from(operations), label="op")
+    path = template
+    for name in names:
+        path = path.replace("{" + name + "}", _segment(data.draw(_TEXT, label=name)))
+    headers = dict(data.draw(st.sampled_from([{}, {"Authorization": "Bearer x"}, {"Authorization": "token-a"},
+                                              {"Authorization": "Basic dG9rZW4tYQ=="}]), label="auth"))  # fmt: skip
+    body, headers["Content-Type"] = data.draw(_BODY, label="body")
+    response = await client.request(method, path, content=body if method == "POST" else None, headers=headers)
+    if template in PUBLIC:
+        assert response.status_code in (200, 503), response.text
+    else:
+        assert (response.status_code, response.json()["error"]["code"]) == (401, "unauthorized"), response.text
