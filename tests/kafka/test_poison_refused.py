@@ -194,3 +194,35 @@ async def test_a_rebuild_still_fails_fast_on_a_refused_record_naming_it(ops: Ops
     with pytest.raises(PoisonRecordError, match=f"partition {PARTITION} offset {o_nul}"):
         await store.apply(records, dict.fromkeys(range(PARTITIONS), 0))
     assert await ops.projection.rows("SELECT count(*) FROM {s}.transcript", schema=version.schema) == [(0,)]
+
+
+async def test_a_foreign_record_with_a_nul_in_its_key_is_a_dead_letter_and_the_partition_goes_on(
+    ops: Ops, foreign: AIOKafkaProducer
+) -> None:
+    # Postgres text cannot hold the key: not the transcript, not the dead letter's key column,
+    # not the event index. The record is still kept (its raw key and value) with coordinates.
+    bad = _on_partition_raw(b"acme:java\x00user:")
+    await user(ops, NEIGHBOUR, "n0")
+    event = Event(
+        event_id=uuid.uuid4().hex,
+        key=ConversationKey("acme", "java-user", "x"),
+        occurred_at=datetime.now(UTC),
+        producer="java-app",
+        body=MessageAppended("m-key", "user", content="hi"),
+    )
+    sent = await foreign.send_and_wait(ops.topic, default_codec().encode(event), key=bad)
+    assert sent.partition == PARTITION
+    await user(ops, NEIGHBOUR, "n1")
+    projector = await project_all(ops.log, ops.projection.store())
+    assert projector.stats.dead_lettered == 1
+    assert await transcript(ops, NEIGHBOUR) == [(0, "n0"), (1, "n1")]
+    letters = await ops.projection.rows('SELECT partition, "offset", record_key, status FROM {s}.dead_letters')
+    assert letters == [(PARTITION, sent.offset, bad, "parked")]
+
+
+def _on_partition_raw(prefix: bytes) -> bytes:
+    for i in range(1000):
+        key = prefix + str(i).encode()
+        if partition_for_key(key, PARTITIONS) == PARTITION:
+            return key
+    raise AssertionError("no key found")
