@@ -111,6 +111,29 @@ async def test_end_offsets_are_the_next_offsets(event_log: EventLog) -> None:
     }
 
 
+async def test_read_positions_move_past_every_record_and_reach_the_end_offsets(event_log: EventLog) -> None:
+    """Progress is the position a read reports (it also moves past offsets without a record for
+    this reader, such as Kafka's transaction markers): paging by it reaches the end offsets."""
+    for i in range(12):
+        await event_log.append(key=_key(i % 5), value=str(i).encode())
+    ends = await event_log.end_offsets()
+    positions = dict.fromkeys(range(event_log.partition_count), 0)
+    seen = 0
+    deadline = time.monotonic() + 30
+    while positions != ends:
+        assert time.monotonic() < deadline, f"positions {positions} never reached the ends {ends}"
+        batch = await event_log.read(positions, max_records=5, timeout_s=0.5)
+        assert set(batch.positions) == set(positions)
+        for r in batch.records:
+            assert positions[r.partition] <= r.offset < batch.positions[r.partition]
+        assert all(batch.positions[p] >= o for p, o in positions.items())
+        seen += len(batch.records)
+        positions = dict(batch.positions)
+    assert seen == 12
+    at_end = await event_log.read(ends, timeout_s=0.2)
+    assert (list(at_end.records), dict(at_end.positions)) == ([], ends)
+
+
 async def test_concurrent_appenders_keep_each_conversations_order(event_log: EventLog) -> None:
     """200 appenders write to 50 conversations at once: every conversation stays on one partition
     and every appender's records appear in the order it appended them, each exactly once."""

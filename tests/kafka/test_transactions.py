@@ -6,6 +6,7 @@ also when its last offset is a marker — and every read and operator command fi
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import httpx
@@ -155,6 +156,22 @@ async def test_operator_commands_finish_with_lag_zero(ops: Ops, history: dict[in
     rebuild = ops.run("rebuild", "read_models", "--verify", "--switch", timeout=90)
     assert rebuild.returncode == 0, rebuild.stdout + rebuild.stderr
     assert "is live" in rebuild.stdout
+
+
+async def test_a_read_at_a_trailing_marker_returns_at_once_with_the_position_past_it(kafka_bootstrap: str) -> None:
+    topic = unique_topic("tx")
+    log = await KafkaEventLog.connect(bootstrap=kafka_bootstrap, topic=topic, partitions=PARTITIONS)
+    try:
+        async with transactional_app(kafka_bootstrap, topic, PARTITIONS) as (app, kafka), kafka.transaction():
+            last = await app.append_user(A, "the only question", message_id="u1")
+        end = (await log.end_offsets())[last.partition]
+        assert end == last.offset + 2  # the record, then the commit marker
+        started = time.monotonic()
+        batch = await log.read({last.partition: last.offset + 1}, timeout_s=10)
+        assert (list(batch.records), dict(batch.positions)) == ([], {last.partition: end})
+        assert time.monotonic() - started < 5  # it does not wait out the timeout
+    finally:
+        await log.close()
 
 
 async def test_summaries_are_made_and_the_summarizer_reads_to_the_end(kafka_bootstrap: str, pg_admin_url: str) -> None:
