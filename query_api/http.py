@@ -21,12 +21,14 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from events.errors import ConvlogError, EventTooLargeError, InvalidEventError
 from events.keys import ConversationKey, partition_for_key
-from events.log import EventLog
+from events.log import EventLog, LogRecord
+from events.model import Event
 from events.producer import Appended, ConversationProducer
 from events.reading import conversation_events
 from projectors.window import WindowPolicy
 from query_api.as_of import BeforeMessage, UnknownMessageError
 from query_api.context import NeedOlderMessagesError, assemble
+from query_api.disconnects import ClientDisconnectedError, unless_disconnected
 from query_api.events_json import events_json
 from query_api.metrics import Metrics
 from query_api.model import Context, ContextBudgetExceededError, ContextRequest, ModelSpec
@@ -143,6 +145,8 @@ def create_app(deps: ApiDeps) -> FastAPI:  # noqa: PLR0915 - one place that list
             return _error(413, e.code, str(e), field=e.field)
         if isinstance(e, InvalidEventError):
             return _error(422, e.code, str(e), field=e.field)
+        if isinstance(e, ClientDisconnectedError):  # nobody reads it: 499, nginx's "client closed request"
+            return _error(499, e.code, str(e))
         if isinstance(e, ContextBudgetExceededError):
             return _error(422, e.code, str(e), needed=e.needed, available=e.available)
         if e.retriable:
@@ -217,6 +221,7 @@ def create_app(deps: ApiDeps) -> FastAPI:  # noqa: PLR0915 - one place that list
 
     @app.get(PREFIX + "/{conversation_id}/context")
     async def context(
+        http_request: Request,
         user_id: str,
         conversation_id: str,
         model: Annotated[str, Query(min_length=1, max_length=200)],
@@ -243,8 +248,9 @@ def create_app(deps: ApiDeps) -> FastAPI:  # noqa: PLR0915 - one place that list
             first = await known(key)
             point = as_of if as_of is not None else BeforeMessage(before_message or "")
             try:
-                served = await context_as_of(deps.log, key, point, request=request, spec=spec, policy=deps.policy,
-                                             max_event_bytes=deps.max_event_bytes, start_offset=first)  # fmt: skip
+                served = await unless_disconnected(http_request, context_as_of(
+                    deps.log, key, point, request=request, spec=spec, policy=deps.policy,
+                    max_event_bytes=deps.max_event_bytes, start_offset=first))  # fmt: skip
             except UnknownMessageError as e:
                 raise ApiError(404, e.code, str(e), field="before_message") from e
             if served is None:
@@ -283,11 +289,16 @@ def create_app(deps: ApiDeps) -> FastAPI:  # noqa: PLR0915 - one place that list
         return {"summaries": entries}
 
     @app.get(PREFIX + "/{conversation_id}/events")
-    async def raw_events(user_id: str, conversation_id: str, authorization: AuthHeader = None) -> dict[str, Any]:
+    async def raw_events(
+        http_request: Request, user_id: str, conversation_id: str, authorization: AuthHeader = None
+    ) -> dict[str, Any]:
         key = key_of(authorization, user_id, conversation_id)
         first = await known(key)
-        pairs = [pair async for pair in conversation_events(deps.log, key, start_offset=first)]
-        return {"events": events_json(pairs)}
+
+        async def read() -> list[tuple[LogRecord, Event]]:
+            return [pair async for pair in conversation_events(deps.log, key, start_offset=first)]
+
+        return {"events": events_json(await unless_disconnected(http_request, read()))}
 
     @app.get(PREFIX)
     async def conversations(
