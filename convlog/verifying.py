@@ -33,6 +33,7 @@ from events.log import EventLog
 from projectors.pg import PgPool
 from projectors.store import ProjectionStore, skip_decisions
 from projectors.tokens import TokenCounter
+from projectors.topics import claim_topic
 from projectors.versions import CHECKED_TABLES, checksums, live_version
 from projectors.window import WindowPolicy
 
@@ -172,6 +173,7 @@ async def _verify(
         live = await live_version(conn)
         if live is None:
             raise ConfigurationError("no live read-models version to verify (run convlog project first)")
+        await claim_topic(pool, live, settings.topic)  # its positions are offsets of one topic
         await conn.commit()
         async with conn.transaction():  # positions and checksums from one snapshot
             await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
