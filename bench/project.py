@@ -82,7 +82,9 @@ async def write_events(bootstrap: str, topic: str, n: int, conversations: int) -
 
 
 async def raw_consume(bootstrap: str, topic: str, n: int) -> tuple[float, list[object]]:
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
+    # read_committed like every convlog reader: the ceiling does the same work
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None,
+                                isolation_level="read_committed")  # fmt: skip
     await consumer.start()
     tps = [TopicPartition(topic, p) for p in range(12)]
     consumer.assign(tps)

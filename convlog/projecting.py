@@ -23,6 +23,7 @@ from projectors.runner import Projector, ProjectorStats
 from projectors.sources import KafkaGroupSource, LogSource, RecordSource
 from projectors.store import ProjectionStore
 from projectors.tokens import TokenCounter
+from projectors.topics import claim_topic
 from projectors.versions import ensure_live_version, live_version
 from projectors.window import WindowPolicy
 
@@ -94,6 +95,8 @@ class LiveProjector:
     async def start_version(self) -> str:
         """Pick the live version (creating the first one) and build its projector."""
         version = await retrying(lambda: ensure_live_version(self._pool), action="finding the live version")
+        # Its positions are offsets of one topic: refuse to run it on another (a clear error at start).
+        await retrying(lambda: claim_topic(self._pool, version, self._settings.topic), action="checking the topic")
         self.current = build_projector(self._settings, self._pool, version.schema, self._event_log, self._env)
         self.schema = version.schema
         return version.schema

@@ -50,6 +50,7 @@ from projectors.runner import Projector
 from projectors.sources import LogSource
 from projectors.store import ProjectionStore, skip_decisions
 from projectors.tokens import TokenCounter
+from projectors.topics import claim_topic
 from projectors.versions import READ_MODELS, ProjectionVersion, create_version, live_version, switch, versions
 from projectors.window import WindowPolicy
 
@@ -83,6 +84,7 @@ async def rebuild(settings: Settings, opts: RebuildOptions, stop: asyncio.Event)
     counter = load_counter()
     async with ops_resources(settings, name="convlog-rebuild", read_only=True) as (pool, event_log):
         target = await choose_version(pool, opts)
+        await claim_topic(pool, target, settings.topic)  # a version resumed on another topic is refused
         tokens = await counter
         async with building(pool, target):
             store = await make_store(settings, pool, target.schema, tokens, park_poison=opts.park_poison)

@@ -220,15 +220,22 @@ def _retention_task(
     return [asyncio.create_task(schedule)]
 
 
-def main(settings: Settings) -> None:
-    host = os.environ.get("CONVLOG_HTTP_HOST", "127.0.0.1")
-    port = env_number(os.environ, "CONVLOG_HTTP_PORT", 8080, minimum=1)
+def http_server(app: Any, env: Mapping[str, str]) -> uvicorn.Server:
+    """The HTTP server. Once told to stop it lets requests in flight finish for at most
+    ``CONVLOG_SHUTDOWN_GRACE_S`` seconds (default 10), then cancels them: no request — a long
+    read of the log included — keeps the process from stopping."""
+    return uvicorn.Server(uvicorn.Config(
+        app, host=env.get("CONVLOG_HTTP_HOST", "127.0.0.1"), port=env_number(env, "CONVLOG_HTTP_PORT", 8080, minimum=1),
+        log_level="info", timeout_graceful_shutdown=env_number(env, "CONVLOG_SHUTDOWN_GRACE_S", 10, minimum=0),
+    ))  # fmt: skip
 
+
+def main(settings: Settings) -> None:
     async def run() -> None:
         async with running_service(settings) as service:
             if not service.deps.tokens:
                 log.warning("serve.no_tokens", hint="set CONVLOG_API_TOKENS=tenant:token,... — every request is 401")
-            server = uvicorn.Server(uvicorn.Config(create_app(service.deps), host=host, port=port, log_level="info"))
+            server = http_server(create_app(service.deps), os.environ)
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, lambda: setattr(server, "should_exit", True))

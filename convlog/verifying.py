@@ -33,6 +33,7 @@ from events.log import EventLog
 from projectors.pg import PgPool
 from projectors.store import ProjectionStore, skip_decisions
 from projectors.tokens import TokenCounter
+from projectors.topics import claim_topic
 from projectors.versions import CHECKED_TABLES, checksums, live_version
 from projectors.window import WindowPolicy
 
@@ -140,16 +141,19 @@ async def replay(
         if stop.is_set():
             return False
         chosen = []
-        for r in await event_log.read(dict(next_offsets), max_records=batch_size, timeout_s=1.0):
-            if r.partition not in next_offsets or r.offset < next_offsets[r.partition]:
+        batch = await event_log.read(dict(next_offsets), max_records=batch_size, timeout_s=1.0)
+        for r in batch.records:
+            if (
+                r.partition not in next_offsets
+                or r.offset < next_offsets[r.partition]
+                or r.offset >= until[r.partition]
+            ):
                 continue
-            if r.offset >= until[r.partition]:
-                next_offsets[r.partition] = until[r.partition]
-                continue
-            next_offsets[r.partition] = r.offset + 1
             read[0] += 1
             if keys is None or r.key.decode("utf-8", "replace") in keys:
                 chosen.append(r)
+        # The read's positions, not the last record: they move past transaction markers.
+        next_offsets = {p: max(o, batch.positions.get(p, o)) for p, o in next_offsets.items()}
         next_offsets = {p: o for p, o in next_offsets.items() if o < until[p]}
         if chosen:
             report = await store.apply(chosen, {r.partition: expected[r.partition] for r in chosen})
@@ -169,6 +173,7 @@ async def _verify(
         live = await live_version(conn)
         if live is None:
             raise ConfigurationError("no live read-models version to verify (run convlog project first)")
+        await claim_topic(pool, live, settings.topic)  # its positions are offsets of one topic
         await conn.commit()
         async with conn.transaction():  # positions and checksums from one snapshot
             await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")

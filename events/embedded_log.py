@@ -29,7 +29,7 @@ import structlog
 
 from events.errors import LogClosedError, LogError, LogLockedError
 from events.keys import partition_for_key
-from events.log import Coordinates, LogRecord
+from events.log import Coordinates, LogRecord, ReadBatch
 
 _MAGIC = b"CONVLOG\x01"
 _FILE_HEADER = struct.Struct("<8sI")
@@ -155,9 +155,10 @@ class EmbeddedEventLog:
             self._appended.set()
             self._appended = asyncio.Event()
 
-    async def read(
-        self, positions: Mapping[int, int], *, max_records: int = 1000, timeout_s: float = 1.0
-    ) -> Sequence[LogRecord]:
+    async def read(self, positions: Mapping[int, int], *, max_records: int = 1000, timeout_s: float = 1.0) -> ReadBatch:
+        return ReadBatch.dense(positions, await self._read(positions, max_records, timeout_s))
+
+    async def _read(self, positions: Mapping[int, int], max_records: int, timeout_s: float) -> list[LogRecord]:
         self._check_open()
         for partition in positions:
             if not 0 <= partition < self._partition_count:

@@ -6,7 +6,9 @@ replica and the producer's own retries cannot write it twice. The partition is c
 so both backends and foreign producers agree by construction.
 
 Reader: a group-less consumer with manual assignment and seeks; it never commits offsets
-(positions belong to whoever reads — projectors keep theirs in Postgres).
+(positions belong to whoever reads — projectors keep theirs in Postgres). It reads committed
+records only (``read_committed``) and reports the consumer's position after each fetch, which
+moves past transaction markers and aborted records that it never returns.
 """
 
 from __future__ import annotations
@@ -26,12 +28,15 @@ from aiokafka.errors import KafkaError, MessageSizeTooLargeError, RecordTooLarge
 
 from events.errors import ConfigurationError, LogClosedError, LogError, LogUnavailableError
 from events.keys import partition_for_key
-from events.log import Coordinates, LogRecord
+from events.log import Coordinates, LogRecord, ReadBatch
 from events.topic_settings import CHECKED_SETTINGS, new_topic_configs, topic_risks
 
 log = structlog.get_logger(__name__)
 
 _TOPIC_ALREADY_EXISTS = 36
+# How often a read that got no records looks whether the consumer's position moved anyway (it
+# skipped a transaction marker or aborted records): aiokafka's getmany only wakes for records.
+_POSITION_CHECK_S = 0.05
 
 
 def convert_kafka_error(e: BaseException, *, action: str) -> LogError:
@@ -144,23 +149,41 @@ class KafkaEventLog:
             ) from None
         return Coordinates(metadata.partition, metadata.offset)
 
-    async def read(
-        self, positions: Mapping[int, int], *, max_records: int = 1000, timeout_s: float = 1.0
-    ) -> Sequence[LogRecord]:
+    async def read(self, positions: Mapping[int, int], *, max_records: int = 1000, timeout_s: float = 1.0) -> ReadBatch:
         self._check_open()
         try:
             async with self._read_lock:
                 consumer = await self._reader()
                 self._position_reader(consumer, positions)
-                batches = await consumer.getmany(timeout_ms=int(timeout_s * 1000), max_records=max_records)
+                try:
+                    batches = await self._fetch(consumer, positions, max_records, timeout_s)
+                    after = {p: await consumer.position(TopicPartition(self._topic, p)) for p in positions}
+                except BaseException:
+                    self._next = {}  # cancelled or failed mid-fetch: where the consumer is is unknown, seek next time
+                    raise
+                self._next = dict(after)
         except KafkaError as e:
             raise convert_kafka_error(e, action=f"reading {self._topic}") from e
-        records: list[LogRecord] = []
-        for tp, messages in batches.items():
-            records.extend(to_log_record(m) for m in messages)
-            if messages:
-                self._next[tp.partition] = messages[-1].offset + 1
-        return records
+        records = [to_log_record(m) for messages in batches.values() for m in messages]
+        return ReadBatch(records, after)
+
+    async def _fetch(
+        self, consumer: AIOKafkaConsumer, positions: Mapping[int, int], max_records: int, timeout_s: float
+    ) -> dict[TopicPartition, list[Any]]:
+        """Records within ``timeout_s``; returns early without any once the position moved
+        (the fetch held only transaction markers or aborted records)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            remaining = deadline - time.monotonic()
+            wait_s = min(max(remaining, 0.0), _POSITION_CHECK_S)
+            batches: dict[TopicPartition, list[Any]] = await consumer.getmany(
+                timeout_ms=int(wait_s * 1000), max_records=max_records
+            )
+            if batches or remaining <= wait_s:
+                return batches
+            for p, offset in positions.items():
+                if await consumer.position(TopicPartition(self._topic, p)) != offset:
+                    return {}
 
     def _position_reader(self, consumer: AIOKafkaConsumer, positions: Mapping[int, int]) -> None:
         for p in positions:

@@ -120,13 +120,15 @@ class Projector:
             while not stop.is_set():
                 if until is not None and all(self._expected.get(p, 0) >= o for p, o in until.items()):
                     return
-                records = self._owned(
-                    await self._source.fetch(max_records=self._batch_size, timeout_s=self._fetch_timeout_s)
-                )
-                if records:
-                    await self._apply(records)
-                for batch in self._source.take_unreadable():
-                    await self._unreadable(batch)
+                batch = await self._source.fetch(max_records=self._batch_size, timeout_s=self._fetch_timeout_s)
+                records = self._owned(batch.records)
+                # Positions past offsets that hold no record (transaction markers, aborted records)
+                # are stored too, or the lag would never reach 0 nor a rebuild its ``until``.
+                moved = {p: o for p, o in batch.positions.items() if p in self._expected and o > self._expected[p]}
+                if records or moved:
+                    await self._apply(records, moved)
+                for unreadable in self._source.take_unreadable():
+                    await self._unreadable(unreadable)
         finally:
             self._ready = False  # /readyz and the metrics tell a projector that ended
             await self._source.stop()
@@ -136,11 +138,11 @@ class Projector:
         seek or a revoke is dropped, never applied twice)."""
         return [r for r in records if r.partition in self._expected and r.offset >= self._expected[r.partition]]
 
-    async def _apply(self, records: list[LogRecord]) -> None:
-        expected = {r.partition: self._expected[r.partition] for r in records}
+    async def _apply(self, records: list[LogRecord], through: Mapping[int, int]) -> None:
+        expected = {p: self._expected[p] for p in {*through, *(r.partition for r in records)}}
         try:
             report: BatchReport = await retrying(
-                lambda: self._store.apply(records, expected),
+                lambda: self._store.apply(records, expected, through=through),
                 action="applying a batch",
                 max_delay_s=self._retry_max_delay_s,
                 on_retry=self._not_ready,
@@ -161,6 +163,8 @@ class Projector:
         s.duplicates += report.duplicates
         s.dead_lettered += report.dead_lettered
         s.held += report.held
+        if not records:
+            return  # only positions moved
         s.batches += 1
         s.last_batch_at = time.monotonic()
         if report.applied:

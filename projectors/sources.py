@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -24,7 +24,7 @@ from aiokafka.errors import CorruptRecordException, KafkaError, UnsupportedCodec
 
 from events.errors import LogClosedError
 from events.kafka_log import convert_kafka_error, to_log_record
-from events.log import EventLog, LogRecord
+from events.log import EventLog, LogRecord, ReadBatch
 from projectors.errors import PositionBeyondLogEndError, ProjectionError
 
 log = structlog.get_logger(__name__)
@@ -58,9 +58,11 @@ class AssignmentListener(Protocol):
 class RecordSource(Protocol):
     async def start(self, listener: AssignmentListener) -> None: ...
 
-    async def fetch(self, *, max_records: int, timeout_s: float) -> Sequence[LogRecord]:
-        """Up to ``max_records`` records of owned partitions, each partition's in offset order;
-        empty when nothing arrived within ``timeout_s``."""
+    async def fetch(self, *, max_records: int, timeout_s: float) -> ReadBatch:
+        """Up to ``max_records`` records of owned partitions, each partition's in offset order
+        (none when nothing arrived within ``timeout_s``), and the owned partitions' next
+        positions — past transaction markers and aborted records too, so a position moves even
+        when a fetch returns no record."""
         ...
 
     def seek(self, partition: int, offset: int) -> None:
@@ -112,13 +114,14 @@ class LogSource:
         self._next = positions
         self._listener = listener
 
-    async def fetch(self, *, max_records: int, timeout_s: float) -> Sequence[LogRecord]:
+    async def fetch(self, *, max_records: int, timeout_s: float) -> ReadBatch:
         if self._listener is None:
             raise LogClosedError("the record source is not running")
-        records = await self._log.read(dict(self._next), max_records=max_records, timeout_s=timeout_s)
-        for r in records:
-            self._next[r.partition] = r.offset + 1
-        return records
+        batch = await self._log.read(dict(self._next), max_records=max_records, timeout_s=timeout_s)
+        for p, o in batch.positions.items():
+            if p in self._next:
+                self._next[p] = o
+        return ReadBatch(batch.records, dict(self._next))
 
     def seek(self, partition: int, offset: int) -> None:
         if partition in self._next:
@@ -198,7 +201,7 @@ class KafkaGroupSource:
             raise convert_kafka_error(e, action=f"joining group {self._options['group_id']}") from e
         self._consumer = consumer
 
-    async def fetch(self, *, max_records: int, timeout_s: float) -> Sequence[LogRecord]:
+    async def fetch(self, *, max_records: int, timeout_s: float) -> ReadBatch:
         consumer = self._running()
         if self._unpositioned:
             await self._position()
@@ -208,11 +211,13 @@ class KafkaGroupSource:
             async with asyncio.timeout(timeout_s):
                 batches = await consumer.getmany(timeout_ms=int(timeout_s * 1000), max_records=max_records)
         except _UNREADABLE as e:
-            return await self._read_around_unreadable(e, max_records=max_records, timeout_s=timeout_s)
+            return ReadBatch(
+                await self._read_around_unreadable(e, max_records=max_records, timeout_s=timeout_s), dict(self._next)
+            )
         except KafkaError as e:
             raise convert_kafka_error(e, action=f"reading {self._topic}") from e
         except TimeoutError:
-            return []
+            return ReadBatch([], dict(self._next))
         records: list[LogRecord] = []
         for tp, messages in batches.items():
             next_offset = self._next.get(tp.partition)
@@ -224,7 +229,19 @@ class KafkaGroupSource:
             if fresh:
                 records.extend(to_log_record(m) for m in fresh)
                 self._next[tp.partition] = fresh[-1].offset + 1
-        return records
+        await self._follow_positions(consumer)
+        return ReadBatch(records, dict(self._next))
+
+    async def _follow_positions(self, consumer: AIOKafkaConsumer) -> None:
+        """Take the consumer's positions: they move past transaction markers and aborted records,
+        which getmany never returns (a partition ending with a marker is read to its end)."""
+        for p in list(self._next):
+            try:
+                position = await consumer.position(TopicPartition(self._topic, p))
+            except KafkaError:  # IllegalStateError: revoked meanwhile
+                continue
+            if p in self._next and position > self._next[p]:
+                self._next[p] = position
 
     def seek(self, partition: int, offset: int) -> None:
         if partition not in self._next:

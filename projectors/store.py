@@ -102,12 +102,17 @@ class ProjectionStore:
             )
             return dict(await cur.fetchall())
 
-    async def apply(self, records: Sequence[LogRecord], expected: Mapping[int, int]) -> BatchReport:
-        """Apply ``records`` (per partition in offset order, starting at ``expected``)."""
+    async def apply(
+        self, records: Sequence[LogRecord], expected: Mapping[int, int], *, through: Mapping[int, int] | None = None
+    ) -> BatchReport:
+        """Apply ``records`` (per partition in offset order, starting at ``expected``); with
+        ``through`` (partition -> the reader's next position), the positions of those partitions
+        of ``expected`` move there too: past transaction markers and aborted records, which the
+        reader skipped without returning them. No records: a position-only write, as guarded."""
         decoded = decode_batch(records, codec=self._codec, max_event_bytes=self._max_event_bytes)
-        new_positions: dict[int, int] = {}
+        new_positions = {p: o for p, o in (through or {}).items() if p in expected}
         for r in records:
-            new_positions[r.partition] = r.offset + 1
+            new_positions[r.partition] = max(r.offset + 1, new_positions.get(r.partition, 0))
         try:
             outcome = await self._apply_decoded(decoded, expected, new_positions, refused=None)
         except psycopg.Error as e:

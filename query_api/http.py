@@ -30,6 +30,7 @@ from events.strict_json import NotJsonError, parse_json
 from projectors.window import WindowPolicy
 from query_api.as_of import BeforeMessage, UnknownMessageError
 from query_api.context import NeedOlderMessagesError, assemble
+from query_api.disconnects import ClientDisconnectedError, unless_disconnected
 from query_api.events_json import events_json
 from query_api.idempotency import IdempotencyKeyReusedError, IdempotentAppends
 from query_api.log_reads import conversation_records, log_holds
@@ -213,6 +214,8 @@ def create_app(deps: ApiDeps) -> FastAPI:  # noqa: PLR0915 - one place that list
             return _error(413, e.code, str(e), field=e.field)
         if isinstance(e, InvalidEventError):
             return _error(422, e.code, str(e), field=e.field)
+        if isinstance(e, ClientDisconnectedError):  # nobody reads it: 499, nginx's "client closed request"
+            return _error(499, e.code, str(e))
         if isinstance(e, ContextBudgetExceededError):
             return _error(422, e.code, str(e), needed=e.needed, available=e.available)
         if e.retriable:
@@ -299,6 +302,7 @@ def create_app(deps: ApiDeps) -> FastAPI:  # noqa: PLR0915 - one place that list
 
     @app.get(PREFIX + "/{conversation_id}/context")
     async def context(
+        http_request: Request,
         user_id: str,
         conversation_id: str,
         model: Annotated[str, Query(min_length=1, max_length=200)],
@@ -322,12 +326,12 @@ def create_app(deps: ApiDeps) -> FastAPI:  # noqa: PLR0915 - one place that list
         if as_of is not None and before_message is not None:
             raise ApiError(422, "invalid_request", "give as_of or before_message, not both", field="before_message")
         if as_of is not None or before_message is not None:  # rebuilt from the log, exactly as served then
-            pairs = await logged_events(key)
+            pairs = await unless_disconnected(http_request, logged_events(key))
             point = as_of if as_of is not None else BeforeMessage(before_message or "")
             try:
-                served = await context_as_of(deps.log, key, point, request=request, spec=spec, policy=deps.policy,
-                                             max_event_bytes=deps.max_event_bytes, start_offset=pairs[0][0].offset,
-                                             pairs=pairs)  # fmt: skip
+                served = await unless_disconnected(http_request, context_as_of(
+                    deps.log, key, point, request=request, spec=spec, policy=deps.policy,
+                    max_event_bytes=deps.max_event_bytes, start_offset=pairs[0][0].offset, pairs=pairs))  # fmt: skip
             except UnknownMessageError as e:
                 raise ApiError(404, e.code, str(e), field="before_message") from e
             if served is None:
@@ -366,9 +370,11 @@ def create_app(deps: ApiDeps) -> FastAPI:  # noqa: PLR0915 - one place that list
         return {"summaries": entries}
 
     @app.get(PREFIX + "/{conversation_id}/events")
-    async def raw_events(user_id: str, conversation_id: str, authorization: AuthHeader = None) -> dict[str, Any]:
+    async def raw_events(
+        http_request: Request, user_id: str, conversation_id: str, authorization: AuthHeader = None
+    ) -> dict[str, Any]:
         key = key_of(authorization, user_id, conversation_id)
-        return {"events": events_json(await logged_events(key))}
+        return {"events": events_json(await unless_disconnected(http_request, logged_events(key)))}
 
     @app.get(PREFIX)
     async def conversations(

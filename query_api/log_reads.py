@@ -43,7 +43,8 @@ async def read_range(log: EventLog, partition: int, first: int, last: int) -> li
     out: list[LogRecord] = []
     position, empty = first, 0
     while position <= last:
-        records = await log.read({partition: position}, max_records=min(last - position + 1, _READ_BATCH))
+        batch = await log.read({partition: position}, max_records=min(last - position + 1, _READ_BATCH))
+        records = batch.records
         if not records:
             empty += 1
             if empty >= _EMPTY_READS:
@@ -51,7 +52,7 @@ async def read_range(log: EventLog, partition: int, first: int, last: int) -> li
             continue
         empty = 0
         out.extend(r for r in records if r.offset <= last)
-        position = records[-1].offset + 1
+        position = max(records[-1].offset + 1, batch.positions.get(partition, 0))
     return out
 
 

@@ -137,17 +137,21 @@ class Summarizer:
         try:
             while not stop.is_set():
                 batch = await self._source.fetch(max_records=self._o.batch_size, timeout_s=self._o.fetch_timeout_s)
-                records = [r for r in batch if r.partition in self._next and r.offset >= self._next[r.partition]]
-                if records:
-                    await self._handle(records)
+                records = [
+                    r for r in batch.records if r.partition in self._next and r.offset >= self._next[r.partition]
+                ]
+                # Positions past transaction markers and aborted records move too (lag reaches 0).
+                moved = {p: o for p, o in batch.positions.items() if p in self._next and o > self._next[p]}
+                if records or moved:
+                    await self._handle(records, moved)
         finally:
             await self._source.stop()
 
-    async def _handle(self, records: Sequence[LogRecord]) -> None:
-        ends: dict[int, int] = {}
+    async def _handle(self, records: Sequence[LogRecord], moved: Mapping[int, int]) -> None:
+        ends: dict[int, int] = dict(moved)  # the reader's positions, past what holds no record
         triggers: dict[ConversationKey, int] = {}
         for r in records:
-            ends[r.partition] = r.offset + 1
+            ends[r.partition] = max(r.offset + 1, ends.get(r.partition, 0))
             key = self._completed_turn(r)
             if key is not None:
                 triggers[key] = r.partition

@@ -16,7 +16,7 @@ import pytest
 
 from events.embedded_log import EmbeddedEventLog
 from events.keys import ConversationKey, partition_for_key
-from events.log import Coordinates, EventLog, LogRecord
+from events.log import Coordinates, EventLog, ReadBatch
 from events.producer import ConversationProducer
 from events.reading import conversation_events
 from projectors import store as store_module
@@ -57,12 +57,10 @@ class CountingLog:
             await self.gate.wait()
         return await self.log.append(key=key, value=value, headers=headers)
 
-    async def read(
-        self, positions: Mapping[int, int], *, max_records: int = 1000, timeout_s: float = 1.0
-    ) -> Sequence[LogRecord]:
-        records = await self.log.read(positions, max_records=max_records, timeout_s=timeout_s)
-        self.records_read += len(records)
-        return records
+    async def read(self, positions: Mapping[int, int], *, max_records: int = 1000, timeout_s: float = 1.0) -> ReadBatch:
+        batch = await self.log.read(positions, max_records=max_records, timeout_s=timeout_s)
+        self.records_read += len(batch.records)
+        return batch
 
     async def end_offsets(self) -> dict[int, int]:
         return await self.log.end_offsets()

@@ -21,7 +21,7 @@ async def test_records_survive_reopening(tmp_path: Path) -> None:
     await log.close()
     reopened = EmbeddedEventLog.open(path, partitions=3)
     try:
-        records = await reopened.read(dict.fromkeys(range(3), 0), timeout_s=0)
+        records = (await reopened.read(dict.fromkeys(range(3), 0), timeout_s=0)).records
         assert sorted(r.coordinates for r in records) == sorted(sent)
         assert {r.value for r in records} == {f"v{i}".encode() for i in range(9)}
         more = await reopened.append(key=b"k0", value=b"again")
@@ -51,7 +51,7 @@ async def test_a_torn_tail_is_cut_off_and_the_log_goes_on(tmp_path: Path) -> Non
     try:
         assert path.stat().st_size == intact
         assert (await log.append(key=b"k", value=b"v3")).offset == 3
-        assert [r.value for r in await log.read({0: 0}, timeout_s=0)] == [b"v0", b"v1", b"v2", b"v3"]
+        assert [r.value for r in (await log.read({0: 0}, timeout_s=0)).records] == [b"v0", b"v1", b"v2", b"v3"]
     finally:
         await log.close()
 
@@ -67,7 +67,7 @@ async def test_a_corrupted_frame_ends_the_log_at_the_last_good_record(tmp_path: 
     path.write_bytes(bytes(data))
     log = EmbeddedEventLog.open(path, partitions=1)
     try:
-        assert [r.value for r in await log.read({0: 0}, timeout_s=0)] == [b"value-0", b"value-1"]
+        assert [r.value for r in (await log.read({0: 0}, timeout_s=0)).records] == [b"value-0", b"value-1"]
     finally:
         await log.close()
 
@@ -113,7 +113,7 @@ async def test_a_cancelled_append_is_still_written(tmp_path: Path) -> None:
         task.cancel()
         second = await log.append(key=b"k", value=b"second")
         assert second.offset == 1
-        assert [r.value for r in await log.read({0: 0}, timeout_s=0)] == [b"first", b"second"]
+        assert [r.value for r in (await log.read({0: 0}, timeout_s=0)).records] == [b"first", b"second"]
     finally:
         await log.close()
 
@@ -128,7 +128,7 @@ async def test_a_read_only_opener_reads_beside_the_writer_and_follows_it(tmp_pat
         reader = EmbeddedEventLog.open(path, read_only=True)
         partition = first[0].partition
         assert (reader.partition_count, (await reader.end_offsets())[partition]) == (2, 3)
-        assert [r.value for r in await reader.read({partition: 0}, timeout_s=0)] == [b"v0", b"v1", b"v2"]
+        assert [r.value for r in (await reader.read({partition: 0}, timeout_s=0)).records] == [b"v0", b"v1", b"v2"]
         # A frame the writer is in the middle of writing (here: half of one) is not a record yet ...
         raw = os.open(path, os.O_WRONLY)
         try:
@@ -136,12 +136,12 @@ async def test_a_read_only_opener_reads_beside_the_writer_and_follows_it(tmp_pat
         finally:
             os.close(raw)
         assert (await reader.end_offsets())[partition] == 3
-        assert await reader.read({partition: 3}, timeout_s=0.1) == []
+        assert (await reader.read({partition: 3}, timeout_s=0.1)).records == []
         # ... and once it is written over with whole frames, a waiting read picks them up.
         pending = asyncio.ensure_future(reader.read({partition: 3}, timeout_s=5))
         await asyncio.sleep(0.1)
         await writer.append(key=b"k", value=b"v3")
-        assert [(r.offset, r.value) for r in await pending] == [(3, b"v3")]
+        assert [(r.offset, r.value) for r in (await pending).records] == [(3, b"v3")]
         with pytest.raises(LogError, match="read-only"):
             await reader.append(key=b"k", value=b"nope")
     finally:

@@ -88,7 +88,7 @@ async def test_helpers_store_what_the_app_said(producer: ConversationProducer, l
 
 async def test_event_type_travels_in_a_header(producer: ConversationProducer, log: EmbeddedEventLog) -> None:
     await producer.append_user(KEY, "hi")
-    record = next(iter(await log.read(dict.fromkeys(range(3), 0), timeout_s=0)))
+    record = (await log.read(dict.fromkeys(range(3), 0), timeout_s=0)).records[0]
     assert dict(record.headers)[EVENT_TYPE_HEADER] == b"MessageAppended"
 
 

@@ -96,7 +96,7 @@ async def test_redelivery_and_zombies_change_nothing(
 ) -> None:
     await append_oa_conversation(producer, OA)
     store = projection.store()
-    records = list(await log.read(dict.fromkeys(range(4), 0), timeout_s=0))
+    records = list((await log.read(dict.fromkeys(range(4), 0), timeout_s=0)).records)
     partition = records[0].partition
     stored = await store.positions([partition])
     await store.apply(records, stored)

@@ -127,7 +127,7 @@ async def _pump(
     deadline = time.monotonic() + deadline_s
 
     async def one(source: RecordSource, listener: Recorder) -> None:
-        batch = await source.fetch(max_records=max_records, timeout_s=0.2)
+        batch = (await source.fetch(max_records=max_records, timeout_s=0.2)).records
         assert len(batch) <= max_records
         assert {r.partition for r in batch} <= source.assigned
         assert {r.partition for r in batch} <= listener.owned, "a record of a partition the listener does not own"
@@ -168,7 +168,7 @@ async def test_fetch_starts_exactly_at_the_positions_the_listener_returned(harne
     assert _offsets(records) == {0: [0, 1, 2, 3, 4, 5], 1: [3, 4, 5], 3: [5]}
     assert [r.value for r in records if r.partition == 1] == [b"1:3", b"1:4", b"1:5"]
     # nothing more is waiting, and what is appended now arrives
-    assert await source.fetch(max_records=100, timeout_s=0.3) == []
+    assert (await source.fetch(max_records=100, timeout_s=0.3)).records == []
     await harness.log.append(key=KEYS[2], value=b"late")
     records = await _pump([(source, listener)], lambda rs: len(rs) >= 1)
     assert [(r.partition, r.offset, r.value) for r in records] == [(2, 6, b"late")]
@@ -333,7 +333,7 @@ async def test_a_failing_listener_surfaces_from_fetch_and_is_asked_again(
         deadline = time.monotonic() + 15
         with pytest.raises(StoreUnavailableError):  # noqa: PT012
             while time.monotonic() < deadline:
-                assert await source.fetch(max_records=10, timeout_s=0.2) == []
+                assert (await source.fetch(max_records=10, timeout_s=0.2)).records == []
         records = await _pump([(source, listener)], lambda rs: len(rs) >= 1)
         assert [(r.partition, r.offset) for r in records] == [(0, 1)]
         assert listener.assigned_calls == [ALL]
@@ -377,7 +377,7 @@ async def test_a_listener_slower_than_the_session_timeout_keeps_its_membership(
     try:
         records = await _pump([(source, listener)], lambda rs: len(rs) >= 1)
         assert [(r.partition, r.offset) for r in records] == [(1, 0)]
-        assert await source.fetch(max_records=10, timeout_s=1.0) == []
+        assert (await source.fetch(max_records=10, timeout_s=1.0)).records == []
         assert (listener.assigned_calls, listener.revoked_calls) == ([ALL], [])
         assert (await _group_state(kafka_bootstrap, group))[:2] == ("Stable", 1)
     finally:

@@ -111,9 +111,9 @@ async def follow(
     printed = 0
     out(f"following {key} on partition {partition} from offset {position} (Ctrl-C to stop)")
     while not stop.is_set():
-        records = await event_log.read({partition: position}, max_records=500, timeout_s=poll_s)
-        for record in records:
-            position = record.offset + 1
+        batch = await event_log.read({partition: position}, max_records=500, timeout_s=poll_s)
+        position = batch.positions.get(partition, position)  # past transaction markers too
+        for record in batch.records:
             if record.key != raw_key:
                 continue
             try:

@@ -216,11 +216,12 @@ async def active_since(
     while positions:
         if time.monotonic() > deadline:
             raise RetentionError("could not read the records appended during the run in time; nothing was erased")
-        for record in await event_log.read(positions, max_records=1000, timeout_s=1.0):
-            p = record.partition
-            if record.offset < ends[p] and record.key in by_raw:
+        batch = await event_log.read(positions, max_records=1000, timeout_s=1.0)
+        for record in batch.records:
+            if record.offset < ends[record.partition] and record.key in by_raw:
                 active.add(by_raw[record.key])
-            positions[p] = min(record.offset + 1, ends[p])
+        # The read's positions, not the last record + 1: they move past transaction markers.
+        positions = {p: max(o, batch.positions.get(p, o)) for p, o in positions.items()}
         positions = {p: o for p, o in positions.items() if o < ends[p]}
     return active
 

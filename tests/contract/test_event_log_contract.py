@@ -23,7 +23,7 @@ async def _read_all(log: EventLog, *, expected: int, max_records: int = 1000) ->
     records: list[LogRecord] = []
     deadline = time.monotonic() + 30
     while len(records) < expected and time.monotonic() < deadline:
-        batch = await log.read(positions, max_records=max_records, timeout_s=0.5)
+        batch = (await log.read(positions, max_records=max_records, timeout_s=0.5)).records
         for r in batch:
             assert r.offset >= positions[r.partition], "a record came back before its position"
             positions[r.partition] = r.offset + 1
@@ -59,7 +59,7 @@ async def test_read_from_a_position_returns_only_the_tail(event_log: EventLog) -
     key = _key(3)
     sent = [await event_log.append(key=key, value=str(i).encode()) for i in range(6)]
     partition = sent[0].partition
-    records = await event_log.read({partition: sent[4].offset}, timeout_s=5)
+    records = (await event_log.read({partition: sent[4].offset}, timeout_s=5)).records
     assert [r.value for r in records] == [b"4", b"5"]
 
 
@@ -70,14 +70,14 @@ async def test_max_records_bounds_a_batch_and_paging_sees_everything_once(event_
     assert len(records) == 40
     assert sorted(int(r.value) for r in records) == list(range(40))
     batch = await event_log.read(dict.fromkeys(range(event_log.partition_count), 0), max_records=3, timeout_s=5)
-    assert 0 < len(batch) <= 3
+    assert 0 < len(batch.records) <= 3
 
 
 async def test_read_of_an_empty_tail_waits_at_most_the_timeout(event_log: EventLog) -> None:
     await event_log.append(key=_key(1), value=b"x")
     ends = await event_log.end_offsets()
     started = time.monotonic()
-    assert await event_log.read(ends, timeout_s=0.3) == []
+    assert (await event_log.read(ends, timeout_s=0.3)).records == []
     assert time.monotonic() - started < 5
 
 
@@ -93,7 +93,7 @@ async def test_a_waiting_reader_sees_a_concurrent_append(event_log: EventLog) ->
     task = asyncio.create_task(append_later())
     records: list[LogRecord] = []
     for _ in range(20):
-        records = list(await event_log.read({partition: start}, timeout_s=1.0))
+        records = list((await event_log.read({partition: start}, timeout_s=1.0)).records)
         if records:
             break
     await task
@@ -109,6 +109,29 @@ async def test_end_offsets_are_the_next_offsets(event_log: EventLog) -> None:
     assert {p: o for p, o in after.items() if p != coordinates.partition} == {
         p: o for p, o in before.items() if p != coordinates.partition
     }
+
+
+async def test_read_positions_move_past_every_record_and_reach_the_end_offsets(event_log: EventLog) -> None:
+    """Progress is the position a read reports (it also moves past offsets without a record for
+    this reader, such as Kafka's transaction markers): paging by it reaches the end offsets."""
+    for i in range(12):
+        await event_log.append(key=_key(i % 5), value=str(i).encode())
+    ends = await event_log.end_offsets()
+    positions = dict.fromkeys(range(event_log.partition_count), 0)
+    seen = 0
+    deadline = time.monotonic() + 30
+    while positions != ends:
+        assert time.monotonic() < deadline, f"positions {positions} never reached the ends {ends}"
+        batch = await event_log.read(positions, max_records=5, timeout_s=0.5)
+        assert set(batch.positions) == set(positions)
+        for r in batch.records:
+            assert positions[r.partition] <= r.offset < batch.positions[r.partition]
+        assert all(batch.positions[p] >= o for p, o in positions.items())
+        seen += len(batch.records)
+        positions = dict(batch.positions)
+    assert seen == 12
+    at_end = await event_log.read(ends, timeout_s=0.2)
+    assert (list(at_end.records), dict(at_end.positions)) == ([], ends)
 
 
 async def test_concurrent_appenders_keep_each_conversations_order(event_log: EventLog) -> None:

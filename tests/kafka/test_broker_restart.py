@@ -99,7 +99,7 @@ async def _all_event_ids(log: KafkaEventLog, *, expected_at_least: int) -> list[
     ids: list[str] = []
     deadline = time.monotonic() + 60
     while any(positions[p] < ends[p] for p in ends) and time.monotonic() < deadline:
-        for record in await log.read(positions, max_records=5000, timeout_s=1):
+        for record in (await log.read(positions, max_records=5000, timeout_s=1)).records:
             positions[record.partition] = record.offset + 1
             ids.append(codec.decode(record.value).event_id)
     assert len(ids) >= expected_at_least

@@ -86,7 +86,7 @@ async def user(ops: Ops, key: ConversationKey, text: str) -> int:
 async def read_partition(ops: Ops, end: int) -> Sequence[LogRecord]:
     records: list[LogRecord] = []
     while len(records) < end:
-        records.extend(await ops.log.read({PARTITION: len(records)}, max_records=1000, timeout_s=2))
+        records.extend((await ops.log.read({PARTITION: len(records)}, max_records=1000, timeout_s=2)).records)
     return records
 
 
