@@ -20,6 +20,7 @@ import structlog
 import uvicorn
 
 from convlog.embedded_pg import database_url
+from convlog.http_server import server_config
 from convlog.log_guard import LogGuard
 from convlog.metrics_server import ProjectorCollector
 from convlog.projecting import LiveProjector
@@ -220,7 +221,7 @@ def main(settings: Settings) -> None:
         async with running_service(settings) as service:
             if not service.deps.tokens:
                 log.warning("serve.no_tokens", hint="set CONVLOG_API_TOKENS=tenant:token,... — every request is 401")
-            server = uvicorn.Server(uvicorn.Config(create_app(service.deps), host=host, port=port, log_level="info"))
+            server = uvicorn.Server(server_config(create_app(service.deps), os.environ, host=host, port=port))
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, lambda: setattr(server, "should_exit", True))
