@@ -52,7 +52,7 @@ def _log(settings: Settings, args: argparse.Namespace) -> int:
     print(f"damaged bytes are in {repaired.side_file}; {repaired.holes} hole(s) keep their offsets taken")
     if repaired.renumbered:
         print("later records of the damaged partitions have new offsets: rebuild the read models now "
-              "(`convlog rebuild --switch`) before `convlog serve` takes appends")  # fmt: skip
+              "(`convlog rebuild read_models --new --switch`) before `convlog serve` takes appends")  # fmt: skip
     return 0
 
 

@@ -7,7 +7,7 @@ for that offset would answer from read models that hold a different record. So `
 the live version's positions with the log's end at start; if any partition's position lies past
 the end, every append answers 503 ``log_behind_read_models`` and a read-your-writes request on such
 a partition does too, until an operator restores the log or rebuilds the read models from it
-(``convlog rebuild --switch``) and restarts the service.
+(``convlog rebuild read_models --new --switch``) and restarts the service.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ class LogGuard:
 
 _TO_DO = (
     "An operator must restore the log from a backup, or rebuild the read models from it "
-    "(`convlog rebuild --switch`), then restart convlog serve."
+    "(`convlog rebuild read_models --new --switch`), then restart convlog serve."
 )
 
 

@@ -7,7 +7,7 @@ and a reader meets a record with an empty key and value there (a projector dead-
 its coordinates, like any undecodable record). When the damage does not tell how many records
 of which partition it held, removing it would renumber later records under the read models'
 feet, so repair refuses unless ``renumber`` is given — and then the read models must be rebuilt
-from the repaired log (``convlog rebuild --switch``).
+from the repaired log (``convlog rebuild read_models --new --switch``).
 
 The damaged bytes go, verbatim, to a side file next to the log (``<log>.damaged-<UTC time>``);
 the hole frames name it and where in it their bytes are. The repaired file is written beside
@@ -105,7 +105,8 @@ def repair_log(path: Path, *, renumber: bool = False, now: datetime | None = Non
             raise LogCorruptError(
                 f"{path}: {'; '.join(r.describe() for r in unknown)}. Moving these bytes aside would give later "
                 "records of an unknown partition new offsets. Restore the log from a backup, or run "
-                "`convlog log repair --renumber` and then rebuild the read models (`convlog rebuild --switch`)"
+                "`convlog log repair --renumber` and then rebuild the read models "
+                "(`convlog rebuild read_models --new --switch`)"
             )
         torn = found.size - found.valid_end if found.torn_tail else 0
         if not found.corrupt and not torn:

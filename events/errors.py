@@ -120,7 +120,7 @@ class LogBehindReadModelsError(LogError):
     """The log ends before positions the read models already applied: records were lost from the
     log (a cut file, an older copy restored, an unclean Kafka leader election). Appends are
     refused so that no new record takes a lost offset, until an operator restores the log or
-    rebuilds the read models from it (``convlog rebuild --switch``) and restarts the service."""
+    rebuilds the read models from it (``convlog rebuild read_models --new --switch``) and restarts the service."""
 
     code = "log_behind_read_models"
     retriable = True  # the same request succeeds once the operator has resolved it

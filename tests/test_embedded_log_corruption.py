@@ -15,13 +15,22 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from convlog.cli import main as cli_main
+from convlog.cli import build_parser
+from convlog.settings import Settings
 from events.embedded_log import EmbeddedEventLog
 from events.embedded_log_repair import check_log, repair_log
 from events.errors import LogCorruptError
 from events.log import Coordinates, LogRecord
 
 HEADER = 12  # magic + partition count
+
+
+def cli_main(argv: list[str]) -> int:
+    """``convlog ARGV``'s exit code, in-process but without ``cli.main``'s logging setup (it binds
+    structlog to this test's captured stderr, for every later test)."""
+    args = build_parser().parse_args(argv)
+    code: int = args.handler(Settings.from_env(), args)
+    return code
 
 
 async def _write(path: Path, count: int, *, partitions: int = 3) -> list[tuple[Coordinates, bytes]]:
