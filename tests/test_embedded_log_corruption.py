@@ -20,7 +20,10 @@ from convlog.settings import Settings
 from events.embedded_log import EmbeddedEventLog
 from events.embedded_log_repair import check_log, repair_log
 from events.errors import LogCorruptError
+from events.keys import ConversationKey
 from events.log import Coordinates, LogRecord
+from events.producer import ConversationProducer
+from tests.projection_support import Projection, project_all
 
 HEADER = 12  # magic + partition count
 
@@ -228,3 +231,32 @@ async def test_long_reads_let_other_requests_run(tmp_path: Path) -> None:
         assert max(waits) < scanning / 10, (max(waits), scanning)
     finally:
         await log.close()
+
+
+@pytest.mark.postgres
+async def test_a_rebuild_from_a_repaired_log_dead_letters_the_hole_and_projects_the_rest(
+    projection: Projection, tmp_path: Path
+) -> None:
+    path = tmp_path / "events.log"
+    log = EmbeddedEventLog.open(path, partitions=2)
+    producer = ConversationProducer(log, producer="test")
+    keys = [ConversationKey("acme", "u", f"c{i}") for i in range(4)]
+    for turn in range(5):
+        for key in keys:
+            await producer.append_user(key, f"{key.conversation_id} turn {turn}")
+    await log.close()
+    victim = _frame_starts(path)[9]
+    _flip(path, victim + 60)
+    [damage] = check_log(path).survey.corrupt
+    [(partition, offset)] = damage.offsets
+    repair_log(path)
+
+    log = EmbeddedEventLog.open(path, partitions=2)
+    try:
+        await project_all(log, projection.store())
+    finally:
+        await log.close()
+    letters = await projection.rows('SELECT partition, "offset" FROM {s}.dead_letters')
+    assert letters == [(partition, offset)]  # the hole, at the damaged record's own coordinates
+    messages = await projection.rows("SELECT count(*) FROM {s}.transcript")
+    assert messages == [(19,)]  # every other record
