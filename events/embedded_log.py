@@ -61,6 +61,7 @@ class EmbeddedEventLog:
         self._appended = asyncio.Event()
         self._rotation = 0
         self._closed = False
+        self._failed: str | None = None  # why a write failed beyond repair: the file's tail is unknown
         self._read_only = False
 
     @classmethod
@@ -156,12 +157,10 @@ class EmbeddedEventLog:
                 self._pending = self._rebased(self._pending, good_end)
                 continue
             except OSError as e:
-                self._closed = True  # the file's tail is now unknown: refuse further use
+                self._failed = name = errno.errorcode.get(e.errno or 0, "an I/O error")  # refuse further use
                 log.exception("embedded_log.write_failed", path=str(self._path))
-                name = errno.errorcode.get(e.errno or 0, "an I/O error")
-                self._fail(
-                    batch + self._pending, LogError(f"writing the embedded log failed ({name}): see the server log")
-                )
+                failed = LogError(f"writing the embedded log failed ({name}): see the server log")
+                self._fail(batch + self._pending, failed)
                 self._pending = []
                 return
             for partition, position, _, future in batch:
@@ -256,7 +255,9 @@ class EmbeddedEventLog:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise LogClosedError(f"embedded log {self._path} is closed")
+            raise LogClosedError("the embedded log is closed")
+        if self._failed is not None:  # no path: this message can reach API clients
+            raise LogError(f"the embedded log stopped after a failed write ({self._failed}): see the server log")
 
 
 def _write_and_sync(fd: int, data: bytes, position: int) -> None:

@@ -3,13 +3,18 @@ ignored) makes the kernel refuse writes past it with EFBIG, as a full disk does 
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from events.embedded_log import EmbeddedEventLog
 from events.embedded_log_repair import check_log
+from events.errors import LogError
 
 SCRIPT = r"""
 import asyncio, json, resource, signal, sys
@@ -68,3 +73,27 @@ async def test_a_full_disk_refuses_appends_without_damage_and_they_resume(tmp_pa
         assert {r.offset: r.value.decode() for r in records} == acked  # exactly the acknowledged records
     finally:
         await log.close()
+
+
+async def test_a_failed_write_other_than_a_full_disk_stops_the_log_without_naming_its_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "events.log"
+    log = EmbeddedEventLog.open(path, partitions=1)
+    await log.append(key=b"t:u:c", value=b"kept")
+
+    def broken(fd: int) -> None:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(os, "fdatasync", broken)
+    with pytest.raises(LogError, match=r"\(EIO\)") as failed:
+        await log.append(key=b"t:u:c", value=b"lost")
+    assert not failed.value.retriable
+    with pytest.raises(LogError, match="stopped after a failed write") as later:
+        await log.append(key=b"t:u:c", value=b"refused")
+    for error in (failed.value, later.value):
+        assert str(tmp_path) not in str(error)
+    monkeypatch.undo()
+    await log.close()  # releases the file: it opens again
+    reopened = EmbeddedEventLog.open(path, partitions=1)
+    await reopened.close()
