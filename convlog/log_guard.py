@@ -31,13 +31,12 @@ class LogGuard:
 
     @classmethod
     async def measure(cls, event_log: EventLog, reads: Callable[[], Awaitable[ReadModels]]) -> LogGuard:
-        ends = await event_log.end_offsets()
+        # Positions first, the log's end after: other projectors (a Kafka group) may move positions
+        # meanwhile, but never past the end of a healthy log at any later moment.
         models = await reads()
-        behind = {}
-        for partition, end in sorted(ends.items()):
-            position = await models.projection_position(partition)
-            if position > end:
-                behind[partition] = (end, position)
+        positions = {p: await models.projection_position(p) for p in range(event_log.partition_count)}
+        ends = await event_log.end_offsets()
+        behind = {p: (ends.get(p, 0), position) for p, position in positions.items() if position > ends.get(p, 0)}
         guard = cls(behind)
         if behind:
             log.error("serve.log_behind_read_models", partitions=guard.detail(), hint=_TO_DO)
