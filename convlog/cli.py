@@ -15,13 +15,13 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from convlog import commands_core, commands_ops, commands_rebuild
+from convlog import commands_core, commands_log, commands_ops, commands_rebuild
 from convlog.logs import configure_logging
 from convlog.settings import Settings
 from events.errors import ConvlogError
 
 # Command modules, in the order their subcommands appear in --help.
-COMMAND_MODULES = (commands_core, commands_ops, commands_rebuild)
+COMMAND_MODULES = (commands_core, commands_ops, commands_rebuild, commands_log)
 
 
 def build_parser() -> argparse.ArgumentParser:

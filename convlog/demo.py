@@ -77,6 +77,7 @@ async def run_demo(settings: Settings) -> None:
         await print_context(service, oa_key, model="gpt-4o-mini", budget_tokens=1200)
         await print_context(service, tools_key, model="deepseek-v4", budget_tokens=4000, reasoning="tool_turns")
     print_try_it(oa_key)
+    print_stop_hint(settings)
 
 
 async def _caught_up(service: Service, offsets: dict[int, int]) -> None:
@@ -148,6 +149,14 @@ def print_try_it(key: ConversationKey) -> None:
     print('       -d \'{"role": "user", "content": "审批通过后多久能调休？"}\'')
     print(f"  curl -s {auth} '{base}/messages?limit=5' | python3 -m json.tool")
     print(f"  curl -s {auth} 'http://127.0.0.1:8080/v1/users/{key.user_id}/conversations' | python3 -m json.tool")
+
+
+def print_stop_hint(settings: Settings) -> None:
+    if settings.database_url:
+        return  # not ours to stop
+    print("\nThe embedded Postgres keeps running for the next command (its data stays in "
+          f"{settings.data_dir}/postgres). When you are done:")  # fmt: skip
+    print("  .venv/bin/convlog stop")
 
 
 def main(settings: Settings | None = None) -> None:

@@ -84,13 +84,17 @@ def ensure_embedded_postgres(data_dir: Path) -> str:
             raise StoreUnavailableError(f"embedded Postgres in {root} did not start: {e}") from e
 
 
-def stop_embedded_postgres(data_dir: Path) -> None:
-    """Stop the embedded Postgres of ``data_dir`` if it runs (fast shutdown; data is kept)."""
+def stop_embedded_postgres(data_dir: Path) -> bool:
+    """Stop the embedded Postgres of ``data_dir`` if it runs (fast shutdown; data is kept);
+    whether one was running."""
     root = embedded_postgres_dir(data_dir)
     if not root.is_dir():
-        return
+        return False
     with _locked(root):
-        _handle(root).stop()
+        handle = _handle(root)
+        running = handle.running
+        handle.stop()
+        return running
 
 
 # ---------------------------------------------------------------- internals

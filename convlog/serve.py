@@ -20,6 +20,8 @@ import structlog
 import uvicorn
 
 from convlog.embedded_pg import database_url
+from convlog.http_server import server_config
+from convlog.log_guard import LogGuard
 from convlog.metrics_server import ProjectorCollector
 from convlog.projecting import LiveProjector
 from convlog.settings import Settings, env_number
@@ -99,17 +101,21 @@ async def running_service(settings: Settings, env: Mapping[str, str] | None = No
         await projector.start_version()
         metrics = Metrics()
         metrics.registry.register(ProjectorCollector(projector))
+        reads = _LiveReads(pool)
+        # Read models ahead of the log (records lost from it): writers get a log that refuses appends.
+        guard = await retrying(lambda: LogGuard.measure(event_log, reads), action="comparing the log and read models")
+        appending = guard.appending(event_log)
 
         background: dict[str, asyncio.Task[None]] = {}
-        readiness = _Readiness(projector, event_log, pool, metrics, background)
+        readiness = _Readiness(projector, event_log, pool, metrics, background, guard=guard)
 
         default_encoding = env.get("CONVLOG_DEFAULT_ENCODING") or "o200k_base"
         model_spec("unknown-model", default_encoding=default_encoding)  # refuse a bad setting at start
         deps = ApiDeps(
             tokens=parse_tokens(env.get("CONVLOG_API_TOKENS")),
-            producer=make_producer(event_log, settings, producer="convlog-api"),
+            producer=make_producer(appending, settings, producer="convlog-api"),
             log=event_log,
-            reads=_LiveReads(pool),
+            reads=reads,
             readiness=readiness,
             metrics=metrics,
             image_turns=env_number(env, "CONVLOG_WINDOW_IMAGE_TURNS", 2, minimum=0),
@@ -117,14 +123,15 @@ async def running_service(settings: Settings, env: Mapping[str, str] | None = No
             max_body_bytes=settings.max_event_bytes * 2,
             policy=WindowPolicy.from_env(env),
             max_event_bytes=settings.max_event_bytes,
+            log_behind=guard.check_read,
         )
         summarizer = None
         if SummarizerSettings.from_env(env).enabled:
-            summarizer = build_summarizer(settings, pool, event_log, env, registry=metrics.registry)
+            summarizer = build_summarizer(settings, pool, appending, env, registry=metrics.registry)
         background["projector"] = asyncio.create_task(projector.run(stop), name="projector")
         if summarizer is not None:
             background["summarizer"] = asyncio.create_task(summarizer.run(stop), name="summarizer")
-        for task in _retention_task(settings, env, pool, event_log, stop):
+        for task in _retention_task(settings, env, pool, appending, stop):
             background["retention"] = task
         for task in background.values():
             task.add_done_callback(_report_crash)
@@ -148,10 +155,10 @@ class _Readiness:
 
     def __init__(
         self, projector: LiveProjector, event_log: EventLog, pool: PgPool, metrics: Metrics,
-        background: Mapping[str, asyncio.Task[None]],
+        background: Mapping[str, asyncio.Task[None]], *, guard: LogGuard,
     ) -> None:  # fmt: skip
         self._projector, self._log, self._pool, self._metrics = projector, event_log, pool, metrics
-        self._background = background
+        self._background, self._guard = background, guard
 
     def _running(self, name: str) -> bool:
         task = self._background.get(name)
@@ -191,7 +198,10 @@ class _Readiness:
             report["postgres"] = True
         except Exception as e:  # noqa: BLE001
             report["postgres"], report["postgres_error"] = False, str(e)
-        report["ready"] = bool(report["projector"] and report["log"] and report["postgres"])
+        if self._guard.behind:  # appends are refused until an operator resolves it
+            report["log_behind_read_models"] = self._guard.detail()
+        ready = report["projector"] and report["log"] and report["postgres"] and not self._guard.behind
+        report["ready"] = bool(ready)
         return report
 
 
@@ -221,13 +231,8 @@ def _retention_task(
 
 
 def http_server(app: Any, env: Mapping[str, str]) -> uvicorn.Server:
-    """The HTTP server. Once told to stop it lets requests in flight finish for at most
-    ``CONVLOG_SHUTDOWN_GRACE_S`` seconds (default 10), then cancels them: no request — a long
-    read of the log included — keeps the process from stopping."""
-    return uvicorn.Server(uvicorn.Config(
-        app, host=env.get("CONVLOG_HTTP_HOST", "127.0.0.1"), port=env_number(env, "CONVLOG_HTTP_PORT", 8080, minimum=1),
-        log_level="info", timeout_graceful_shutdown=env_number(env, "CONVLOG_SHUTDOWN_GRACE_S", 10, minimum=0),
-    ))  # fmt: skip
+    """The HTTP server (see :func:`~convlog.http_server.server_config` for its timeouts)."""
+    return uvicorn.Server(server_config(app, env))
 
 
 def main(settings: Settings) -> None:

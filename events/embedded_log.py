@@ -5,38 +5,43 @@ that resolves only once the record is on disk (fsync), readers that never see a 
 before it is durable. Concurrent appends share one fsync (group commit). One process only:
 the file is locked with ``flock`` and a second opener gets :class:`LogLockedError`.
 
-File format: an 8-byte magic ``CONVLOG\\x01``, a u32 partition count, then frames
-``u32 payload_length | u32 crc32(payload) | payload``; the payload is
-``u16 partition | i64 timestamp_ms | u32 key_len key | u32 value_len value |
-u16 header_count (u16 name_len name u32 value_len value)*``. A torn tail left by a crash is
-cut off on open: it was never acknowledged.
+The file format is in :mod:`events.embedded_frames`. Opening for writing cuts off only a torn
+tail (the last write, incomplete, never acknowledged); damaged frames with intact ones after
+them are refused with :class:`LogCorruptError`, the file untouched (``convlog log check`` /
+``convlog log repair``). A write that fails (disk full) is cut back off at once, so it leaves
+no half frame behind, and the log goes on taking appends once there is space.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import fcntl
 import os
-import struct
 import time
-import zlib
 from array import array
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 
 import structlog
 
-from events.errors import LogClosedError, LogError, LogLockedError
+from events.embedded_frames import (
+    FILE_HEADER,
+    FRAME_HEADER,
+    MAGIC,
+    decode_payload,
+    encode_frame,
+    read_header,
+    scan,
+    survey,
+)
+from events.errors import LogClosedError, LogCorruptError, LogError, LogLockedError, LogStorageFullError
 from events.keys import partition_for_key
 from events.log import Coordinates, LogRecord, ReadBatch
 
-_MAGIC = b"CONVLOG\x01"
-_FILE_HEADER = struct.Struct("<8sI")
-_FRAME_HEADER = struct.Struct("<II")
-_PAYLOAD_HEAD = struct.Struct("<HqI")
-_U32 = struct.Struct("<I")
-_U16 = struct.Struct("<H")
+# errno values that mean "no room": retriable once space is freed, the failed write cut back off.
+_NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+_READ_SLICE = 64  # records read between yields to the event loop: long scans must not stall it
 
 log = structlog.get_logger(__name__)
 
@@ -56,6 +61,7 @@ class EmbeddedEventLog:
         self._appended = asyncio.Event()
         self._rotation = 0
         self._closed = False
+        self._failed: str | None = None  # why a write failed beyond repair: the file's tail is unknown
         self._read_only = False
 
     @classmethod
@@ -110,7 +116,7 @@ class EmbeddedEventLog:
         its CRC and is picked up next time)."""
         size = os.fstat(self._fd).st_size
         if size > self._end:
-            self._end = _scan(self._fd, self._index, self._end, size)
+            self._end = scan(self._fd, self._index, self._end, size)
 
     @property
     def partition_count(self) -> int:
@@ -125,7 +131,7 @@ class EmbeddedEventLog:
         if self._read_only:
             raise LogError(f"{self._path} is open read-only here: appends go through the process that holds it")
         partition = partition_for_key(key, self._partition_count)
-        frame = _encode_frame(partition, key, value, headers)
+        frame = encode_frame(partition, key, value, headers)
         offset = self._next_offset[partition]
         self._next_offset[partition] = offset + 1
         future: asyncio.Future[Coordinates] = asyncio.get_running_loop().create_future()
@@ -140,13 +146,22 @@ class EmbeddedEventLog:
         while self._pending:
             batch, self._pending = self._pending, []
             data = b"".join(frame for _, _, frame, _ in batch)
+            good_end = batch[0][1]
             try:
-                await asyncio.to_thread(_write_and_sync, self._fd, data, batch[0][1])
+                await asyncio.to_thread(_write_and_sync, self._fd, data, good_end)
+            except LogStorageFullError as e:
+                # The file is back at good_end: fail this batch, move the appends queued since
+                # onto good_end, and go on — freed space makes the next write succeed.
+                log.error("embedded_log.storage_full", path=str(self._path), error=str(e.__cause__))  # noqa: TRY400 - expected, no traceback
+                self._fail(batch, e)
+                self._pending = self._rebased(self._pending, good_end)
+                continue
             except OSError as e:
-                self._closed = True  # the file's tail is now unknown: refuse further use
-                for _, _, _, future in batch:
-                    if not future.done():
-                        future.set_exception(LogError(f"writing {self._path} failed: {e}"))
+                self._failed = name = errno.errorcode.get(e.errno or 0, "an I/O error")  # refuse further use
+                log.exception("embedded_log.write_failed", path=str(self._path))
+                failed = LogError(f"writing the embedded log failed ({name}): see the server log")
+                self._fail(batch + self._pending, failed)
+                self._pending = []
                 return
             for partition, position, _, future in batch:
                 self._index[partition].append(position)
@@ -154,6 +169,22 @@ class EmbeddedEventLog:
                     future.set_result(Coordinates(partition, len(self._index[partition]) - 1))
             self._appended.set()
             self._appended = asyncio.Event()
+
+    @staticmethod
+    def _fail(batch: Sequence[tuple[int, int, bytes, asyncio.Future[Coordinates]]], error: Exception) -> None:
+        for _, _, _, future in batch:
+            if not future.done():
+                future.set_exception(error)
+
+    def _rebased(
+        self, pending: Sequence[tuple[int, int, bytes, asyncio.Future[Coordinates]]], position: int
+    ) -> list[tuple[int, int, bytes, asyncio.Future[Coordinates]]]:
+        rebased = []
+        for partition, _, frame, future in pending:
+            rebased.append((partition, position, frame, future))
+            position += len(frame)
+        self._end = position
+        return rebased
 
     async def read(self, positions: Mapping[int, int], *, max_records: int = 1000, timeout_s: float = 1.0) -> ReadBatch:
         return ReadBatch.dense(positions, await self._read(positions, max_records, timeout_s))
@@ -165,27 +196,27 @@ class EmbeddedEventLog:
                 raise LogError(f"partition {partition} does not exist (0..{self._partition_count - 1})")
         if self._read_only:
             return await self._poll(positions, max_records, timeout_s)
-        records = self._read_available(positions, max_records)
+        records = await self._read_available(positions, max_records)
         if records or timeout_s <= 0:
             return records
         try:
             await asyncio.wait_for(self._appended.wait(), timeout_s)
         except TimeoutError:
             return []
-        return self._read_available(positions, max_records)
+        return await self._read_available(positions, max_records)
 
     async def _poll(self, positions: Mapping[int, int], max_records: int, timeout_s: float) -> list[LogRecord]:
         """Read-only: another process appends, so nothing wakes us; look again every 50 ms."""
         deadline = time.monotonic() + timeout_s
         while True:
             self._refresh()
-            records = self._read_available(positions, max_records)
+            records = await self._read_available(positions, max_records)
             remaining = deadline - time.monotonic()
             if records or remaining <= 0:
                 return records
             await asyncio.sleep(min(0.05, remaining))
 
-    def _read_available(self, positions: Mapping[int, int], max_records: int) -> list[LogRecord]:
+    async def _read_available(self, positions: Mapping[int, int], max_records: int) -> list[LogRecord]:
         order = sorted(positions)
         if not order:
             return []
@@ -197,7 +228,12 @@ class EmbeddedEventLog:
             frames = self._index[partition]
             start = max(positions[partition], 0)
             stop = min(len(frames), start + max_records - len(records))
-            records.extend(_read_frame(self._fd, frames[offset], offset) for offset in range(start, stop))
+            for first in range(start, stop, _READ_SLICE):
+                if first > start:  # a long read lets other requests run between slices
+                    await asyncio.sleep(0)
+                    self._check_open()
+                last = min(stop, first + _READ_SLICE)
+                records.extend(_read_frame(self._fd, frames[offset], offset) for offset in range(first, last))
             if len(records) >= max_records:
                 break
         return records
@@ -220,120 +256,73 @@ class EmbeddedEventLog:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise LogClosedError(f"embedded log {self._path} is closed")
-
-
-def _encode_frame(partition: int, key: bytes, value: bytes, headers: Sequence[tuple[str, bytes]]) -> bytes:
-    now_ms = int(datetime.now(UTC).timestamp() * 1000)
-    parts = [
-        _PAYLOAD_HEAD.pack(partition, now_ms, len(key)),
-        key,
-        _U32.pack(len(value)),
-        value,
-        _U16.pack(len(headers)),
-    ]
-    for name, header_value in headers:
-        raw_name = name.encode("utf-8")
-        parts += [_U16.pack(len(raw_name)), raw_name, _U32.pack(len(header_value)), header_value]
-    payload = b"".join(parts)
-    return _FRAME_HEADER.pack(len(payload), zlib.crc32(payload)) + payload
+            raise LogClosedError("the embedded log is closed")
+        if self._failed is not None:  # no path: this message can reach API clients
+            raise LogError(f"the embedded log stopped after a failed write ({self._failed}): see the server log")
 
 
 def _write_and_sync(fd: int, data: bytes, position: int) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.pwrite(fd, view, position)
-        view = view[written:]
-        position += written
-    os.fdatasync(fd)
+    """Write ``data`` at ``position`` and make it durable. When the disk is full, cut the file back
+    to ``position`` first — a half-written frame must not stay behind to look like damage later —
+    then raise :class:`LogStorageFullError` (nothing of the write was kept)."""
+    try:
+        view = memoryview(data)
+        at = position
+        while view:
+            written = os.pwrite(fd, view, at)
+            view = view[written:]
+            at += written
+        os.fdatasync(fd)
+    except OSError as e:
+        if e.errno not in _NO_SPACE:
+            raise
+        os.ftruncate(fd, position)  # frees the space the partial write took; may raise in turn
+        os.fdatasync(fd)
+        raise LogStorageFullError(f"the log's disk is full ({errno.errorcode.get(e.errno or 0, e.errno)})") from e
 
 
 def _read_frame(fd: int, position: int, offset: int) -> LogRecord:
-    length, _ = _FRAME_HEADER.unpack(os.pread(fd, _FRAME_HEADER.size, position))
-    return _decode_payload(os.pread(fd, length, position + _FRAME_HEADER.size), offset)
-
-
-def _decode_payload(payload: bytes, offset: int) -> LogRecord:
-    partition, ts_ms, key_len = _PAYLOAD_HEAD.unpack_from(payload, 0)
-    pos = _PAYLOAD_HEAD.size
-    key = payload[pos : pos + key_len]
-    pos += key_len
-    (value_len,) = _U32.unpack_from(payload, pos)
-    pos += _U32.size
-    value = payload[pos : pos + value_len]
-    pos += value_len
-    (count,) = _U16.unpack_from(payload, pos)
-    pos += _U16.size
-    headers: list[tuple[str, bytes]] = []
-    for _ in range(count):
-        (name_len,) = _U16.unpack_from(payload, pos)
-        pos += _U16.size
-        name = payload[pos : pos + name_len].decode("utf-8")
-        pos += name_len
-        (hv_len,) = _U32.unpack_from(payload, pos)
-        pos += _U32.size
-        headers.append((name, payload[pos : pos + hv_len]))
-        pos += hv_len
-    return LogRecord(
-        partition=partition,
-        offset=offset,
-        key=key,
-        value=value,
-        timestamp=datetime.fromtimestamp(ts_ms / 1000, UTC),
-        headers=tuple(headers),
-    )
+    length, _ = FRAME_HEADER.unpack(os.pread(fd, FRAME_HEADER.size, position))
+    return decode_payload(os.pread(fd, length, position + FRAME_HEADER.size), offset)
 
 
 def _load(fd: int, path: Path, partitions: int) -> tuple[int, list[array[int]], int]:
-    """Read the header (or write it), index every intact frame, cut off a torn tail."""
+    """Read the header (or write it) and index every intact frame. Cut off a torn tail; refuse a
+    file with damaged frames before intact ones, leaving it as it is."""
     size = os.fstat(fd).st_size
-    if size < _FILE_HEADER.size:
+    if size < FILE_HEADER.size:
         if partitions < 1:
             raise LogError("partitions must be >= 1")
         os.ftruncate(fd, 0)
-        os.pwrite(fd, _FILE_HEADER.pack(_MAGIC, partitions), 0)
+        os.pwrite(fd, FILE_HEADER.pack(MAGIC, partitions), 0)
         os.fsync(fd)
-        return partitions, [array("q") for _ in range(partitions)], _FILE_HEADER.size
-    count, index, position = _index_existing(fd, path)
-    if position < size:
+        return partitions, [array("q") for _ in range(partitions)], FILE_HEADER.size
+    count = read_header(fd)
+    if count is None:
+        raise LogError(f"{path} is not a convlog embedded log")
+    found = survey(fd, count)
+    if found.corrupt:
+        ranges = "; ".join(r.describe() for r in found.corrupt)
+        raise LogCorruptError(
+            f"{path} is damaged: {ranges}. It was not opened for writing and is left untouched. "
+            "See `convlog log check`; `convlog log repair` moves the damaged bytes aside (README: When things go wrong)"
+        )
+    if found.torn_tail:
         log.warning(
             "embedded_log.torn_tail_truncated",
             path=str(path),
-            kept_bytes=position,
-            dropped_bytes=size - position,
+            kept_bytes=found.valid_end,
+            dropped_bytes=size - found.valid_end,
         )
-        os.ftruncate(fd, position)
+        os.ftruncate(fd, found.valid_end)
         os.fsync(fd)
-    return count, index, position
+    return count, found.index, found.valid_end
 
 
 def _index_existing(fd: int, path: Path) -> tuple[int, list[array[int]], int]:
     """The header and the intact frames (where they end), changing nothing."""
-    header = os.pread(fd, _FILE_HEADER.size, 0)
-    if len(header) < _FILE_HEADER.size or _FILE_HEADER.unpack(header)[0] != _MAGIC:
+    count = read_header(fd)
+    if count is None:
         raise LogError(f"{path} is not a convlog embedded log")
-    count = _FILE_HEADER.unpack(header)[1]
     index = [array("q") for _ in range(count)]
-    return count, index, _scan(fd, index, _FILE_HEADER.size, os.fstat(fd).st_size)
-
-
-def _scan(fd: int, index: list[array[int]], position: int, size: int) -> int:
-    """Index the intact frames from ``position`` up to ``size``; where they end (a torn or
-    half-written frame stops the scan)."""
-    count = len(index)
-    with open(fd, "rb", closefd=False) as f:
-        f.seek(position)
-        while position < size:
-            head = f.read(_FRAME_HEADER.size)
-            if len(head) < _FRAME_HEADER.size:
-                break
-            length, crc = _FRAME_HEADER.unpack(head)
-            payload = f.read(length)
-            if len(payload) < length or zlib.crc32(payload) != crc:
-                break
-            (partition,) = _U16.unpack_from(payload, 0)
-            if partition >= count:
-                break
-            index[partition].append(position)
-            position += _FRAME_HEADER.size + length
-    return position
+    return count, index, scan(fd, index, FILE_HEADER.size, os.fstat(fd).st_size)

@@ -99,3 +99,29 @@ class LogLockedError(LogError):
     """The embedded log file is already open in another process."""
 
     code = "log_locked"
+
+
+class LogCorruptError(LogError):
+    """The embedded log file holds damaged frames followed by intact ones: not a torn tail that
+    can be cut, but records that may have been acknowledged. The file is left untouched;
+    ``convlog log check`` shows the damage and ``convlog log repair`` moves it aside."""
+
+    code = "log_corrupt"
+
+
+class LogStorageFullError(LogUnavailableError):
+    """The log's disk (or quota, or file-size limit) is full. Nothing of the append was kept;
+    retry once space is freed — the log takes appends again without a restart."""
+
+    code = "log_storage_full"
+
+
+class LogBehindReadModelsError(LogError):
+    """The log ends before positions the read models already applied: records were lost from the
+    log (a cut file, an older copy restored, an unclean Kafka leader election). Appends are
+    refused so that no new record takes a lost offset, until an operator restores the log or
+    rebuilds the read models from it (``convlog rebuild read_models --new --switch``) and restarts the service."""
+
+    code = "log_behind_read_models"
+    retriable = True  # the same request succeeds once the operator has resolved it
+    retry_after_s = 30

@@ -69,6 +69,7 @@ class ApiDeps:
     wait_for_offset_s: float = 5.0
     policy: WindowPolicy = field(default_factory=WindowPolicy)
     max_event_bytes: int = 1024 * 1024
+    log_behind: Callable[[int], None] | None = None  # raises for a partition whose records the log lost
 
 
 class _BodyTooLargeError(StarletteHTTPException):
@@ -220,7 +221,9 @@ def create_app(deps: ApiDeps) -> FastAPI:  # noqa: PLR0915 - one place that list
             return _error(422, e.code, str(e), needed=e.needed, available=e.available)
         if e.retriable:
             return JSONResponse(
-                {"error": {"code": e.code, "message": str(e)}}, status_code=503, headers={"Retry-After": "1"}
+                {"error": {"code": e.code, "message": str(e)}},
+                status_code=503,
+                headers={"Retry-After": str(getattr(e, "retry_after_s", 1))},
             )
         return _error(500, e.code, str(e))
 
@@ -340,6 +343,8 @@ def create_app(deps: ApiDeps) -> FastAPI:  # noqa: PLR0915 - one place that list
             ctx, inputs = served
         else:
             if min_offset is not None:
+                if deps.log_behind is not None:  # never confirm an offset the projection did not take from this log
+                    deps.log_behind(partition)
                 await _wait_for(reads, partition, min_offset, deps.wait_for_offset_s)
             ctx, inputs = await _assemble(reads, key, spec, request)
         deps.metrics.context_served(ctx.token_count)

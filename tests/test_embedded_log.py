@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from events.embedded_log import EmbeddedEventLog
-from events.errors import LogError, LogLockedError
+from events.errors import LogCorruptError, LogError, LogLockedError
 
 
 async def test_records_survive_reopening(tmp_path: Path) -> None:
@@ -56,7 +56,9 @@ async def test_a_torn_tail_is_cut_off_and_the_log_goes_on(tmp_path: Path) -> Non
         await log.close()
 
 
-async def test_a_corrupted_frame_ends_the_log_at_the_last_good_record(tmp_path: Path) -> None:
+async def test_a_damaged_last_frame_is_refused_not_cut_off(tmp_path: Path) -> None:
+    """A complete frame failing its CRC was written whole, and may have been acknowledged: the
+    log refuses to open rather than drop it (tests/test_embedded_log_corruption.py has the rest)."""
     path = tmp_path / "events.log"
     log = EmbeddedEventLog.open(path, partitions=1)
     for i in range(3):
@@ -65,11 +67,9 @@ async def test_a_corrupted_frame_ends_the_log_at_the_last_good_record(tmp_path: 
     data = bytearray(path.read_bytes())
     data[-3] ^= 0xFF  # flip a byte inside the last frame: its CRC no longer matches
     path.write_bytes(bytes(data))
-    log = EmbeddedEventLog.open(path, partitions=1)
-    try:
-        assert [r.value for r in (await log.read({0: 0}, timeout_s=0)).records] == [b"value-0", b"value-1"]
-    finally:
-        await log.close()
+    with pytest.raises(LogCorruptError, match="partition 0 offset 2"):
+        EmbeddedEventLog.open(path, partitions=1)
+    assert path.read_bytes() == bytes(data)
 
 
 async def test_a_second_process_cannot_open_the_same_file(tmp_path: Path) -> None:

@@ -1,0 +1,98 @@
+"""A real ``convlog serve`` closes connections that hold it without finishing a request: one opened
+and left idle, one trickling a request head, one idle after its response (raw sockets)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from tests.projection_support import temporary_database
+from tests.support import free_port
+
+pytestmark = pytest.mark.postgres
+
+HEAD_TIMEOUT_S = 1.0
+KEEP_ALIVE_S = 1
+
+
+@pytest.fixture
+async def server(pg_admin_url: str, tmp_path: Path) -> AsyncIterator[int]:
+    async with temporary_database(pg_admin_url) as url:
+        port = free_port()
+        env = {**os.environ, "CONVLOG_DATABASE_URL": url, "CONVLOG_DATA_DIR": str(tmp_path),
+               "CONVLOG_HTTP_PORT": str(port), "CONVLOG_HTTP_HEADER_TIMEOUT_S": str(HEAD_TIMEOUT_S),
+               "CONVLOG_HTTP_KEEP_ALIVE_S": str(KEEP_ALIVE_S), "CONVLOG_SUMMARIZER": "off",
+               "CONVLOG_API_TOKENS": "acme:t"}  # fmt: skip
+        env.pop("CONVLOG_KAFKA_BOOTSTRAP", None)
+        errors = (tmp_path / "serve.err").open("wb")
+        process = subprocess.Popen([sys.executable, "-m", "convlog.cli", "serve"], env=env,
+                                   stdout=subprocess.DEVNULL, stderr=errors)  # fmt: skip
+        try:
+            deadline = time.monotonic() + 60
+            while not _answers(port):
+                assert process.poll() is None, (tmp_path / "serve.err").read_text()
+                assert time.monotonic() < deadline, "convlog serve did not start"
+                time.sleep(0.1)
+            yield port
+        finally:
+            process.terminate()
+            process.wait(30)
+            errors.close()
+
+
+def _answers(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            return sock.recv(100).startswith(b"HTTP/1.1 200")
+    except OSError:
+        return False
+
+
+def _closed_after(sock: socket.socket, *, limit_s: float) -> float:
+    """Seconds until the server closed ``sock`` (reading and dropping what it sends)."""
+    started = time.monotonic()
+    sock.settimeout(limit_s)
+    try:
+        while sock.recv(4096):
+            pass
+    except ConnectionResetError:
+        pass  # closed while we were still sending: the kernel answers with a reset
+    except TimeoutError:
+        pytest.fail(f"the server kept the connection open for more than {limit_s} s")
+    return time.monotonic() - started
+
+
+def test_idle_and_slow_connections_are_closed(server: int) -> None:
+    with socket.create_connection(("127.0.0.1", server)) as idle:  # opened, never a byte sent
+        assert _closed_after(idle, limit_s=HEAD_TIMEOUT_S + 4) >= HEAD_TIMEOUT_S * 0.9
+
+    with socket.create_connection(("127.0.0.1", server)) as slow:  # a header line now and then
+        started = time.monotonic()
+        slow.sendall(b"GET /healthz HTTP/1.1\r\n")
+        try:
+            for i in range(12):
+                time.sleep(0.25)
+                slow.sendall(f"X-Slow-{i}: still typing\r\n".encode())
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # closed while trickling: what we want
+        _closed_after(slow, limit_s=5)
+        assert time.monotonic() - started < 3.0 + 1.5
+
+    with socket.create_connection(("127.0.0.1", server)) as kept:  # a request, then silence
+        kept.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        kept.settimeout(5)
+        assert kept.recv(4096).startswith(b"HTTP/1.1 200")
+        assert _closed_after(kept, limit_s=KEEP_ALIVE_S + 4) < KEEP_ALIVE_S + 2
+
+    with socket.create_connection(("127.0.0.1", server)) as ok:  # a prompt client is served as always
+        ok.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        ok.settimeout(5)
+        assert ok.recv(4096).startswith(b"HTTP/1.1 200")

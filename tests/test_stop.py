@@ -1,0 +1,60 @@
+"""``convlog stop``: stops the embedded Postgres that ``serve`` / ``make demo`` leave running."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+import pytest
+
+from convlog._postgres_local import PostgresHandle
+from convlog.cli import build_parser
+from convlog.demo import print_stop_hint
+from convlog.embedded_pg import ensure_embedded_postgres
+from convlog.settings import Settings
+from tests.test_pg import require_pg_binaries
+
+
+def cli_main(argv: list[str]) -> int:
+    """``convlog ARGV``'s exit code, in-process but without ``cli.main``'s logging setup (it binds
+    structlog to this test's captured stderr, for every later test)."""
+    args = build_parser().parse_args(argv)
+    code: int = args.handler(Settings.from_env(), args)
+    return code
+
+
+@pytest.mark.slow
+def test_convlog_stop_stops_the_embedded_postgres(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    require_pg_binaries()
+    monkeypatch.setenv("CONVLOG_DATA_DIR", str(tmp_path))
+    monkeypatch.delenv("CONVLOG_DATABASE_URL", raising=False)
+    monkeypatch.delenv("CONVLOG_KAFKA_BOOTSTRAP", raising=False)
+    ensure_embedded_postgres(tmp_path)
+    handle = PostgresHandle(tmp_path / "postgres")
+    try:
+        assert handle.running
+        log_file = Settings.from_env().embedded_log_path
+        log_file.parent.mkdir(parents=True)
+        with log_file.open("wb") as held:  # `convlog serve` holds the log: stop refuses
+            fcntl.flock(held, fcntl.LOCK_EX)
+            assert cli_main(["stop"]) == 2
+            assert "stop it first" in capsys.readouterr().out
+            assert handle.running
+        assert cli_main(["stop"]) == 0
+        assert "stopped the embedded Postgres" in capsys.readouterr().out
+        assert not handle.running
+        assert cli_main(["stop"]) == 0
+        assert "is not running" in capsys.readouterr().out
+        assert (handle.pgdata / "PG_VERSION").is_file()  # the data is kept for the next start
+    finally:
+        handle.stop()
+
+
+def test_the_demo_names_convlog_stop_only_when_it_started_postgres(capsys: pytest.CaptureFixture[str]) -> None:
+    print_stop_hint(Settings(data_dir=Path(".convlog")))
+    assert "convlog stop" in capsys.readouterr().out
+    print_stop_hint(Settings(database_url=os.environ.get("CONVLOG_DATABASE_URL") or "postgresql://x/y"))
+    assert capsys.readouterr().out == ""
