@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from events.durable import fsync_directory
 from events.embedded_frames import CorruptRange, Survey, hole_frame, read_header, survey
 from events.errors import LogCorruptError, LogError, LogLockedError
 
@@ -153,11 +154,7 @@ def _rewrite(fd: int, path: Path, found: Survey, side: Path) -> int:
         _copy(fd, out.fileno(), position, found.valid_end)
         os.fsync(out.fileno())
     temporary.replace(path)
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
+    fsync_directory(path.parent)
     return holes
 
 

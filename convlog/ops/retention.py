@@ -36,6 +36,7 @@ from psycopg import sql
 from tqdm import tqdm
 
 from convlog.ops.export import ExportFilter, export_transcripts
+from events.durable import fsync_directory
 from events.errors import ConfigurationError, ConvlogError
 from events.keys import ConversationKey
 from events.log import EventLog
@@ -154,11 +155,7 @@ async def _write_archive(
             out.flush()
             os.fsync(out.fileno())
         partial.rename(path)
-        directory = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+        fsync_directory(path.parent)
     except OSError as e:
         partial.unlink(missing_ok=True)
         raise RetentionError(f"cannot write the archive {path}: {e}; nothing was erased") from e
