@@ -29,6 +29,7 @@ from events.model import (
 from events.strict_json import compact_json
 from projectors import tokens
 from projectors.errors import InvariantError
+from projectors.turns import starts_turn
 from projectors.window import EMPTY_WINDOW, Window, WindowPolicy, on_user_message
 
 # Why a stored message is kept for audit but never served.
@@ -221,7 +222,7 @@ def _apply_message(
         # Calls of an interrupted stream never ran: nothing may answer them.
         open_calls = () if msg.finish_reason == "interrupted" else tuple(c.id for c in msg.tool_calls)
         answered = ()
-    elif msg.role == "user":
+    elif starts_turn(msg.role):
         open_calls, answered = (), ()
         turn_count += 1
         last_activity = event.occurred_at

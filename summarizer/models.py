@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from projectors.tokens import cached_counter, get_encoding
+from projectors.turns import split_turns_by
 from summarizer.plan import SummaryJob
+from summarizer.transcript import USER_PREFIX
 
 SUMMARY_ENCODING = "o200k_base"  # summary sizes are measured in it, whatever model serves them
 
@@ -80,11 +82,12 @@ class OfflineSummaryModel:
         return Draft(text)
 
 
-def _turns(lines: tuple[str, ...]) -> list[list[str]]:
-    turns: list[list[str]] = []
-    for line in lines:
-        if line.startswith("User: ") or not turns:
-            turns.append([line])
-        else:
-            turns[-1].append(line)
-    return turns
+def _turns(lines: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """The job's lines grouped by turn (a user message renders as one ``User:`` line); lines
+    before the first turn (a greeting) make a bullet of their own."""
+    split = split_turns_by(lines, _line_role)
+    return ([split.preamble] if split.preamble else []) + list(split.turns)
+
+
+def _line_role(line: str) -> str:
+    return "user" if line.startswith(USER_PREFIX) else "assistant"
