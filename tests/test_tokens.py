@@ -24,16 +24,9 @@ from hypothesis import strategies as st
 from tiktoken_ext import openai_public  # type: ignore[import-untyped]
 
 from events.errors import ConfigurationError
-from projectors.tokens import (
-    ENCODINGS,
-    TokenCounter,
-    bpe_data_dir,
-    cached_counter,
-    get_encoding,
-    load_encoding,
-    text_counter,
-)
+from projectors.tokens import ENCODINGS, TokenCounter, bpe_data_dir, get_encoding, load_encoding
 from projectors.tokens import encodings as tokens
+from projectors.tokens.encodings import cached_counter, text_counter
 from summarizer.models import SUMMARY_ENCODING, count_tokens
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
