@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from projectors.tokens import cached_counter, get_encoding
+from projectors.tokens import cached_counter, cut_to_tokens
 from projectors.turns import split_turns_by
 from summarizer.plan import SummaryJob
 from summarizer.transcript import USER_PREFIX
@@ -48,11 +48,9 @@ def count_tokens(text: str) -> int:
 def enforce_limit(text: str, max_tokens: int) -> tuple[str, bool]:
     """``text`` cut to at most ``max_tokens`` tokens (at a line or word end when one is near);
     the flag says whether it had to be cut. Models overrun instructions: the limit is ours."""
-    encoding = get_encoding(SUMMARY_ENCODING)
-    tokens = encoding.encode_ordinary(text)
-    if len(tokens) <= max_tokens:
+    cut = cut_to_tokens(text, max_tokens, SUMMARY_ENCODING)
+    if cut is None:
         return text, False
-    cut = encoding.decode(tokens[:max_tokens])
     for sep in ("\n", ". ", " "):
         at = cut.rfind(sep)
         if at >= len(cut) * 3 // 4:

@@ -26,7 +26,7 @@ from tiktoken_ext import openai_public  # type: ignore[import-untyped]
 from events.errors import ConfigurationError
 from projectors.tokens import ENCODINGS, TokenCounter, bpe_data_dir, get_encoding, load_encoding
 from projectors.tokens import encodings as tokens
-from projectors.tokens.encodings import cached_counter, text_counter
+from projectors.tokens.encodings import cached_counter, cut_to_tokens, text_counter
 from summarizer.models import SUMMARY_ENCODING, count_tokens
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -358,3 +358,13 @@ def test_a_long_repeated_text_is_counted_once_and_counts_the_same(encoding: str,
     assert counter.count_many(texts, encoding) == expected
     info = counter._repeated[encoding].cache_info()  # the cache is the point here
     assert (info.misses, info.hits, info.currsize) == (1, 5, 1)
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_cut_to_tokens_keeps_the_first_tokens(encoding: str) -> None:
+    assert cut_to_tokens("hello world", 2, encoding) is None  # two tokens fit in two
+    assert cut_to_tokens("hello world", 1, encoding) == "hello"
+    cut = cut_to_tokens(LONG_TEXT, 50, encoding)
+    assert cut is not None
+    assert text_counter(encoding)(cut) <= 50
+    assert LONG_TEXT.startswith(cut.rstrip("\ufffd"))

@@ -53,6 +53,7 @@ __all__ = [
     "TokenCounter",
     "bpe_data_dir",
     "cached_counter",
+    "cut_to_tokens",
     "get_encoding",
     "load_encoding",
     "text_counter",
@@ -236,6 +237,14 @@ def text_counter(name: str) -> Callable[[str], int]:
         return len(encode(text))
 
     return count
+
+
+def cut_to_tokens(text: str, max_tokens: int, name: str) -> str | None:
+    """The first ``max_tokens`` tokens of ``text`` in encoding ``name``, decoded (a character
+    split between tokens decodes as U+FFFD); None when ``text`` has no more than that."""
+    encoding = get_encoding(name)
+    tokens = encoding.encode_ordinary(text)
+    return None if len(tokens) <= max_tokens else encoding.decode(tokens[:max_tokens])
 
 
 @functools.cache
