@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from events.keys import ConversationKey
 from events.model import Event, MessageAppended, ToolCall
+from projectors.tokens import message_cost
 from projectors.turns import split_turns, split_turns_by, starts_turn
 from projectors.window import WindowPolicy
 from query_api.context import assemble
@@ -156,7 +157,9 @@ def test_context_and_summarizer_count_the_same_turns(roles: list[str], budget_tu
     stored = [m for m in b.messages if m.role != "system"]
     turns = split_turns(stored).turns
     kept = turns[-budget_turns:]
-    cost = SPEC.reply_priming + sum(m.tokens + SPEC.tokens_per_message + 1 for t in kept for m in t)
+    cost = SPEC.reply_priming + sum(
+        message_cost(m, SPEC, include_reasoning=False, keep_images=True, count=count) for t in kept for m in t
+    )
     context = assemble(system=[], summary=None, messages=stored, request=ContextRequest("gpt-4o", max(cost, 1)),
                        spec=SPEC, count=count) if turns else None  # fmt: skip
     job = summarize_all(pending_of(stored))
