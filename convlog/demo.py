@@ -22,10 +22,9 @@ from convlog.serve import Service, running_service
 from convlog.settings import Settings
 from events.keys import ConversationKey
 from events.producer import Appended, ConversationProducer
-from projectors.tokens import get_encoding
+from projectors.tokens import cached_counter, model_spec
 from query_api.context import assemble
 from query_api.model import ContextRequest, ReasoningPolicy
-from query_api.models import model_spec
 
 DEMO_TOKEN = "demo-token"  # noqa: S105 - the demo's local API token, printed for curl
 
@@ -115,10 +114,9 @@ async def print_context(
     reads = await service.deps.reads()
     inputs = await reads.context_inputs(key, encoding=spec.encoding)
     assert inputs is not None
-    encoding = get_encoding(spec.encoding)
     request = ContextRequest(model, budget_tokens, reserve_tokens=200, reasoning=reasoning)
     ctx = assemble(system=inputs.system, summary=inputs.summary, messages=inputs.messages, request=request,
-                   spec=spec, count=lambda text: len(encoding.encode_ordinary(text)))  # fmt: skip
+                   spec=spec, count=cached_counter(spec.encoding))  # fmt: skip
     print(f"context for the next turn of {key} — model {model}, budget {budget_tokens} (200 reserved), "
           f"reasoning={reasoning}")  # fmt: skip
     print(f"  window starts at seq {inputs.window_start}; summary: {'yes' if ctx.compressed else 'none yet'}; "

@@ -31,11 +31,11 @@ from events.errors import ConfigurationError
 from events.log import EventLog
 from projectors.migrate import migrate
 from projectors.pg import PgPool, open_pool, retrying
+from projectors.tokens import model_spec
 from projectors.versions import live_version
 from projectors.window import WindowPolicy
 from query_api.http import ApiDeps, create_app
 from query_api.metrics import Metrics
-from query_api.models import model_spec
 from query_api.reads import ReadModels
 from summarizer.runner import Summarizer
 

@@ -48,3 +48,14 @@ def dump_json(value: Any) -> str:
         raise NotJsonError("nested too deep to write as JSON") from e
     except (TypeError, ValueError) as e:
         raise NotJsonError(f"cannot be written as strict JSON: {e}") from e
+
+
+# The one compact encoder, built once (json.dumps with options builds a new encoder per call):
+# what the projection stores in jsonb columns and what token accounting counts for a value.
+_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
+def compact_json(value: Any) -> str:
+    """Compact JSON text of ``value`` (no spaces, non-ASCII kept), as Python writes JSON-native
+    values; raises ``TypeError`` for any other. For client text use :func:`dump_json`."""
+    return _COMPACT.encode(value)

@@ -9,8 +9,7 @@ produces the same rows.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, TypeAlias
@@ -27,7 +26,10 @@ from events.model import (
     SummaryRecorded,
     TextPart,
 )
+from events.strict_json import compact_json
+from projectors import tokens
 from projectors.errors import InvariantError
+from projectors.turns import starts_turn
 from projectors.window import EMPTY_WINDOW, Window, WindowPolicy, on_user_message
 
 # Why a stored message is kept for audit but never served.
@@ -220,7 +222,7 @@ def _apply_message(
         # Calls of an interrupted stream never ran: nothing may answer them.
         open_calls = () if msg.finish_reason == "interrupted" else tuple(c.id for c in msg.tool_calls)
         answered = ()
-    elif msg.role == "user":
+    elif starts_turn(msg.role):
         open_calls, answered = (), ()
         turn_count += 1
         last_activity = event.occurred_at
@@ -282,32 +284,13 @@ def usage_json(msg: MessageAppended) -> Any:
 
 
 def countable_text(row: TranscriptRow) -> str:
-    """The text whose tokens a served message costs, besides reasoning: content text parts,
-    and each tool call's name and arguments. Images are estimated at serving time."""
-    return countable_parts(row.content, row.tool_calls or ())
-
-
-def countable_parts(content: Any, tool_calls: Sequence[Any]) -> str:
-    parts: list[str] = []
-    if isinstance(content, str):
-        parts.append(content)
-    elif content:
-        parts.extend(p["text"] for p in content if p.get("type") == "text")
-    for call in tool_calls:
-        parts.append(call["function"]["name"])
-        parts.append(call["function"]["arguments"])
-    return "\n".join(parts)
+    """The text whose tokens the row's content and tool calls cost (projectors.tokens owns the rule)."""
+    return tokens.countable_text(row.content, row.tool_calls or ())
 
 
 def image_count(row: TranscriptRow) -> int:
-    if not isinstance(row.content, list):
-        return 0
-    return sum(1 for p in row.content if p.get("type") == "image_url")
-
-
-# One encoder: json.dumps with non-default options builds a new JSONEncoder on every call.
-_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+    return tokens.image_parts(row.content)
 
 
 def to_json(value: Any) -> str | None:
-    return None if value is None else _JSON.encode(value)
+    return None if value is None else compact_json(value)

@@ -1,10 +1,11 @@
 """The window policy: where a conversation's raw history window starts.
 
-Pure functions over a frozen :class:`Window`. The window starts at a user message (a turn
-boundary), only ever moves forward, and keeps at most ``max_turns`` turns. When one more turn
-would exceed that, it jumps forward to keep only the last ``keep_turns`` — so the prompt
-prefix stays byte-identical for several turns and provider prompt caches keep hitting
-(seed 000 keeps 8 turns; Semantic Kernel and LlamaIndex use the same target/threshold idea).
+Pure functions over a frozen :class:`Window`. The window starts at a turn boundary (a user
+message; what a turn is, :mod:`projectors.turns` says), only ever moves forward, and keeps
+at most ``max_turns`` turns. When one more turn would exceed that, it jumps forward to keep
+only the last ``keep_turns`` — so the prompt prefix stays byte-identical for several turns
+and provider prompt caches keep hitting (seed 000 keeps 8 turns; Semantic Kernel and
+LlamaIndex use the same target/threshold idea).
 """
 
 from __future__ import annotations
@@ -58,7 +59,8 @@ EMPTY_WINDOW = Window()
 
 
 def on_user_message(window: Window, seq: int, policy: WindowPolicy) -> Window:
-    """A new turn starts at ``seq`` (sequence numbers only grow)."""
+    """A new turn starts at ``seq`` (sequence numbers only grow): the event application calls
+    this for every message :func:`projectors.turns.starts_turn` says starts one."""
     if window.turn_starts and seq <= window.turn_starts[-1]:
         raise ValueError(f"turn start {seq} is not after {window.turn_starts[-1]}")
     starts = (*window.turn_starts, seq)

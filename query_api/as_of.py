@@ -23,7 +23,7 @@ from events.model import Event, MessageAppended, MessageRedacted
 from events.reading import conversation_events
 from projectors.fold import BatchInputs, decode_batch, fold_batch
 from projectors.state import SummaryRow, TranscriptRow, countable_text, image_count
-from projectors.tokens import get_encoding
+from projectors.tokens import text_counter
 from projectors.window import WindowPolicy
 from query_api.context import context_start
 from query_api.model import StoredMessage, StoredSummary
@@ -89,10 +89,7 @@ async def context_inputs_as_of(
         return None
     redacted = {r.message_id for r in out.redactions} | redacted_later
     erased_before = max((e.before_seq for e in out.erasures), default=0)
-    tiktoken = get_encoding(encoding)
-
-    def count(text: str) -> int:
-        return len(tiktoken.encode_ordinary(text)) if text else 0
+    count = text_counter(encoding)
 
     def stored(row: TranscriptRow) -> StoredMessage:
         gone = erased_later or row.seq < erased_before

@@ -19,7 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from query_api.counting import ROLE_TOKENS, drop_images, message_cost
+from projectors.tokens import drop_images, message_cost, text_message_cost
+from projectors.turns import split_turns
 from query_api.model import (
     Context,
     ContextBudgetExceededError,
@@ -151,20 +152,6 @@ def context_start(window_start: int | None, summary_covers_through: int | None) 
     return after if window_start is None else min(window_start, after)
 
 
-def _split_turns(messages: Sequence[StoredMessage]) -> list[list[StoredMessage]]:
-    """Turns start at user messages; anything before the first one (a greeting) cannot open a
-    context (rule 2) and is left out."""
-    turns: list[list[StoredMessage]] = []
-    for m in messages:
-        if m.role == "system":
-            continue
-        if m.role == "user":
-            turns.append([m])
-        elif turns:
-            turns[-1].append(m)
-    return turns
-
-
 def assemble(
     *,
     system: Sequence[StoredMessage],
@@ -189,8 +176,8 @@ def assemble(
     ]
     if summary is not None:
         message = {"role": "system", "content": SUMMARY_HEADER + summary.text}
-        head.append(_Served(message, spec.tokens_per_message + ROLE_TOKENS["system"] + count(message["content"])))
-    raw_turns = _split_turns(messages)
+        head.append(_Served(message, text_message_cost("system", message["content"], spec, count)))
+    raw_turns = split_turns(messages).turns  # a preamble (a greeting) cannot open a context: rule 2
     turns: list[_Turn] = []
     for index, raw in enumerate(raw_turns):
         keep_images = index >= len(raw_turns) - request.image_turns

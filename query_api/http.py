@@ -27,6 +27,8 @@ from events.log import EventLog, LogRecord
 from events.model import Event
 from events.producer import Appended, ConversationProducer
 from events.strict_json import NotJsonError, parse_json
+from projectors.tokens import cached_counter as _counter
+from projectors.tokens import model_spec
 from projectors.window import WindowPolicy
 from query_api.as_of import BeforeMessage, UnknownMessageError
 from query_api.context import NeedOlderMessagesError, assemble
@@ -36,9 +38,7 @@ from query_api.idempotency import IdempotencyKeyReusedError, IdempotentAppends
 from query_api.log_reads import conversation_records, log_holds
 from query_api.metrics import Metrics
 from query_api.model import Context, ContextBudgetExceededError, ContextRequest, ModelSpec
-from query_api.models import model_spec
 from query_api.reads import MAX_CURSOR_CHARS, ContextInputs, ReadModels
-from query_api.served import cached_counter as _counter
 from query_api.served import context_as_of, context_body
 
 PREFIX = "/v1/users/{user_id}/conversations"

@@ -7,6 +7,10 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
 from events.errors import ConvlogError
+from projectors.tokens import ModelSpec  # re-exported: the model table owns it
+
+__all__ = ["REASONING_POLICIES", "Context", "ContextBudgetExceededError", "ContextRequest", "ModelSpec",
+           "ReasoningPolicy", "StoredMessage", "StoredSummary"]  # fmt: skip
 
 ReasoningPolicy: TypeAlias = Literal["omit", "tool_turns", "all"]
 REASONING_POLICIES: tuple[ReasoningPolicy, ...] = ("omit", "tool_turns", "all")
@@ -50,18 +54,6 @@ class ContextRequest:
     tools_tokens: int = 0  # what the request's tool definitions cost
     reasoning: ReasoningPolicy = "omit"
     image_turns: int = 2  # only the last N turns keep their images
-
-
-@dataclass(frozen=True, slots=True)
-class ModelSpec:
-    """How a model family counts: OpenAI's published method (cookbook "How to count tokens")."""
-
-    encoding: str  # tiktoken encoding name
-    tokens_per_message: int = 3
-    tokens_per_name: int = 1
-    reply_priming: int = 3  # every reply is primed with <|start|>assistant<|message|>
-    image_tokens: int = 765  # estimate per image part (a 1024x1024 "high" image on gpt-4o)
-    estimated: bool = False  # True for models the table does not know
 
 
 @dataclass(frozen=True, slots=True)

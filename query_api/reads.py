@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import functools
-import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -24,10 +22,10 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from events.keys import ConversationKey
-from events.strict_json import parse_json
+from events.strict_json import compact_json, parse_json
 from projectors.pg import PgPool, convert_pg_error
 from projectors.read_sql import WINDOW_AND_CURRENT_SUMMARY
-from projectors.tokens import ENCODINGS, get_encoding
+from projectors.tokens import ENCODINGS, cached_counter
 from query_api.model import StoredMessage, StoredSummary
 
 __all__ = ["MAX_CURSOR_CHARS", "MAX_PAGE", "ContextInputs", "ConversationListItem", "LoggedAt", "ReadModels",
@@ -225,7 +223,7 @@ class ReadModels:
         epoch, partition, last_offset, window_start, turn_count, parked, summary_id, text, covers = head
         summary = None
         if summary_id is not None and covers is not None:
-            summary = StoredSummary(summary_id, text, covers, _count(encoding, text))
+            summary = StoredSummary(summary_id, text, covers, cached_counter(encoding)(text))
         if newest is None:
             return ContextInputs(key, epoch, parked, system, summary, window_start, _messages(rows), partition,
                                  last_offset)  # fmt: skip
@@ -343,7 +341,7 @@ class ReadModels:
 def encode_cursor(last_activity_at: datetime | None, conversation_id: str) -> str:
     """An opaque cursor: at most 1,450 characters for a 256-character conversation id."""
     value = [last_activity_at.isoformat() if last_activity_at else None, conversation_id]
-    raw = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    raw = compact_json(value)
     return base64.urlsafe_b64encode(raw.encode("utf-8")).decode("ascii").rstrip("=")
 
 
@@ -379,11 +377,6 @@ def _pg_errors(action: str) -> Iterator[None]:
         yield
     except (psycopg.Error, TimeoutError, ConnectionError) as e:
         raise convert_pg_error(e, action=action) from e
-
-
-@functools.lru_cache(maxsize=1024)  # the same summary is counted on every request until it changes
-def _count(encoding: str, text: str) -> int:
-    return len(get_encoding(encoding).encode_ordinary(text))
 
 
 def _messages(rows: Sequence[tuple[Any, ...]]) -> tuple[StoredMessage, ...]:

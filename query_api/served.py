@@ -6,32 +6,18 @@ context for the same request.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from events.keys import ConversationKey
 from events.log import EventLog, LogRecord
 from events.model import Event
-from projectors.tokens import get_encoding
+from projectors.tokens import cached_counter
 from projectors.window import WindowPolicy
 from query_api.as_of import BeforeMessage, context_inputs_as_of
 from query_api.context import assemble
 from query_api.model import Context, ContextRequest, ModelSpec
 from query_api.reads import ContextInputs
-
-
-@functools.cache
-def cached_counter(encoding_name: str) -> Callable[[str], int]:
-    """Counting at request time covers only short, repeating texts (names, the summary with its
-    header, placeholders): cached per encoding."""
-    encoding = get_encoding(encoding_name)
-
-    @functools.lru_cache(maxsize=4096)
-    def count(text: str) -> int:
-        return len(encoding.encode_ordinary(text))
-
-    return count
 
 
 async def context_as_of(

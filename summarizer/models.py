@@ -11,8 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from projectors.tokens import get_encoding
+from projectors.tokens import cached_counter, cut_to_tokens
+from projectors.turns import split_turns_by
 from summarizer.plan import SummaryJob
+from summarizer.transcript import USER_PREFIX
 
 SUMMARY_ENCODING = "o200k_base"  # summary sizes are measured in it, whatever model serves them
 
@@ -39,17 +41,16 @@ class SummaryModel(Protocol):
 
 
 def count_tokens(text: str) -> int:
-    return len(get_encoding(SUMMARY_ENCODING).encode_ordinary(text))
+    """Tokens of ``text`` in :data:`SUMMARY_ENCODING`."""
+    return cached_counter(SUMMARY_ENCODING)(text)
 
 
 def enforce_limit(text: str, max_tokens: int) -> tuple[str, bool]:
     """``text`` cut to at most ``max_tokens`` tokens (at a line or word end when one is near);
     the flag says whether it had to be cut. Models overrun instructions: the limit is ours."""
-    encoding = get_encoding(SUMMARY_ENCODING)
-    tokens = encoding.encode_ordinary(text)
-    if len(tokens) <= max_tokens:
+    cut = cut_to_tokens(text, max_tokens, SUMMARY_ENCODING)
+    if cut is None:
         return text, False
-    cut = encoding.decode(tokens[:max_tokens])
     for sep in ("\n", ". ", " "):
         at = cut.rfind(sep)
         if at >= len(cut) * 3 // 4:
@@ -79,11 +80,12 @@ class OfflineSummaryModel:
         return Draft(text)
 
 
-def _turns(lines: tuple[str, ...]) -> list[list[str]]:
-    turns: list[list[str]] = []
-    for line in lines:
-        if line.startswith("User: ") or not turns:
-            turns.append([line])
-        else:
-            turns[-1].append(line)
-    return turns
+def _turns(lines: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """The job's lines grouped by turn (a user message renders as one ``User:`` line); lines
+    before the first turn (a greeting) make a bullet of their own."""
+    split = split_turns_by(lines, _line_role)
+    return ([split.preamble] if split.preamble else []) + list(split.turns)
+
+
+def _line_role(line: str) -> str:
+    return "user" if line.startswith(USER_PREFIX) else "assistant"

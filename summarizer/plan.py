@@ -15,7 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from events.keys import ConversationKey
-from summarizer.transcript import PendingMessage, render_turns, split_turns
+from projectors.turns import split_turns
+from summarizer.transcript import PendingMessage, render_turns
 
 # Namespace of summary event ids (uuid5): any process derives the same id for the same watermark.
 SUMMARY_NAMESPACE = uuid.UUID("5d3c6f0e-6c1b-4f43-9a55-2f0d3b1f6a10")
@@ -70,12 +71,14 @@ def plan(inputs: SummaryInputs, *, max_input_tokens: int, count: Callable[[str],
     """The next summary to make, or None when every turn that left the window is covered."""
     if inputs.window_start is None:
         return None
-    pending = [m for m in inputs.pending if m.seq < inputs.window_start]
-    turns = split_turns(pending)
+    split = split_turns(m for m in inputs.pending if m.seq < inputs.window_start)
+    turns = list(split.turns)
     if not inputs.complete and len(turns) > 1:
         turns = turns[:-1]  # it may go on past what was read: never set a watermark inside a turn
     if not turns:
-        return None
+        return None  # a preamble alone (a greeting) waits for the first turn to leave the window
+    # The preamble belongs to no turn; it is folded in with the first turn (projectors.turns).
+    turns[0] = (*split.preamble, *turns[0])
     taken: list[PendingMessage] = []
     lines: list[str] = []
     used = 0

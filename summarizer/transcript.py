@@ -17,6 +17,7 @@ from typing import Any
 
 MAX_TEXT_CHARS = 2000  # of one message's text
 MAX_TOOL_CHARS = 300  # of one tool call's arguments or one tool result
+USER_PREFIX = "User: "  # a user message's line: one line, its whitespace folded
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,20 +34,6 @@ class PendingMessage:
     usable: bool = True  # False: redacted, erased or flagged — never shown to the model
 
 
-def split_turns(messages: Sequence[PendingMessage]) -> list[list[PendingMessage]]:
-    """Turns start at user messages; messages before the first user message form a turn of
-    their own (a greeting, say)."""
-    turns: list[list[PendingMessage]] = []
-    for m in messages:
-        if m.role == "system":
-            continue
-        if m.role == "user" or not turns:
-            turns.append([m])
-        else:
-            turns[-1].append(m)
-    return turns
-
-
 def render_turns(messages: Sequence[PendingMessage]) -> list[str]:
     """One line per message (or per tool call), in log order."""
     tool_names: dict[str, str] = {}
@@ -55,7 +42,7 @@ def render_turns(messages: Sequence[PendingMessage]) -> list[str]:
         if not m.usable or m.role == "system":
             continue
         if m.role == "user":
-            lines.append(f"User: {_clip(_text(m.content), MAX_TEXT_CHARS)}")
+            lines.append(USER_PREFIX + _clip(_text(m.content), MAX_TEXT_CHARS))
         elif m.role == "assistant":
             text = _text(m.content)
             if text:

@@ -8,10 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from projectors.state import countable_parts
-from projectors.tokens import get_encoding
+from projectors.tokens import IMAGE_PLACEHOLDER, count_messages, countable_text, get_encoding, image_parts, text_counter
 from query_api.context import SUMMARY_HEADER, NeedOlderMessagesError, assemble
-from query_api.counting import IMAGE_PLACEHOLDER, count_messages
 from query_api.model import ContextBudgetExceededError, ContextRequest, ModelSpec, StoredMessage, StoredSummary
 from query_api.rules import violations
 
@@ -19,8 +17,7 @@ ENCODING = get_encoding("o200k_base")
 SPEC = ModelSpec(encoding="o200k_base")
 
 
-def count(text: str) -> int:
-    return len(ENCODING.encode_ordinary(text))
+count = text_counter("o200k_base")
 
 
 class Builder:
@@ -33,11 +30,10 @@ class Builder:
         seq = len(self.messages)
         calls = tuple(fields.pop("tool_calls", ()))
         reasoning = fields.get("reasoning_content")
-        images = sum(1 for p in content if p.get("type") == "image_url") if isinstance(content, list) else 0
         m = StoredMessage(
             seq=seq, epoch=0, message_id=f"m{seq}", role=role, content=content, tool_calls=calls,
-            tokens=count(countable_parts(content, calls)), reasoning_tokens=count(reasoning) if reasoning else 0,
-            image_count=images, **fields,
+            tokens=count(countable_text(content, calls)), reasoning_tokens=count(reasoning) if reasoning else 0,
+            image_count=image_parts(content), **fields,
         )  # fmt: skip
         self.messages.append(m)
         return m

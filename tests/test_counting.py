@@ -25,9 +25,10 @@ from hypothesis import strategies as st
 
 from events.errors import ConfigurationError
 from projectors.state import TranscriptRow, countable_text, image_count
-from projectors.tokens import ENCODINGS, get_encoding
-from query_api.counting import (
+from projectors.tokens import (
+    ENCODINGS,
     IMAGE_PLACEHOLDER,
+    MODEL_TABLE,
     ROLE_TOKENS,
     TOOL_CALL_TOKENS,
     TOOL_FORMATS,
@@ -35,10 +36,13 @@ from query_api.counting import (
     count_messages,
     count_tools,
     drop_images,
+    get_encoding,
     message_cost,
+    model_spec,
+    normalize_model_name,
+    text_counter,
 )
 from query_api.model import ModelSpec, StoredMessage
-from query_api.models import MODEL_TABLE, model_spec, normalize_model_name
 
 COOKBOOK_MESSAGES: list[dict[str, Any]] = [
     {
@@ -99,8 +103,7 @@ COOKBOOK_TOOLS_MESSAGES = [
 
 @cache
 def counter(encoding: str) -> Any:
-    encode = get_encoding(encoding).encode_ordinary
-    return lambda text: len(encode(text))
+    return text_counter(encoding)
 
 
 def count_for(model: str, messages: list[dict[str, Any]]) -> int:

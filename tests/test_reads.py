@@ -23,7 +23,7 @@ from events.model import SummaryRecorded
 from events.producer import ConversationProducer
 from projectors.errors import ProjectionError, StoreUnavailableError
 from projectors.pg import open_pool
-from projectors.tokens import get_encoding
+from projectors.tokens import text_counter
 from query_api.reads import MAX_CURSOR_CHARS, ContextInputs, ReadModels, decode_cursor, encode_cursor
 from tests.projection_support import Projection, project_all
 
@@ -38,7 +38,7 @@ def reads(projection: Projection) -> ReadModels:
 
 
 def count(encoding: str, text: str) -> int:
-    return len(get_encoding(encoding).encode_ordinary(text))
+    return text_counter(encoding)(text)
 
 
 async def context(reads: ReadModels, key: ConversationKey, encoding: str = "o200k_base") -> ContextInputs:

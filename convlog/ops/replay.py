@@ -25,10 +25,10 @@ from events.log import EventLog, LogRecord
 from events.model import Event
 from events.reading import conversation_events
 from projectors.pg import convert_pg_error
+from projectors.tokens import model_spec
 from projectors.window import WindowPolicy
 from query_api.as_of import BeforeMessage, as_of_offset
 from query_api.model import ContextRequest
-from query_api.models import model_spec
 from query_api.served import context_as_of, context_body
 
 

@@ -27,11 +27,10 @@ from events.producer import ConversationProducer
 from events.reading import conversation_events
 from projectors.runner import Projector
 from projectors.sources import LogSource
-from projectors.tokens import get_encoding
+from projectors.tokens import cached_counter, model_spec
 from projectors.versions import compare
 from query_api.context import SUMMARY_HEADER, assemble
 from query_api.model import Context, ContextRequest
-from query_api.models import model_spec
 from query_api.reads import ReadModels
 from summarizer.openai_model import OpenAISummaryModel
 from summarizer.runner import Summarizer, SummarizerOptions
@@ -80,10 +79,9 @@ class Stack:
         reads = ReadModels(self.projection.pool, schema=self.projection.version.schema)
         inputs = await reads.context_inputs(KEY, encoding="o200k_base")
         assert inputs is not None
-        encoding = get_encoding("o200k_base")
         return assemble(system=inputs.system, summary=inputs.summary, messages=inputs.messages,
                         request=ContextRequest("gpt-4o", 100_000), spec=model_spec("gpt-4o"),
-                        count=lambda t: len(encoding.encode_ordinary(t)))  # fmt: skip
+                        count=cached_counter("o200k_base"))  # fmt: skip
 
     async def summaries(self) -> list[tuple[str, str | None]]:
         rows = await self.projection.rows("SELECT covers_through_message_id, text FROM {s}.summaries ORDER BY seq")

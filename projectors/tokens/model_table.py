@@ -25,13 +25,26 @@ Extending: add a ``(family, spec)`` row to :data:`MODEL_TABLE`; order does not m
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Final
 
 from events.errors import ConfigurationError
-from projectors.tokens import ENCODINGS
-from query_api.model import ModelSpec
+from projectors.tokens.encodings import ENCODINGS
 
-__all__ = ["MODEL_TABLE", "model_spec", "normalize_model_name"]
+__all__ = ["MODEL_TABLE", "ModelSpec", "model_spec", "normalize_model_name"]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """How a model family counts: OpenAI's published method (cookbook "How to count tokens")."""
+
+    encoding: str  # tiktoken encoding name
+    tokens_per_message: int = 3
+    tokens_per_name: int = 1
+    reply_priming: int = 3  # every reply is primed with <|start|>assistant<|message|>
+    image_tokens: int = 765  # estimate per image part (a 1024x1024 "high" image on gpt-4o)
+    estimated: bool = False  # True for models the table does not know
+
 
 _O200K: Final = ModelSpec(encoding="o200k_base")
 _CL100K: Final = ModelSpec(encoding="cl100k_base")

@@ -1,4 +1,8 @@
-"""Token counts for OpenAI's ``o200k_base`` and ``cl100k_base`` encodings, computed offline.
+"""The encodings: OpenAI's ``o200k_base`` and ``cl100k_base``, loaded offline, and text counts.
+
+The one place text is counted: :func:`text_counter` (uncached), :func:`cached_counter` (the
+request path's LRU cache) and :class:`TokenCounter` (the projector's batches) all count with
+the same ``len(encode_ordinary(text))`` of :func:`text_counter`.
 
 Where the BPE files come from
     ``tiktoken.get_encoding()`` downloads ``<name>.tiktoken`` from
@@ -44,7 +48,16 @@ from tiktoken.load import check_hash
 
 from events.errors import ConfigurationError
 
-__all__ = ["ENCODINGS", "TokenCounter", "bpe_data_dir", "get_encoding", "load_encoding"]
+__all__ = [
+    "ENCODINGS",
+    "TokenCounter",
+    "bpe_data_dir",
+    "cached_counter",
+    "cut_to_tokens",
+    "get_encoding",
+    "load_encoding",
+    "text_counter",
+]
 
 ENCODINGS: Final = ("o200k_base", "cl100k_base")
 
@@ -109,6 +122,10 @@ _PARALLEL_MIN_CHARS: Final = 256 * 1024
 _REPEATED_MIN_CHARS: Final = 512
 _REPEATED_MAX_CHARS: Final = 64 * 1024
 _REPEATED_ENTRIES: Final = 256
+
+# Counting at request time covers only short, repeating texts (names, the summary with its
+# header, placeholders) and the texts recounted when images are dropped: cached per encoding.
+_REQUEST_CACHE_ENTRIES: Final = 4096
 
 
 def _unknown_encoding(name: str) -> ConfigurationError:
@@ -211,6 +228,32 @@ def get_encoding(name: str) -> tiktoken.Encoding:
     return encoding
 
 
+def text_counter(name: str) -> Callable[[str], int]:
+    """Counts text in encoding ``name``, uncached: the tokens of ``encode_ordinary`` (special-token
+    text counts as plain text; never raises on a ``str``)."""
+    encode = get_encoding(name).encode_ordinary
+
+    def count(text: str) -> int:
+        return len(encode(text))
+
+    return count
+
+
+def cut_to_tokens(text: str, max_tokens: int, name: str) -> str | None:
+    """The first ``max_tokens`` tokens of ``text`` in encoding ``name``, decoded (a character
+    split between tokens decodes as U+FFFD); None when ``text`` has no more than that."""
+    encoding = get_encoding(name)
+    tokens = encoding.encode_ordinary(text)
+    return None if len(tokens) <= max_tokens else encoding.decode(tokens[:max_tokens])
+
+
+@functools.cache
+def cached_counter(name: str) -> Callable[[str], int]:
+    """:func:`text_counter` behind an LRU cache of ``_REQUEST_CACHE_ENTRIES`` texts, one per
+    encoding and process: the counter the query API and the summarizer count with."""
+    return functools.lru_cache(maxsize=_REQUEST_CACHE_ENTRIES)(text_counter(name))
+
+
 class TokenCounter:
     """Counts tokens of message text in both encodings. Construct once and share: thread-safe.
 
@@ -225,57 +268,47 @@ class TokenCounter:
             raise ConfigurationError(f"batch_threads must be at least 1, got {batch_threads}")
         if parallel_min_chars < 0:
             raise ConfigurationError(f"parallel_min_chars must not be negative, got {parallel_min_chars}")
-        self._encodings: dict[str, tiktoken.Encoding] = {name: get_encoding(name) for name in ENCODINGS}
-        self._o200k = self._encodings["o200k_base"]
-        self._cl100k = self._encodings["cl100k_base"]
+        self._counters: dict[str, Callable[[str], int]] = {name: text_counter(name) for name in ENCODINGS}
         self._batch_threads = batch_threads
         self._parallel_min_chars = parallel_min_chars
         self._repeated: dict[str, functools._lru_cache_wrapper[int]] = {
-            name: functools.lru_cache(maxsize=_REPEATED_ENTRIES)(_counter(encoding))
-            for name, encoding in self._encodings.items()
+            name: functools.lru_cache(maxsize=_REPEATED_ENTRIES)(count) for name, count in self._counters.items()
         }
 
-    def _encoding(self, name: str) -> tiktoken.Encoding:
+    def _counter(self, name: str) -> Callable[[str], int]:
         try:
-            return self._encodings[name]
+            return self._counters[name]
         except KeyError:
             raise _unknown_encoding(name) from None
 
     def count(self, text: str, encoding: str) -> int:
         """Tokens of ``text`` in ``encoding``; special-token text counts as plain text."""
-        return len(self._encoding(encoding).encode_ordinary(text))
+        return self._counter(encoding)(text)
 
     def count_both(self, text: str) -> tuple[int, int]:
         """``(o200k_base, cl100k_base)`` token counts of ``text``."""
-        return len(self._o200k.encode_ordinary(text)), len(self._cl100k.encode_ordinary(text))
+        return self._counters["o200k_base"](text), self._counters["cl100k_base"](text)
 
     def count_many(self, texts: Sequence[str], encoding: str) -> list[int]:
         """``[count(t, encoding) for t in texts]``, for a projector batch. Long texts are counted
         once per process (see ``_REPEATED_MIN_CHARS``): a system prompt opens every conversation."""
-        encode = self._encoding(encoding).encode_ordinary
+        count = self._counter(encoding)
         threads = min(self._batch_threads, len(texts))
         if threads > 1 and sum(map(len, texts)) >= self._parallel_min_chars:
-            return _count_parallel(encode, texts, threads)
+            return _count_parallel(count, texts, threads)
         repeated = self._repeated[encoding]
-        return [_count_one(text, encode, repeated) for text in texts]
+        return [_count_one(text, count, repeated) for text in texts]
 
 
-def _count_one(text: str, encode: Callable[[str], list[int]], repeated: Callable[[str], int]) -> int:
+def _count_one(text: str, count: Callable[[str], int], repeated: Callable[[str], int]) -> int:
     if not text:  # most messages carry no reasoning
         return 0
     if _REPEATED_MIN_CHARS <= len(text) <= _REPEATED_MAX_CHARS:
         return repeated(text)
-    return len(encode(text))
+    return count(text)
 
 
-def _counter(encoding: tiktoken.Encoding) -> Callable[[str], int]:
-    def count(text: str) -> int:
-        return len(encoding.encode_ordinary(text))
-
-    return count
-
-
-def _count_parallel(encode: Callable[[str], list[int]], texts: Sequence[str], threads: int) -> list[int]:
+def _count_parallel(count: Callable[[str], int], texts: Sequence[str], threads: int) -> list[int]:
     # One contiguous chunk per thread, not tiktoken's encode_ordinary_batch: that submits one
     # future per text, and for short messages the per-future overhead costs more than the
     # encoding itself (it measured 1.5-2.5x slower than a plain loop for 300-character texts).
@@ -283,7 +316,7 @@ def _count_parallel(encode: Callable[[str], list[int]], texts: Sequence[str], th
     chunks = [texts[start : start + size] for start in range(0, len(texts), size)]
 
     def count_chunk(chunk: Sequence[str]) -> list[int]:
-        return [len(encode(text)) for text in chunk]
+        return [count(text) for text in chunk]
 
     counts: list[int] = []
     with ThreadPoolExecutor(len(chunks), thread_name_prefix="convlog-tokens") as pool:

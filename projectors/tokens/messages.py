@@ -15,34 +15,39 @@ image parts (``ModelSpec.image_tokens`` each), tool calls inside messages
 Text is counted with ``encode_ordinary`` (as the projector stores counts): ``"<|endoftext|>"``
 in user text is plain text, never a special token, and never raises.
 
-Content text and tool calls are counted as one text, joined with ``"\\n"`` exactly as the
-projector's ``countable_text`` stores ``StoredMessage.tokens``, so :func:`message_cost` (the
-context assembler's fast path over stored counts) equals :func:`count_message` of the
-message it serves.
+Content text and tool calls are counted as one text, :func:`countable_text` (joined with
+``"\\n"``): the projector stores its count per encoding (``StoredMessage.tokens``) and
+:func:`count_message` counts the same text, so :func:`message_cost` (the context assembler's
+fast path over stored counts) equals :func:`count_message` of the message it serves.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import tiktoken
 
-from query_api.model import ModelSpec, StoredMessage
+from events.strict_json import compact_json
+from projectors.tokens.encodings import text_counter
+from projectors.tokens.model_table import ModelSpec
 
 __all__ = [
     "IMAGE_PLACEHOLDER",
     "ROLE_TOKENS",
     "TOOL_CALL_TOKENS",
     "TOOL_FORMATS",
+    "CountedMessage",
     "ToolFormat",
     "count_message",
     "count_messages",
     "count_tools",
+    "countable_text",
     "drop_images",
+    "image_parts",
     "message_cost",
+    "text_message_cost",
 ]
 
 IMAGE_PLACEHOLDER: Final = "[image omitted]"
@@ -85,13 +90,29 @@ TOOL_FORMATS: Final[Mapping[str, ToolFormat]] = {
 }
 
 
+class CountedMessage(Protocol):
+    """A stored message with its counts picked out for one encoding (``StoredMessage``)."""
+
+    @property
+    def role(self) -> str: ...
+    @property
+    def content(self) -> Any: ...
+    @property
+    def name(self) -> str | None: ...
+    @property
+    def tool_calls(self) -> Sequence[Mapping[str, Any]]: ...
+    @property
+    def reasoning_content(self) -> str | None: ...
+    @property
+    def tokens(self) -> int: ...  # of countable_text(content, tool_calls)
+    @property
+    def reasoning_tokens(self) -> int: ...
+    @property
+    def image_count(self) -> int: ...  # image_parts(content)
+
+
 def _counter(encoding: tiktoken.Encoding) -> Callable[[str], int]:
-    encode = encoding.encode_ordinary
-    return lambda text: len(encode(text))
-
-
-def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    return text_counter(encoding.name)
 
 
 def drop_images(content: Any) -> Any:
@@ -106,10 +127,20 @@ def _is_image(part: Any) -> bool:
     return isinstance(part, Mapping) and part.get("type") == "image_url"
 
 
+def countable_text(content: Any, tool_calls: Iterable[Mapping[str, Any]]) -> str:
+    """The text whose tokens a message's content and tool calls cost (its reasoning is counted
+    on its own, images are estimated): the content's text parts, then each call's function
+    name and arguments, joined with newlines. The projector stores its count per encoding."""
+    return _countable(content, tool_calls)[0]
+
+
+def image_parts(content: Any) -> int:
+    """How many ``image_url`` parts ``content`` has (each costs ``ModelSpec.image_tokens``)."""
+    return sum(1 for part in content if _is_image(part)) if isinstance(content, list) else 0
+
+
 def _countable(content: Any, tool_calls: Iterable[Mapping[str, Any]]) -> tuple[str, int, list[Any]]:
-    """(text, image parts, other parts): the text is what the projector's ``countable_text``
-    counts for ``StoredMessage.tokens`` (text parts, then each call's name and arguments,
-    joined with newlines)."""
+    """(text, image parts, other parts): the text is :func:`countable_text`."""
     texts: list[str] = []
     images = 0
     others: list[Any] = []
@@ -144,11 +175,11 @@ def count_message(message: Mapping[str, Any], spec: ModelSpec, encoding: tiktoke
     tool_calls = message.get("tool_calls") or ()
     text, images, others = _countable(message.get("content"), tool_calls)
     total = spec.tokens_per_message + count(text) + images * spec.image_tokens
-    total += sum(count(_json(part)) for part in others) + TOOL_CALL_TOKENS * len(tool_calls)
+    total += sum(count(compact_json(part)) for part in others) + TOOL_CALL_TOKENS * len(tool_calls)
     for key, value in message.items():
         if value is None or key in _NOT_COUNTED or key in ("content", "tool_calls"):
             continue
-        total += count(value) if isinstance(value, str) else count(_json(value))
+        total += count(value) if isinstance(value, str) else count(compact_json(value))
         if key == "name":
             total += spec.tokens_per_name
     return total
@@ -184,7 +215,7 @@ def count_tools(tools: Sequence[Mapping[str, Any]], spec: ModelSpec, encoding: t
         total += fmt.func_init
         function = tool.get("function")
         if tool.get("type", "function") != "function" or not isinstance(function, Mapping):
-            total += count(_json(tool))
+            total += count(compact_json(tool))
             continue
         total += count(f"{function['name']}:{_strip_period(function.get('description') or '')}")
         properties: Mapping[str, Any] = (function.get("parameters") or {}).get("properties") or {}
@@ -195,18 +226,30 @@ def count_tools(tools: Sequence[Mapping[str, Any]], spec: ModelSpec, encoding: t
             if "enum" in prop:
                 total += fmt.enum_init
                 for item in prop["enum"]:
-                    total += fmt.enum_item + count(item if isinstance(item, str) else _json(item))
+                    total += fmt.enum_item + count(item if isinstance(item, str) else compact_json(item))
             kind = prop.get("type", "")
             kind = " | ".join(map(str, kind)) if isinstance(kind, list) else str(kind)
             total += count(f"{key}:{kind}:{_strip_period(prop.get('description') or '')}")
             extra = {k: v for k, v in prop.items() if k not in ("type", "description", "enum")}
             if extra:
-                total += count(_json(extra))
+                total += count(compact_json(extra))
     return total
 
 
+def _frame(role: str, spec: ModelSpec, count: Callable[[str], int]) -> int:
+    """A message's overhead and its role."""
+    role_tokens = ROLE_TOKENS.get(role)
+    return spec.tokens_per_message + (count(role) if role_tokens is None else role_tokens)
+
+
+def text_message_cost(role: str, text: str, spec: ModelSpec, count: Callable[[str], int]) -> int:
+    """What ``{"role": role, "content": text}`` costs (the summary's system message): equal to
+    :func:`count_message` of it."""
+    return _frame(role, spec, count) + count(text)
+
+
 def message_cost(
-    stored: StoredMessage,
+    stored: CountedMessage,
     spec: ModelSpec,
     *,
     include_reasoning: bool,
@@ -225,8 +268,7 @@ def message_cost(
     Everything else is a few dictionary look-ups plus counting the ``name``.
     """
     calls = stored.tool_calls if tool_calls is None else tool_calls
-    role = ROLE_TOKENS.get(stored.role)
-    cost = spec.tokens_per_message + (count(stored.role) if role is None else role)
+    cost = _frame(stored.role, spec, count)
     if stored.image_count and not keep_images:
         cost += count(_countable(drop_images(stored.content), calls)[0])
     elif tool_calls is not None:
