@@ -368,7 +368,7 @@ async def test_health_readiness_metrics_and_the_schema_need_no_token(client: htt
     assert (await client.get("/healthz")).json() == {"status": "ok"}
     metrics = (await client.get("/metrics")).text
     assert 'status="401"' not in metrics  # nothing was refused yet
-    await client.get(f"{BASE}/c/messages")
+    assert (await client.get(f"{BASE}/c/messages")).status_code == 401
     assert 'status="401"' in (await client.get("/metrics")).text  # refusals are still counted
 
 
@@ -477,7 +477,8 @@ def _operations(spec: dict[str, Any]) -> list[Operation]:
 @pytest.fixture
 async def operations(client: httpx.AsyncClient) -> list[Operation]:
     """Every operation of the app's OpenAPI schema, and a conversation the token's tenant has."""
-    await client.post(f"{BASE}/c/messages", json={"role": "user", "content": "known conversation"}, headers=A)
+    known = await client.post(f"{BASE}/c/messages", json={"role": "user", "content": "known conversation"}, headers=A)
+    assert known.status_code == 202, known.text
     return _operations((await client.get("/openapi.json")).json())
 
 
