@@ -7,6 +7,8 @@ of the rows — a value, a constraint, a trigger —, so the record behind them 
 :class:`~projectors.errors.ProjectionError` (not retriable: the statement or the schema is wrong).
 :func:`retrying` retries only the first, with capped exponential
 backoff and full jitter; with ``attempts=None`` it waits out an outage of any length.
+:func:`convert_pg_error` is the one conversion; ``with pg_errors(action):`` applies it to a
+block of Postgres work (keep the block to Postgres work: it converts ``ConnectionError`` too).
 """
 
 from __future__ import annotations
