@@ -12,12 +12,16 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from events.errors import ConvlogError
+
 HOST = "127.0.0.1"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
-class ServiceError(RuntimeError):
+class ServiceError(ConvlogError, RuntimeError):
     """A local service could not be prepared, started or reached."""
+
+    code = "service_error"
 
 
 def services_root() -> Path:

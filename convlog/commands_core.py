@@ -70,11 +70,9 @@ def _events(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def _print_events(settings: Settings, key: ConversationKey) -> None:
+    from convlog.ops.resources import opened_log  # noqa: PLC0415
     from convlog.render import print_conversation_events  # noqa: PLC0415
-    from convlog.wiring import open_event_log  # noqa: PLC0415
 
-    event_log = await open_event_log(settings)
-    try:
+    # Read-only, like replay and tail: the embedded log has one writer, usually `convlog serve`.
+    async with opened_log(settings, read_only=True) as event_log:
         await print_conversation_events(event_log, key)
-    finally:
-        await event_log.close()

@@ -1,9 +1,60 @@
 """The convlog exception tree.
 
-Every error convlog raises is a :class:`ConvlogError`. Driver exceptions (aiokafka, psycopg,
+Every error convlog raises is a :class:`ConvlogError`: it has a stable ``code`` (the one the
+HTTP API answers with) and ``retriable``, which tells a caller whether trying the same
+operation again (with the same ``event_id``) can succeed. Driver exceptions (aiokafka, psycopg,
 fastavro, openai) are converted at the edge with ``raise ... from e`` so callers never have
-to know which driver sits underneath. ``retriable`` tells a caller whether trying the same
-operation again (with the same ``event_id``) can succeed.
+to know which driver sits underneath (Postgres: :func:`projectors.pg.convert_pg_error` and
+the :func:`projectors.pg.pg_errors` block around a read). Misuse by the calling code — an
+argument of the wrong type or out of range, a broken internal invariant — raises Python's own
+``TypeError``/``ValueError``/``AssertionError``, like any library: those are bugs to fix, not
+conditions to handle.
+
+The whole tree, with the module each class lives in (the imports point one way, so the
+classes of the upper packages cannot live here; ``tests/test_error_tree.py`` checks that this
+list is exactly the classes the packages define, with these parents)::
+
+    * ConvlogError — events.errors
+      * ConfigurationError — events.errors
+      * InvalidEventError — events.errors, also a ValueError
+        * EventTooLargeError — events.errors
+        * InvalidKeyError — events.errors
+      * NotJsonError — events.strict_json, also a ValueError
+      * InvalidRequestError — events.errors, also a ValueError
+      * DecodeError — events.errors
+        * UnknownSchemaError — events.errors
+        * CorruptRecordError — events.errors
+      * LogError — events.errors
+        * LogUnavailableError — events.errors, retriable
+          * LogStorageFullError — events.errors, retriable
+        * LogClosedError — events.errors
+        * LogLockedError — events.errors
+        * LogCorruptError — events.errors
+        * LogBehindReadModelsError — events.errors, retriable
+      * ProjectionError — projectors.errors
+        * StoreUnavailableError — projectors.errors, retriable
+        * PositionConflictError — projectors.errors, retriable
+        * RecordRefusedError — projectors.errors
+        * InvariantError — projectors.errors
+        * MigrationError — projectors.errors
+        * PositionBeyondLogEndError — projectors.errors
+        * VersionBusyError — projectors.errors, retriable
+        * PoisonRecordError — projectors.fold
+        * TopicMismatchError — projectors.topics
+      * ContextBudgetExceededError — query_api.model
+      * NeedOlderMessagesError — query_api.context
+      * UnknownMessageError — query_api.as_of
+      * ClientDisconnectedError — query_api.disconnects
+      * IdempotencyKeyReusedError — query_api.idempotency
+      * ApiError — query_api.http
+      * _BodyTooLargeError — query_api.http, also a starlette HTTPException
+      * _BodyNotJsonError — query_api.http, also a starlette HTTPException
+      * SummarizerError — summarizer.errors
+        * LLMUnavailableError — summarizer.errors, retriable
+        * LLMRejectedError — summarizer.errors
+      * RetentionError — convlog.ops.retention
+        * ProjectionBehindError — convlog.ops.retention, retriable
+      * ServiceError — convlog._processes, also a RuntimeError
 """
 
 from __future__ import annotations
@@ -48,6 +99,13 @@ class InvalidKeyError(InvalidEventError):
     """A conversation key (tenant, user, conversation) is empty or cannot be parsed."""
 
     code = "invalid_key"
+
+
+class InvalidRequestError(ConvlogError, ValueError):
+    """A read was asked for with an argument it cannot take: a model name, a text encoding, a
+    list cursor this service did not make, a page size out of range (HTTP 422)."""
+
+    code = "invalid_request"
 
 
 class DecodeError(ConvlogError):

@@ -3,7 +3,7 @@
 Python's ``json`` accepts and writes ``NaN``, ``Infinity`` and ``-Infinity``, which are not
 JSON: a provider handed tool-call arguments holding them answers HTTP 400, turns later. It
 also raises ``RecursionError`` for deep nesting and a bare ``ValueError`` for integers of
-more than 4300 digits. Everything here raises :class:`NotJsonError` (a ``ValueError``) instead.
+more than 4300 digits. Everything here raises :class:`NotJsonError` (a ``ValueError`` too) instead.
 """
 
 from __future__ import annotations
@@ -11,9 +11,13 @@ from __future__ import annotations
 import json
 from typing import Any, NoReturn
 
+from events.errors import ConvlogError
 
-class NotJsonError(ValueError):
+
+class NotJsonError(ConvlogError, ValueError):
     """The text is not strict JSON (or not UTF-8, or nested too deep to read)."""
+
+    code = "not_json"
 
 
 def _refuse_constant(name: str) -> NoReturn:

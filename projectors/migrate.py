@@ -30,7 +30,7 @@ import psycopg
 from psycopg import pq
 
 from projectors.errors import MigrationError
-from projectors.pg import convert_pg_error, describe_url
+from projectors.pg import convert_pg_error, describe_url, pg_errors
 
 __all__ = [
     "LOCK_KEY",
@@ -136,10 +136,8 @@ async def migrate(
 async def schema_version(conn_or_url: AnyConnection | str) -> int:
     """The highest applied migration version, 0 for a database never migrated."""
     async with _connection(conn_or_url) as conn:
-        try:
+        with pg_errors("read the schema version"):
             return await _current_version(conn)
-        except psycopg.Error as e:
-            raise convert_pg_error(e, action="read the schema version") from e
 
 
 async def migrate_command(url: str, *, out: TextIO | None = None) -> int:
@@ -169,11 +167,9 @@ async def _migrate(
         raise MigrationError(f"target version {target} does not exist (migrations run 1..{latest})")
     goal = latest if target is None else target
     async with _connection(conn_or_url) as conn, _advisory_lock(conn):
-        try:
+        with pg_errors("read convlog.schema_migrations"):
             await _ensure_bookkeeping(conn)
             recorded = await _recorded(conn)
-        except psycopg.Error as e:
-            raise convert_pg_error(e, action="read convlog.schema_migrations") from e
         _verify(recorded, migrations, migrations_dir)
         applied: list[Migration] = []
         for migration in migrations[:goal]:
@@ -187,12 +183,10 @@ async def _migrate(
 async def _connection(conn_or_url: AnyConnection | str) -> AsyncIterator[AnyConnection]:
     """An autocommit connection: a new one for a URL, else the caller's, switched to autocommit."""
     if isinstance(conn_or_url, str):
-        try:
+        with pg_errors(f"connect to {describe_url(conn_or_url)}"):
             conn = await psycopg.AsyncConnection.connect(
                 conn_or_url, autocommit=True, application_name="convlog-migrate", connect_timeout=10
             )
-        except psycopg.Error as e:
-            raise convert_pg_error(e, action=f"connect to {describe_url(conn_or_url)}") from e
         async with conn:
             yield conn
         return
@@ -203,10 +197,8 @@ async def _connection(conn_or_url: AnyConnection | str) -> AsyncIterator[AnyConn
             f"(status {conn.info.transaction_status.name}); commit or roll back first"
         )
     autocommit = conn.autocommit
-    try:
+    with pg_errors("prepare the connection for migrations"):
         await conn.set_autocommit(True)
-    except psycopg.Error as e:
-        raise convert_pg_error(e, action="prepare the connection for migrations") from e
     try:
         yield conn
     finally:
@@ -217,10 +209,8 @@ async def _connection(conn_or_url: AnyConnection | str) -> AsyncIterator[AnyConn
 @asynccontextmanager
 async def _advisory_lock(conn: AnyConnection) -> AsyncIterator[None]:
     """Hold the migrator's session advisory lock (waits while another migrator holds it)."""
-    try:
+    with pg_errors("take the migration lock"):
         await conn.execute("SELECT pg_advisory_lock(%s)", (LOCK_KEY,))
-    except psycopg.Error as e:
-        raise convert_pg_error(e, action="take the migration lock") from e
     try:
         yield
     finally:

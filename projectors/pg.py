@@ -7,6 +7,8 @@ of the rows — a value, a constraint, a trigger —, so the record behind them 
 :class:`~projectors.errors.ProjectionError` (not retriable: the statement or the schema is wrong).
 :func:`retrying` retries only the first, with capped exponential
 backoff and full jitter; with ``attempts=None`` it waits out an outage of any length.
+:func:`convert_pg_error` is the one conversion; ``with pg_errors(action):`` applies it to a
+block of Postgres work (keep the block to Postgres work: it converts ``ConnectionError`` too).
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from __future__ import annotations
 import asyncio
 import random
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeAlias, TypeVar
 
 import psycopg
@@ -33,6 +36,7 @@ __all__ = [
     "is_refusal_sqlstate",
     "is_retriable_sqlstate",
     "open_pool",
+    "pg_errors",
     "retrying",
 ]
 
@@ -171,6 +175,16 @@ def convert_pg_error(e: BaseException, *, action: str) -> ConvlogError:
         error = ProjectionError(f"{action}: {kind}: {message}")
     error.__cause__ = e
     return error
+
+
+@contextmanager
+def pg_errors(action: str) -> Iterator[None]:
+    """A block whose driver errors (and the pool's timeouts) leave converted by
+    :func:`convert_pg_error`: ``with pg_errors("read the transcript of k"): ...``."""
+    try:
+        yield
+    except (psycopg.Error, TimeoutError, ConnectionError) as e:
+        raise convert_pg_error(e, action=action) from e
 
 
 def _sqlstate(error: BaseException) -> str | None:

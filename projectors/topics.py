@@ -10,11 +10,10 @@ The first start on a version records its topic (``convlog.projection_versions.to
 
 from __future__ import annotations
 
-import psycopg
 import structlog
 
 from projectors.errors import ProjectionError
-from projectors.pg import PgPool, convert_pg_error
+from projectors.pg import PgPool, pg_errors
 from projectors.versions import ProjectionVersion
 
 log = structlog.get_logger(__name__)
@@ -29,7 +28,7 @@ class TopicMismatchError(ProjectionError):
 async def claim_topic(pool: PgPool, version: ProjectionVersion, topic: str) -> None:
     """Record ``topic`` as the one ``version`` reads unless it has one; refuse another
     (:class:`TopicMismatchError`, not retriable)."""
-    try:
+    with pg_errors(f"record the topic of {version.schema}"):
         async with pool.connection() as conn, conn.transaction():
             cur = await conn.execute(
                 "SELECT topic FROM convlog.projection_versions WHERE projection = %s AND version = %s FOR UPDATE",
@@ -43,8 +42,6 @@ async def claim_topic(pool: PgPool, version: ProjectionVersion, topic: str) -> N
                 )
                 log.info("projection.topic_recorded", schema=version.schema, topic=topic)
                 row = (topic,)
-    except psycopg.Error as e:
-        raise convert_pg_error(e, action=f"record the topic of {version.schema}") from e
     if row is None:
         raise ProjectionError(f"{version.projection} version {version.version} does not exist (dropped meanwhile?)")
     recorded = str(row[0])

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from events.errors import ConvlogError
 from projectors.tokens import drop_images, message_cost, text_message_cost
 from projectors.turns import split_turns
 from query_api.model import (
@@ -36,9 +37,14 @@ SUMMARY_HEADER = "Summary of the earlier conversation:\n"
 Count = Callable[[str], int]
 
 
-class NeedOlderMessagesError(Exception):
+class NeedOlderMessagesError(ConvlogError):
     """Raised by :func:`assemble` given only the newest messages when it cannot tell without
-    the older ones."""
+    the older ones. A signal to the reader (read the whole range and assemble again), caught
+    where the partial read is made; kept an exception rather than a return value so that the
+    callers that pass the whole range (``complete=True``, which never raises it) keep a plain
+    :class:`Context` result."""
+
+    code = "need_older_messages"
 
 
 @dataclass(slots=True)

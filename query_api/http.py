@@ -21,7 +21,7 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from events.errors import ConvlogError, EventTooLargeError, InvalidEventError
+from events.errors import ConvlogError, EventTooLargeError, InvalidEventError, InvalidRequestError
 from events.keys import ConversationKey, partition_for_key
 from events.log import EventLog, LogRecord
 from events.model import Event
@@ -49,10 +49,16 @@ AuthHeader = Annotated[str | None, Header()]
 PUBLIC_ROUTES = ("/healthz", "/readyz", "/metrics")
 
 
-class ApiError(Exception):
+class ApiError(ConvlogError):
+    """An HTTP answer decided by a route: ``status``, ``code``, ``message`` and ``extra`` fields
+    of the error body. Retriable when the status is 503 (the read models have not caught up)."""
+
+    code = "api_error"
+
     def __init__(self, status: int, code: str, message: str, **extra: Any) -> None:
         super().__init__(message)
         self.status, self.code, self.message, self.extra = status, code, message, extra
+        self.retriable = status == 503
 
 
 @dataclass
@@ -72,8 +78,11 @@ class ApiDeps:
     log_behind: Callable[[int], None] | None = None  # raises for a partition whose records the log lost
 
 
-class _BodyTooLargeError(StarletteHTTPException):
-    """Raised while the body streams in; an HTTPException so request parsing passes it on."""
+class _BodyTooLargeError(StarletteHTTPException, ConvlogError):
+    """Raised while the body streams in; an HTTPException (first, so Starlette's handler
+    lookup finds that one) so request parsing passes it on."""
+
+    code = "payload_too_large"
 
     def __init__(self, limit: int) -> None:
         super().__init__(413, f"the body may be at most {limit} bytes")
@@ -153,9 +162,11 @@ def _error(status: int, code: str, message: str, **extra: Any) -> JSONResponse:
     return JSONResponse({"error": {"code": code, "message": message, **extra}}, status_code=status)
 
 
-class _BodyNotJsonError(StarletteHTTPException):
-    """Raised while the body is parsed; an HTTPException so FastAPI passes it on (it turns any
-    other exception there into a bare 400)."""
+class _BodyNotJsonError(StarletteHTTPException, ConvlogError):
+    """Raised while the body is parsed; an HTTPException (first, for Starlette's handler
+    lookup) so FastAPI passes it on (it turns any other exception there into a bare 400)."""
+
+    code = "invalid_json"
 
     def __init__(self, reason: str) -> None:
         super().__init__(422, reason)
@@ -321,7 +332,7 @@ def create_app(deps: ApiDeps) -> FastAPI:  # noqa: PLR0915 - one place that list
         key = key_of(authorization, user_id, conversation_id)
         try:
             spec = model_spec(model, default_encoding=deps.default_encoding)
-        except ValueError as e:
+        except InvalidRequestError as e:
             raise ApiError(422, "invalid_request", str(e), field="model") from e
         reads = await deps.reads()
         partition = partition_for_key(key.encode(), deps.log.partition_count)
@@ -394,7 +405,7 @@ def create_app(deps: ApiDeps) -> FastAPI:  # noqa: PLR0915 - one place that list
             items, next_before = await (await deps.reads()).list_conversations(
                 tenant_id, user_id, limit=limit, before=before
             )
-        except ValueError as e:
+        except InvalidRequestError as e:
             raise ApiError(422, "invalid_request", str(e), field="before") from e
         return {
             "conversations": [

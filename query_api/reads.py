@@ -2,7 +2,7 @@
 context, a user's conversations, the audit transcript, existence and projection positions.
 
 Every statement is parameterised; the schema (and the token columns of an encoding) are
-composed as identifiers. Driver errors leave as convlog errors (:func:`convert_pg_error`):
+composed as identifiers. Driver errors leave as convlog errors (:func:`~projectors.pg.pg_errors`):
 retriable ones as :class:`~projectors.errors.StoreUnavailableError`, the rest as
 :class:`~projectors.errors.ProjectionError`. Nothing is retried here: the caller decides.
 """
@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, LiteralString
@@ -21,9 +20,10 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
+from events.errors import InvalidRequestError
 from events.keys import ConversationKey
 from events.strict_json import compact_json, parse_json
-from projectors.pg import PgPool, convert_pg_error
+from projectors.pg import PgPool, pg_errors
 from projectors.read_sql import WINDOW_AND_CURRENT_SUMMARY
 from projectors.tokens import ENCODINGS, cached_counter
 from query_api.model import StoredMessage, StoredSummary
@@ -200,9 +200,9 @@ class ReadModels:
         system messages and the messages from the start (a primary-key range) — all of them, or
         with ``newest`` only that many of the newest — go in one pipeline with the commit."""
         if encoding not in ENCODINGS:
-            raise ValueError(f"unknown encoding {encoding!r}; expected one of {', '.join(ENCODINGS)}")
+            raise InvalidRequestError(f"unknown encoding {encoding!r}; expected one of {', '.join(ENCODINGS)}")
         k = {"k": str(key), "n": newest}
-        with _pg_errors(f"read the context inputs of {key}"):
+        with pg_errors(f"read the context inputs of {key}"):
             async with self._pool.connection() as conn:
                 async with conn.pipeline():
                     await conn.execute(_SNAPSHOT)
@@ -242,7 +242,7 @@ class ReadModels:
     ) -> tuple[list[ConversationListItem], str | None]:
         """One user's conversations, latest user activity first (never active ones last, then by
         id), and the cursor of the next page (None on the last one). ``before`` is such a cursor;
-        a malformed one raises ValueError."""
+        a malformed one raises :class:`InvalidRequestError`."""
         _check_limit(limit)
         ts: datetime | None = _FAR_FUTURE
         active_after, idle_after = "", ""
@@ -251,7 +251,7 @@ class ReadModels:
             ts, active_after, idle_after = (last_ts, last_id, "") if last_ts else (None, "", last_id)
         params = {"tenant": tenant_id, "user": user_id, "ts": ts, "active_after": active_after,
                   "idle_after": idle_after, "n": limit + 1}  # fmt: skip
-        with _pg_errors(f"list the conversations of {tenant_id}/{user_id}"):
+        with pg_errors(f"list the conversations of {tenant_id}/{user_id}"):
             async with self._pool.connection() as conn:
                 rows = await (await conn.execute(self._list, params)).fetchall()
         items = [ConversationListItem(*row) for row in rows[:limit]]
@@ -266,7 +266,7 @@ class ReadModels:
         None when the conversation is unknown."""
         _check_limit(limit)
         k = str(key)
-        with _pg_errors(f"read the transcript of {k}"):
+        with pg_errors(f"read the transcript of {k}"):
             async with self._pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
                 await cur.execute(self._transcript, [_NEWEST if before is None else min(before, _NEWEST), limit + 1, k])
                 rows = await cur.fetchall()
@@ -282,7 +282,7 @@ class ReadModels:
         epoch, took over), ``withdrawn`` (a later redaction or epoch made it unusable: text
         gone) or ``erased``. None when the conversation is unknown."""
         k = str(key)
-        with _pg_errors(f"read the summaries of {k}"):
+        with pg_errors(f"read the summaries of {k}"):
             async with self._pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
                 await cur.execute(self._summaries, [k])
                 rows = await cur.fetchall()
@@ -299,7 +299,7 @@ class ReadModels:
     async def first_offset(self, key: ConversationKey) -> int | None:
         """The log offset of the conversation's first event (None: unknown conversation), so
         reading it back from the log skips what came before it on its partition."""
-        with _pg_errors(f"look up {key}"):
+        with pg_errors(f"look up {key}"):
             async with self._pool.connection() as conn:
                 q = self._q("SELECT first_offset FROM {s}.conversations WHERE conversation_key = %s")
                 row = await (await conn.execute(q, [str(key)])).fetchone()
@@ -309,7 +309,7 @@ class ReadModels:
         """The log offsets of the conversation's projected records on ``partition`` (with
         ``event_id``, only of those that carried it), and the projection's position there."""
         params = {"k": str(key), "p": partition, "e": event_id}
-        with _pg_errors(f"look up where {key} is in the log"):
+        with pg_errors(f"look up where {key} is in the log"):
             try:
                 async with self._pool.connection() as conn:
                     row = await (await conn.execute(self._q(_LOGGED_AT), params)).fetchone()
@@ -331,7 +331,7 @@ class ReadModels:
 
     async def projection_position(self, partition: int) -> int:
         """The next offset the projection will apply on ``partition`` (0 before the first)."""
-        with _pg_errors(f"read the projection position of partition {partition}"):
+        with pg_errors(f"read the projection position of partition {partition}"):
             async with self._pool.connection() as conn:
                 q = self._q("SELECT next_offset FROM {s}.positions WHERE partition = %s")
                 row = await (await conn.execute(q, [partition])).fetchone()
@@ -346,11 +346,11 @@ def encode_cursor(last_activity_at: datetime | None, conversation_id: str) -> st
 
 
 def decode_cursor(cursor: str) -> tuple[datetime | None, str]:
-    """Inverse of :func:`encode_cursor`; ValueError for anything it did not make."""
+    """Inverse of :func:`encode_cursor`; :class:`InvalidRequestError` for anything it did not make."""
     try:
         return _parse_cursor(cursor)
     except (ValueError, TypeError, binascii.Error) as e:  # JSON and Unicode errors are ValueErrors
-        raise ValueError(f"malformed conversation list cursor {cursor[:64]!r}: {e}") from e
+        raise InvalidRequestError(f"malformed conversation list cursor {cursor[:64]!r}: {e}") from e
 
 
 def _parse_cursor(cursor: str) -> tuple[datetime | None, str]:
@@ -368,15 +368,7 @@ def _parse_cursor(cursor: str) -> tuple[datetime | None, str]:
 
 def _check_limit(limit: int) -> None:
     if not 1 <= limit <= MAX_PAGE:
-        raise ValueError(f"limit must be between 1 and {MAX_PAGE}, got {limit}")
-
-
-@contextmanager
-def _pg_errors(action: str) -> Iterator[None]:
-    try:
-        yield
-    except (psycopg.Error, TimeoutError, ConnectionError) as e:
-        raise convert_pg_error(e, action=action) from e
+        raise InvalidRequestError(f"limit must be between 1 and {MAX_PAGE}, got {limit}")
 
 
 def _messages(rows: Sequence[tuple[Any, ...]]) -> tuple[StoredMessage, ...]:

@@ -7,16 +7,14 @@ turn them into the summary read model like any other event.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-import psycopg
 from psycopg import sql
 
 from events.keys import ConversationKey
 from projectors.errors import ProjectionError
-from projectors.pg import PgPool, convert_pg_error
+from projectors.pg import PgPool, pg_errors
 from projectors.read_sql import WINDOW_AND_CURRENT_SUMMARY
 from projectors.versions import live_version
 from summarizer.plan import PreviousSummary, SummaryInputs
@@ -51,7 +49,7 @@ class SummaryStore:
         """The next offset to look at per partition, and the partitions never read before. Those
         start at 0, or at ``start_at`` (the log's end: "latest"), which is stored at once so that
         every member, and this one after a restart, goes on from the same place."""
-        with _pg_errors("load the summarizer's positions"):
+        with pg_errors("load the summarizer's positions"):
             async with self._pool.connection() as conn:
                 select = ("SELECT partition, next_offset FROM convlog.summarizer_positions "
                           "WHERE consumer = %s AND partition = ANY(%s)")  # fmt: skip
@@ -73,7 +71,7 @@ class SummaryStore:
         rebalance may still write an older one)."""
         if not positions:
             return
-        with _pg_errors("store the summarizer's positions"):
+        with pg_errors("store the summarizer's positions"):
             async with self._pool.connection() as conn, conn.cursor() as cur:
                 await cur.executemany(
                     "INSERT INTO convlog.summarizer_positions AS s (consumer, partition, next_offset) "
@@ -83,7 +81,7 @@ class SummaryStore:
                 )
 
     async def live_schema(self) -> str:
-        with _pg_errors("find the live read models"):
+        with pg_errors("find the live read models"):
             async with self._pool.connection() as conn:
                 live = await live_version(conn)
         if live is None:
@@ -95,7 +93,7 @@ class SummaryStore:
         query = sql.SQL("SELECT partition, next_offset FROM {}.positions WHERE partition = ANY(%s)").format(
             sql.Identifier(schema)
         )
-        with _pg_errors("read the projection's positions"):
+        with pg_errors("read the projection's positions"):
             async with self._pool.connection() as conn:
                 cur = await conn.execute(query, [list(partitions)])
                 found: dict[int, int] = dict(await cur.fetchall())
@@ -106,7 +104,7 @@ class SummaryStore:
         messages are read (the oldest); ``complete`` says whether that was all of them."""
         s = sql.Identifier(schema)
         k = str(key)
-        with _pg_errors(f"read the summary inputs of {k}"):
+        with pg_errors(f"read the summary inputs of {k}"):
             async with self._pool.connection() as conn:
                 await conn.execute(_SNAPSHOT)
                 cur = await conn.execute(sql.SQL(_HEAD).format(s=s), [k])
@@ -132,11 +130,3 @@ class SummaryStore:
 def _pending(row: tuple[Any, ...]) -> PendingMessage:
     seq, message_id, role, content, tool_calls, tool_call_id, finish_reason, usable = row
     return PendingMessage(seq, message_id, role, content, tuple(tool_calls or ()), tool_call_id, finish_reason, usable)
-
-
-@contextmanager
-def _pg_errors(action: str) -> Iterator[None]:
-    try:
-        yield
-    except (psycopg.Error, TimeoutError, ConnectionError) as e:
-        raise convert_pg_error(e, action=action) from e

@@ -57,6 +57,14 @@ async def post(client: httpx.AsyncClient, conversation: str, message: dict[str, 
     return response.json()
 
 
+async def caught_up(client: httpx.AsyncClient, conversation: str, offset: int) -> None:
+    """Wait until the read models applied ``offset`` (the context's read-your-writes); fails
+    when they do not in time, so that a test never checks reads that were not caught up."""
+    params = {"model": "gpt-4o", "budget_tokens": 100_000, "min_offset": offset}
+    response = await client.get(f"{BASE}/{conversation}/context", params=params, headers=A)
+    assert response.status_code == 200, response.text
+
+
 async def oa(client: httpx.AsyncClient) -> Any:
     last = await post(client, "oa", {"role": "system", "content": OA_SYSTEM_PROMPT})
     for question, answer in OA_TURNS:
@@ -118,7 +126,7 @@ async def test_budget_too_small_is_a_clear_error(client: httpx.AsyncClient) -> N
 
 async def test_other_tenants_and_unknown_conversations_are_404_everywhere(client: httpx.AsyncClient) -> None:
     last = await post(client, "secret", {"role": "user", "content": "mine"})
-    await client.get(f"{BASE}/secret/context?model=gpt-4o&budget_tokens=100&min_offset={last['offset']}", headers=A)
+    await caught_up(client, "secret", last["offset"])
     for method, path in (
         ("GET", f"{BASE}/secret/context?model=gpt-4o&budget_tokens=1000"),
         ("GET", f"{BASE}/secret/messages"),
@@ -132,6 +140,8 @@ async def test_other_tenants_and_unknown_conversations_are_404_everywhere(client
             assert response.status_code == 404, (method, path, headers, response.text)
     listing = await client.get(BASE, headers=B)
     assert listing.json()["conversations"] == []
+    mine = (await client.get(BASE, headers=A)).json()["conversations"]
+    assert [c["conversation_id"] for c in mine] == ["secret"]  # it exists: the 404s are the tenant's
 
 
 @pytest.mark.parametrize(
@@ -182,15 +192,16 @@ async def test_idempotency_key_becomes_the_event_id(client: httpx.AsyncClient) -
     first = await post(client, "c", {"role": "user", "content": "once"}, **{"Idempotency-Key": "req-42"})
     again = await post(client, "c", {"role": "user", "content": "once"}, **{"Idempotency-Key": "req-42"})
     assert first["event_id"] == again["event_id"] == "req-42"
-    await client.get(f"{BASE}/c/context?model=gpt-4o&budget_tokens=500&min_offset={again['offset']}", headers=A)
+    await caught_up(client, "c", again["offset"])
     page = (await client.get(f"{BASE}/c/messages", headers=A)).json()
     assert [m["content"] for m in page["messages"]] == ["once"]
 
 
 async def test_transcript_pages_and_conversation_list(client: httpx.AsyncClient) -> None:
     last = await oa(client)
-    await post(client, "later", {"role": "user", "content": "newest activity"})
-    await client.get(f"{BASE}/oa/context?model=gpt-4o&budget_tokens=5000&min_offset={last['offset']}", headers=A)
+    later = await post(client, "later", {"role": "user", "content": "newest activity"})
+    await caught_up(client, "oa", last["offset"])
+    await caught_up(client, "later", later["offset"])
     seen: list[int] = []
     before = None
     while True:
@@ -201,20 +212,26 @@ async def test_transcript_pages_and_conversation_list(client: httpx.AsyncClient)
         if before is None:
             break
     assert seen == list(range(21))
+    # Latest user activity first (not creation, not the latest event of any kind):
     listing = (await client.get(BASE, headers=A)).json()["conversations"]
-    assert [c["conversation_id"] for c in listing][:2] in (["later", "oa"], ["oa", "later"])
+    assert [c["conversation_id"] for c in listing] == ["later", "oa"]
+    again = await post(client, "oa", {"role": "user", "content": "back to the old one"})
+    answer = await post(client, "later", {"role": "assistant", "content": "an answer", "finish_reason": "stop"})
+    await caught_up(client, "oa", again["offset"])
+    await caught_up(client, "later", answer["offset"])
+    listing = (await client.get(BASE, headers=A)).json()["conversations"]
+    assert [c["conversation_id"] for c in listing] == ["oa", "later"]
 
 
 async def test_erased_content_is_withheld_from_the_raw_events(client: httpx.AsyncClient) -> None:
     first = await post(client, "gone", {"role": "user", "content": "my secret"})
-    await client.get(f"{BASE}/gone/context?model=gpt-4o&budget_tokens=500&min_offset={first['offset']}", headers=A)
+    await caught_up(client, "gone", first["offset"])
     erase = await client.delete(f"{BASE}/gone", headers=A)
     assert erase.status_code == 202
     events = (await client.get(f"{BASE}/gone/events", headers=A)).json()["events"]
     assert [e["event_type"] for e in events] == ["MessageAppended", "ConversationErased"]
     assert "my secret" not in json.dumps(events)
-    await client.get(f"{BASE}/gone/context?model=gpt-4o&budget_tokens=500&min_offset={erase.json()['offset']}",
-                     headers=A)  # fmt: skip
+    await caught_up(client, "gone", erase.json()["offset"])
     transcript = (await client.get(f"{BASE}/gone/messages", headers=A)).json()["messages"]
     assert transcript[0]["content"] is None
     assert transcript[0]["erased_at"] is not None

@@ -28,7 +28,7 @@ def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=120, check=False)  # fmt: skip
 
 
-async def test_replay_positions_and_verify_run_beside_serve_but_retention_does_not(
+async def test_events_replay_positions_and_verify_run_beside_serve_but_retention_does_not(
     pg_admin_url: str, tmp_path: Path
 ) -> None:
     async with temporary_database(pg_admin_url) as url:
@@ -45,6 +45,10 @@ async def test_replay_positions_and_verify_run_beside_serve_but_retention_does_n
                    "CONVLOG_PARTITIONS": "4", "CONVLOG_LOG_LEVEL": "warning"}  # fmt: skip
             env.pop("CONVLOG_KAFKA_BOOTSTRAP", None)
 
+            events = await asyncio.to_thread(_cli, env, "events", str(KEY))
+            assert events.returncode == 0, events.stderr
+            assert "hello from beside serve" in events.stdout
+            assert "hi there" in events.stdout
             replay = await asyncio.to_thread(_cli, env, "replay", str(KEY))
             assert replay.returncode == 0, replay.stderr
             assert '"content": "hello from beside serve"' in replay.stdout

@@ -24,7 +24,7 @@ from events.model import (
     ToolCall,
 )
 from projectors.fold import BatchInputs, BatchOutcome, decode_batch, fold_batch
-from projectors.state import FLAG_DUPLICATE_TOOL_RESULT, FLAG_UNKNOWN_TOOL_CALL, ConversationState
+from projectors.state import FLAG_DUPLICATE_TOOL_RESULT, FLAG_UNKNOWN_TOOL_CALL, ConversationState, TranscriptRow
 from projectors.window import Window, WindowPolicy, on_user_message
 
 KEY = ConversationKey("t", "u", "c")
@@ -60,20 +60,20 @@ def test_policy_from_env() -> None:
 
 # ---- random valid conversations --------------------------------------------------------------
 
-ops = st.lists(
-    st.one_of(
-        st.just(("user",)),
-        st.just(("assistant",)),
-        st.tuples(st.just("assistant_calls"), st.integers(1, 3)),
-        st.just(("answer",)),
-        st.just(("interrupted",)),
-        st.just(("system",)),
-        st.just(("clear",)),
-        st.just(("redact",)),
-        st.just(("duplicate",)),
-    ),
-    max_size=60,
+op = st.one_of(
+    st.just(("user",)),
+    st.just(("assistant",)),
+    st.tuples(st.just("assistant_calls"), st.integers(1, 3)),
+    st.just(("answer",)),
+    st.just(("interrupted",)),
+    st.just(("system",)),
+    st.just(("clear",)),
+    st.just(("redact",)),
+    st.just(("duplicate",)),
 )
+ops = st.lists(op, max_size=60)
+# Half of them user messages: epochs long enough for the window to drop several times.
+turn_ops = st.lists(st.tuples(st.booleans(), op), max_size=60).map(lambda ops: [("user",) if u else o for u, o in ops])
 
 
 def build_events(script: list[tuple[object, ...]]) -> list[Event]:
@@ -148,27 +148,33 @@ def fold_in_batches(
 policies = st.builds(lambda keep, extra: WindowPolicy(keep + extra, keep), st.integers(1, 4), st.integers(0, 4))
 
 
+def turns_shown(n: int, policy: WindowPolicy) -> int:
+    """How many of an epoch's ``n`` turns the window shows, by the policy's arithmetic: all of
+    them up to ``max_turns``; then it drops to ``keep_turns`` and grows by one a turn up to
+    ``max_turns`` again, a cycle of ``max_turns - keep_turns + 1`` turns."""
+    if n <= policy.max_turns:
+        return n
+    return policy.keep_turns + (n - policy.max_turns - 1) % (policy.max_turns - policy.keep_turns + 1)
+
+
 @settings(max_examples=150)
-@given(ops, policies)
+@given(turn_ops, policies)
 def test_window_rules_hold_on_random_conversations(script: list[tuple[object, ...]], policy: WindowPolicy) -> None:
+    """After every record, the folded window shows the newest turns of the current epoch, as
+    many as the policy says: it starts at a user message and only moves forward."""
     records = as_records(build_events(script))
-    rows = [r for out in fold_in_batches(records, [], policy)[0] for r in out.transcript]
-    by_seq = {r.seq: r for r in rows}
-    # Replay the rows one by one and watch the window after every user message.
-    window, epoch = Window(), 0
-    for row in rows:
-        if row.epoch != epoch:
-            window, epoch = Window(), row.epoch
-        if row.role != "user":
+    outcomes, _ = fold_in_batches(records, list(range(1, len(records))), policy)  # a state per record
+    rows: list[TranscriptRow] = []
+    state: ConversationState | None = None
+    for out in outcomes:
+        rows += out.transcript
+        state = out.states.get(str(KEY), state)
+        if state is None:
             continue
-        before = window.start_seq
-        window = on_user_message(window, row.seq, policy)
-        assert window.start_seq is not None
-        assert by_seq[window.start_seq].role == "user"  # starts at a turn boundary
-        assert by_seq[window.start_seq].epoch == epoch
-        assert before is None or window.start_seq >= before  # never backwards
-        assert len(window.turn_starts) <= policy.max_turns
-        assert all(by_seq[s].role == "user" for s in window.turn_starts)
+        users = [r.seq for r in rows if r.role == "user" and r.epoch == state.epoch]
+        shown = users[len(users) - turns_shown(len(users), policy) :]
+        assert state.window.turn_starts == tuple(shown)
+        assert state.window.start_seq == (shown[0] if shown else None)
 
 
 @settings(max_examples=150)

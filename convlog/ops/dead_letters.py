@@ -11,15 +11,14 @@ import os
 from dataclasses import dataclass
 from datetime import datetime
 
-import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
 from convlog.settings import Settings
 from events.codec import default_codec
-from events.errors import ConvlogError, DecodeError
+from events.errors import DecodeError
 from projectors.errors import ProjectionError
-from projectors.pg import PgPool, convert_pg_error
+from projectors.pg import PgPool, pg_errors
 from projectors.rows import record_from_row
 from projectors.store import BatchReport, ProjectionStore
 from projectors.tokens import TokenCounter
@@ -50,11 +49,9 @@ async def list_dead_letters(pool: PgPool, schema: str, *, status: str | None) ->
         " WHERE p.dead_letter_id = d.id) "
         "FROM {s}.dead_letters d WHERE %(status)s::text IS NULL OR d.status = %(status)s ORDER BY d.id"
     ).format(s=sql.Identifier(schema))
-    try:
+    with pg_errors("list the dead letters"):
         async with pool.connection() as conn:
             rows = await (await conn.execute(query, {"status": status})).fetchall()
-    except psycopg.Error as e:
-        raise convert_pg_error(e, action="list the dead letters") from e
     return [DeadLetterSummary(*row) for row in rows]
 
 
@@ -74,7 +71,7 @@ async def show_dead_letter(pool: PgPool, schema: str, dead_letter_id: int) -> st
     """Everything about one dead letter: coordinates, error, resolution, the record decoded
     where this build can decode it, as hex where it cannot."""
     s = sql.Identifier(schema)
-    try:
+    with pg_errors(f"read dead letter {dead_letter_id}"):
         async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
             await cur.execute(sql.SQL("SELECT * FROM {}.dead_letters WHERE id = %s").format(s), [dead_letter_id])
             row = await cur.fetchone()
@@ -86,8 +83,6 @@ async def show_dead_letter(pool: PgPool, schema: str, dead_letter_id: int) -> st
                 [dead_letter_id],
             )  # fmt: skip
             held = await cur.fetchone()
-    except psycopg.Error as e:
-        raise convert_pg_error(e, action=f"read dead letter {dead_letter_id}") from e
     record = record_from_row(row)
     lines = [
         f"dead letter {row['id']}: {row['status']}",
@@ -140,12 +135,8 @@ def store_for(pool: PgPool, schema: str, settings: Settings) -> ProjectionStore:
 async def resolve(store: ProjectionStore, dead_letter_id: int, *, skip_reason: str | None) -> BatchReport:
     if skip_reason is not None and not skip_reason.strip():
         raise ProjectionError("a skip needs a reason (--reason); it is recorded with the dead letter")
-    try:
+    with pg_errors(f"resolve dead letter {dead_letter_id}"):
         return await store.resolve(dead_letter_id, skip_reason=skip_reason)
-    except ConvlogError:
-        raise
-    except psycopg.Error as e:
-        raise convert_pg_error(e, action=f"resolve dead letter {dead_letter_id}") from e
 
 
 def describe_report(report: BatchReport, *, verb: str, dead_letter_id: int) -> str:

@@ -13,7 +13,7 @@ import psycopg
 from psycopg import sql
 
 from events.log import EventLog
-from projectors.pg import PgPool, convert_pg_error
+from projectors.pg import PgPool, pg_errors
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +32,7 @@ async def collect_positions(pool: PgPool, event_log: EventLog) -> list[PositionR
     """Every projection version that is not retired, then every summarizer consumer."""
     ends = await event_log.end_offsets()
     rows: list[PositionRow] = []
-    try:
+    with pg_errors("read the stored positions"):
         async with pool.connection() as conn:
             for projection, version, schema, status in await _versions(conn):
                 stored = await _stored(conn, sql.SQL("SELECT partition, next_offset FROM {}.positions").format(
@@ -43,8 +43,6 @@ async def collect_positions(pool: PgPool, event_log: EventLog) -> list[PositionR
                 rows += [
                     PositionRow(f"summarizer {consumer}", p, stored.get(p, 0), end) for p, end in sorted(ends.items())
                 ]
-    except psycopg.Error as e:
-        raise convert_pg_error(e, action="read the stored positions") from e
     return rows
 
 

@@ -12,7 +12,6 @@ import json
 import os
 from collections.abc import Callable
 
-import psycopg
 from psycopg import sql
 from tqdm import tqdm
 
@@ -24,7 +23,7 @@ from events.keys import ConversationKey, partition_for_key
 from events.log import EventLog, LogRecord
 from events.model import Event
 from events.reading import conversation_events
-from projectors.pg import convert_pg_error
+from projectors.pg import pg_errors
 from projectors.tokens import model_spec
 from projectors.window import WindowPolicy
 from query_api.as_of import BeforeMessage, as_of_offset
@@ -38,11 +37,9 @@ async def first_offset(handle: ReadModelsHandle, key: ConversationKey) -> int | 
     query = sql.SQL("SELECT first_offset FROM {}.conversations WHERE conversation_key = %s").format(
         sql.Identifier(handle.schema)
     )
-    try:
+    with pg_errors(f"look up {key}"):
         async with handle.pool.connection() as conn:
             row = await (await conn.execute(query, [str(key)])).fetchone()
-    except psycopg.Error as e:
-        raise convert_pg_error(e, action=f"look up {key}") from e
     return None if row is None else int(row[0])
 
 

@@ -11,14 +11,12 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
-import psycopg
-
 from convlog.embedded_pg import database_url
 from convlog.settings import Settings
 from convlog.wiring import open_event_log
 from events.errors import ConfigurationError
 from events.log import EventLog
-from projectors.pg import PgPool, convert_pg_error, open_pool
+from projectors.pg import PgPool, open_pool, pg_errors
 from projectors.versions import ProjectionVersion, live_version
 
 
@@ -46,11 +44,9 @@ async def opened_pool(settings: Settings, *, name: str = "convlog-ops") -> Async
 async def live_read_models(settings: Settings) -> AsyncIterator[ReadModelsHandle]:
     """A pool and the live read-models version; a clear error if there is none yet."""
     async with opened_pool(settings) as pool:
-        try:
+        with pg_errors("look up the live read-models version"):
             async with pool.connection() as conn:
                 live = await live_version(conn)
-        except psycopg.Error as e:
-            raise convert_pg_error(e, action="look up the live read-models version") from e
         if live is None:
             raise ConfigurationError("no live read-models version yet: run `convlog migrate` and `convlog project`")
         yield ReadModelsHandle(pool, live)

@@ -41,7 +41,7 @@ from events.errors import ConfigurationError, ConvlogError
 from events.keys import ConversationKey
 from events.log import EventLog
 from events.producer import ConversationProducer
-from projectors.pg import PgPool, convert_pg_error
+from projectors.pg import PgPool, convert_pg_error, pg_errors
 from projectors.versions import live_version
 
 _EVENT_ID_NAMESPACE = uuid.UUID("0b7d6c1e-3f0a-4d8e-9a52-6a2f3c1d9e01")
@@ -84,11 +84,9 @@ async def idle_conversations(pool: PgPool, schema: str, *, cutoff: datetime) -> 
         "SELECT conversation_key, last_event_at, last_partition, last_offset FROM {}.conversations "
         "WHERE last_event_at < %s AND (erased_at IS NULL OR erased_at < last_event_at) ORDER BY conversation_key"
     ).format(sql.Identifier(schema))
-    try:
+    with pg_errors("find idle conversations"):
         async with pool.connection() as conn:
             rows = await (await conn.execute(query, [cutoff])).fetchall()
-    except psycopg.Error as e:
-        raise convert_pg_error(e, action="find idle conversations") from e
     return [IdleConversation(str(k), t, int(p), int(o)) for k, t, p, o in rows]
 
 
@@ -96,11 +94,9 @@ async def wait_for_projection(pool: PgPool, schema: str, ends: dict[int, int], *
     query = sql.SQL("SELECT partition, next_offset FROM {}.positions").format(sql.Identifier(schema))
     deadline = time.monotonic() + timeout_s
     while True:
-        try:
+        with pg_errors("read the projection positions"):
             async with pool.connection() as conn:
                 stored: dict[int, int] = {int(p): int(o) for p, o in await (await conn.execute(query)).fetchall()}
-        except psycopg.Error as e:
-            raise convert_pg_error(e, action="read the projection positions") from e
         behind = {p: (stored.get(p, 0), end) for p, end in ends.items() if stored.get(p, 0) < end}
         if not behind:
             return

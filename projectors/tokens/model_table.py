@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from events.errors import ConfigurationError
+from events.errors import ConfigurationError, InvalidRequestError
 from projectors.tokens.encodings import ENCODINGS
 
 __all__ = ["MODEL_TABLE", "ModelSpec", "model_spec", "normalize_model_name"]
@@ -77,13 +77,13 @@ _CONTINUATIONS: Final = ("-", ".")
 def normalize_model_name(model: str) -> str:
     """The name the table is searched with: lower-cased, stripped, fine-tune id resolved to its
     base model (``ft:gpt-4o-mini-2024-07-18:acme::abc`` → ``gpt-4o-mini-2024-07-18``) and a
-    router prefix dropped (``openai/gpt-4o`` → ``gpt-4o``). Raises ``ValueError`` when empty."""
+    router prefix dropped (``openai/gpt-4o`` → ``gpt-4o``). Raises :class:`InvalidRequestError` when empty."""
     name = model.strip().lower()
     if name.startswith("ft:"):
         name = name[3:].split(":", 1)[0]
     name = name.rsplit("/", 1)[-1].strip()
     if not name:
-        raise ValueError(f"a model name is required, got {model!r}")
+        raise InvalidRequestError(f"a model name is required, got {model!r}")
     return name
 
 
@@ -96,7 +96,7 @@ def model_spec(model: str, *, default_encoding: str = "o200k_base") -> ModelSpec
 
     Unknown models (``deepseek-v4``, ``qwen-max``) get ``ModelSpec(encoding=default_encoding,
     estimated=True)``: a tiktoken count is only an estimate of another vendor's tokenizer.
-    Raises ``ValueError`` for an empty name and
+    Raises :class:`~events.errors.InvalidRequestError` for an empty name and
     :class:`~events.errors.ConfigurationError` when ``default_encoding`` is not one convlog
     counts with.
     """
