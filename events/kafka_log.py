@@ -8,7 +8,9 @@ so both backends and foreign producers agree by construction.
 Reader: a group-less consumer with manual assignment and seeks; it never commits offsets
 (positions belong to whoever reads — projectors keep theirs in Postgres). It reads committed
 records only (``read_committed``) and reports the consumer's position after each fetch, which
-moves past transaction markers and aborted records that it never returns.
+moves past transaction markers and aborted records that it never returns. Between reads its
+partitions are paused: an idle reader sends the broker nothing, and no fetch of its own is
+left waiting at the broker in front of the next read's requests.
 """
 
 from __future__ import annotations
@@ -37,6 +39,10 @@ _TOPIC_ALREADY_EXISTS = 36
 # How often a read that got no records looks whether the consumer's position moved anyway (it
 # skipped a transaction marker or aborted records): aiokafka's getmany only wakes for records.
 _POSITION_CHECK_S = 0.05
+# How long the broker may hold the reader's fetch when there is nothing new to return. Between
+# reads the reader's partitions are paused, so it sends no fetch at all while idle; this bounds
+# how long a read that waits at a partition's end (tail) keeps the connection busy.
+_READER_FETCH_WAIT_MS = 100
 
 
 def convert_kafka_error(e: BaseException, *, action: str) -> LogError:
@@ -161,6 +167,8 @@ class KafkaEventLog:
                 except BaseException:
                     self._next = {}  # cancelled or failed mid-fetch: where the consumer is is unknown, seek next time
                     raise
+                finally:
+                    self._rest(consumer)
                 self._next = dict(after)
         except KafkaError as e:
             raise convert_kafka_error(e, action=f"reading {self._topic}") from e
@@ -196,6 +204,16 @@ class KafkaEventLog:
             if self._next.get(p) != offset:
                 consumer.seek(TopicPartition(self._topic, p), offset)
                 self._next[p] = offset
+        consumer.resume(*consumer.assignment())
+
+    def _rest(self, consumer: AIOKafkaConsumer) -> None:
+        """Pause the reader's partitions until the next read. Assigned and running, the consumer's
+        background fetcher would keep a fetch request waiting at the broker all the time; the
+        broker answers one connection's requests in order, so the next read's ListOffsets and its
+        fetch after a seek waited for that fetch to expire (fetch_max_wait_ms, 500 ms by default).
+        Paused before its next fetch is sent (no await between getmany and this), it sends none:
+        idle, the reader costs the broker nothing, and the next read's fetch goes out at once."""
+        consumer.pause(*consumer.assignment())
 
     async def end_offsets(self) -> dict[int, int]:
         self._check_open()
@@ -223,6 +241,7 @@ class KafkaEventLog:
                 enable_auto_commit=False,
                 auto_offset_reset="earliest",
                 isolation_level="read_committed",
+                fetch_max_wait_ms=_READER_FETCH_WAIT_MS,
             )
             await consumer.start()
             self._consumer = consumer

@@ -217,6 +217,9 @@ class KafkaGroupSource:
         except KafkaError as e:
             raise convert_kafka_error(e, action=f"reading {self._topic}") from e
         except TimeoutError:
+            # No records, yet the position may have moved past aborted records and their marker:
+            # a partition whose last transaction was aborted must still reach its end.
+            await self._follow_positions(consumer)
             return ReadBatch([], dict(self._next))
         records: list[LogRecord] = []
         for tp, messages in batches.items():

@@ -23,6 +23,9 @@ REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "java-producer"
 MAIN_CLASS = "example.convlog.ChatEventProducer"
 BUNDLED_SCHEMA = REPO / "schemas" / "event.v3.avsc"
+# The codecs the example is run with against convlog (tests/kafka/test_java_producer_settings.py):
+# docs/producers.md calls exactly these safe (tests/test_producer_contract.py).
+VERIFIED_CODECS = ("gzip", "snappy", "lz4", "zstd")
 
 
 class JavaExampleError(RuntimeError):
@@ -77,3 +80,29 @@ def run_example(classpath: str, *args: str, timeout_s: float = 120) -> list[dict
     if result.returncode != 0:
         raise JavaExampleError(f"the Java example failed ({result.returncode}):\n{result.stderr[-4000:]}")
     return [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
+
+
+def classpath_or_skip() -> str:
+    """The example's classpath for a test; without Maven the test is skipped (failed where the
+    services are required)."""
+    import pytest  # noqa: PLC0415 - only tests call this
+
+    from tests.support import services_required  # noqa: PLC0415
+
+    if shutil.which("mvn") is None:
+        if services_required():
+            pytest.fail("CONVLOG_REQUIRE_SERVICES=1 but Maven (mvn) is not on PATH: it builds examples/java-producer")
+        pytest.skip("no Maven: it builds examples/java-producer")
+    return build_classpath()
+
+
+# The turn the example writes, as a context serves it (ChatEventProducer.turn()).
+TURN_TITLE = "Overtime request"
+TURN_CONTEXT: list[dict[str, Any]] = [
+    {"role": "user", "content": "How do I file an overtime request in the OA system?"},
+    {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function",
+         "function": {"name": "search_kb", "arguments": '{"q": "overtime request"}'}}]},
+    {"role": "tool", "tool_call_id": "call_1", "content": '{"hits": 3, "top": "OA > Attendance > Overtime"}'},
+    {"role": "assistant", "content": "Open OA, then Attendance > Overtime, and submit the form."},
+]  # fmt: skip

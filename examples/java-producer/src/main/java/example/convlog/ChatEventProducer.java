@@ -35,10 +35,12 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  * <pre>
  * ChatEventProducer --bootstrap HOST:PORT --topic T --tenant A --user U --conversation C
  *                   [--set producer.setting=value ...]     e.g. compression.type=zstd, transactional.id=app-1
+ *                   [--abort-last]                          with transactional.id: then a follow-up turn, aborted
  * ChatEventProducer --print-fingerprints [SCHEMA.avsc ...]  the bundled schema, or the files named
  * </pre>
  *
- * Prints one JSON line per acknowledged event: its type, ids, key, partition and offset.
+ * Prints one JSON line per acknowledged event: its type, ids, key, partition, offset and
+ * transaction outcome ({@code none}, {@code committed} or {@code aborted}).
  */
 public final class ChatEventProducer {
     /** The schema this producer writes: convlog's newest, event.v3.avsc (copied in by the build). */
@@ -68,7 +70,11 @@ public final class ChatEventProducer {
         Conversation conversation = new Conversation(
                 required(options, "tenant"), required(options, "user"), required(options, "conversation"));
         Properties settings = producerSettings(required(options, "bootstrap"), options.getOrDefault("set", List.of()));
-        new ChatEventProducer(bundled).appendTurn(settings, required(options, "topic"), conversation);
+        boolean abortLast = options.containsKey("abort-last");
+        if (abortLast && !settings.containsKey(ProducerConfig.TRANSACTIONAL_ID_CONFIG)) {
+            throw new IllegalArgumentException("--abort-last needs --set transactional.id=...");
+        }
+        new ChatEventProducer(bundled).appendTurn(settings, required(options, "topic"), conversation, abortLast);
     }
 
     /** Who a conversation belongs to. The envelope carries the ids as they are; the key escapes them. */
@@ -111,44 +117,72 @@ public final class ChatEventProducer {
         return p;
     }
 
-    void appendTurn(Properties settings, String topic, Conversation conversation) throws Exception {
+    /**
+     * Sends the turn; with a transactional.id the turn is one transaction, committed. With
+     * {@code abortLast} a follow-up turn then goes into a second transaction that is aborted:
+     * what an exactly-once app does when its processing fails after it has sent (a consumer
+     * reading read_committed, as convlog does, never sees those events).
+     */
+    void appendTurn(Properties settings, String topic, Conversation conversation, boolean abortLast)
+            throws Exception {
         boolean transactional = settings.containsKey(ProducerConfig.TRANSACTIONAL_ID_CONFIG);
         try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(settings)) {
             if (transactional) {
-                producer.initTransactions();
+                producer.initTransactions(); // fences an earlier instance with the same transactional.id
                 producer.beginTransaction();
             }
             List<String> printed = new ArrayList<>();
-            String model = "gpt-4o";
-            printed.add(send(producer, topic, conversation, conversationStarted("Overtime request")));
-            printed.add(send(producer, topic, conversation,
-                    message("user", "How do I file an overtime request in the OA system?").build()));
-            GenericRecord call = new GenericRecordBuilder(recordOf(body("MessageAppended"), "tool_calls"))
-                    .set("id", "call_1").set("name", "search_kb").set("arguments", "{\"q\": \"overtime request\"}")
-                    .build();
-            printed.add(send(producer, topic, conversation, message("assistant", null)
-                    .set("tool_calls", List.of(call))
-                    .set("reasoning_content", "The knowledge base has the procedure.")
-                    .set("model", model)
-                    .set("usage", usage(120L, 18L, null))
-                    .set("finish_reason", finishReason("tool_calls"))
-                    .build()));
-            printed.add(send(producer, topic, conversation,
-                    message("tool", "{\"hits\": 3, \"top\": \"OA > Attendance > Overtime\"}")
-                    .set("tool_call_id", "call_1")
-                    .build()));
-            printed.add(send(producer, topic, conversation,
-                    message("assistant", "Open OA, then Attendance > Overtime, and submit the form.")
-                    .set("model", model)
-                    .set("usage", usage(160L, 24L, 64L))
-                    .set("finish_reason", finishReason("stop"))
-                    .set("metadata", Map.of("client", "java-example"))
-                    .build()));
+            for (GenericRecord bodyRecord : turn()) {
+                printed.add(send(producer, topic, conversation, bodyRecord));
+            }
             if (transactional) {
                 producer.commitTransaction();
             }
-            printed.forEach(System.out::println);
+            String outcome = transactional ? "committed" : "none";
+            printed.forEach(line -> System.out.println(withOutcome(line, outcome)));
+            if (abortLast) {
+                producer.beginTransaction();
+                List<String> aborted = new ArrayList<>();
+                aborted.add(send(producer, topic, conversation,
+                        message("user", "Can I still file one for last month?").build()));
+                aborted.add(send(producer, topic, conversation, message("assistant", "Yes, within 30 days.")
+                        .set("model", "gpt-4o").set("finish_reason", finishReason("stop")).build()));
+                producer.abortTransaction();
+                aborted.forEach(line -> System.out.println(withOutcome(line, "aborted")));
+            }
         }
+    }
+
+    private static String withOutcome(String jsonLine, String outcome) {
+        return jsonLine.substring(0, jsonLine.length() - 1) + ",\"transaction\":\"" + outcome + "\"}";
+    }
+
+    /** One turn: the conversation's start, a question, a tool call, its result and the answer. */
+    private List<GenericRecord> turn() {
+        List<GenericRecord> events = new ArrayList<>();
+        String model = "gpt-4o";
+        events.add(conversationStarted("Overtime request"));
+        events.add(message("user", "How do I file an overtime request in the OA system?").build());
+        GenericRecord call = new GenericRecordBuilder(recordOf(body("MessageAppended"), "tool_calls"))
+                .set("id", "call_1").set("name", "search_kb").set("arguments", "{\"q\": \"overtime request\"}")
+                .build();
+        events.add(message("assistant", null)
+                .set("tool_calls", List.of(call))
+                .set("reasoning_content", "The knowledge base has the procedure.")
+                .set("model", model)
+                .set("usage", usage(120L, 18L, null))
+                .set("finish_reason", finishReason("tool_calls"))
+                .build());
+        events.add(message("tool", "{\"hits\": 3, \"top\": \"OA > Attendance > Overtime\"}")
+                .set("tool_call_id", "call_1")
+                .build());
+        events.add(message("assistant", "Open OA, then Attendance > Overtime, and submit the form.")
+                .set("model", model)
+                .set("usage", usage(160L, 24L, 64L))
+                .set("finish_reason", finishReason("stop"))
+                .set("metadata", Map.of("client", "java-example"))
+                .build());
+        return events;
     }
 
     /** Encodes one event, sends it under the conversation's key and waits for the acknowledgement. */
