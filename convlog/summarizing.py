@@ -28,9 +28,11 @@ from convlog.wiring import make_producer, open_event_log
 from events.codec import default_codec
 from events.errors import ConfigurationError
 from events.log import EventLog
+from projectors.kafka_source import KafkaGroupSource
+from projectors.log_source import LogSource
 from projectors.migrate import migrate
 from projectors.pg import PgPool, open_pool, retrying
-from projectors.sources import KafkaGroupSource, LogSource, RecordSource
+from projectors.ports import RecordSource
 from summarizer.metrics import SummarizerMetrics
 from summarizer.models import OfflineSummaryModel, SummaryModel
 from summarizer.openai_model import OpenAISummaryModel

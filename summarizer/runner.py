@@ -38,7 +38,7 @@ from events.log import LogRecord
 from events.model import MessageAppended, MessageRedacted, SummaryRecorded
 from events.producer import Appended, ConversationProducer
 from projectors.pg import retrying
-from projectors.sources import RecordSource
+from projectors.ports import RecordSource
 from summarizer.metrics import SummarizerMetrics
 from summarizer.models import Draft, SummaryModel, count_tokens, enforce_limit
 from summarizer.plan import SummaryJob, plan

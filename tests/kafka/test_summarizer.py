@@ -25,8 +25,8 @@ from events.keys import ConversationKey
 from events.model import SummaryRecorded
 from events.producer import ConversationProducer
 from events.reading import conversation_events
+from projectors.log_source import LogSource
 from projectors.runner import Projector
-from projectors.sources import LogSource
 from projectors.tokens import get_encoding
 from projectors.versions import compare
 from query_api.context import SUMMARY_HEADER, assemble

@@ -20,8 +20,8 @@ from events.log import LogRecord
 from events.model import Event
 from events.producer import ConversationProducer
 from events.reading import conversation_events
+from projectors.log_source import LogSource
 from projectors.runner import Projector
-from projectors.sources import LogSource
 from projectors.window import WindowPolicy
 from query_api.as_of import BeforeMessage, context_inputs_as_of
 from query_api.http import ApiDeps, create_app
