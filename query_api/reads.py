@@ -9,13 +9,10 @@ retriable ones as :class:`~projectors.errors.StoreUnavailableError`, the rest as
 
 from __future__ import annotations
 
-import base64
-import binascii
 import functools
-import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, LiteralString
 
@@ -24,17 +21,14 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from events.keys import ConversationKey
-from events.strict_json import parse_json
 from projectors.pg import PgPool, convert_pg_error
 from projectors.read_sql import WINDOW_AND_CURRENT_SUMMARY
 from projectors.tokens import ENCODINGS, get_encoding
 from query_api.model import StoredMessage, StoredSummary
+from query_api.ports import ContextInputs, ConversationListItem, LoggedAt, check_limit, decode_cursor, encode_cursor
 
-__all__ = ["MAX_CURSOR_CHARS", "MAX_PAGE", "ContextInputs", "ConversationListItem", "LoggedAt", "ReadModels",
-           "decode_cursor", "encode_cursor"]  # fmt: skip
+__all__ = ["PostgresReadModels"]
 
-MAX_PAGE = 1000
-MAX_CURSOR_CHARS = 2048
 _NEWEST = (1 << 63) - 1  # "before" of the first transcript page
 
 # One snapshot for the context's statements: a projector committing in between cannot tear it.
@@ -126,54 +120,8 @@ SELECT (SELECT next_offset FROM {s}.positions WHERE partition = %(p)s),
 _MESSAGE_EVENT_AT = 'SELECT "offset" FROM {s}.transcript WHERE conversation_key = %s AND event_id = %s ORDER BY seq'
 
 
-@dataclass(frozen=True, slots=True)
-class ContextInputs:
-    """What a context is assembled from (query_api.context.assemble), read in one snapshot."""
-
-    conversation_key: ConversationKey
-    epoch: int
-    parked: bool  # the projection holds records of this conversation back: the context may be stale
-    system: tuple[StoredMessage, ...]  # every system message, any epoch, in seq order
-    summary: StoredSummary | None  # the current epoch's latest summary that was not erased
-    window_start: int | None
-    messages: tuple[StoredMessage, ...]  # non-system, current epoch, from min(window, after summary)
-    partition: int
-    last_offset: int  # the log position the read models reflect for this conversation
-    complete: bool = True  # messages reach back to the start (False: only the newest were read)
-    usable_turns: int | None = None  # with complete=False: the turns from the start a context may use
-
-
-@dataclass(frozen=True, slots=True)
-class LoggedAt:
-    """Where a conversation's records are in the log, as the read models know it."""
-
-    partition: int
-    offsets: tuple[int, ...]  # of its records below ``projected``, ascending (the event index)
-    projected: int  # the projection's next offset on the partition: records from here on are not indexed yet
-    first_offset: int | None  # of its first event, once projected
-    index_from: int = 0  # the index starts here on the partition (a version made before it existed)
-
-    @property
-    def indexed(self) -> bool:
-        """Every projected record of the conversation is in ``offsets`` (else scan from its first)."""
-        return self.first_offset is None or self.first_offset >= self.index_from
-
-
-@dataclass(frozen=True, slots=True)
-class ConversationListItem:
-    conversation_id: str
-    title: str | None
-    started_at: datetime
-    last_activity_at: datetime | None
-    message_count: int
-    turn_count: int
-    erased: bool
-    cleared: bool
-    parked: bool
-
-
-class ReadModels:
-    """Reads of one projection version's schema (normally the live one)."""
+class PostgresReadModels:
+    """The :class:`~query_api.ports.ReadModels` of one projection version's schema (normally the live one)."""
 
     def __init__(self, pool: PgPool, *, schema: str) -> None:
         self._pool = pool
@@ -245,7 +193,7 @@ class ReadModels:
         """One user's conversations, latest user activity first (never active ones last, then by
         id), and the cursor of the next page (None on the last one). ``before`` is such a cursor;
         a malformed one raises ValueError."""
-        _check_limit(limit)
+        check_limit(limit)
         ts: datetime | None = _FAR_FUTURE
         active_after, idle_after = "", ""
         if before is not None:
@@ -266,7 +214,7 @@ class ReadModels:
         """The ``limit`` messages before seq ``before`` (default: the newest), oldest first, as
         JSON-ready dicts, and the ``before`` of the next older page (None: nothing older).
         None when the conversation is unknown."""
-        _check_limit(limit)
+        check_limit(limit)
         k = str(key)
         with _pg_errors(f"read the transcript of {k}"):
             async with self._pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
@@ -338,39 +286,6 @@ class ReadModels:
                 q = self._q("SELECT next_offset FROM {s}.positions WHERE partition = %s")
                 row = await (await conn.execute(q, [partition])).fetchone()
         return int(row[0]) if row else 0
-
-
-def encode_cursor(last_activity_at: datetime | None, conversation_id: str) -> str:
-    """An opaque cursor: at most 1,450 characters for a 256-character conversation id."""
-    value = [last_activity_at.isoformat() if last_activity_at else None, conversation_id]
-    raw = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    return base64.urlsafe_b64encode(raw.encode("utf-8")).decode("ascii").rstrip("=")
-
-
-def decode_cursor(cursor: str) -> tuple[datetime | None, str]:
-    """Inverse of :func:`encode_cursor`; ValueError for anything it did not make."""
-    try:
-        return _parse_cursor(cursor)
-    except (ValueError, TypeError, binascii.Error) as e:  # JSON and Unicode errors are ValueErrors
-        raise ValueError(f"malformed conversation list cursor {cursor[:64]!r}: {e}") from e
-
-
-def _parse_cursor(cursor: str) -> tuple[datetime | None, str]:
-    if len(cursor) > MAX_CURSOR_CHARS:
-        raise ValueError("too long")
-    raw = base64.b64decode(cursor + "=" * (-len(cursor) % 4), altchars=b"-_", validate=True)
-    value = parse_json(raw.decode("utf-8"))  # client text: strictly, like every JSON a client sends
-    if not (isinstance(value, list) and len(value) == 2 and isinstance(value[1], str) and value[1]):
-        raise ValueError("not a [last_activity_at, conversation_id] pair")
-    ts = None if value[0] is None else datetime.fromisoformat(value[0])
-    if ts is not None and ts.tzinfo is None:
-        raise ValueError("timestamp without a time zone")
-    return ts, value[1]
-
-
-def _check_limit(limit: int) -> None:
-    if not 1 <= limit <= MAX_PAGE:
-        raise ValueError(f"limit must be between 1 and {MAX_PAGE}, got {limit}")
 
 
 @contextmanager

@@ -32,7 +32,7 @@ from projectors.versions import compare
 from query_api.context import SUMMARY_HEADER, assemble
 from query_api.model import Context, ContextRequest
 from query_api.models import model_spec
-from query_api.reads import ReadModels
+from query_api.reads import PostgresReadModels
 from summarizer.openai_model import OpenAISummaryModel
 from summarizer.runner import Summarizer, SummarizerOptions
 from summarizer.store import SummaryStore
@@ -77,7 +77,7 @@ class Stack:
         await self.wait(lambda: self.summarizer.stats.positions.get(partition, 0) > offset)  # type: ignore[union-attr]
 
     async def context(self) -> Context:
-        reads = ReadModels(self.projection.pool, schema=self.projection.version.schema)
+        reads = PostgresReadModels(self.projection.pool, schema=self.projection.version.schema)
         inputs = await reads.context_inputs(KEY, encoding="o200k_base")
         assert inputs is not None
         encoding = get_encoding("o200k_base")

@@ -26,7 +26,7 @@ from projectors.window import WindowPolicy
 from query_api.as_of import BeforeMessage, context_inputs_as_of
 from query_api.http import ApiDeps, create_app
 from query_api.metrics import Metrics
-from query_api.reads import ReadModels
+from query_api.reads import PostgresReadModels
 from summarizer.models import OfflineSummaryModel
 from summarizer.runner import Summarizer, SummarizerOptions
 from summarizer.store import SummaryStore
@@ -243,8 +243,8 @@ async def _until(condition: Any, timeout_s: float) -> None:
     await asyncio.wait_for(wait(), timeout_s)
 
 
-async def _reads(projection: Projection) -> ReadModels:
-    return ReadModels(projection.pool, schema=projection.version.schema)
+async def _reads(projection: Projection) -> PostgresReadModels:
+    return PostgresReadModels(projection.pool, schema=projection.version.schema)
 
 
 async def _ready() -> dict[str, object]:
