@@ -21,8 +21,12 @@ from typing import Protocol
 from events.log import LogRecord, ReadBatch
 from projectors.errors import PositionBeyondLogEndError, ProjectionError
 
-__all__ = ["AssignmentListener", "BatchReport", "ProjectionStore", "RecordSource", "UnreadableBatch",
-           "check_within_log_end", "checked_positions"]  # fmt: skip
+__all__ = ["UNREADABLE_BATCH", "AssignmentListener", "BatchReport", "ProjectionStore", "RecordSource",
+           "UnreadableBatch", "check_within_log_end", "checked_positions"]  # fmt: skip
+
+# The error code of a dead letter for a part of the log that cannot be read at all (a record
+# batch the Kafka client cannot decompress or whose checksum fails): no record, no conversation.
+UNREADABLE_BATCH = "unreadable_batch"
 
 
 @dataclass(frozen=True, slots=True)

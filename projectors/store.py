@@ -28,7 +28,7 @@ from projectors.event_index import ensure_event_index, write_event_index
 from projectors.fold import BatchInputs, BatchOutcome, Decoded, decode_batch, fold_batch, lookups
 from projectors.isolation import as_refused, first_refused
 from projectors.pg import convert_pg_error
-from projectors.ports import BatchReport
+from projectors.ports import UNREADABLE_BATCH, BatchReport
 from projectors.rows import TokenCounting, record_from_row, state_from_row
 from projectors.state import ConversationState
 from projectors.window import WindowPolicy
@@ -36,10 +36,6 @@ from projectors.writes import DEAD_LETTER_INSERT, BatchWriter
 
 Cursor = AsyncCursor[Any]
 log = structlog.get_logger(__name__)
-
-# The error code of a dead letter for a part of the log that cannot be read at all (a record
-# batch the Kafka client cannot decompress or whose checksum fails): no record, no conversation.
-UNREADABLE_BATCH = "unreadable_batch"
 
 
 class PostgresProjectionStore:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -22,7 +23,8 @@ from events.strict_json import parse_json
 from query_api.model import StoredMessage, StoredSummary
 
 __all__ = ["MAX_CURSOR_CHARS", "MAX_PAGE", "ContextInputs", "ConversationListItem", "LoggedAt", "ReadModels",
-           "check_limit", "decode_cursor", "encode_cursor"]  # fmt: skip
+           "check_limit", "decode_cursor", "encode_cursor", "summary_entries", "transcript_entry",
+           "usable_turns"]  # fmt: skip
 
 MAX_PAGE = 1000
 MAX_CURSOR_CHARS = 2048
@@ -151,3 +153,50 @@ def _parse_cursor(cursor: str) -> tuple[datetime | None, str]:
 def check_limit(limit: int) -> None:
     if not 1 <= limit <= MAX_PAGE:
         raise ValueError(f"limit must be between 1 and {MAX_PAGE}, got {limit}")
+
+
+def usable_turns(turn_count: int, first_turn: int, *, first_is_user: bool, redacted_questions: int) -> int:
+    """The turns a context may use from the range's first row on (``ContextInputs.usable_turns``):
+    ``first_turn`` is that row's turn number; a turn whose question was redacted cannot open one."""
+    return turn_count - first_turn + (1 if first_is_user else 0) - redacted_questions
+
+
+# A transcript entry's and a summary entry's fields as stored (each adapter reads them by name).
+_ENTRY_FIELDS = (
+    "seq", "partition", "offset", "event_id", "message_id", "role", "content", "name", "tool_calls", "tool_call_id",
+    "reasoning_content", "thinking_duration_ms", "finish_reason", "model", "usage", "metadata", "epoch", "flag",
+)  # fmt: skip
+_SUMMARY_FIELDS = ("seq", "partition", "offset", "event_id", "summary_id", "epoch", "text", "covers_through_message_id",
+                   "model", "prompt_version", "input_tokens", "output_tokens", "summary_tokens")  # fmt: skip
+
+
+def transcript_entry(r: Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON-ready entry of :meth:`ReadModels.transcript` for a transcript row (by column name)."""
+    entry = {f: r[f] for f in _ENTRY_FIELDS}
+    entry["occurred_at"] = r["occurred_at"].isoformat()
+    entry["tokens"] = {"o200k_base": r["tokens_o200k"], "cl100k_base": r["tokens_cl100k"]}
+    redacted_at, erased_at = r["redacted_at"], r["erased_at"]
+    entry["redacted"] = {"at": redacted_at.isoformat(), "reason": r["redaction_reason"]} if redacted_at else None
+    entry["erased_at"] = erased_at.isoformat() if erased_at else None
+    return entry
+
+
+def summary_entries(rows: Sequence[Mapping[str, Any]], *, current_epoch: int) -> list[dict[str, Any]]:
+    """The entries of :meth:`ReadModels.summaries` for a conversation's summary rows in seq order:
+    the current one is the latest of the current epoch whose text is still there."""
+    usable = [r for r in rows if r["text"] is not None and r["epoch"] == current_epoch]
+    current = usable[-1]["seq"] if usable else None
+    return [_summary_entry(r, current) for r in rows]
+
+
+def _summary_entry(r: Mapping[str, Any], current: int | None) -> dict[str, Any]:
+    entry = {f: r[f] for f in _SUMMARY_FIELDS}
+    entry["occurred_at"] = r["occurred_at"].isoformat()
+    entry["erased_at"] = r["erased_at"].isoformat() if r["erased_at"] else None
+    if r["erased_at"] is not None:
+        entry["status"] = "erased"
+    elif r["text"] is None:
+        entry["status"] = "withdrawn"
+    else:
+        entry["status"] = "current" if r["seq"] == current else "superseded"
+    return entry

@@ -25,7 +25,17 @@ from projectors.pg import PgPool, convert_pg_error
 from projectors.read_sql import WINDOW_AND_CURRENT_SUMMARY
 from projectors.tokens import ENCODINGS, get_encoding
 from query_api.model import StoredMessage, StoredSummary
-from query_api.ports import ContextInputs, ConversationListItem, LoggedAt, check_limit, decode_cursor, encode_cursor
+from query_api.ports import (
+    ContextInputs,
+    ConversationListItem,
+    LoggedAt,
+    check_limit,
+    decode_cursor,
+    encode_cursor,
+    summary_entries,
+    transcript_entry,
+    usable_turns,
+)
 
 __all__ = ["PostgresReadModels"]
 
@@ -84,12 +94,6 @@ SELECT c.epoch AS current_epoch, m.seq, m.partition, m."offset", m.event_id, m.s
        m.occurred_at, m.erased_at
 FROM {s}.conversations c LEFT JOIN {s}.summaries m ON m.conversation_key = c.conversation_key
 WHERE c.conversation_key = %s ORDER BY m.seq"""
-_SUMMARY_FIELDS = ("seq", "partition", "offset", "event_id", "summary_id", "epoch", "text", "covers_through_message_id",
-                   "model", "prompt_version", "input_tokens", "output_tokens", "summary_tokens")  # fmt: skip
-_ENTRY_FIELDS = (
-    "seq", "partition", "offset", "event_id", "message_id", "role", "content", "name", "tool_calls", "tool_call_id",
-    "reasoning_content", "thinking_duration_ms", "finish_reason", "model", "usage", "metadata", "epoch", "flag",
-)  # fmt: skip
 
 _ITEM = """
 SELECT conversation_id, title, started_at, last_activity_at, message_count, turn_count, erased_at IS NOT NULL,
@@ -178,13 +182,14 @@ class PostgresReadModels:
             return ContextInputs(key, epoch, parked, system, summary, window_start, _messages(rows), partition,
                                  last_offset)  # fmt: skip
         messages = _messages(list(reversed(rows)))
-        usable_turns = 0
+        usable = 0
         if first is not None:
             first_turn, first_is_user, redacted_questions = first
-            usable_turns = turn_count - first_turn + (1 if first_is_user else 0) - redacted_questions
+            usable = usable_turns(turn_count, first_turn, first_is_user=first_is_user,
+                                  redacted_questions=redacted_questions)  # fmt: skip
         return ContextInputs(
             key, epoch, parked, system, summary, window_start, messages, partition, last_offset,
-            complete=len(messages) < newest, usable_turns=usable_turns,
+            complete=len(messages) < newest, usable_turns=usable,
         )  # fmt: skip
 
     async def list_conversations(
@@ -224,7 +229,7 @@ class PostgresReadModels:
             return None
         page = [r for r in rows if r["seq"] is not None]  # a known conversation with no such rows: one NULL row
         next_before = page[limit - 1]["seq"] if len(page) > limit else None
-        return [_entry(r) for r in reversed(page[:limit])], next_before
+        return [transcript_entry(r) for r in reversed(page[:limit])], next_before
 
     async def summaries(self, key: ConversationKey) -> list[dict[str, Any]] | None:
         """Every summary the conversation has had, oldest first, as JSON-ready dicts with a
@@ -238,10 +243,7 @@ class PostgresReadModels:
                 rows = await cur.fetchall()
         if not rows:
             return None
-        found = [r for r in rows if r["seq"] is not None]
-        usable = [r for r in found if r["text"] is not None and r["epoch"] == r["current_epoch"]]
-        current = usable[-1]["seq"] if usable else None
-        return [_summary_entry(r, current) for r in found]
+        return summary_entries([r for r in rows if r["seq"] is not None], current_epoch=rows[0]["current_epoch"])
 
     async def conversation_exists(self, key: ConversationKey) -> bool:
         return await self.first_offset(key) is not None
@@ -308,26 +310,3 @@ def _messages(rows: Sequence[tuple[Any, ...]]) -> tuple[StoredMessage, ...]:
 def _message(fields: list[Any]) -> StoredMessage:
     fields[6] = tuple(fields[6] or ())  # tool_calls: jsonb list (or NULL) -> tuple of dicts
     return StoredMessage(*fields)
-
-
-def _entry(r: dict[str, Any]) -> dict[str, Any]:
-    entry = {f: r[f] for f in _ENTRY_FIELDS}
-    entry["occurred_at"] = r["occurred_at"].isoformat()
-    entry["tokens"] = {"o200k_base": r["tokens_o200k"], "cl100k_base": r["tokens_cl100k"]}
-    redacted_at, erased_at = r["redacted_at"], r["erased_at"]
-    entry["redacted"] = {"at": redacted_at.isoformat(), "reason": r["redaction_reason"]} if redacted_at else None
-    entry["erased_at"] = erased_at.isoformat() if erased_at else None
-    return entry
-
-
-def _summary_entry(r: dict[str, Any], current: int | None) -> dict[str, Any]:
-    entry = {f: r[f] for f in _SUMMARY_FIELDS}
-    entry["occurred_at"] = r["occurred_at"].isoformat()
-    entry["erased_at"] = r["erased_at"].isoformat() if r["erased_at"] else None
-    if r["erased_at"] is not None:
-        entry["status"] = "erased"
-    elif r["text"] is None:
-        entry["status"] = "withdrawn"
-    else:
-        entry["status"] = "current" if r["seq"] == current else "superseded"
-    return entry

@@ -19,6 +19,7 @@ from events.log import EventLog
 from projectors.log_source import LogSource
 from projectors.migrate import migrate
 from projectors.pg import PgPool, open_pool
+from projectors.ports import ProjectionStore
 from projectors.runner import Projector
 from projectors.store import PostgresProjectionStore
 from projectors.tokens import TokenCounter
@@ -84,7 +85,7 @@ async def projection_database(admin_url: str) -> AsyncIterator[Projection]:
             await pool.close()
 
 
-async def project_all(log: EventLog, store: PostgresProjectionStore, *, batch_size: int = 500) -> Projector:
+async def project_all(log: EventLog, store: ProjectionStore, *, batch_size: int = 500) -> Projector:
     """Run a projector over the log until it reached the log's end as of now."""
     projector = Projector(LogSource(log), store, batch_size=batch_size, fetch_timeout_s=0.1)
     until = await log.end_offsets()

@@ -24,8 +24,9 @@ from events.keys import ConversationKey, partition_for_key
 from events.model import Event, MessageAppended
 from events.producer import EVENT_TYPE_HEADER
 from projectors.kafka_source import KafkaGroupSource
+from projectors.ports import UNREADABLE_BATCH
 from projectors.runner import Projector
-from projectors.store import UNREADABLE_BATCH, PostgresProjectionStore
+from projectors.store import PostgresProjectionStore
 from tests.kafka.ops_support import PARTITIONS, Ops
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
