@@ -34,10 +34,11 @@ from projectors.migrate import migrate
 from projectors.pg import PgPool, open_pool, retrying
 from projectors.ports import RecordSource
 from summarizer.metrics import SummarizerMetrics
-from summarizer.models import OfflineSummaryModel, SummaryModel
+from summarizer.models import OfflineSummaryModel
 from summarizer.openai_model import OpenAISummaryModel
+from summarizer.ports import SummaryModel
 from summarizer.runner import Summarizer, SummarizerOptions
-from summarizer.store import SummaryStore
+from summarizer.store import PostgresSummaryStore
 
 log = structlog.get_logger(__name__)
 
@@ -120,7 +121,7 @@ def build_summarizer(
              endpoint=config.base_url or "offline")  # fmt: skip
     return Summarizer(
         source,
-        SummaryStore(pool, consumer=consumer_name(settings)),
+        PostgresSummaryStore(pool, consumer=consumer_name(settings)),
         make_producer(event_log, settings, producer="convlog-summarizer"),
         model,
         codec=default_codec(),

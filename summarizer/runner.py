@@ -40,9 +40,9 @@ from events.producer import Appended, ConversationProducer
 from projectors.pg import retrying
 from projectors.ports import RecordSource
 from summarizer.metrics import SummarizerMetrics
-from summarizer.models import Draft, SummaryModel, count_tokens, enforce_limit
+from summarizer.models import count_tokens, enforce_limit
 from summarizer.plan import SummaryJob, plan
-from summarizer.store import SummaryStore
+from summarizer.ports import Draft, SummaryModel, SummaryStore
 
 log = structlog.get_logger(__name__)
 

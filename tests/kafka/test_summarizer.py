@@ -35,7 +35,7 @@ from query_api.models import model_spec
 from query_api.reads import PostgresReadModels
 from summarizer.openai_model import OpenAISummaryModel
 from summarizer.runner import Summarizer, SummarizerOptions
-from summarizer.store import SummaryStore
+from summarizer.store import PostgresSummaryStore
 from tests.fake_llm import MARKER, FakeLLM
 from tests.projection_support import Projection, project_all, projection_database
 from tests.support import free_port, unique_topic
@@ -96,7 +96,7 @@ def make_summarizer(
     model = OpenAISummaryModel(base_url=fake.base_url, api_key="test", model="fake-summarizer",
                                timeout_s=1.0, max_retries=0)  # fmt: skip
     return Summarizer(
-        LogSource(reader), SummaryStore(projection.pool, consumer=f"summarizer.{topic}"),
+        LogSource(reader), PostgresSummaryStore(projection.pool, consumer=f"summarizer.{topic}"),
         ConversationProducer(writer, producer="summarizer"), model, codec=default_codec(),
         log_ends=reader.end_offsets,
         options=SummarizerOptions(fetch_timeout_s=0.1, retry_base_s=0.1, retry_max_delay_s=0.5, **options),
@@ -324,7 +324,7 @@ async def test_sigkill_right_after_the_answer_records_exactly_one_summary(
 def another_summarizer(s: Stack, fake: FakeLLM, log: KafkaEventLog) -> Summarizer:
     model = OpenAISummaryModel(base_url=fake.base_url, api_key="test", model="fake-summarizer", max_retries=0)
     return Summarizer(
-        LogSource(log), SummaryStore(s.projection.pool, consumer=f"summarizer.{s.topic}"),
+        LogSource(log), PostgresSummaryStore(s.projection.pool, consumer=f"summarizer.{s.topic}"),
         ConversationProducer(s.log, producer="summarizer"), model, codec=default_codec(), log_ends=log.end_offsets,
         options=SummarizerOptions(fetch_timeout_s=0.1),
     )  # fmt: skip
