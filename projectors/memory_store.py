@@ -6,6 +6,8 @@ like Postgres', duplicates ignored, poison dead-lettered and its conversation pa
 read-model contract suite (tests/contract/test_read_models_contract.py) runs against it and the
 query API can be tested without Postgres. A batch is folded first and written after: nothing
 here can fail half-way, so there is no transaction to roll back, and memory refuses no row.
+Operators' work (releasing or skipping dead letters, rebuilds, verify) stays on Postgres: this
+store has no ``resolve`` and no skips.
 
 The redaction, erasure and summary-withdrawal writes below mirror projectors/writes.py's
 UPDATEs one for one; the contract suite holds them equal. (Issue 13 item 1 moves those

@@ -1,5 +1,7 @@
-"""What the query API reads from the live projection version's read models: the inputs of a
-context, a user's conversations, the audit transcript, existence and projection positions.
+"""The Postgres adapter of the read-model port (:class:`~query_api.ports.ReadModels`): what the
+query API reads from the live projection version's schema — the inputs of a context, a user's
+conversations, the audit transcript, existence and projection positions. The types it returns,
+the page limits and the entries' shape are the port's (query_api/ports.py).
 
 Every statement is parameterised; the schema (and the token columns of an encoding) are
 composed as identifiers. Driver errors leave as convlog errors (:func:`convert_pg_error`):
