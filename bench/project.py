@@ -34,13 +34,13 @@ from events.kafka_log import KafkaEventLog
 from events.keys import ConversationKey
 from events.producer import ConversationProducer
 from projectors.fold import BatchInputs, decode_batch, fold_batch
+from projectors.log_source import LogSource
 from projectors.migrate import migrate
 from projectors.pg import open_pool
 from projectors.rows import TRANSCRIPT_COLUMNS, column_list, transcript_copy_rows
 from projectors.runner import Projector
-from projectors.sources import LogSource
 from projectors.state import TranscriptRow, countable_text
-from projectors.store import ProjectionStore
+from projectors.store import PostgresProjectionStore
 from projectors.tokens import ENCODINGS, TokenCounter
 from projectors.versions import ProjectionVersion, create_version
 from projectors.window import WindowPolicy
@@ -183,7 +183,7 @@ async def main() -> None:
     version, copy_s = await raw_copy(pool, rows)
 
     log = await KafkaEventLog.connect(bootstrap=bootstrap, topic=topic, partitions=12)
-    store = ProjectionStore(pool, schema=version.schema, codec=default_codec(), counter=counter,
+    store = PostgresProjectionStore(pool, schema=version.schema, codec=default_codec(), counter=counter,
                             policy=WindowPolicy(), max_event_bytes=1 << 20)  # fmt: skip
     projector = Projector(LogSource(log), store, batch_size=args.batch_size, fetch_timeout_s=0.2)
     until = await log.end_offsets()

@@ -18,7 +18,7 @@ import structlog
 
 from events.errors import LogBehindReadModelsError
 from events.log import Coordinates, EventLog, ReadBatch
-from query_api.reads import ReadModels
+from query_api.ports import ReadModels
 
 log = structlog.get_logger(__name__)
 

@@ -17,11 +17,13 @@ from convlog.settings import Settings, env_number
 from convlog.wiring import open_event_log
 from events.codec import default_codec
 from events.log import EventLog
+from projectors.kafka_source import KafkaGroupSource
+from projectors.log_source import LogSource
 from projectors.migrate import migrate
 from projectors.pg import PgPool, open_pool, retrying
+from projectors.ports import RecordSource
 from projectors.runner import Projector, ProjectorStats
-from projectors.sources import KafkaGroupSource, LogSource, RecordSource
-from projectors.store import ProjectionStore
+from projectors.store import PostgresProjectionStore
 from projectors.tokens import TokenCounter
 from projectors.topics import claim_topic
 from projectors.versions import ensure_live_version, live_version
@@ -50,7 +52,7 @@ def build_projector(
         source = LogSource(event_log)
     else:
         raise ValueError("the embedded log must be passed in: only one process may open it")
-    store = ProjectionStore(
+    store = PostgresProjectionStore(
         pool,
         schema=schema,
         codec=default_codec(),

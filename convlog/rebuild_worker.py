@@ -20,8 +20,8 @@ from convlog.rebuilding import RETRIABLE, load_counter, make_store, poison_stop
 from convlog.settings import Settings
 from events.errors import ConvlogError
 from projectors.fold import PoisonRecordError
+from projectors.log_source import LogSource
 from projectors.runner import Projector
-from projectors.sources import LogSource
 
 
 async def work(settings: Settings, args: argparse.Namespace, stop: asyncio.Event) -> int:

@@ -45,10 +45,11 @@ from events.errors import ConfigurationError, ConvlogError
 from events.log import EventLog
 from projectors.errors import ProjectionError, VersionBusyError
 from projectors.fold import PoisonRecordError
+from projectors.log_source import LogSource
 from projectors.pg import PgPool, open_pool
+from projectors.ports import ProjectionStore
 from projectors.runner import Projector
-from projectors.sources import LogSource
-from projectors.store import ProjectionStore, skip_decisions
+from projectors.store import PostgresProjectionStore, skip_decisions
 from projectors.tokens import TokenCounter
 from projectors.topics import claim_topic
 from projectors.versions import READ_MODELS, ProjectionVersion, create_version, live_version, switch, versions
@@ -124,7 +125,7 @@ async def rebuild(settings: Settings, opts: RebuildOptions, stop: asyncio.Event)
             return 0
 
 
-async def check_not_behind(store: ProjectionStore, live_read: Mapping[int, int], topic: str) -> None:
+async def check_not_behind(store: PostgresProjectionStore, live_read: Mapping[int, int], topic: str) -> None:
     """Refuse to switch to a version that read less of the log than the live one had read before
     the catch-up began: the rebuild then read another log (a wrong ``CONVLOG_TOPIC``, say)."""
     reached = await store.positions(sorted(live_read))
@@ -201,14 +202,14 @@ def load_counter() -> asyncio.Task[TokenCounter]:
 
 async def make_store(
     settings: Settings, pool: PgPool, schema: str, counter: TokenCounter, *, park_poison: bool
-) -> ProjectionStore:
+) -> PostgresProjectionStore:
     """The store a rebuild writes ``schema`` with. Poison records an operator skipped in the live
     version are skipped here too (with the same reason): the log does not hold that decision,
     and without it the rebuild would stop there, or park the conversation, and differ."""
     async with pool.connection() as conn:
         live = await live_version(conn)
         skips = await skip_decisions(conn, live.schema) if live is not None and live.schema != schema else {}
-    return ProjectionStore(pool, schema=schema, codec=default_codec(), counter=counter,
+    return PostgresProjectionStore(pool, schema=schema, codec=default_codec(), counter=counter,
                            policy=WindowPolicy.from_env(os.environ), max_event_bytes=settings.max_event_bytes,
                            fail_fast=not park_poison, skips=skips)  # fmt: skip
 

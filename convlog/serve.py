@@ -36,7 +36,7 @@ from projectors.versions import live_version
 from projectors.window import WindowPolicy
 from query_api.http import ApiDeps, create_app
 from query_api.metrics import Metrics
-from query_api.reads import ReadModels
+from query_api.reads import PostgresReadModels
 from summarizer.runner import Summarizer
 
 log = structlog.get_logger(__name__)
@@ -71,17 +71,17 @@ class _LiveReads:
 
     def __init__(self, pool: PgPool, ttl_s: float = 5.0) -> None:
         self._pool, self._ttl_s = pool, ttl_s
-        self._reads: ReadModels | None = None
+        self._reads: PostgresReadModels | None = None
         self._at = 0.0
 
-    async def __call__(self) -> ReadModels:
+    async def __call__(self) -> PostgresReadModels:
         if self._reads is None or time.monotonic() - self._at > self._ttl_s:
             async with self._pool.connection() as conn:
                 live = await live_version(conn)
             if live is None:
                 raise ConfigurationError("no live read-models version (run convlog migrate / convlog project)")
             if self._reads is None or self._reads.schema != live.schema:
-                self._reads = ReadModels(self._pool, schema=live.schema)
+                self._reads = PostgresReadModels(self._pool, schema=live.schema)
             self._at = time.monotonic()
         return self._reads
 

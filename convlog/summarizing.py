@@ -28,14 +28,17 @@ from convlog.wiring import make_producer, open_event_log
 from events.codec import default_codec
 from events.errors import ConfigurationError
 from events.log import EventLog
+from projectors.kafka_source import KafkaGroupSource
+from projectors.log_source import LogSource
 from projectors.migrate import migrate
 from projectors.pg import PgPool, open_pool, retrying
-from projectors.sources import KafkaGroupSource, LogSource, RecordSource
+from projectors.ports import RecordSource
 from summarizer.metrics import SummarizerMetrics
-from summarizer.models import OfflineSummaryModel, SummaryModel
+from summarizer.models import OfflineSummaryModel
 from summarizer.openai_model import OpenAISummaryModel
+from summarizer.ports import SummaryModel
 from summarizer.runner import Summarizer, SummarizerOptions
-from summarizer.store import SummaryStore
+from summarizer.store import PostgresSummaryStore
 
 log = structlog.get_logger(__name__)
 
@@ -118,7 +121,7 @@ def build_summarizer(
              endpoint=config.base_url or "offline")  # fmt: skip
     return Summarizer(
         source,
-        SummaryStore(pool, consumer=consumer_name(settings)),
+        PostgresSummaryStore(pool, consumer=consumer_name(settings)),
         make_producer(event_log, settings, producer="convlog-summarizer"),
         model,
         codec=default_codec(),

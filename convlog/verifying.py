@@ -31,7 +31,7 @@ from events.codec import default_codec
 from events.errors import ConfigurationError
 from events.log import EventLog
 from projectors.pg import PgPool
-from projectors.store import ProjectionStore, skip_decisions
+from projectors.store import PostgresProjectionStore, skip_decisions
 from projectors.tokens import TokenCounter
 from projectors.topics import claim_topic
 from projectors.versions import CHECKED_TABLES, checksums, live_version
@@ -130,7 +130,7 @@ async def compare_settled(conn: Conn, reference: str, checked: str) -> Compariso
 
 
 async def replay(
-    event_log: EventLog, store: ProjectionStore, until: Mapping[int, int], keys: Collection[str] | None,
+    event_log: EventLog, store: PostgresProjectionStore, until: Mapping[int, int], keys: Collection[str] | None,
     *, batch_size: int, stop: asyncio.Event, read: list[int],
 ) -> bool:  # fmt: skip
     """Apply the records before ``until`` whose conversation is in ``keys`` (all when None) to
@@ -204,7 +204,7 @@ async def _verify(
         await conn.execute(sql.SQL(ddl).format(schema=sql.Identifier(scratch)))
     try:
         policy = WindowPolicy.from_env(os.environ)
-        store = ProjectionStore(pool, schema=scratch, codec=default_codec(), counter=TokenCounter(),
+        store = PostgresProjectionStore(pool, schema=scratch, codec=default_codec(), counter=TokenCounter(),
                                 policy=policy, max_event_bytes=settings.max_event_bytes, skips=skips)  # fmt: skip
         read = [0]
         bar = progress_bar(sum(until.values()), "replay")

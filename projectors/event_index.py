@@ -16,6 +16,7 @@ from typing import Any
 from psycopg import AsyncConnection, AsyncCursor, sql
 
 from projectors.fold import Decoded
+from projectors.rows import index_rows
 
 _DDL = resources.files("projectors").joinpath("sql/event_index.sql")
 INDEX_COLUMNS = ("conversation_key", "event_id", "partition", "offset")
@@ -39,20 +40,6 @@ async def ensure_event_index(conn: AsyncConnection[Any], schema: str) -> None:
                 "SELECT partition, next_offset FROM {s}.positions WHERE next_offset > 0"
             ).format(s=s)
         )
-
-
-def index_rows(decoded: Sequence[Decoded]) -> list[tuple[str, str, int, int]]:
-    """One row per record with a readable conversation key (no reader can ask for the others).
-    A NUL cannot be stored in ``text`` and no reader can ask for one (the API refuses them; only
-    a foreign record carries one): a record whose key has one is left out, an event id with one
-    is indexed as ''."""
-    rows = []
-    for d in decoded:
-        if d.key is None or "\x00" in d.key:
-            continue
-        event_id = d.event.event_id if d.event is not None else ""
-        rows.append((d.key, "" if "\x00" in event_id else event_id, d.record.partition, d.record.offset))
-    return rows
 
 
 async def write_event_index(cur: AsyncCursor[Any], schema: str, decoded: Sequence[Decoded]) -> None:

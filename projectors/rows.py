@@ -9,6 +9,7 @@ from typing import Any, Protocol
 
 from events.keys import ConversationKey
 from events.log import LogRecord
+from projectors.fold import Decoded
 from projectors.state import (
     ConversationState,
     SummaryRow,
@@ -174,3 +175,17 @@ def record_from_row(row: dict[str, Any]) -> LogRecord:
         partition=row["partition"], offset=row["offset"], key=bytes(row["record_key"]),
         value=bytes(row["record_value"]), timestamp=timestamp, headers=headers,
     )  # fmt: skip
+
+
+def index_rows(decoded: Sequence[Decoded]) -> list[tuple[str, str, int, int]]:
+    """One row per record with a readable conversation key (no reader can ask for the others).
+    A NUL cannot be stored in ``text`` and no reader can ask for one (the API refuses them; only
+    a foreign record carries one): a record whose key has one is left out, an event id with one
+    is indexed as ''."""
+    rows = []
+    for d in decoded:
+        if d.key is None or "\x00" in d.key:
+            continue
+        event_id = d.event.event_id if d.event is not None else ""
+        rows.append((d.key, "" if "\x00" in event_id else event_id, d.record.partition, d.record.offset))
+    return rows

@@ -21,8 +21,7 @@ import structlog
 from events.log import LogRecord
 from projectors.errors import PositionConflictError, StoreUnavailableError
 from projectors.pg import retrying
-from projectors.sources import RecordSource, UnreadableBatch
-from projectors.store import BatchReport, ProjectionStore
+from projectors.ports import BatchReport, ProjectionStore, RecordSource, UnreadableBatch
 
 log = structlog.get_logger(__name__)
 

@@ -13,7 +13,6 @@ rest of the batch goes on. A batch Postgres accepts is written once, as before.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, LiteralString
 
 import psycopg
@@ -29,6 +28,7 @@ from projectors.event_index import ensure_event_index, write_event_index
 from projectors.fold import BatchInputs, BatchOutcome, Decoded, decode_batch, fold_batch, lookups
 from projectors.isolation import as_refused, first_refused
 from projectors.pg import convert_pg_error
+from projectors.ports import UNREADABLE_BATCH, BatchReport
 from projectors.rows import TokenCounting, record_from_row, state_from_row
 from projectors.state import ConversationState
 from projectors.window import WindowPolicy
@@ -37,22 +37,9 @@ from projectors.writes import DEAD_LETTER_INSERT, BatchWriter
 Cursor = AsyncCursor[Any]
 log = structlog.get_logger(__name__)
 
-# The error code of a dead letter for a part of the log that cannot be read at all (a record
-# batch the Kafka client cannot decompress or whose checksum fails): no record, no conversation.
-UNREADABLE_BATCH = "unreadable_batch"
 
-
-@dataclass(frozen=True, slots=True)
-class BatchReport:
-    positions: dict[int, int]  # the new next offsets of the batch's partitions
-    applied: int
-    duplicates: int
-    dead_lettered: int
-    held: int
-
-
-class ProjectionStore:
-    """Applies records to the read models in one Postgres schema (one projection version)."""
+class PostgresProjectionStore:
+    """The :class:`~projectors.ports.ProjectionStore` of one Postgres schema (one projection version)."""
 
     def __init__(
         self,

@@ -27,7 +27,7 @@ from projectors.tokens import text_counter
 from projectors.window import WindowPolicy
 from query_api.context import context_start
 from query_api.model import StoredMessage, StoredSummary
-from query_api.reads import ContextInputs
+from query_api.ports import ContextInputs
 
 
 @dataclass(frozen=True, slots=True)

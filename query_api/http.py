@@ -38,7 +38,7 @@ from query_api.idempotency import IdempotencyKeyReusedError, IdempotentAppends
 from query_api.log_reads import conversation_records, log_holds
 from query_api.metrics import Metrics
 from query_api.model import Context, ContextBudgetExceededError, ContextRequest, ModelSpec
-from query_api.reads import MAX_CURSOR_CHARS, ContextInputs, ReadModels
+from query_api.ports import MAX_CURSOR_CHARS, ContextInputs, ReadModels
 from query_api.served import context_as_of, context_body
 
 PREFIX = "/v1/users/{user_id}/conversations"

@@ -35,7 +35,7 @@ from events.model import Event
 from events.producer import Appended, ConversationProducer, appended_at
 from events.reading import conversation_events
 from query_api.log_reads import indexed_events, read_range
-from query_api.reads import ReadModels
+from query_api.ports import ReadModels
 
 REMEMBERED_KEYS = 10_000  # recent appends answered without Postgres or the log
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

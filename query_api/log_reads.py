@@ -17,7 +17,7 @@ from events.keys import ConversationKey, partition_for_key
 from events.log import EventLog, LogRecord
 from events.model import Event
 from events.reading import conversation_events
-from query_api.reads import LoggedAt, ReadModels
+from query_api.ports import LoggedAt, ReadModels
 
 # Records of other conversations read through rather than given a fetch of their own: a fetch
 # returns a whole batch from the broker anyway, so a short detour costs less than a round trip.

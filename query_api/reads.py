@@ -1,5 +1,7 @@
-"""What the query API reads from the live projection version's read models: the inputs of a
-context, a user's conversations, the audit transcript, existence and projection positions.
+"""The Postgres adapter of the read-model port (:class:`~query_api.ports.ReadModels`): what the
+query API reads from the live projection version's schema — the inputs of a context, a user's
+conversations, the audit transcript, existence and projection positions. The types it returns,
+the page limits and the entries' shape are the port's (query_api/ports.py).
 
 Every statement is parameterised; the schema (and the token columns of an encoding) are
 composed as identifiers. Driver errors leave as convlog errors (:func:`~projectors.pg.pg_errors`):
@@ -9,10 +11,8 @@ retriable ones as :class:`~projectors.errors.StoreUnavailableError`, the rest as
 
 from __future__ import annotations
 
-import base64
-import binascii
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, LiteralString
 
@@ -22,17 +22,24 @@ from psycopg.rows import dict_row
 
 from events.errors import InvalidRequestError
 from events.keys import ConversationKey
-from events.strict_json import compact_json, parse_json
 from projectors.pg import PgPool, pg_errors
 from projectors.read_sql import WINDOW_AND_CURRENT_SUMMARY
 from projectors.tokens import ENCODINGS, cached_counter
 from query_api.model import StoredMessage, StoredSummary
+from query_api.ports import (
+    ContextInputs,
+    ConversationListItem,
+    LoggedAt,
+    check_limit,
+    decode_cursor,
+    encode_cursor,
+    summary_entries,
+    transcript_entry,
+    usable_turns,
+)
 
-__all__ = ["MAX_CURSOR_CHARS", "MAX_PAGE", "ContextInputs", "ConversationListItem", "LoggedAt", "ReadModels",
-           "decode_cursor", "encode_cursor"]  # fmt: skip
+__all__ = ["PostgresReadModels"]
 
-MAX_PAGE = 1000
-MAX_CURSOR_CHARS = 2048
 _NEWEST = (1 << 63) - 1  # "before" of the first transcript page
 
 # One snapshot for the context's statements: a projector committing in between cannot tear it.
@@ -88,12 +95,6 @@ SELECT c.epoch AS current_epoch, m.seq, m.partition, m."offset", m.event_id, m.s
        m.occurred_at, m.erased_at
 FROM {s}.conversations c LEFT JOIN {s}.summaries m ON m.conversation_key = c.conversation_key
 WHERE c.conversation_key = %s ORDER BY m.seq"""
-_SUMMARY_FIELDS = ("seq", "partition", "offset", "event_id", "summary_id", "epoch", "text", "covers_through_message_id",
-                   "model", "prompt_version", "input_tokens", "output_tokens", "summary_tokens")  # fmt: skip
-_ENTRY_FIELDS = (
-    "seq", "partition", "offset", "event_id", "message_id", "role", "content", "name", "tool_calls", "tool_call_id",
-    "reasoning_content", "thinking_duration_ms", "finish_reason", "model", "usage", "metadata", "epoch", "flag",
-)  # fmt: skip
 
 _ITEM = """
 SELECT conversation_id, title, started_at, last_activity_at, message_count, turn_count, erased_at IS NOT NULL,
@@ -124,54 +125,8 @@ SELECT (SELECT next_offset FROM {s}.positions WHERE partition = %(p)s),
 _MESSAGE_EVENT_AT = 'SELECT "offset" FROM {s}.transcript WHERE conversation_key = %s AND event_id = %s ORDER BY seq'
 
 
-@dataclass(frozen=True, slots=True)
-class ContextInputs:
-    """What a context is assembled from (query_api.context.assemble), read in one snapshot."""
-
-    conversation_key: ConversationKey
-    epoch: int
-    parked: bool  # the projection holds records of this conversation back: the context may be stale
-    system: tuple[StoredMessage, ...]  # every system message, any epoch, in seq order
-    summary: StoredSummary | None  # the current epoch's latest summary that was not erased
-    window_start: int | None
-    messages: tuple[StoredMessage, ...]  # non-system, current epoch, from min(window, after summary)
-    partition: int
-    last_offset: int  # the log position the read models reflect for this conversation
-    complete: bool = True  # messages reach back to the start (False: only the newest were read)
-    usable_turns: int | None = None  # with complete=False: the turns from the start a context may use
-
-
-@dataclass(frozen=True, slots=True)
-class LoggedAt:
-    """Where a conversation's records are in the log, as the read models know it."""
-
-    partition: int
-    offsets: tuple[int, ...]  # of its records below ``projected``, ascending (the event index)
-    projected: int  # the projection's next offset on the partition: records from here on are not indexed yet
-    first_offset: int | None  # of its first event, once projected
-    index_from: int = 0  # the index starts here on the partition (a version made before it existed)
-
-    @property
-    def indexed(self) -> bool:
-        """Every projected record of the conversation is in ``offsets`` (else scan from its first)."""
-        return self.first_offset is None or self.first_offset >= self.index_from
-
-
-@dataclass(frozen=True, slots=True)
-class ConversationListItem:
-    conversation_id: str
-    title: str | None
-    started_at: datetime
-    last_activity_at: datetime | None
-    message_count: int
-    turn_count: int
-    erased: bool
-    cleared: bool
-    parked: bool
-
-
-class ReadModels:
-    """Reads of one projection version's schema (normally the live one)."""
+class PostgresReadModels:
+    """The :class:`~query_api.ports.ReadModels` of one projection version's schema (normally the live one)."""
 
     def __init__(self, pool: PgPool, *, schema: str) -> None:
         self._pool = pool
@@ -228,13 +183,14 @@ class ReadModels:
             return ContextInputs(key, epoch, parked, system, summary, window_start, _messages(rows), partition,
                                  last_offset)  # fmt: skip
         messages = _messages(list(reversed(rows)))
-        usable_turns = 0
+        usable = 0
         if first is not None:
             first_turn, first_is_user, redacted_questions = first
-            usable_turns = turn_count - first_turn + (1 if first_is_user else 0) - redacted_questions
+            usable = usable_turns(turn_count, first_turn, first_is_user=first_is_user,
+                                  redacted_questions=redacted_questions)  # fmt: skip
         return ContextInputs(
             key, epoch, parked, system, summary, window_start, messages, partition, last_offset,
-            complete=len(messages) < newest, usable_turns=usable_turns,
+            complete=len(messages) < newest, usable_turns=usable,
         )  # fmt: skip
 
     async def list_conversations(
@@ -243,7 +199,7 @@ class ReadModels:
         """One user's conversations, latest user activity first (never active ones last, then by
         id), and the cursor of the next page (None on the last one). ``before`` is such a cursor;
         a malformed one raises :class:`InvalidRequestError`."""
-        _check_limit(limit)
+        check_limit(limit)
         ts: datetime | None = _FAR_FUTURE
         active_after, idle_after = "", ""
         if before is not None:
@@ -264,7 +220,7 @@ class ReadModels:
         """The ``limit`` messages before seq ``before`` (default: the newest), oldest first, as
         JSON-ready dicts, and the ``before`` of the next older page (None: nothing older).
         None when the conversation is unknown."""
-        _check_limit(limit)
+        check_limit(limit)
         k = str(key)
         with pg_errors(f"read the transcript of {k}"):
             async with self._pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
@@ -274,7 +230,7 @@ class ReadModels:
             return None
         page = [r for r in rows if r["seq"] is not None]  # a known conversation with no such rows: one NULL row
         next_before = page[limit - 1]["seq"] if len(page) > limit else None
-        return [_entry(r) for r in reversed(page[:limit])], next_before
+        return [transcript_entry(r) for r in reversed(page[:limit])], next_before
 
     async def summaries(self, key: ConversationKey) -> list[dict[str, Any]] | None:
         """Every summary the conversation has had, oldest first, as JSON-ready dicts with a
@@ -288,10 +244,7 @@ class ReadModels:
                 rows = await cur.fetchall()
         if not rows:
             return None
-        found = [r for r in rows if r["seq"] is not None]
-        usable = [r for r in found if r["text"] is not None and r["epoch"] == r["current_epoch"]]
-        current = usable[-1]["seq"] if usable else None
-        return [_summary_entry(r, current) for r in found]
+        return summary_entries([r for r in rows if r["seq"] is not None], current_epoch=rows[0]["current_epoch"])
 
     async def conversation_exists(self, key: ConversationKey) -> bool:
         return await self.first_offset(key) is not None
@@ -338,39 +291,6 @@ class ReadModels:
         return int(row[0]) if row else 0
 
 
-def encode_cursor(last_activity_at: datetime | None, conversation_id: str) -> str:
-    """An opaque cursor: at most 1,450 characters for a 256-character conversation id."""
-    value = [last_activity_at.isoformat() if last_activity_at else None, conversation_id]
-    raw = compact_json(value)
-    return base64.urlsafe_b64encode(raw.encode("utf-8")).decode("ascii").rstrip("=")
-
-
-def decode_cursor(cursor: str) -> tuple[datetime | None, str]:
-    """Inverse of :func:`encode_cursor`; :class:`InvalidRequestError` for anything it did not make."""
-    try:
-        return _parse_cursor(cursor)
-    except (ValueError, TypeError, binascii.Error) as e:  # JSON and Unicode errors are ValueErrors
-        raise InvalidRequestError(f"malformed conversation list cursor {cursor[:64]!r}: {e}") from e
-
-
-def _parse_cursor(cursor: str) -> tuple[datetime | None, str]:
-    if len(cursor) > MAX_CURSOR_CHARS:
-        raise ValueError("too long")
-    raw = base64.b64decode(cursor + "=" * (-len(cursor) % 4), altchars=b"-_", validate=True)
-    value = parse_json(raw.decode("utf-8"))  # client text: strictly, like every JSON a client sends
-    if not (isinstance(value, list) and len(value) == 2 and isinstance(value[1], str) and value[1]):
-        raise ValueError("not a [last_activity_at, conversation_id] pair")
-    ts = None if value[0] is None else datetime.fromisoformat(value[0])
-    if ts is not None and ts.tzinfo is None:
-        raise ValueError("timestamp without a time zone")
-    return ts, value[1]
-
-
-def _check_limit(limit: int) -> None:
-    if not 1 <= limit <= MAX_PAGE:
-        raise InvalidRequestError(f"limit must be between 1 and {MAX_PAGE}, got {limit}")
-
-
 def _messages(rows: Sequence[tuple[Any, ...]]) -> tuple[StoredMessage, ...]:
     return tuple(_message(list(r)) for r in rows)
 
@@ -378,26 +298,3 @@ def _messages(rows: Sequence[tuple[Any, ...]]) -> tuple[StoredMessage, ...]:
 def _message(fields: list[Any]) -> StoredMessage:
     fields[6] = tuple(fields[6] or ())  # tool_calls: jsonb list (or NULL) -> tuple of dicts
     return StoredMessage(*fields)
-
-
-def _entry(r: dict[str, Any]) -> dict[str, Any]:
-    entry = {f: r[f] for f in _ENTRY_FIELDS}
-    entry["occurred_at"] = r["occurred_at"].isoformat()
-    entry["tokens"] = {"o200k_base": r["tokens_o200k"], "cl100k_base": r["tokens_cl100k"]}
-    redacted_at, erased_at = r["redacted_at"], r["erased_at"]
-    entry["redacted"] = {"at": redacted_at.isoformat(), "reason": r["redaction_reason"]} if redacted_at else None
-    entry["erased_at"] = erased_at.isoformat() if erased_at else None
-    return entry
-
-
-def _summary_entry(r: dict[str, Any], current: int | None) -> dict[str, Any]:
-    entry = {f: r[f] for f in _SUMMARY_FIELDS}
-    entry["occurred_at"] = r["occurred_at"].isoformat()
-    entry["erased_at"] = r["erased_at"].isoformat() if r["erased_at"] else None
-    if r["erased_at"] is not None:
-        entry["status"] = "erased"
-    elif r["text"] is None:
-        entry["status"] = "withdrawn"
-    else:
-        entry["status"] = "current" if r["seq"] == current else "superseded"
-    return entry

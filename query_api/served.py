@@ -17,7 +17,7 @@ from projectors.window import WindowPolicy
 from query_api.as_of import BeforeMessage, context_inputs_as_of
 from query_api.context import assemble
 from query_api.model import Context, ContextRequest, ModelSpec
-from query_api.reads import ContextInputs
+from query_api.ports import ContextInputs
 
 
 async def context_as_of(

@@ -1,43 +1,19 @@
-"""The summary model port, the deterministic offline model, and the size limit every summary obeys.
+"""The deterministic offline summary model, and the size limit every summary obeys.
 
-A :class:`SummaryModel` turns a :class:`~summarizer.plan.SummaryJob` (the summary so far and the
-turns to fold in) into a :class:`Draft`. The OpenAI-compatible implementation lives in
-:mod:`summarizer.openai_model`; :class:`OfflineSummaryModel` needs no network and answers the
-same for the same input, so the demo and the tests run anywhere.
+:class:`OfflineSummaryModel` is an adapter of the :class:`~summarizer.ports.SummaryModel` port
+that needs no network and answers the same for the same input, so the demo and the tests run
+anywhere; the OpenAI-compatible one lives in :mod:`summarizer.openai_model`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
-
 from projectors.tokens import cached_counter, cut_to_tokens
 from projectors.turns import split_turns_by
 from summarizer.plan import SummaryJob
+from summarizer.ports import Draft
 from summarizer.transcript import USER_PREFIX
 
 SUMMARY_ENCODING = "o200k_base"  # summary sizes are measured in it, whatever model serves them
-
-
-@dataclass(frozen=True, slots=True)
-class Draft:
-    text: str
-    input_tokens: int | None = None  # as the provider reported them
-    output_tokens: int | None = None
-
-
-class SummaryModel(Protocol):
-    @property
-    def model(self) -> str:
-        """The model name recorded in the event."""
-        ...
-
-    @property
-    def prompt_version(self) -> str:
-        """The prompt's version, recorded in the event and part of its id."""
-        ...
-
-    async def summarize(self, job: SummaryJob, *, max_tokens: int) -> Draft: ...
 
 
 def count_tokens(text: str) -> int:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import openai
 
 from summarizer.errors import LLMRejectedError, LLMUnavailableError
-from summarizer.models import Draft
 from summarizer.plan import SummaryJob
+from summarizer.ports import Draft
 from summarizer.prompt import PROMPT_VERSION, build_messages
 
 _RETRIABLE_STATUS = frozenset({408, 409, 429})

@@ -38,11 +38,11 @@ from events.log import LogRecord
 from events.model import MessageAppended, MessageRedacted, SummaryRecorded
 from events.producer import Appended, ConversationProducer
 from projectors.pg import retrying
-from projectors.sources import RecordSource
+from projectors.ports import RecordSource
 from summarizer.metrics import SummarizerMetrics
-from summarizer.models import Draft, SummaryModel, count_tokens, enforce_limit
+from summarizer.models import count_tokens, enforce_limit
 from summarizer.plan import SummaryJob, plan
-from summarizer.store import SummaryStore
+from summarizer.ports import Draft, SummaryModel, SummaryStore
 
 log = structlog.get_logger(__name__)
 

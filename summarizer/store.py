@@ -38,7 +38,9 @@ SELECT seq, message_id FROM {s}.transcript
 WHERE conversation_key = %s AND epoch = %s AND seq < %s AND redacted_at IS NOT NULL ORDER BY seq"""
 
 
-class SummaryStore:
+class PostgresSummaryStore:
+    """The :class:`~summarizer.ports.SummaryStore` in Postgres: positions in ``convlog``, reads in a version."""
+
     def __init__(self, pool: PgPool, *, consumer: str) -> None:
         self._pool = pool
         self.consumer = consumer

@@ -16,11 +16,12 @@ from psycopg.conninfo import make_conninfo
 
 from events.codec import EventCodec, default_codec
 from events.log import EventLog
+from projectors.log_source import LogSource
 from projectors.migrate import migrate
 from projectors.pg import PgPool, open_pool
+from projectors.ports import ProjectionStore
 from projectors.runner import Projector
-from projectors.sources import LogSource
-from projectors.store import ProjectionStore
+from projectors.store import PostgresProjectionStore
 from projectors.tokens import TokenCounter
 from projectors.versions import ProjectionVersion, create_version
 from projectors.window import WindowPolicy
@@ -49,8 +50,8 @@ class Projection:
     def store(
         self, *, schema: str | None = None, codec: EventCodec | None = None, fail_fast: bool = False,
         policy: WindowPolicy | None = None, max_event_bytes: int = 1 << 20,
-    ) -> ProjectionStore:  # fmt: skip
-        return ProjectionStore(
+    ) -> PostgresProjectionStore:  # fmt: skip
+        return PostgresProjectionStore(
             self.pool, schema=schema or self.version.schema, codec=codec or default_codec(), counter=COUNTER,
             policy=policy or WindowPolicy(), max_event_bytes=max_event_bytes, fail_fast=fail_fast,
         )  # fmt: skip

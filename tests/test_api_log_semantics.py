@@ -26,7 +26,7 @@ from query_api.events_json import events_json
 from query_api.http import ApiDeps, create_app
 from query_api.metrics import Metrics
 from query_api.model import ContextRequest
-from query_api.reads import ReadModels
+from query_api.reads import PostgresReadModels
 from query_api.served import context_as_of, context_body
 from tests.projection_support import Projection, project_all
 
@@ -89,9 +89,9 @@ class Api:
 
 
 def _deps(log: EventLog, projection: Projection) -> ApiDeps:
-    reads = ReadModels(projection.pool, schema=projection.version.schema)
+    reads = PostgresReadModels(projection.pool, schema=projection.version.schema)
 
-    async def live_reads() -> ReadModels:
+    async def live_reads() -> PostgresReadModels:
         return reads
 
     async def readiness() -> dict[str, Any]:

@@ -24,7 +24,8 @@ from events.producer import ConversationProducer
 from projectors.errors import ProjectionError, StoreUnavailableError
 from projectors.pg import open_pool
 from projectors.tokens import text_counter
-from query_api.reads import MAX_CURSOR_CHARS, ContextInputs, ReadModels, decode_cursor, encode_cursor
+from query_api.ports import MAX_CURSOR_CHARS, ContextInputs, decode_cursor, encode_cursor
+from query_api.reads import PostgresReadModels
 from tests.projection_support import Projection, project_all
 
 OA = ConversationKey("acme", "employee-42", "oa")
@@ -33,15 +34,15 @@ UNKNOWN = ConversationKey("acme", "employee-42", "never-started")
 
 
 @pytest.fixture
-def reads(projection: Projection) -> ReadModels:
-    return ReadModels(projection.pool, schema=projection.version.schema)
+def reads(projection: Projection) -> PostgresReadModels:
+    return PostgresReadModels(projection.pool, schema=projection.version.schema)
 
 
 def count(encoding: str, text: str) -> int:
     return text_counter(encoding)(text)
 
 
-async def context(reads: ReadModels, key: ConversationKey, encoding: str = "o200k_base") -> ContextInputs:
+async def context(reads: PostgresReadModels, key: ConversationKey, encoding: str = "o200k_base") -> ContextInputs:
     inputs = await reads.context_inputs(key, encoding=encoding)
     assert inputs is not None
     return inputs
@@ -54,7 +55,7 @@ def summary(covers: str | None, summary_id: str = "s1", text: str = "They discus
 
 @pytest.mark.postgres
 async def test_the_oa_context_without_a_summary_keeps_every_turn_of_the_epoch(
-    projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer, reads: ReadModels
+    projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer, reads: PostgresReadModels
 ) -> None:
     done = await append_oa_conversation(producer, OA)
     await project_all(log, projection.store())
@@ -73,7 +74,11 @@ async def test_the_oa_context_without_a_summary_keeps_every_turn_of_the_epoch(
 @pytest.mark.postgres
 @pytest.mark.parametrize("encoding", ["o200k_base", "cl100k_base"])
 async def test_token_counts_are_those_of_the_requested_encoding(
-    projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer, reads: ReadModels, encoding: str
+    projection: Projection,
+    log: EmbeddedEventLog,
+    producer: ConversationProducer,
+    reads: PostgresReadModels,
+    encoding: str,
 ) -> None:
     done = await append_oa_conversation(producer, OA)
     await producer.append(OA, summary(done[3].message_id, text="用户问了加班申请和审批流程。"))
@@ -96,7 +101,7 @@ async def test_token_counts_are_those_of_the_requested_encoding(
 
 @pytest.mark.postgres
 async def test_a_summary_moves_the_start_after_its_coverage_but_never_past_the_window(
-    projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer, reads: ReadModels
+    projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer, reads: PostgresReadModels
 ) -> None:
     done = await append_oa_conversation(producer, OA)  # done[i] has seq i - 1
     await producer.append(OA, summary(done[5].message_id))  # covers through seq 4 (turns 1-2)
@@ -124,7 +129,7 @@ async def test_a_summary_moves_the_start_after_its_coverage_but_never_past_the_w
 
 @pytest.mark.postgres
 async def test_after_a_clear_only_the_new_epoch_is_in_the_context_and_system_messages_stay(
-    projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer, reads: ReadModels
+    projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer, reads: PostgresReadModels
 ) -> None:
     done = await append_oa_conversation(producer, OA)
     await producer.append(OA, summary(done[5].message_id))
@@ -149,7 +154,7 @@ async def test_after_a_clear_only_the_new_epoch_is_in_the_context_and_system_mes
 
 @pytest.mark.postgres
 async def test_a_poison_record_parks_the_conversation(
-    projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer, reads: ReadModels
+    projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer, reads: PostgresReadModels
 ) -> None:
     await producer.append_user(OA, "first")
     await log.append(key=OA.encode(), value=b"\xc3\x01garbage")
@@ -165,7 +170,7 @@ async def test_a_poison_record_parks_the_conversation(
 
 @pytest.mark.postgres
 async def test_unknown_conversations_existence_and_positions(
-    projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer, reads: ReadModels
+    projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer, reads: PostgresReadModels
 ) -> None:
     done = await append_oa_conversation(producer, OA)
     await project_all(log, projection.store())
@@ -180,7 +185,7 @@ async def test_unknown_conversations_existence_and_positions(
 
 @pytest.mark.postgres
 async def test_the_transcript_pages_backwards_and_each_page_is_oldest_first(
-    projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer, reads: ReadModels
+    projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer, reads: PostgresReadModels
 ) -> None:
     done = await append_oa_conversation(producer, OA)
     await producer.redact(OA, done[2].message_id or "", reason="pii")
@@ -238,7 +243,7 @@ class Clock:
 
 @pytest.mark.postgres
 async def test_conversations_are_listed_by_last_user_activity_with_a_cursor(
-    projection: Projection, log: EmbeddedEventLog, reads: ReadModels
+    projection: Projection, log: EmbeddedEventLog, reads: PostgresReadModels
 ) -> None:
     clock = Clock()
     producer = ConversationProducer(log, producer="test", clock=clock)
@@ -304,7 +309,7 @@ def b64(text: str) -> str:
     ],
 )
 async def test_a_malformed_cursor_is_a_value_error(cursor: str) -> None:
-    reads = ReadModels(None, schema="s")  # type: ignore[arg-type]  # never reached
+    reads = PostgresReadModels(None, schema="s")  # type: ignore[arg-type]  # never reached
     with pytest.raises(ValueError, match="malformed conversation list cursor"):
         await reads.list_conversations("acme", "u1", before=cursor)
 
@@ -328,7 +333,7 @@ def test_the_longest_cursor_fits_the_limit() -> None:
 
 @pytest.mark.postgres
 async def test_context_statements_use_the_indexes_for_a_conversation_among_many(
-    projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer, reads: ReadModels
+    projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer, reads: PostgresReadModels
 ) -> None:
     done = await append_oa_conversation(producer, OA)
     await producer.append(OA, summary(done[5].message_id))  # the head then looks up what it covers
@@ -364,7 +369,9 @@ async def test_context_statements_use_the_indexes_for_a_conversation_among_many(
 
 
 @pytest.mark.postgres
-async def test_the_list_reads_the_activity_index_from_the_cursor_on(projection: Projection, reads: ReadModels) -> None:
+async def test_the_list_reads_the_activity_index_from_the_cursor_on(
+    projection: Projection, reads: PostgresReadModels
+) -> None:
     # 30 users with 2000 conversations each, one in ten never active; straight into the table.
     await projection.execute(
         "INSERT INTO {s}.conversations SELECT 'acme:u' || u || ':c' || c, 'acme', 'u' || u, 'c' || c, NULL, '{{}}', "
@@ -390,8 +397,8 @@ async def test_the_list_reads_the_activity_index_from_the_cursor_on(projection: 
 
 
 @pytest.mark.postgres
-async def test_driver_errors_become_convlog_errors(projection: Projection, reads: ReadModels) -> None:
-    missing = ReadModels(projection.pool, schema="convlog_read_models_v99")
+async def test_driver_errors_become_convlog_errors(projection: Projection, reads: PostgresReadModels) -> None:
+    missing = PostgresReadModels(projection.pool, schema="convlog_read_models_v99")
     with pytest.raises(ProjectionError, match="42P01") as caught:
         await missing.conversation_exists(OA)
     assert not caught.value.retriable
@@ -399,20 +406,20 @@ async def test_driver_errors_become_convlog_errors(projection: Projection, reads
         await missing.context_inputs(OA, encoding="o200k_base")  # fails inside the pipeline
     pool = await open_pool(projection.url, max_size=1, acquire_timeout_s=0.2, name="convlog-test-busy")
     try:
-        busy = ReadModels(pool, schema=projection.version.schema)
+        busy = PostgresReadModels(pool, schema=projection.version.schema)
         async with pool.connection():  # the only connection is taken: the next caller times out
             with pytest.raises(StoreUnavailableError):
                 await busy.context_inputs(OA, encoding="o200k_base")
     finally:
         await pool.close()
-    closed = ReadModels(pool, schema=projection.version.schema)
+    closed = PostgresReadModels(pool, schema=projection.version.schema)
     with pytest.raises(ProjectionError, match="closed"):
         await closed.projection_position(0)
     assert (await reads.list_conversations("acme", "employee-42")) == ([], None)
 
 
 async def test_arguments_are_checked_before_any_query() -> None:
-    reads = ReadModels(None, schema="s")  # type: ignore[arg-type]  # never reached
+    reads = PostgresReadModels(None, schema="s")  # type: ignore[arg-type]  # never reached
     with pytest.raises(ValueError, match="between 1 and 1000"):
         await reads.list_conversations("t", "u", limit=1001)
     with pytest.raises(ValueError, match="between 1 and 1000"):

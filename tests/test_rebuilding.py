@@ -15,7 +15,7 @@ from events.codec import default_codec
 from events.keys import ConversationKey
 from projectors.errors import VersionBusyError
 from projectors.pg import open_pool
-from projectors.store import ProjectionStore
+from projectors.store import PostgresProjectionStore
 from projectors.versions import create_version, switch
 from projectors.window import WindowPolicy
 from tests.projection_support import COUNTER, Projection, project_all, temporary_database
@@ -51,7 +51,7 @@ async def test_serve_follows_a_switch_and_continues_the_new_version_from_its_pos
                 await producer.append_user(KEY, f"question {i}")
             async with service.pool.connection() as conn:
                 v2 = await create_version(conn)
-            store = ProjectionStore(service.pool, schema=v2.schema, codec=default_codec(), counter=COUNTER,
+            store = PostgresProjectionStore(service.pool, schema=v2.schema, codec=default_codec(), counter=COUNTER,
                                     policy=WindowPolicy(), max_event_bytes=1 << 20, fail_fast=True)  # fmt: skip
             await project_all(log, store)  # the rebuild, beside the running projector
             async with service.pool.connection() as conn:

@@ -19,7 +19,9 @@ from events.kafka_log import KafkaEventLog
 from events.keys import ConversationKey, partition_for_key
 from events.log import EventLog, LogRecord
 from projectors.errors import PositionBeyondLogEndError, StoreUnavailableError
-from projectors.sources import KafkaGroupSource, LogSource, RecordSource
+from projectors.kafka_source import KafkaGroupSource
+from projectors.log_source import LogSource
+from projectors.ports import RecordSource
 from tests.support import unique_topic
 
 PARTITIONS = 4

@@ -12,7 +12,8 @@ from events.producer import Appended, ConversationProducer
 from projectors.versions import compare
 from projectors.window import WindowPolicy
 from query_api.as_of import context_inputs_as_of
-from query_api.reads import ContextInputs, ReadModels
+from query_api.ports import ContextInputs
+from query_api.reads import PostgresReadModels
 from tests.projection_support import Projection, project_all
 
 pytestmark = pytest.mark.postgres
@@ -34,7 +35,7 @@ async def record(producer: ConversationProducer, summary_id: str, covers: str, t
 
 
 async def live(projection: Projection) -> ContextInputs:
-    inputs = await ReadModels(projection.pool, schema=projection.version.schema).context_inputs(
+    inputs = await PostgresReadModels(projection.pool, schema=projection.version.schema).context_inputs(
         KEY, encoding="o200k_base"
     )
     assert inputs is not None
@@ -74,7 +75,7 @@ async def test_a_redaction_withdraws_the_summaries_that_cover_the_message(
     assert inputs.summary is not None
     assert inputs.summary.summary_id == "s-redo"
     assert inputs.messages[0].message_id == "u4"
-    statuses = await ReadModels(projection.pool, schema=projection.version.schema).summaries(KEY)
+    statuses = await PostgresReadModels(projection.pool, schema=projection.version.schema).summaries(KEY)
     assert [(e["summary_id"], e["status"]) for e in statuses or []] == [
         ("s-early", "superseded"), ("s-leaky", "withdrawn"), ("s-redo", "current")]  # fmt: skip
 
@@ -109,7 +110,7 @@ async def test_a_summary_landing_after_a_clear_or_erase_stays_with_the_old_epoch
     assert inputs.summary is None
     assert [m.message_id for m in inputs.messages] == ["fresh"]
     assert await projection.rows("SELECT text FROM {s}.summaries") == [(None,)]
-    statuses = await ReadModels(projection.pool, schema=projection.version.schema).summaries(KEY)
+    statuses = await PostgresReadModels(projection.pool, schema=projection.version.schema).summaries(KEY)
     assert [e["status"] for e in statuses or []] == ["withdrawn"]
     assert (await as_of(log, late.offset)).summary is None
     rebuilt = await projection.new_version()
@@ -131,7 +132,7 @@ async def test_a_summary_written_from_a_read_before_a_redaction_is_withdrawn(
     last = await producer.append(KEY, aware, event_id="s-aware")
     await project_all(log, projection.store())
 
-    statuses = await ReadModels(projection.pool, schema=projection.version.schema).summaries(KEY)
+    statuses = await PostgresReadModels(projection.pool, schema=projection.version.schema).summaries(KEY)
     assert [(e["summary_id"], e["status"]) for e in statuses or []] == [
         ("s-stale", "withdrawn"),
         ("s-aware", "current"),

@@ -1,6 +1,6 @@
 """``convlog dead-letters``: inspect parked records, release them after a fix, or skip them.
 
-Releasing and skipping go through :meth:`ProjectionStore.resolve`, the projector's own code:
+Releasing and skipping go through :meth:`PostgresProjectionStore.resolve`, the projector's own code:
 the held records of the conversation are then applied in log order in the same transaction.
 """
 
@@ -19,8 +19,9 @@ from events.codec import default_codec
 from events.errors import DecodeError
 from projectors.errors import ProjectionError
 from projectors.pg import PgPool, pg_errors
+from projectors.ports import BatchReport
 from projectors.rows import record_from_row
-from projectors.store import BatchReport, ProjectionStore
+from projectors.store import PostgresProjectionStore
 from projectors.tokens import TokenCounter
 from projectors.window import WindowPolicy
 from query_api.events_json import events_json
@@ -124,15 +125,15 @@ def _hex(data: bytes) -> str:
     return "\n".join(lines)
 
 
-def store_for(pool: PgPool, schema: str, settings: Settings) -> ProjectionStore:
+def store_for(pool: PgPool, schema: str, settings: Settings) -> PostgresProjectionStore:
     """The store the projector itself uses (same codec, window policy and size limit)."""
-    return ProjectionStore(
+    return PostgresProjectionStore(
         pool, schema=schema, codec=default_codec(), counter=TokenCounter(), policy=WindowPolicy.from_env(os.environ),
         max_event_bytes=settings.max_event_bytes,
     )  # fmt: skip
 
 
-async def resolve(store: ProjectionStore, dead_letter_id: int, *, skip_reason: str | None) -> BatchReport:
+async def resolve(store: PostgresProjectionStore, dead_letter_id: int, *, skip_reason: str | None) -> BatchReport:
     if skip_reason is not None and not skip_reason.strip():
         raise ProjectionError("a skip needs a reason (--reason); it is recorded with the dead letter")
     with pg_errors(f"resolve dead letter {dead_letter_id}"):

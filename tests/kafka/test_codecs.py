@@ -23,9 +23,10 @@ from events.codec import default_codec
 from events.keys import ConversationKey, partition_for_key
 from events.model import Event, MessageAppended
 from events.producer import EVENT_TYPE_HEADER
+from projectors.kafka_source import KafkaGroupSource
+from projectors.ports import UNREADABLE_BATCH
 from projectors.runner import Projector
-from projectors.sources import KafkaGroupSource
-from projectors.store import UNREADABLE_BATCH, ProjectionStore
+from projectors.store import PostgresProjectionStore
 from tests.kafka.ops_support import PARTITIONS, Ops
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
@@ -56,7 +57,9 @@ async def send_batch(producer: AIOKafkaProducer, topic: str, messages: list[tupl
     await asyncio.gather(*futures)
 
 
-async def project_until(bootstrap: str, topic: str, store: ProjectionStore, until: Mapping[int, int]) -> Projector:
+async def project_until(
+    bootstrap: str, topic: str, store: PostgresProjectionStore, until: Mapping[int, int]
+) -> Projector:
     """A projector as ``convlog project`` runs it (a consumer group member), until ``until``."""
     source = KafkaGroupSource(bootstrap=bootstrap, topic=topic, group_id=f"codecs.{uuid.uuid4().hex[:8]}",
                               session_timeout_ms=6000, heartbeat_interval_ms=200)  # fmt: skip
@@ -74,12 +77,12 @@ async def transcripts(ops: Ops) -> dict[str, list[str]]:
 
 
 @pytest.fixture
-def store(ops: Ops) -> ProjectionStore:
+def store(ops: Ops) -> PostgresProjectionStore:
     return ops.projection.store()
 
 
 @pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
-async def test_each_codecs_batches_project_exactly(ops: Ops, kafka_bootstrap: str, store: ProjectionStore,
+async def test_each_codecs_batches_project_exactly(ops: Ops, kafka_bootstrap: str, store: PostgresProjectionStore,
                                                    codec: str) -> None:  # fmt: skip
     producer = await compressed_producer(kafka_bootstrap, codec)
     try:
@@ -96,7 +99,7 @@ async def test_each_codecs_batches_project_exactly(ops: Ops, kafka_bootstrap: st
 
 
 async def test_an_unreadable_batch_stops_only_its_partition_and_a_restart_survives_it(
-    ops: Ops, kafka_bootstrap: str, store: ProjectionStore, monkeypatch: pytest.MonkeyPatch
+    ops: Ops, kafka_bootstrap: str, store: PostgresProjectionStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     stuck = partition_for_key(KEYS[0].encode(), PARTITIONS)
     same = [k for k in KEYS if partition_for_key(k.encode(), PARTITIONS) == stuck]

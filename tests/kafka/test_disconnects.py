@@ -21,7 +21,7 @@ from events.kafka_log import KafkaEventLog
 from events.keys import ConversationKey
 from query_api.http import ApiDeps, create_app
 from query_api.metrics import Metrics
-from query_api.reads import ReadModels
+from query_api.reads import PostgresReadModels
 from tests.kafka.ops_support import Ops
 from tests.projection_support import project_all
 from tests.support import free_port
@@ -71,8 +71,8 @@ async def serving(ops: Ops, server_of: Any) -> AsyncIterator[tuple[GatedLog, int
     await project_all(ops.log, ops.projection.store())
     gated = GatedLog(ops.log)
 
-    async def reads() -> ReadModels:
-        return ReadModels(ops.projection.pool, schema=ops.projection.version.schema)
+    async def reads() -> PostgresReadModels:
+        return PostgresReadModels(ops.projection.pool, schema=ops.projection.version.schema)
 
     async def ready() -> dict[str, object]:
         return {"ready": True}

@@ -17,7 +17,7 @@ from events.keys import ConversationKey, partition_for_key
 from events.reading import conversation_events
 from query_api.http import ApiDeps, create_app
 from query_api.metrics import Metrics
-from query_api.reads import ReadModels
+from query_api.reads import PostgresReadModels
 from tests.kafka.ops_support import PARTITIONS, REPO, Ops
 from tests.projection_support import Projection, project_all
 
@@ -193,8 +193,8 @@ async def test_replay_prints_byte_for_byte_the_context_the_api_serves_as_of_that
             assert json.loads(printed) == response.json()
 
 
-async def _reads(projection: Projection) -> ReadModels:
-    return ReadModels(projection.pool, schema=projection.version.schema)
+async def _reads(projection: Projection) -> PostgresReadModels:
+    return PostgresReadModels(projection.pool, schema=projection.version.schema)
 
 
 async def _ready() -> dict[str, object]:

@@ -16,11 +16,11 @@ from events.codec import default_codec
 from events.kafka_log import KafkaEventLog
 from events.keys import ConversationKey
 from events.producer import ConversationProducer
+from projectors.kafka_source import KafkaGroupSource
 from projectors.migrate import migrate
 from projectors.pg import open_pool
 from projectors.runner import Projector
-from projectors.sources import KafkaGroupSource
-from projectors.store import ProjectionStore
+from projectors.store import PostgresProjectionStore
 from projectors.versions import create_version
 from projectors.window import WindowPolicy
 from tests.projection_support import COUNTER
@@ -47,7 +47,7 @@ async def test_projector_waits_out_a_postgres_outage(private_postgres: PostgresH
     topic = unique_topic("outage")
     log = await KafkaEventLog.connect(bootstrap=kafka_bootstrap, topic=topic, partitions=3)
     producer = ConversationProducer(log, producer="outage-test")
-    store = ProjectionStore(pool, schema=version.schema, codec=default_codec(), counter=COUNTER,
+    store = PostgresProjectionStore(pool, schema=version.schema, codec=default_codec(), counter=COUNTER,
                             policy=WindowPolicy(), max_event_bytes=1 << 20)  # fmt: skip
     source = KafkaGroupSource(bootstrap=kafka_bootstrap, topic=topic, group_id=f"outage-{topic}",
                               session_timeout_ms=6000, heartbeat_interval_ms=1000)  # fmt: skip

@@ -25,16 +25,16 @@ from events.keys import ConversationKey
 from events.model import SummaryRecorded
 from events.producer import ConversationProducer
 from events.reading import conversation_events
+from projectors.log_source import LogSource
 from projectors.runner import Projector
-from projectors.sources import LogSource
 from projectors.tokens import cached_counter, model_spec
 from projectors.versions import compare
 from query_api.context import SUMMARY_HEADER, assemble
 from query_api.model import Context, ContextRequest
-from query_api.reads import ReadModels
+from query_api.reads import PostgresReadModels
 from summarizer.openai_model import OpenAISummaryModel
 from summarizer.runner import Summarizer, SummarizerOptions
-from summarizer.store import SummaryStore
+from summarizer.store import PostgresSummaryStore
 from tests.fake_llm import MARKER, FakeLLM
 from tests.projection_support import Projection, project_all, projection_database
 from tests.support import free_port, unique_topic
@@ -76,7 +76,7 @@ class Stack:
         await self.wait(lambda: self.summarizer.stats.positions.get(partition, 0) > offset)  # type: ignore[union-attr]
 
     async def context(self) -> Context:
-        reads = ReadModels(self.projection.pool, schema=self.projection.version.schema)
+        reads = PostgresReadModels(self.projection.pool, schema=self.projection.version.schema)
         inputs = await reads.context_inputs(KEY, encoding="o200k_base")
         assert inputs is not None
         return assemble(system=inputs.system, summary=inputs.summary, messages=inputs.messages,
@@ -94,7 +94,7 @@ def make_summarizer(
     model = OpenAISummaryModel(base_url=fake.base_url, api_key="test", model="fake-summarizer",
                                timeout_s=1.0, max_retries=0)  # fmt: skip
     return Summarizer(
-        LogSource(reader), SummaryStore(projection.pool, consumer=f"summarizer.{topic}"),
+        LogSource(reader), PostgresSummaryStore(projection.pool, consumer=f"summarizer.{topic}"),
         ConversationProducer(writer, producer="summarizer"), model, codec=default_codec(),
         log_ends=reader.end_offsets,
         options=SummarizerOptions(fetch_timeout_s=0.1, retry_base_s=0.1, retry_max_delay_s=0.5, **options),
@@ -322,7 +322,7 @@ async def test_sigkill_right_after_the_answer_records_exactly_one_summary(
 def another_summarizer(s: Stack, fake: FakeLLM, log: KafkaEventLog) -> Summarizer:
     model = OpenAISummaryModel(base_url=fake.base_url, api_key="test", model="fake-summarizer", max_retries=0)
     return Summarizer(
-        LogSource(log), SummaryStore(s.projection.pool, consumer=f"summarizer.{s.topic}"),
+        LogSource(log), PostgresSummaryStore(s.projection.pool, consumer=f"summarizer.{s.topic}"),
         ConversationProducer(s.log, producer="summarizer"), model, codec=default_codec(), log_ends=log.end_offsets,
         options=SummarizerOptions(fetch_timeout_s=0.1),
     )  # fmt: skip

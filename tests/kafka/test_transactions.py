@@ -20,16 +20,16 @@ from events.log import LogRecord
 from events.model import Event
 from events.producer import ConversationProducer
 from events.reading import conversation_events
+from projectors.log_source import LogSource
 from projectors.runner import Projector
-from projectors.sources import LogSource
 from projectors.window import WindowPolicy
 from query_api.as_of import BeforeMessage, context_inputs_as_of
 from query_api.http import ApiDeps, create_app
 from query_api.metrics import Metrics
-from query_api.reads import ReadModels
+from query_api.reads import PostgresReadModels
 from summarizer.models import OfflineSummaryModel
 from summarizer.runner import Summarizer, SummarizerOptions
-from summarizer.store import SummaryStore
+from summarizer.store import PostgresSummaryStore
 from tests.kafka.ops_support import PARTITIONS, Ops
 from tests.kafka.transactional import keys_on_distinct_partitions, transactional_app
 from tests.projection_support import Projection, projection_database
@@ -188,7 +188,7 @@ async def test_summaries_are_made_and_the_summarizer_reads_to_the_end(kafka_boot
             store = projection.store(policy=WindowPolicy(max_turns=2, keep_turns=1))
             projector = Projector(LogSource(logs[0]), store, fetch_timeout_s=0.1)
             summarizer = Summarizer(
-                LogSource(logs[1]), SummaryStore(projection.pool, consumer="summarizer.tx"),
+                LogSource(logs[1]), PostgresSummaryStore(projection.pool, consumer="summarizer.tx"),
                 ConversationProducer(logs[2], producer="summarizer"), OfflineSummaryModel(), codec=default_codec(),
                 log_ends=logs[1].end_offsets, options=SummarizerOptions(fetch_timeout_s=0.1),
             )  # fmt: skip
@@ -243,8 +243,8 @@ async def _until(condition: Any, timeout_s: float) -> None:
     await asyncio.wait_for(wait(), timeout_s)
 
 
-async def _reads(projection: Projection) -> ReadModels:
-    return ReadModels(projection.pool, schema=projection.version.schema)
+async def _reads(projection: Projection) -> PostgresReadModels:
+    return PostgresReadModels(projection.pool, schema=projection.version.schema)
 
 
 async def _ready() -> dict[str, object]:

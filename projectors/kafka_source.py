@@ -1,22 +1,12 @@
-"""Where a projector gets its records from, and which partitions it owns.
-
-A projector keeps its positions in Postgres, never in Kafka. When it is given partitions, its
-:class:`AssignmentListener` loads their positions and the source seeks there; when they are
-taken away, the listener hears it and the source returns no more of their records.
-
-- :class:`KafkaGroupSource`: a Kafka consumer group; Kafka spreads the partitions over the
-  group's members and moves them when members come and go. It never commits offsets.
-- :class:`LogSource`: any :class:`~events.log.EventLog` read by one process that owns every
-  partition (the embedded log).
-"""
+"""The record source over a Kafka consumer group (aiokafka): Kafka spreads the partitions over
+the group's members and moves them when members come and go. It never commits offsets: the
+positions live in the projection store (:mod:`projectors.ports`)."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Collection, Mapping
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import structlog
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
@@ -24,8 +14,8 @@ from aiokafka.errors import CorruptRecordException, KafkaError, UnsupportedCodec
 
 from events.errors import LogClosedError
 from events.kafka_log import convert_kafka_error, to_log_record
-from events.log import EventLog, LogRecord, ReadBatch
-from projectors.errors import PositionBeyondLogEndError, ProjectionError
+from events.log import LogRecord, ReadBatch
+from projectors.ports import AssignmentListener, UnreadableBatch, check_within_log_end, checked_positions
 
 log = structlog.get_logger(__name__)
 
@@ -33,112 +23,6 @@ log = structlog.get_logger(__name__)
 # A record batch the client cannot decode: a codec it lacks, a checksum that fails.
 _UNREADABLE = (UnsupportedCodecError, CorruptRecordException)
 UNREADABLE_RETRY_S = 60.0  # a partition stopped at an unreadable batch tries it again this often
-
-
-@dataclass(frozen=True, slots=True)
-class UnreadableBatch:
-    """Reading ``partition`` stopped at ``offset``: the batch holding it cannot be decoded (where
-    it ends is not known before it is). Nothing of the partition from there on is returned."""
-
-    partition: int
-    offset: int
-    error: str
-
-
-class AssignmentListener(Protocol):
-    async def on_assigned(self, partitions: frozenset[int]) -> Mapping[int, int]:
-        """Partitions now owned; returns, for each of them, the next offset to read (from Postgres)."""
-        ...
-
-    async def on_revoked(self, partitions: frozenset[int]) -> None:
-        """Partitions no longer owned (also on :meth:`RecordSource.stop`); none of their records follow."""
-        ...
-
-
-class RecordSource(Protocol):
-    async def start(self, listener: AssignmentListener) -> None: ...
-
-    async def fetch(self, *, max_records: int, timeout_s: float) -> ReadBatch:
-        """Up to ``max_records`` records of owned partitions, each partition's in offset order
-        (none when nothing arrived within ``timeout_s``), and the owned partitions' next
-        positions — past transaction markers and aborted records too, so a position moves even
-        when a fetch returns no record."""
-        ...
-
-    def seek(self, partition: int, offset: int) -> None:
-        """Read ``partition`` from ``offset`` next (after a position conflict, say); ignored
-        for a partition not owned."""
-        ...
-
-    def take_unreadable(self) -> list[UnreadableBatch]:
-        """The batches found unreadable since the last call (their partitions wait at them)."""
-        ...
-
-    @property
-    def assigned(self) -> frozenset[int]: ...
-
-    async def stop(self) -> None: ...
-
-
-def _checked(partitions: frozenset[int], positions: Mapping[int, int]) -> dict[int, int]:
-    missing = partitions - positions.keys()
-    if missing:
-        raise ProjectionError(f"assignment listener returned no position for partitions {sorted(missing)}")
-    return {p: positions[p] for p in partitions}
-
-
-def _within(positions: Mapping[int, int], ends: Mapping[int, int], *, where: str) -> None:
-    beyond = {p: (o, ends.get(p, 0)) for p, o in positions.items() if o > ends.get(p, 0)}
-    if beyond:
-        detail = ", ".join(f"partition {p} at {o} but the log ends at {e}" for p, (o, e) in sorted(beyond.items()))
-        raise PositionBeyondLogEndError(
-            f"stored positions lie past the end of {where} ({detail}): the read models were built from another "
-            "topic or the topic was created anew; set CONVLOG_TOPIC to the original topic, or rebuild"
-        )
-
-
-class LogSource:
-    """Reads an :class:`~events.log.EventLog` as the single owner of all its partitions (or of
-    ``partitions``: a rebuild splits them over worker processes)."""
-
-    def __init__(self, log: EventLog, partitions: Collection[int] | None = None) -> None:
-        self._log = log
-        self._partitions = None if partitions is None else frozenset(partitions)
-        self._listener: AssignmentListener | None = None
-        self._next: dict[int, int] = {}
-
-    async def start(self, listener: AssignmentListener) -> None:
-        partitions = self._partitions if self._partitions is not None else frozenset(range(self._log.partition_count))
-        positions = _checked(partitions, await listener.on_assigned(partitions))
-        _within(positions, await self._log.end_offsets(), where="the log")
-        self._next = positions
-        self._listener = listener
-
-    async def fetch(self, *, max_records: int, timeout_s: float) -> ReadBatch:
-        if self._listener is None:
-            raise LogClosedError("the record source is not running")
-        batch = await self._log.read(dict(self._next), max_records=max_records, timeout_s=timeout_s)
-        for p, o in batch.positions.items():
-            if p in self._next:
-                self._next[p] = o
-        return ReadBatch(batch.records, dict(self._next))
-
-    def seek(self, partition: int, offset: int) -> None:
-        if partition in self._next:
-            self._next[partition] = offset
-
-    def take_unreadable(self) -> list[UnreadableBatch]:
-        return []  # the embedded log has no codecs; a corrupt file is refused when opened
-
-    @property
-    def assigned(self) -> frozenset[int]:
-        return frozenset(self._next)
-
-    async def stop(self) -> None:
-        listener, owned = self._listener, self.assigned
-        self._listener, self._next = None, {}
-        if listener is not None and owned:
-            await listener.on_revoked(owned)
 
 
 class KafkaGroupSource:
@@ -372,7 +256,7 @@ class KafkaGroupSource:
             self._running(),
         )
         assert listener is not None
-        positions = _checked(partitions, await listener.on_assigned(partitions))
+        positions = checked_positions(partitions, await listener.on_assigned(partitions))
         try:
             ends = await consumer.end_offsets([TopicPartition(self._topic, p) for p in positions])
         except KafkaError as e:
@@ -381,7 +265,7 @@ class KafkaGroupSource:
             # a rebalance or stop overtook the answer: take it back; the next fetch asks anew
             await listener.on_revoked(partitions)
             return
-        _within(positions, {tp.partition: o for tp, o in ends.items()}, where=f"topic {self._topic}")
+        check_within_log_end(positions, {tp.partition: o for tp, o in ends.items()}, where=f"topic {self._topic}")
         try:
             for p, offset in positions.items():
                 consumer.seek(TopicPartition(self._topic, p), offset)

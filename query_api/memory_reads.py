@@ -1,0 +1,176 @@
+"""The :class:`~query_api.ports.ReadModels` over read models held in memory
+(:class:`~projectors.memory_tables.MemoryTables`, written by
+:class:`~projectors.memory_store.InMemoryProjectionStore`): the query API without Postgres.
+
+Each read answers what :class:`~query_api.reads.PostgresReadModels`' statement answers over the
+same rows (the contract suite, tests/contract/test_read_models_contract.py, runs both); the SQL
+a method mirrors is named in its comment. One event loop, no awaits inside a read: every read
+sees one state, as the Postgres reads see one snapshot.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from events.keys import ConversationKey
+from projectors.memory_tables import MemoryTables, covered_seq
+from projectors.tokens import ENCODINGS, TokenCounter
+from query_api.context import context_start
+from query_api.model import StoredMessage, StoredSummary
+from query_api.ports import (
+    ContextInputs,
+    ConversationListItem,
+    LoggedAt,
+    check_limit,
+    decode_cursor,
+    encode_cursor,
+    summary_entries,
+    transcript_entry,
+    usable_turns,
+)
+
+__all__ = ["InMemoryReadModels"]
+
+_SUFFIX = {"o200k_base": "o200k", "cl100k_base": "cl100k"}
+_JSON_COLUMNS = ("content", "tool_calls", "usage", "metadata")
+_NEVER = datetime.min.replace(tzinfo=UTC)  # not reached: a stored conversation has started
+
+
+class InMemoryReadModels:
+    def __init__(self, tables: MemoryTables, *, counter: TokenCounter | None = None) -> None:
+        self.tables = tables
+        self.schema = tables.schema
+        self._counter = counter or TokenCounter()
+
+    async def context_inputs(
+        self, key: ConversationKey, *, encoding: str, newest: int | None = None
+    ) -> ContextInputs | None:
+        if encoding not in ENCODINGS:
+            raise ValueError(f"unknown encoding {encoding!r}; expected one of {', '.join(ENCODINGS)}")
+        k = str(key)
+        state = self.tables.conversations.get(k)
+        if state is None:
+            return None
+        rows = self.tables.transcript.get(k, [])
+        summary = self._current_summary(k, state.epoch, encoding)
+        window_start = state.window.start_seq  # the windows row is written with the conversation's
+        start = context_start(window_start, summary.covers_through_seq if summary else None)
+        in_range = [r for r in rows if r["seq"] >= start and r["epoch"] == state.epoch and r["role"] != "system"]
+        system = tuple(_message(r, encoding) for r in rows if r["role"] == "system")
+        parked = k in self.tables.parked
+        partition, last_offset = state.last_at
+        if newest is None:
+            messages = tuple(_message(r, encoding) for r in in_range)
+            return ContextInputs(key, state.epoch, parked, system, summary, window_start, messages, partition,
+                                 last_offset)  # fmt: skip
+        read = in_range[-newest:] if newest > 0 else []
+        usable = 0
+        if in_range:  # _FIRST: the range's first row and the redacted questions in it
+            questions = sum(1 for r in in_range if r["role"] == "user" and r["redacted_at"] is not None)
+            usable = usable_turns(state.turn_count, in_range[0]["turn"], first_is_user=in_range[0]["role"] == "user",
+                                  redacted_questions=questions)  # fmt: skip
+        return ContextInputs(
+            key, state.epoch, parked, system, summary, window_start, tuple(_message(r, encoding) for r in read),
+            partition, last_offset, complete=len(read) < newest, usable_turns=usable,
+        )  # fmt: skip
+
+    def _current_summary(self, key: str, epoch: int, encoding: str) -> StoredSummary | None:
+        """read_sql.WINDOW_AND_CURRENT_SUMMARY: the epoch's latest summary with its text."""
+        usable = [x for x in self.tables.summaries.get(key, ()) if x["epoch"] == epoch and x["text"] is not None]
+        if not usable:
+            return None
+        latest = usable[-1]
+        covers = covered_seq(self.tables.transcript.get(key, []), latest)
+        if covers is None:
+            return None
+        return StoredSummary(
+            latest["summary_id"], latest["text"], covers, self._counter.count(latest["text"], encoding)
+        )
+
+    async def list_conversations(
+        self, tenant_id: str, user_id: str, *, limit: int = 50, before: str | None = None
+    ) -> tuple[list[ConversationListItem], str | None]:
+        check_limit(limit)
+        after: tuple[datetime | None, str] | None = None if before is None else decode_cursor(before)
+        mine = [
+            s for s in self.tables.conversations.values() if (s.key.tenant_id, s.key.user_id) == (tenant_id, user_id)
+        ]
+        mine.sort(key=lambda s: s.key.conversation_id)
+        active = [s for s in mine if s.last_activity_at is not None]
+        active.sort(key=lambda s: s.last_activity_at or _NEVER, reverse=True)  # stable: ties stay by id
+        ordered = active + [s for s in mine if s.last_activity_at is None]  # NULLS LAST, then by id
+
+        def past_cursor(ts: datetime | None, conversation_id: str) -> bool:
+            if after is None:
+                return True
+            last_ts, last_id = after
+            if last_ts is None:  # the cursor is among the never active ones
+                return ts is None and conversation_id > last_id
+            return ts is None or ts < last_ts or (ts == last_ts and conversation_id > last_id)
+
+        page = [s for s in ordered if past_cursor(s.last_activity_at, s.key.conversation_id)][: limit + 1]
+        items = [
+            ConversationListItem(
+                s.key.conversation_id,
+                s.title,
+                s.started_at or _NEVER,
+                s.last_activity_at,
+                s.message_count,
+                s.turn_count,
+                s.erased_at is not None,
+                s.clear_count > 0,
+                str(s.key) in self.tables.parked,
+            )
+            for s in page[:limit]
+        ]
+        more = len(page) > limit
+        return items, encode_cursor(items[-1].last_activity_at, items[-1].conversation_id) if more else None
+
+    async def transcript(
+        self, key: ConversationKey, *, limit: int = 100, before: int | None = None
+    ) -> tuple[list[dict[str, Any]], int | None] | None:
+        check_limit(limit)
+        k = str(key)
+        if k not in self.tables.conversations:
+            return None
+        rows = [r for r in self.tables.transcript.get(k, ()) if before is None or r["seq"] < before]
+        page = rows[-(limit + 1) :][::-1]  # newest first, one more than asked: is there an older page?
+        next_before = page[limit - 1]["seq"] if len(page) > limit else None
+        return [transcript_entry(_parsed(r)) for r in reversed(page[:limit])], next_before
+
+    async def summaries(self, key: ConversationKey) -> list[dict[str, Any]] | None:
+        k = str(key)
+        state = self.tables.conversations.get(k)
+        if state is None:
+            return None
+        return summary_entries(self.tables.summaries.get(k, []), current_epoch=state.epoch)
+
+    async def logged_at(self, key: ConversationKey, partition: int, *, event_id: str | None = None) -> LoggedAt:
+        k = str(key)
+        state = self.tables.conversations.get(k)
+        offsets = sorted(o for e, p, o in self.tables.event_index.get(k, ()) if p == partition
+                         and (event_id is None or e == event_id))  # fmt: skip
+        first = None if state is None else state.first_offset
+        return LoggedAt(partition, tuple(offsets), self.tables.positions.get(partition, 0), first)
+
+    async def projection_position(self, partition: int) -> int:
+        return self.tables.positions.get(partition, 0)
+
+
+def _parsed(row: dict[str, Any]) -> dict[str, Any]:
+    """The row with its JSON columns as values, as psycopg hands ``jsonb`` back."""
+    return row | {c: None if row[c] is None else json.loads(row[c]) for c in _JSON_COLUMNS}
+
+
+def _message(row: dict[str, Any], encoding: str) -> StoredMessage:
+    """reads._MESSAGE: a transcript row with the token counts of ``encoding`` picked out."""
+    r, suffix = _parsed(row), _SUFFIX[encoding]
+    return StoredMessage(
+        seq=r["seq"], epoch=r["epoch"], message_id=r["message_id"], role=r["role"], content=r["content"],
+        name=r["name"], tool_calls=tuple(r["tool_calls"] or ()), tool_call_id=r["tool_call_id"],
+        reasoning_content=r["reasoning_content"], finish_reason=r["finish_reason"], flag=r["flag"],
+        redacted=r["redacted_at"] is not None, erased=r["erased_at"] is not None, tokens=r[f"tokens_{suffix}"],
+        reasoning_tokens=r[f"reasoning_tokens_{suffix}"], image_count=r["image_count"],
+    )  # fmt: skip

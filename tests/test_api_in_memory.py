@@ -1,0 +1,106 @@
+"""The HTTP API over the in-memory read models: no Postgres anywhere. The embedded log, the
+projector running in-process into InMemoryProjectionStore (the same fold as in Postgres), and
+create_app reading InMemoryReadModels through the ReadModels port — what the port is for."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+
+from convlog.demo_data import OA_SYSTEM_PROMPT, OA_TURNS
+from events.codec import default_codec
+from events.embedded_log import EmbeddedEventLog
+from events.producer import ConversationProducer
+from projectors.log_source import LogSource
+from projectors.memory_store import InMemoryProjectionStore
+from projectors.memory_tables import MemoryTables
+from projectors.runner import Projector
+from projectors.window import WindowPolicy
+from query_api.http import ApiDeps, create_app
+from query_api.memory_reads import InMemoryReadModels
+from query_api.metrics import Metrics
+from query_api.ports import ReadModels
+from query_api.rules import violations
+from tests.projection_support import COUNTER
+
+A = {"Authorization": "Bearer token-a"}
+BASE = "/v1/users/u1/conversations"
+
+
+@pytest.fixture
+async def client(log: EmbeddedEventLog) -> AsyncIterator[httpx.AsyncClient]:
+    """The API with a projector running beside it, as ``convlog serve`` runs them, in memory."""
+    tables = MemoryTables()
+    store = InMemoryProjectionStore(tables, codec=default_codec(), counter=COUNTER, policy=WindowPolicy(),
+                                    max_event_bytes=1 << 20)  # fmt: skip
+    reads = InMemoryReadModels(tables, counter=COUNTER)
+
+    async def live_reads() -> ReadModels:
+        return reads
+
+    async def readiness() -> dict[str, Any]:
+        return {"ready": True}
+
+    deps = ApiDeps(tokens={"token-a": "acme"}, producer=ConversationProducer(log, producer="test"), log=log,
+                   reads=live_reads, readiness=readiness, metrics=Metrics())  # fmt: skip
+    stop = asyncio.Event()
+    projecting = asyncio.create_task(Projector(LogSource(log), store, fetch_timeout_s=0.05).run(stop))
+    transport = httpx.ASGITransport(app=create_app(deps))
+    try:
+        async with httpx.AsyncClient(transport=transport, base_url="http://convlog") as c:
+            yield c
+    finally:
+        stop.set()
+        await projecting
+
+
+async def post(client: httpx.AsyncClient, message: dict[str, Any]) -> Any:
+    response = await client.post(f"{BASE}/oa/messages", json=message, headers=A)
+    assert response.status_code == 202, response.text
+    return response.json()
+
+
+async def test_read_your_writes_and_a_valid_context_without_postgres(client: httpx.AsyncClient) -> None:
+    last = await post(client, {"role": "system", "content": OA_SYSTEM_PROMPT})
+    for question, answer in OA_TURNS:
+        await post(client, {"role": "user", "content": question})
+        last = await post(client, {"role": "assistant", "content": answer, "finish_reason": "stop"})
+    response = await client.get(
+        f"{BASE}/oa/context", params={"model": "gpt-4o", "budget_tokens": 300, "min_offset": last["offset"]},
+        headers=A,
+    )  # fmt: skip
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert violations(body["messages"]) == []
+    assert body["messages"][0] == {"role": "system", "content": OA_SYSTEM_PROMPT}
+    assert body["messages"][-1]["content"] == OA_TURNS[-1][1]  # min_offset waited for the projector
+    assert body["token_count"] <= 300
+    assert body["position"]["offset"] == last["offset"]
+    assert body["dropped_turns"] > 0  # the whole conversation costs about 530 tokens: the oldest turns went
+    page = (await client.get(f"{BASE}/oa/messages", params={"limit": 5}, headers=A)).json()
+    assert [m["content"] for m in page["messages"]][-1] == OA_TURNS[-1][1]
+    listed = (await client.get(BASE, headers=A)).json()["conversations"]
+    assert [(c["conversation_id"], c["turn_count"]) for c in listed] == [("oa", len(OA_TURNS))]
+
+
+async def test_an_erased_conversation_serves_nothing_of_it_without_postgres(client: httpx.AsyncClient) -> None:
+    secret = await post(client, {"role": "user", "content": "my card is 4111 1111 1111 1111"})
+    await post(client, {"role": "assistant", "content": "noted", "finish_reason": "stop"})
+    erase = await client.delete(f"{BASE}/oa", headers=A)
+    assert erase.status_code == 202, erase.text
+    response = await client.get(
+        f"{BASE}/oa/context", params={"model": "gpt-4o", "budget_tokens": 2000, "min_offset": erase.json()["offset"]},
+        headers=A,
+    )  # fmt: skip
+    assert response.status_code == 200, response.text
+    erased = erase.json()
+    body = response.json()
+    assert (body["messages"], body["position"]) == ([], {"partition": erased["partition"], "offset": erased["offset"]})
+    entries = (await client.get(f"{BASE}/oa/messages", headers=A)).json()["messages"]
+    assert [(e["message_id"], e["content"], e["erased_at"] is not None) for e in entries] == [
+        (secret["message_id"], None, True), (entries[1]["message_id"], None, True),
+    ]  # fmt: skip
