@@ -5,6 +5,8 @@ from __future__ import annotations
 import ast
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -124,27 +126,25 @@ def test_describe_masks_secrets_and_says_where_each_value_came_from() -> None:
     assert "sk-live" not in text
 
 
-def _clear_convlog_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in list(os.environ):
-        if name.startswith("CONVLOG_") or name in {"OPENAI_API_KEY", "JAVA_HOME"}:
-            monkeypatch.delenv(name)
+def _config(*args: str) -> str:
+    """``convlog config`` in a process of its own, with an environment of ours."""
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("CONVLOG_") and k not in {"OPENAI_API_KEY", "JAVA_HOME"}
+    }
+    env |= {"CONVLOG_DATABASE_URL": "postgresql://convlog:hunter2@127.0.0.1:15432/convlog", "CONVLOG_TOPIC": "my.topic"}
+    done = subprocess.run([sys.executable, "-m", "convlog.cli", "config", *args], env=env, cwd=REPO,
+                          capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+    return done.stdout
 
 
-def test_convlog_config_prints_the_effective_configuration(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    _clear_convlog_env(monkeypatch)
-    monkeypatch.setenv("CONVLOG_DATABASE_URL", "postgresql://convlog:hunter2@127.0.0.1:15432/convlog")
-    monkeypatch.setenv("CONVLOG_TOPIC", "my.topic")
-    assert main(["config"]) == 0
-    out = capsys.readouterr().out
+def test_convlog_config_prints_the_effective_configuration() -> None:
+    out = _config()
     rows = {line.split()[0]: line.split()[1:] for line in out.splitlines()}
     assert rows["CONVLOG_TOPIC"] == ["my.topic", "environment"]
     assert rows["CONVLOG_PARTITIONS"] == ["12", "default"]
     assert rows["CONVLOG_DATABASE_URL"] == ["postgresql://convlog:****@127.0.0.1:15432/convlog", "environment"]
     assert "hunter2" not in out
-    assert main(["config", "--json"]) == 0
-    parsed = {row["variable"]: row for row in map(json.loads, capsys.readouterr().out.splitlines())}
+    parsed = {row["variable"]: row for row in map(json.loads, _config("--json").splitlines())}
     assert (parsed["CONVLOG_TOPIC"]["value"], parsed["CONVLOG_TOPIC"]["source"]) == ("my.topic", "environment")
     assert parsed["CONVLOG_TOPIC"]["doc"] == "the event topic (created if missing)"
 
@@ -156,7 +156,7 @@ def test_a_bad_value_stops_every_command_with_exit_2_and_one_line(
     argv: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("CONVLOG_HTTP_PORT", "eighty")
-    assert main(argv) == 2
+    assert main(argv) == 2  # before logging is configured and before the command runs
     captured = capsys.readouterr()
     assert captured.err == "convlog: error: CONVLOG_HTTP_PORT='eighty': input should be a valid integer, " \
         "unable to parse string as an integer\n"  # fmt: skip
