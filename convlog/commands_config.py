@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import asdict
 from typing import Any
 
-from convlog.settings import Settings, describe
+from convlog.settings import Settings, describe, unknown_variables
 
 
 def register(sub: Any) -> None:
@@ -20,6 +21,8 @@ def register(sub: Any) -> None:
 
 def _config(settings: Settings, args: argparse.Namespace) -> int:
     lines = describe(settings)
+    for var in unknown_variables():
+        print(f"convlog config: {var} is not a convlog setting (ignored)", file=sys.stderr)
     if args.json:
         for line in lines:
             print(json.dumps(asdict(line), ensure_ascii=False))

@@ -18,6 +18,7 @@ values given. The README's configuration table is checked against this declarati
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -315,11 +316,23 @@ def _masked(name: str, value: object) -> str:
 
 
 def mask_password(url: str) -> str:
+    """A Postgres URL or ``key=value`` conninfo with its password (``user:pw@``, ``password=``) masked."""
     parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = f"{parts.username or ''}:{MASK}@{parts.hostname or ''}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
+    if parts.password is not None:
+        userinfo, _, hosts = parts.netloc.rpartition("@")
+        url = urlunsplit(parts._replace(netloc=f"{userinfo.partition(':')[0]}:{MASK}@{hosts}"))
+    return _PASSWORD_PARAMETER.sub(rf"\1{MASK}", url)
+
+
+_PASSWORD_PARAMETER = re.compile(r"(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|[^&\s]+)", re.IGNORECASE)
+
+
+def unknown_variables(env: Mapping[str, str] | None = None) -> list[str]:
+    """``CONVLOG_*`` variables in ``env`` (default: this process's) that are no setting: typos, or
+    knobs of something else (the test suite's)."""
+    env = os.environ if env is None else env
+    declared = {var for name in Settings.model_fields for var in variables(name)}
+    return sorted(var for var in env if var.startswith(PREFIX) and var not in declared)
 
 
 @dataclass(frozen=True, slots=True)

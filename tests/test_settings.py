@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from convlog.cli import main
-from convlog.settings import Settings, SettingsError, describe
+from convlog.settings import Settings, SettingsError, describe, unknown_variables
 from projectors.window import WindowPolicy
 
 REPO = Path(__file__).resolve().parent.parent
@@ -126,14 +126,37 @@ def test_describe_masks_secrets_and_says_where_each_value_came_from() -> None:
     assert "sk-live" not in text
 
 
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql://convlog:pw@[::1]:5432/db", "postgresql://convlog:****@[::1]:5432/db"),
+        ("postgresql://convlog@h1:5432,h2:5432/db", "postgresql://convlog@h1:5432,h2:5432/db"),
+        (
+            "postgresql://h/db?user=u&password=pw&sslmode=require",
+            "postgresql://h/db?user=u&password=****&sslmode=require",
+        ),
+        ("host=db user=u password='p w' dbname=convlog", "host=db user=u password=**** dbname=convlog"),
+    ],
+)
+def test_the_database_password_is_masked_in_every_spelling(url: str, shown: str) -> None:
+    assert {line.variable: line.value for line in describe(Settings(database_url=url))}["CONVLOG_DATABASE_URL"] == shown
+
+
+def test_unknown_convlog_variables_are_found() -> None:
+    env = {"CONVLOG_WINDOW_MAXTURNS": "4", "CONVLOG_TOPIC": "t", "OPENAI_API_KEY": "k", "HOME": "/"}
+    assert unknown_variables(env) == ["CONVLOG_WINDOW_MAXTURNS"]
+
+
 def _config(*args: str) -> str:
     """``convlog config`` in a process of its own, with an environment of ours."""
     env = {
         k: v for k, v in os.environ.items() if not k.startswith("CONVLOG_") and k not in {"OPENAI_API_KEY", "JAVA_HOME"}
     }
-    env |= {"CONVLOG_DATABASE_URL": "postgresql://convlog:hunter2@127.0.0.1:15432/convlog", "CONVLOG_TOPIC": "my.topic"}
+    env |= {"CONVLOG_DATABASE_URL": "postgresql://convlog:hunter2@127.0.0.1:15432/convlog", "CONVLOG_TOPIC": "my.topic",
+            "CONVLOG_TOPICS": "typo"}  # fmt: skip
     done = subprocess.run([sys.executable, "-m", "convlog.cli", "config", *args], env=env, cwd=REPO,
                           capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+    assert done.stderr == "convlog config: CONVLOG_TOPICS is not a convlog setting (ignored)\n"
     return done.stdout
 
 
