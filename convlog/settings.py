@@ -227,7 +227,9 @@ class Settings(BaseSettings):
 
 
 class _MappingSource(EnvSettingsSource):
-    """pydantic-settings' environment source over a given mapping instead of ``os.environ``."""
+    """pydantic-settings' environment source over a given mapping instead of ``os.environ`` (tests
+    pass one; a rebuild worker's is built by :meth:`Settings.as_env`). ``_load_env_vars`` is the
+    hook pydantic-settings' own dotenv source overrides the same way."""
 
     def __init__(self, settings_cls: type[BaseSettings], env: Mapping[str, str]) -> None:
         self._env = env
