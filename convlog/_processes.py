@@ -1,4 +1,4 @@
-"""Process and port helpers shared by the local Kafka and Postgres services (stdlib, the settings and the error tree)."""
+"""Process and port helpers shared by the local Kafka and Postgres services (stdlib, settings, error tree)."""
 
 from __future__ import annotations
 
