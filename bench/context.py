@@ -69,9 +69,9 @@ async def scenario(admin_url: str, requests: int, *, summarize: bool) -> dict[st
     url = make_conninfo(admin_url, dbname=name)
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            settings = Settings(database_url=url, data_dir=Path(tmp), partitions=4)
-            env = {"CONVLOG_API_TOKENS": f"bench:{TOKEN}", "CONVLOG_SUMMARIZER": "on" if summarize else "off"}
-            async with running_service(settings, env) as service:
+            settings = Settings(database_url=url, data_dir=Path(tmp), partitions=4, api_tokens=f"bench:{TOKEN}",
+                                summarizer="on" if summarize else "off")  # fmt: skip
+            async with running_service(settings) as service:
                 small, big = ConversationKey("bench", "u", "small"), ConversationKey("bench", "u", "big")
                 offsets = [await fill(service, small, 100), await fill(service, big, 10_000)]
                 if summarize:

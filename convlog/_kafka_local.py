@@ -41,11 +41,12 @@ from convlog._processes import (
     stop_process,
     tail,
 )
+from convlog.settings import Settings
 
 
-def kafka_pom() -> Path:
+def kafka_pom(settings: Settings | None = None) -> Path:
     for candidate in (
-        os.environ.get("CONVLOG_SERVICES_KAFKA_POM"),
+        (settings or Settings.from_env()).services_kafka_pom,
         REPO_ROOT / "services" / "kafka" / "pom.xml",
         Path.cwd() / "services" / "kafka" / "pom.xml",
     ):
@@ -54,11 +55,15 @@ def kafka_pom() -> Path:
     raise ServiceError("services/kafka/pom.xml not found (run from the convlog repo or set CONVLOG_SERVICES_KAFKA_POM)")
 
 
+def kafka_classpath(cache_dir: Path, settings: Settings | None = None) -> str:
+    """The broker classpath (``:``-joined jars), resolved with Maven once and cached in ``cache_dir``
+    (pom and Kafka version from ``settings``, without them the environment's)."""
+    settings = settings or Settings.from_env()
+    return _classpath(cache_dir, kafka_pom(settings), settings.services_kafka_version or "")
+
+
 @functools.cache
-def kafka_classpath(cache_dir: Path) -> str:
-    """The broker classpath (``:``-joined jars), resolved with Maven once and cached in ``cache_dir``."""
-    pom = kafka_pom()
-    version = os.environ.get("CONVLOG_SERVICES_KAFKA_VERSION", "")
+def _classpath(cache_dir: Path, pom: Path, version: str) -> str:
     key = hashlib.sha256(pom.read_bytes() + version.encode()).hexdigest()[:12]
     cached = cache_dir / f"kafka-classpath-{key}.txt"
     if cached.is_file():
@@ -83,8 +88,8 @@ def kafka_classpath(cache_dir: Path) -> str:
     return cached.read_text().strip()
 
 
-def java_executable() -> str:
-    home = os.environ.get("JAVA_HOME")
+def java_executable(settings: Settings | None = None) -> str:
+    home = (settings or Settings.from_env()).java_home
     java = str(Path(home) / "bin" / "java") if home else shutil.which("java")
     if not java or not Path(java).exists():
         raise ServiceError("java not found (Kafka 4.x brokers need Java 17+)")
@@ -199,12 +204,14 @@ class KafkaHandle:
         controller_port: int = 19093,
         heap: str = "512m",
         classpath_cache: Path | None = None,
+        settings: Settings | None = None,
     ) -> None:
+        self.settings = settings or Settings.from_env()  # classpath, JVM (CONVLOG_SERVICES_KAFKA_*, JAVA_HOME)
         self.data_dir = Path(data_dir).resolve()
         self.port = port
         self.controller_port = controller_port
         self.heap = heap
-        self.classpath_cache = classpath_cache or services_root() / "cache"
+        self.classpath_cache = classpath_cache or services_root(self.settings) / "cache"
         self.pid_file = self.data_dir / "kafka.pid"
         self.log_path = self.data_dir / "logs" / "server.log"
         self.out_path = self.data_dir / "logs" / "kafka.out"
@@ -271,9 +278,9 @@ class KafkaHandle:
         )
         log4j = self.data_dir / "log4j2.properties"
         log4j.write_text(_LOG4J2.format(logs=logs))
-        classpath = kafka_classpath(self.classpath_cache)
+        classpath = kafka_classpath(self.classpath_cache, self.settings)
         java = [
-            java_executable(),
+            java_executable(self.settings),
             "-cp",
             classpath,
             f"-Dlog4j2.configurationFile={log4j}",
@@ -299,7 +306,7 @@ class KafkaHandle:
             state = {"cluster_id": cluster_id, "controller_port": self.controller_port}
         state["port"] = self.port
         state_file.write_text(json.dumps(state))
-        extra = os.environ.get("CONVLOG_SERVICES_KAFKA_JVM_OPTS", "").split()
+        extra = (self.settings.services_kafka_jvm_opts or "").split()
         return [
             *java,
             "-Xms128m",

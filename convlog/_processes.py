@@ -1,4 +1,4 @@
-"""Process and port helpers shared by the local Kafka and Postgres services (stdlib only)."""
+"""Process and port helpers shared by the local Kafka and Postgres services (stdlib, settings, error tree)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from convlog.settings import Settings
 from events.errors import ConvlogError
 
 HOST = "127.0.0.1"
@@ -24,11 +25,12 @@ class ServiceError(ConvlogError, RuntimeError):
     code = "service_error"
 
 
-def services_root() -> Path:
-    """``$CONVLOG_DATA_DIR/services``, by default ``.convlog/services`` in the repo (or cwd)."""
-    base = os.environ.get("CONVLOG_DATA_DIR")
-    if base:
-        return Path(base).resolve() / "services"
+def services_root(settings: Settings | None = None) -> Path:
+    """``$CONVLOG_DATA_DIR/services``, by default ``.convlog/services`` in the repo (or cwd).
+    Without ``settings``, those of the environment."""
+    settings = settings or Settings.from_env()
+    if "data_dir" in settings.model_fields_set:  # given, not the default
+        return settings.data_dir.resolve() / "services"
     root = REPO_ROOT if (REPO_ROOT / "pyproject.toml").is_file() else Path.cwd()
     return root / ".convlog" / "services"
 

@@ -15,13 +15,13 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from convlog import commands_core, commands_log, commands_ops, commands_rebuild
+from convlog import commands_config, commands_core, commands_log, commands_ops, commands_rebuild
 from convlog.logs import configure_logging
 from convlog.settings import Settings
 from events.errors import ConvlogError
 
 # Command modules, in the order their subcommands appear in --help.
-COMMAND_MODULES = (commands_core, commands_ops, commands_rebuild, commands_log)
+COMMAND_MODULES = (commands_core, commands_ops, commands_rebuild, commands_log, commands_config)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,9 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    configure_logging(default_level="warning")  # commands print their results; logs are for trouble
     try:
-        settings = Settings.from_env()
+        settings = Settings.from_env()  # a bad value stops every command here, before it does anything
+        configure_logging(settings, default_level="warning")  # commands print their results; logs are for trouble
         code: int = args.handler(settings, args)
     except ConvlogError as e:
         print(f"convlog: error: {e}", file=sys.stderr)

@@ -45,21 +45,21 @@ def _migrate(settings: Settings, args: argparse.Namespace) -> int:
 def _project(settings: Settings, args: argparse.Namespace) -> int:
     from convlog.projecting import main as project_main  # noqa: PLC0415
 
-    configure_logging(default_level="info")
+    configure_logging(settings, default_level="info")
     return project_main(settings)
 
 
 def _summarize(settings: Settings, args: argparse.Namespace) -> int:
     from convlog.summarizing import main as summarize_main  # noqa: PLC0415
 
-    configure_logging(default_level="info")
+    configure_logging(settings, default_level="info")
     return summarize_main(settings)
 
 
 def _serve(settings: Settings, args: argparse.Namespace) -> int:
     from convlog.serve import main as serve_main  # noqa: PLC0415
 
-    configure_logging(default_level="info")
+    configure_logging(settings, default_level="info")
     serve_main(settings)
     return 0
 

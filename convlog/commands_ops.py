@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import signal
 import sys
 from pathlib import Path
 from typing import Any
 
 from convlog.commands_core import KEY_HELP
-from convlog.settings import Settings, env_number
+from convlog.settings import Settings
 from events.keys import ConversationKey
 
 
@@ -110,15 +109,16 @@ def _replay(settings: Settings, args: argparse.Namespace) -> int:
     from query_api.model import ContextRequest  # noqa: PLC0415
 
     key = ConversationKey.parse(args.key)
-    image_turns = env_number(os.environ, "CONVLOG_WINDOW_IMAGE_TURNS", 2, minimum=0)  # as `convlog serve` reads it
-    request = ContextRequest(args.model, args.budget_tokens, args.reserve_tokens, 0, args.reasoning, image_turns)
+    request = ContextRequest(args.model, args.budget_tokens, args.reserve_tokens, 0, args.reasoning,
+                             settings.window_image_turns)  # fmt: skip
 
     async def run() -> None:
         async with live_read_models(settings) as handle, opened_log(settings, read_only=True) as event_log:
             start = await first_offset(handle, key)
             point = BeforeMessage(args.before_message) if args.before_message is not None else args.as_of
             await replay(event_log, key, as_of=point, start_offset=start or 0, request=request,
-                         max_event_bytes=settings.max_event_bytes)  # fmt: skip
+                         max_event_bytes=settings.max_event_bytes, policy=settings.window_policy(),
+                         default_encoding=settings.default_encoding)  # fmt: skip
 
     asyncio.run(run())
     return 0

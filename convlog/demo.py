@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import os
 from datetime import UTC, datetime
+
+from pydantic import SecretStr
 
 from convlog.demo_data import (
     INTERRUPTED_ANSWER,
@@ -63,8 +64,9 @@ async def run_demo(settings: Settings) -> None:
     tools_key = ConversationKey("acme", "employee-42", f"hr-tools-{run}")
     where = settings.kafka_bootstrap or str(settings.embedded_log_path)
     print(f"convlog demo — log: {where}; read models: {settings.database_url or 'embedded Postgres'}\n")
-    env = {**os.environ, "CONVLOG_API_TOKENS": os.environ.get("CONVLOG_API_TOKENS") or f"acme:{DEMO_TOKEN}"}
-    async with running_service(settings, env) as service:
+    if settings.api_tokens is None:  # the demo's token, unless the operator configured their own
+        settings = settings.model_copy(update={"api_tokens": SecretStr(f"acme:{DEMO_TOKEN}")})
+    async with running_service(settings) as service:
         producer = service.deps.producer
         event_log = service.deps.log
         written = [(oa_key, await append_oa_conversation(producer, oa_key)),

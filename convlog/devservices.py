@@ -25,7 +25,6 @@ import argparse
 import contextlib
 import fcntl
 import json
-import os
 import sys
 import time
 from collections.abc import Iterator
@@ -34,6 +33,7 @@ from typing import Protocol
 from convlog._kafka_local import KafkaHandle, kafka_metadata, start_kafka
 from convlog._postgres_local import PostgresHandle, start_postgres
 from convlog._processes import HOST, ServiceError, services_root
+from convlog.settings import Settings, SettingsError
 
 __all__ = [
     "KafkaHandle",
@@ -58,31 +58,26 @@ class _Service(Protocol):
     def stop(self, timeout: float = ...) -> bool: ...
 
 
-def _env_port(name: str, default: int) -> int:
-    value = os.environ.get(name, "").strip()
-    if not value:
-        return default
-    if not value.isdigit() or not 0 < int(value) < 65536:
-        raise ServiceError(f"{name}={value!r} is not a port number")
-    return int(value)
-
-
-def kafka_handle() -> KafkaHandle:
-    """The shared dev broker: ports from the environment, else as it was formatted/started."""
-    data_dir = services_root() / "kafka"
+def kafka_handle(settings: Settings | None = None) -> KafkaHandle:
+    """The shared dev broker: ports from the settings, else as it was formatted/started."""
+    settings = settings or Settings.from_env()
+    data_dir = services_root(settings) / "kafka"
     state_file = data_dir / "convlog-kafka.json"
     state = json.loads(state_file.read_text()) if state_file.is_file() else {}
-    port = _env_port("CONVLOG_SERVICES_KAFKA_PORT", state.get("port", 19092))
-    controller = _env_port("CONVLOG_SERVICES_KAFKA_CONTROLLER_PORT", state.get("controller_port", port + 1))
-    handle = KafkaHandle(data_dir, port=port, controller_port=controller)
+    port = settings.services_kafka_port or state.get("port", 19092)
+    controller = settings.services_kafka_controller_port or state.get("controller_port", port + 1)
+    handle = KafkaHandle(data_dir, port=port, controller_port=controller, settings=settings)
     if state and handle.running:  # report where it really listens
         handle.port = state.get("port", port)
     return handle
 
 
-def postgres_handle() -> PostgresHandle:
+def postgres_handle(settings: Settings | None = None) -> PostgresHandle:
     """The shared dev Postgres (port from ``CONVLOG_SERVICES_POSTGRES_PORT``, default 15432)."""
-    handle = PostgresHandle(services_root() / "postgres", port=_env_port("CONVLOG_SERVICES_POSTGRES_PORT", 15432))
+    settings = settings or Settings.from_env()
+    handle = PostgresHandle(
+        services_root(settings) / "postgres", port=settings.services_postgres_port, settings=settings
+    )
     with contextlib.suppress(OSError, ValueError, IndexError):
         if handle.running:  # report where it really listens (postmaster.pid line 4)
             handle.port = int((handle.pgdata / "postmaster.pid").read_text().splitlines()[3])
@@ -97,9 +92,9 @@ def _address(service: _Service) -> str:
 
 
 @contextlib.contextmanager
-def _locked() -> Iterator[None]:
+def _locked(settings: Settings) -> Iterator[None]:
     """Serialise up/down of the shared services between processes."""
-    root = services_root()
+    root = services_root(settings)
     root.mkdir(parents=True, exist_ok=True)
     with (root / ".lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -184,22 +179,26 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     try:
+        settings = Settings.from_env()
         services: dict[str, _Service] = {}
         if not args.kafka_only:
-            services["postgres"] = postgres_handle()
+            services["postgres"] = postgres_handle(settings)
         if not args.postgres_only:
-            services["kafka"] = kafka_handle()
+            services["kafka"] = kafka_handle(settings)
         if args.command == "env":
             return _env(services)
         if args.command == "status":
             return _status(services, check=args.check)
-        with _locked():
+        with _locked(settings):
             if args.command == "up":
                 return _up(services, args.timeout or 120.0)
             return _down(services, args.timeout or 30.0)
     except ServiceError as exc:
         print(f"devservices {args.command} failed: {exc}", file=sys.stderr)
         return 1
+    except SettingsError as exc:
+        print(f"devservices: error: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
 

@@ -41,10 +41,10 @@ def embedded_postgres_dir(data_dir: Path) -> Path:
 
 def database_url(settings: Settings) -> str:
     """``CONVLOG_DATABASE_URL`` when set, else the embedded Postgres (started if needed)."""
-    return settings.database_url or ensure_embedded_postgres(settings.data_dir)
+    return settings.database_url or ensure_embedded_postgres(settings.data_dir, settings)
 
 
-def ensure_embedded_postgres(data_dir: Path) -> str:
+def ensure_embedded_postgres(data_dir: Path, settings: Settings | None = None) -> str:
     """Start the embedded Postgres under ``data_dir/postgres`` unless it runs; return its URL.
 
     Idempotent and safe between processes (a file lock serialises starts); the first start runs
@@ -54,13 +54,13 @@ def ensure_embedded_postgres(data_dir: Path) -> str:
     """
     root = embedded_postgres_dir(data_dir)
     with _locked(root):
-        handle = _handle(root)
+        handle = _handle(root, settings)
         try:
             if handle.running:
                 handle.port = _listening_port(handle) or handle.port
                 handle.start(timeout=_START_TIMEOUT_S)  # waits until it serves
                 return handle.url
-            pg_bin_dir()  # a clear error before initdb when there are no binaries
+            pg_bin_dir(handle.settings)  # a clear error before initdb when there are no binaries
             attempt = 0
             while True:
                 attempt += 1
@@ -104,7 +104,7 @@ def _port_file(root: Path) -> Path:
     return root / "port"
 
 
-def _handle(root: Path) -> PostgresHandle:
+def _handle(root: Path, settings: Settings | None = None) -> PostgresHandle:
     """The handle on the remembered port; chooses and remembers one on first use."""
     port_file = _port_file(root)
     port: int | None = None
@@ -113,7 +113,7 @@ def _handle(root: Path) -> PostgresHandle:
     if port is None or not 0 < port < 65536:
         port = PREFERRED_PORT if _port_free(PREFERRED_PORT) else _choose_port()
         port_file.write_text(f"{port}\n")
-    return PostgresHandle(root, port=port)
+    return PostgresHandle(root, port=port, settings=settings)
 
 
 def _listening_port(handle: PostgresHandle) -> int | None:

@@ -14,13 +14,12 @@ h11 already refuses a head larger than 16 KiB (uvicorn's ``h11_max_incomplete_ev
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
 from typing import Any
 
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from convlog.settings import env_number
+from convlog.settings import Settings
 
 
 class _HeadDeadlineProtocol(H11Protocol):
@@ -61,20 +60,19 @@ class _HeadDeadlineProtocol(H11Protocol):
             self.transport.close()
 
 
-def server_config(app: Any, env: Mapping[str, str]) -> uvicorn.Config:
+def server_config(app: Any, settings: Settings) -> uvicorn.Config:
     """uvicorn's configuration from the ``CONVLOG_HTTP_*`` settings. Once told to stop, the
     server lets requests in flight finish for at most ``CONVLOG_SHUTDOWN_GRACE_S`` seconds
     (default 10), then cancels them: no request — a long read of the log included — keeps the
     process from stopping."""
-    keep_alive_s = env_number(env, "CONVLOG_HTTP_KEEP_ALIVE_S", 5, minimum=1)
-    head_timeout_s = env_number(env, "CONVLOG_HTTP_HEADER_TIMEOUT_S", 10.0, minimum=0.1)
+    head_timeout_s = settings.http_header_timeout_s
     protocol = type("HeadDeadlineProtocol", (_HeadDeadlineProtocol,), {"head_timeout_s": head_timeout_s})
     return uvicorn.Config(
         app,
-        host=env.get("CONVLOG_HTTP_HOST", "127.0.0.1"),
-        port=env_number(env, "CONVLOG_HTTP_PORT", 8080, minimum=1),
+        host=settings.http_host,
+        port=settings.http_port,
         log_level="info",
         http=protocol,
-        timeout_keep_alive=keep_alive_s,
-        timeout_graceful_shutdown=env_number(env, "CONVLOG_SHUTDOWN_GRACE_S", 10, minimum=0),
+        timeout_keep_alive=settings.http_keep_alive_s,
+        timeout_graceful_shutdown=settings.shutdown_grace_s,
     )

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import logging
-import os
 import sys
 
 import structlog
 
+from convlog.settings import Settings
 
-def configure_logging(default_level: str = "info") -> None:
-    """Level from ``CONVLOG_LOG_LEVEL`` (debug, info, warning, error), else ``default_level``."""
-    name = (os.environ.get("CONVLOG_LOG_LEVEL") or default_level).upper()
+
+def configure_logging(settings: Settings, default_level: str = "info") -> None:
+    """Level from ``CONVLOG_LOG_LEVEL`` (debug, info, warning, error, critical), else ``default_level``."""
+    name = (settings.log_level or default_level).upper()
     level = logging.getLevelNamesMapping().get(name, logging.INFO)
     renderer: structlog.typing.Processor = (
         structlog.dev.ConsoleRenderer() if sys.stderr.isatty() else structlog.processors.JSONRenderer()

@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from convlog.settings import env_number
+from convlog.settings import Settings
 from events.errors import ConfigurationError
 from projectors.runner import LATENCY_BUCKETS, ProjectorStats
 
@@ -71,12 +71,11 @@ class ProjectorCollector(Collector):
         yield positions
 
 
-def start_metrics_endpoint(registry: CollectorRegistry, env: Mapping[str, str]) -> bool:
+def start_metrics_endpoint(registry: CollectorRegistry, settings: Settings) -> bool:
     """Serve ``registry`` over HTTP (a daemon thread) when ``CONVLOG_METRICS_PORT`` is set."""
-    port = env_number(env, "CONVLOG_METRICS_PORT", 0, minimum=0)
+    port, host = settings.metrics_port, settings.metrics_host
     if not port:
         return False
-    host = env.get("CONVLOG_METRICS_HOST") or "127.0.0.1"
     try:
         start_http_server(port, addr=host, registry=registry)
     except OSError as e:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 from collections.abc import Mapping
 
 import structlog
@@ -13,7 +12,7 @@ from prometheus_client import CollectorRegistry
 from convlog.embedded_pg import database_url
 from convlog.metrics_server import ProjectorCollector, start_metrics_endpoint
 from convlog.ops_common import run_interruptibly
-from convlog.settings import Settings, env_number
+from convlog.settings import Settings
 from convlog.wiring import open_event_log
 from events.codec import default_codec
 from events.log import EventLog
@@ -27,14 +26,11 @@ from projectors.store import PostgresProjectionStore
 from projectors.tokens import TokenCounter
 from projectors.topics import claim_topic
 from projectors.versions import ensure_live_version, live_version
-from projectors.window import WindowPolicy
 
 log = structlog.get_logger(__name__)
 
 
-def build_projector(
-    settings: Settings, pool: PgPool, schema: str, event_log: EventLog | None, env: Mapping[str, str]
-) -> Projector:
+def build_projector(settings: Settings, pool: PgPool, schema: str, event_log: EventLog | None) -> Projector:
     """A projector for ``schema``: a Kafka consumer group member when Kafka is configured, else a
     reader of ``event_log`` (the embedded log, which only one process may open)."""
     source: RecordSource
@@ -44,9 +40,9 @@ def build_projector(
             topic=settings.topic,
             group_id=f"convlog.projector.{schema}",
             # How long a crashed member keeps its partitions before the group moves them.
-            session_timeout_ms=env_number(env, "CONVLOG_KAFKA_SESSION_TIMEOUT_MS", 10_000, minimum=1),
+            session_timeout_ms=settings.kafka_session_timeout_ms,
             heartbeat_interval_ms=1000,
-            group_instance_id=env.get("CONVLOG_PROJECTOR_INSTANCE_ID") or None,
+            group_instance_id=settings.projector_instance_id,
         )
     elif event_log is not None:
         source = LogSource(event_log)
@@ -57,7 +53,7 @@ def build_projector(
         schema=schema,
         codec=default_codec(),
         counter=TokenCounter(),
-        policy=WindowPolicy.from_env(env),
+        policy=settings.window_policy(),
         max_event_bytes=settings.max_event_bytes,
     )
     return Projector(source, store)
@@ -74,11 +70,10 @@ class LiveProjector:
     """
 
     def __init__(
-        self, settings: Settings, pool: PgPool, event_log: EventLog | None, env: Mapping[str, str], *,
-        poll_s: float | None = None,
-    ) -> None:  # fmt: skip
-        self._settings, self._pool, self._event_log, self._env = settings, pool, event_log, env
-        self._poll_s = poll_s if poll_s is not None else env_number(env, "CONVLOG_VERSION_POLL_S", 1.0, minimum=0.01)
+        self, settings: Settings, pool: PgPool, event_log: EventLog | None, *, poll_s: float | None = None
+    ) -> None:
+        self._settings, self._pool, self._event_log = settings, pool, event_log
+        self._poll_s = poll_s if poll_s is not None else settings.version_poll_s
         self.current: Projector | None = None
         self.schema: str | None = None
 
@@ -99,7 +94,7 @@ class LiveProjector:
         version = await retrying(lambda: ensure_live_version(self._pool), action="finding the live version")
         # Its positions are offsets of one topic: refuse to run it on another (a clear error at start).
         await retrying(lambda: claim_topic(self._pool, version, self._settings.topic), action="checking the topic")
-        self.current = build_projector(self._settings, self._pool, version.schema, self._event_log, self._env)
+        self.current = build_projector(self._settings, self._pool, version.schema, self._event_log)
         self.schema = version.schema
         return version.schema
 
@@ -148,10 +143,10 @@ async def run_projector(settings: Settings, stop: asyncio.Event) -> LiveProjecto
     try:
         if not settings.kafka_bootstrap:
             event_log = await open_event_log(settings)
-        projector = LiveProjector(settings, pool, event_log, os.environ)
+        projector = LiveProjector(settings, pool, event_log)
         registry = CollectorRegistry()
         registry.register(ProjectorCollector(projector))
-        start_metrics_endpoint(registry, os.environ)
+        start_metrics_endpoint(registry, settings)
         await projector.run(stop)
         return projector
     finally:

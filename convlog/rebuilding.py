@@ -53,7 +53,6 @@ from projectors.store import PostgresProjectionStore, skip_decisions
 from projectors.tokens import TokenCounter
 from projectors.topics import claim_topic
 from projectors.versions import READ_MODELS, ProjectionVersion, create_version, live_version, switch, versions
-from projectors.window import WindowPolicy
 
 PROJECTIONS = (READ_MODELS,)
 DEFAULT_WORKERS = min(4, os.cpu_count() or 1)
@@ -210,7 +209,7 @@ async def make_store(
         live = await live_version(conn)
         skips = await skip_decisions(conn, live.schema) if live is not None and live.schema != schema else {}
     return PostgresProjectionStore(pool, schema=schema, codec=default_codec(), counter=counter,
-                           policy=WindowPolicy.from_env(os.environ), max_event_bytes=settings.max_event_bytes,
+                           policy=settings.window_policy(), max_event_bytes=settings.max_event_bytes,
                            fail_fast=not park_poison, skips=skips)  # fmt: skip
 
 
@@ -301,12 +300,7 @@ async def run_workers(
 
 def worker_env(settings: Settings) -> dict[str, str]:
     """The environment that gives a worker exactly these settings (not merely the inherited ones)."""
-    env = {**os.environ, "CONVLOG_TOPIC": settings.topic, "CONVLOG_PARTITIONS": str(settings.partitions),
-           "CONVLOG_MAX_EVENT_BYTES": str(settings.max_event_bytes), "CONVLOG_DATA_DIR": str(settings.data_dir),
-           "CONVLOG_KAFKA_BOOTSTRAP": settings.kafka_bootstrap or ""}  # fmt: skip
-    if settings.database_url:
-        env["CONVLOG_DATABASE_URL"] = settings.database_url
-    return env
+    return settings.subprocess_env()
 
 
 async def _start_worker(

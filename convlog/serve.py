@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
 import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import structlog
@@ -24,8 +22,8 @@ from convlog.http_server import server_config
 from convlog.log_guard import LogGuard
 from convlog.metrics_server import ProjectorCollector
 from convlog.projecting import LiveProjector
-from convlog.settings import Settings, env_number
-from convlog.summarizing import SummarizerSettings, build_summarizer
+from convlog.settings import Settings
+from convlog.summarizing import build_summarizer
 from convlog.wiring import make_producer, open_event_log
 from events.errors import ConfigurationError
 from events.log import EventLog
@@ -33,26 +31,12 @@ from projectors.migrate import migrate
 from projectors.pg import PgPool, open_pool, retrying
 from projectors.tokens import model_spec
 from projectors.versions import live_version
-from projectors.window import WindowPolicy
 from query_api.http import ApiDeps, create_app
 from query_api.metrics import Metrics
 from query_api.reads import PostgresReadModels
 from summarizer.runner import Summarizer
 
 log = structlog.get_logger(__name__)
-
-
-def parse_tokens(raw: str | None) -> dict[str, str]:
-    """``CONVLOG_API_TOKENS="tenant_a:token_a,tenant_b:token_b"`` -> {token: tenant}."""
-    tokens: dict[str, str] = {}
-    for item in (raw or "").split(","):
-        if not item.strip():
-            continue
-        tenant, sep, token = item.strip().partition(":")
-        if not sep or not tenant or not token:
-            raise ConfigurationError("CONVLOG_API_TOKENS must look like tenant_a:token_a,tenant_b:token_b")
-        tokens[token] = tenant
-    return tokens
 
 
 @dataclass
@@ -87,8 +71,7 @@ class _LiveReads:
 
 
 @asynccontextmanager
-async def running_service(settings: Settings, env: Mapping[str, str] | None = None) -> AsyncIterator[Service]:
-    env = os.environ if env is None else env
+async def running_service(settings: Settings) -> AsyncIterator[Service]:
     url = await asyncio.to_thread(database_url, settings)
     await retrying(lambda: migrate(url), action="migrating")
     pool = await retrying(lambda: open_pool(url, name="convlog-serve"), action="connecting")
@@ -97,7 +80,7 @@ async def running_service(settings: Settings, env: Mapping[str, str] | None = No
     try:
         # Kafka: a group member of its own; embedded: the log this process already opened.
         # It follows ``convlog rebuild --switch`` to the new live version.
-        projector = LiveProjector(settings, pool, event_log, env)
+        projector = LiveProjector(settings, pool, event_log)
         await projector.start_version()
         metrics = Metrics()
         metrics.registry.register(ProjectorCollector(projector))
@@ -109,29 +92,29 @@ async def running_service(settings: Settings, env: Mapping[str, str] | None = No
         background: dict[str, asyncio.Task[None]] = {}
         readiness = _Readiness(projector, event_log, pool, metrics, background, guard=guard)
 
-        default_encoding = env.get("CONVLOG_DEFAULT_ENCODING") or "o200k_base"
+        default_encoding = settings.default_encoding
         model_spec("unknown-model", default_encoding=default_encoding)  # refuse a bad setting at start
         deps = ApiDeps(
-            tokens=parse_tokens(env.get("CONVLOG_API_TOKENS")),
+            tokens=settings.token_tenants(),
             producer=make_producer(appending, settings, producer="convlog-api"),
             log=event_log,
             reads=reads,
             readiness=readiness,
             metrics=metrics,
-            image_turns=env_number(env, "CONVLOG_WINDOW_IMAGE_TURNS", 2, minimum=0),
+            image_turns=settings.window_image_turns,
             default_encoding=default_encoding,
             max_body_bytes=settings.max_event_bytes * 2,
-            policy=WindowPolicy.from_env(env),
+            policy=settings.window_policy(),
             max_event_bytes=settings.max_event_bytes,
             log_behind=guard.check_read,
         )
         summarizer = None
-        if SummarizerSettings.from_env(env).enabled:
-            summarizer = build_summarizer(settings, pool, appending, env, registry=metrics.registry)
+        if settings.summarizer == "on":
+            summarizer = build_summarizer(settings, pool, appending, registry=metrics.registry)
         background["projector"] = asyncio.create_task(projector.run(stop), name="projector")
         if summarizer is not None:
             background["summarizer"] = asyncio.create_task(summarizer.run(stop), name="summarizer")
-        for task in _retention_task(settings, env, pool, appending, stop):
+        for task in _retention_task(settings, pool, appending, stop):
             background["retention"] = task
         for task in background.values():
             task.add_done_callback(_report_crash)
@@ -212,17 +195,16 @@ def _report_crash(task: asyncio.Task[None]) -> None:
 
 
 def _retention_task(
-    settings: Settings, env: Mapping[str, str], pool: PgPool, event_log: EventLog, stop: asyncio.Event
+    settings: Settings, pool: PgPool, event_log: EventLog, stop: asyncio.Event
 ) -> list[asyncio.Task[None]]:
     """Daily retention (``convlog retention``) when ``CONVLOG_RETENTION_IDLE_DAYS`` is set; archives
     go to ``CONVLOG_RETENTION_ARCHIVE_DIR`` (default ``DATA_DIR/retention``)."""
-    if not env.get("CONVLOG_RETENTION_IDLE_DAYS"):
+    idle_days, delay_s = settings.retention_idle_days, settings.retention_first_run_s
+    archive_dir = settings.retention_archive
+    if idle_days is None:
         return []
     from convlog.ops.retention import retention_schedule  # noqa: PLC0415 - only when retention is on
 
-    idle_days = env_number(env, "CONVLOG_RETENTION_IDLE_DAYS", 0, minimum=1)
-    delay_s = env_number(env, "CONVLOG_RETENTION_FIRST_RUN_S", 60.0, minimum=0.0)
-    archive_dir = Path(env.get("CONVLOG_RETENTION_ARCHIVE_DIR") or settings.data_dir / "retention")
     producer = make_producer(event_log, settings, producer="convlog-retention")
     log.info("retention.scheduled", idle_days=idle_days, archive_dir=str(archive_dir), first_run_s=delay_s)
     schedule = retention_schedule(pool, event_log, producer, stop, idle_days=idle_days, archive_dir=archive_dir,
@@ -230,9 +212,9 @@ def _retention_task(
     return [asyncio.create_task(schedule)]
 
 
-def http_server(app: Any, env: Mapping[str, str]) -> uvicorn.Server:
+def http_server(app: Any, settings: Settings) -> uvicorn.Server:
     """The HTTP server (see :func:`~convlog.http_server.server_config` for its timeouts)."""
-    return uvicorn.Server(server_config(app, env))
+    return uvicorn.Server(server_config(app, settings))
 
 
 def main(settings: Settings) -> None:
@@ -240,7 +222,7 @@ def main(settings: Settings) -> None:
         async with running_service(settings) as service:
             if not service.deps.tokens:
                 log.warning("serve.no_tokens", hint="set CONVLOG_API_TOKENS=tenant:token,... — every request is 401")
-            server = http_server(create_app(service.deps), os.environ)
+            server = http_server(create_app(service.deps), settings)
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, lambda: setattr(server, "should_exit", True))

@@ -1,58 +1,360 @@
-"""Settings from ``CONVLOG_*`` environment variables, with working local defaults."""
+"""Every setting convlog reads, declared once: name, type, default, range and meaning.
+
+Settings come from ``CONVLOG_*`` environment variables (plus ``OPENAI_API_KEY`` and
+``JAVA_HOME``, read under their own names); an unset or empty variable means the default.
+pydantic-settings does the reading and the type and range checks, so no module parses a
+variable by hand and no module but this one reads the environment: the composition root
+builds :class:`Settings` once (:meth:`Settings.from_env`) and passes it — or the plain option
+objects the lower layers take, such as :meth:`Settings.window_policy` — down.
+
+A malformed or out-of-range value is one :class:`SettingsError` naming the variable, the value
+(masked for secrets) and what was expected; the CLI turns it into exit code 2. ``convlog
+config`` prints :func:`describe`: each setting's effective value and where it came from.
+
+``Settings(...)`` built in code (tests, benchmarks) reads no environment: the defaults and the
+values given. The README's configuration table is checked against this declaration by a test.
+"""
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
+
+from pydantic import AliasChoices, Field, PrivateAttr, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings.sources.utils import parse_env_vars
 
 from events.errors import ConfigurationError
 from events.producer import DEFAULT_MAX_EVENT_BYTES
+from projectors.window import DEFAULT_KEEP_TURNS, DEFAULT_MAX_TURNS, WindowPolicy
+
+PREFIX = "CONVLOG_"
+MASK = "****"
+TOKENS_FORMAT = "tenant_a:token_a,tenant_b:token_b"
 
 
-@dataclass(frozen=True, slots=True)
-class Settings:
-    kafka_bootstrap: str | None = None  # unset: the embedded log in data_dir
-    database_url: str | None = None  # unset: embedded Postgres in data_dir
-    data_dir: Path = Path(".convlog")
-    topic: str = "convlog.events"
-    partitions: int = 12
-    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
+class SettingsError(ConfigurationError):
+    """One or more settings have a value that is not what the declaration expects."""
+
+
+def _port(default: int | None, description: str) -> Any:
+    return Field(default, ge=1, le=65535, description=description)
+
+
+class Settings(BaseSettings):
+    """The configuration of every convlog process. Field ``x`` is ``CONVLOG_X`` unless its
+    ``validation_alias`` names other variables."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=PREFIX, env_ignore_empty=True, frozen=True, populate_by_name=True, extra="forbid"
+    )
+
+    # -- the log and the read models
+    kafka_bootstrap: str | None = Field(None, description="Kafka bootstrap servers (unset: the embedded log)")
+    database_url: str | None = Field(
+        None, description="Postgres URL for the read models (unset: the embedded Postgres)"
+    )
+    data_dir: Path = Field(Path(".convlog"), description="embedded log file, embedded Postgres, local services' data")
+    topic: str = Field("convlog.events", min_length=1, description="the event topic (created if missing)")
+    partitions: int = Field(
+        12, ge=1, description="partitions for a new topic / embedded log (an existing one keeps its own)"
+    )
+    max_event_bytes: int = Field(
+        DEFAULT_MAX_EVENT_BYTES, ge=1,
+        description="largest encoded event the producer accepts (and the projector applies)",
+    )  # fmt: skip
+    # -- projection
+    window_max_turns: int = Field(DEFAULT_MAX_TURNS, ge=1, description="window hysteresis: at most this many turns")
+    window_keep_turns: int = Field(
+        DEFAULT_KEEP_TURNS, ge=1, description="window hysteresis: dropping to this many (<= the maximum)"
+    )
+    kafka_session_timeout_ms: int = Field(
+        10_000, ge=1, description="consumer-group session timeout of the projector and the summarizer"
+    )
+    projector_instance_id: str | None = Field(
+        None, description="static group membership: a restarted projector takes its partitions back at once"
+    )
+    version_poll_s: float = Field(
+        1.0, ge=0.01, description="how often `project` / `serve` check which read-models version is live"
+    )
+    # -- the HTTP API
+    http_host: str = Field("127.0.0.1", description="where `convlog serve` listens")
+    http_port: int = _port(8080, "the port `convlog serve` listens on")
+    shutdown_grace_s: int = Field(
+        10, ge=0, description="on SIGTERM/SIGINT, how long `convlog serve` lets requests in flight finish"
+    )
+    http_keep_alive_s: int = Field(5, ge=1, description="a connection idle that long after a response is closed")
+    http_header_timeout_s: float = Field(
+        10.0, ge=0.1,
+        description="a connection without a complete request head that long after connecting or its last response "
+        "is closed",
+    )  # fmt: skip
+    api_tokens: SecretStr | None = Field(
+        None, description=f"`tenant:token` pairs, comma-separated ({TOKENS_FORMAT}); unset: every request is 401"
+    )
+    window_image_turns: int = Field(2, ge=0, description="only the last N turns keep their images")
+    default_encoding: str = Field(
+        "o200k_base", description="tiktoken encoding for models the table does not know (counts are then an estimate)"
+    )
+    # -- summaries
+    summarizer: Literal["on", "off"] = Field("on", description="`off`: `convlog serve` runs no summarizer")
+    summarizer_start: Literal["earliest", "latest"] = Field(
+        "earliest",
+        description="where a summarizer that never ran starts: `earliest` reads the whole log, `latest` its end",
+    )
+    summarizer_instance_id: str | None = Field(None, description="static group membership for `convlog summarize`")
+    llm_base_url: str | None = Field(
+        None, description="OpenAI-compatible endpoint for summaries (unset: the offline summarizer)"
+    )
+    llm_api_key: SecretStr | None = Field(
+        None, validation_alias=AliasChoices("CONVLOG_LLM_API_KEY", "OPENAI_API_KEY"),
+        description="the endpoint's API key (else `OPENAI_API_KEY`)",
+    )  # fmt: skip
+    llm_model: str = Field("gpt-4o-mini", min_length=1, description="the summary model")
+    llm_timeout_s: float = Field(60.0, ge=0.1, description="per summary request")
+    llm_max_retries: int = Field(2, ge=0, description="the client's own retries (exponential backoff)")
+    summary_max_tokens: int = Field(400, ge=16, description="a summary's size limit (o200k_base tokens), enforced")
+    # -- operations
+    metrics_port: int | None = Field(
+        None, ge=0, le=65535, description="`convlog project` / `summarize` serve Prometheus metrics there"
+    )
+    metrics_host: str = Field("127.0.0.1", description="the metrics endpoint's address")
+    log_level: Literal["debug", "info", "warning", "error", "critical"] | None = Field(
+        None, description="structured logs on stderr; unset: `info` (`warning` for one-shot commands)"
+    )
+    retention_idle_days: int | None = Field(
+        None, ge=1, description="`convlog serve` runs retention daily for conversations idle this long"
+    )
+    retention_first_run_s: float = Field(60.0, ge=0.0, description="the first retention run, after the start")
+    retention_archive_dir: Path | None = Field(None, description="retention archives (unset: DATA_DIR/retention)")
+    # -- local services (development and CI)
+    services_kafka_port: int | None = _port(None, "the local Kafka (unset: as formatted, else 19092)")
+    services_kafka_controller_port: int | None = _port(None, "its controller listener (unset: port + 1)")
+    services_postgres_port: int = _port(15432, "the local Postgres")
+    services_kafka_version: str | None = Field(None, description="the Kafka version Maven resolves (unset: the pom's)")
+    services_kafka_pom: Path | None = Field(None, description="the pom that lists the broker's jars")
+    services_kafka_jvm_opts: str | None = Field(None, description="extra JVM options for the local broker")
+    services_pg_bin: Path | None = Field(None, description="directory of the Postgres binaries (initdb, postgres)")
+    services_pg_os_user: str | None = Field(None, description="the account Postgres runs as when started by root")
+    java_home: Path | None = Field(
+        None, validation_alias="JAVA_HOME", description="the JDK for the local Kafka (unset: `java` on PATH)"
+    )
+
+    # the variable each field was read from, by :meth:`from_env`
+    _read_from: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    @classmethod
+    def settings_customise_sources(  # pydantic-settings' hook: its signature, most of it unused here
+        cls,
+        settings_cls: type[BaseSettings],  # noqa: ARG003
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,  # noqa: ARG003
+        dotenv_settings: PydanticBaseSettingsSource,  # noqa: ARG003
+        file_secret_settings: PydanticBaseSettingsSource,  # noqa: ARG003
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings,)  # code gives values; only :meth:`from_env` reads an environment
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """The settings in ``env`` (default: this process's environment). Raises
+        :class:`SettingsError` naming every bad variable."""
         env = os.environ if env is None else env
-        defaults = cls()
-        return cls(
-            kafka_bootstrap=env.get("CONVLOG_KAFKA_BOOTSTRAP") or None,
-            database_url=env.get("CONVLOG_DATABASE_URL") or None,
-            data_dir=Path(env.get("CONVLOG_DATA_DIR") or defaults.data_dir),
-            topic=env.get("CONVLOG_TOPIC") or defaults.topic,
-            partitions=env_number(env, "CONVLOG_PARTITIONS", defaults.partitions, minimum=1),
-            max_event_bytes=env_number(env, "CONVLOG_MAX_EVENT_BYTES", defaults.max_event_bytes, minimum=1),
-        )
+        values = _MappingSource(cls, env)()
+        try:
+            settings = cls(**values)
+        except ValidationError as e:
+            raise SettingsError(_explain(e, env)) from None
+        settings._read_from.update({name: var for name in cls.model_fields if (var := _set_variable(name, env))})
+        return settings
+
+    @field_validator("summarizer", "summarizer_start", "log_level", mode="before")
+    @classmethod
+    def _case_insensitive(cls, value: object) -> object:
+        return value.strip().lower() if isinstance(value, str) else value
+
+    @field_validator("llm_base_url", mode="before")
+    @classmethod
+    def _blank_is_unset(cls, value: object) -> object:
+        return (value.strip() or None) if isinstance(value, str) else value
+
+    @field_validator("api_tokens")
+    @classmethod
+    def _tokens_format(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            parse_tokens(value.get_secret_value())
+        return value
+
+    @model_validator(mode="after")
+    def _window_consistent(self) -> Settings:
+        if self.window_keep_turns > self.window_max_turns:
+            raise ValueError(
+                f"window turns: need CONVLOG_WINDOW_KEEP_TURNS ({self.window_keep_turns}) <= "
+                f"CONVLOG_WINDOW_MAX_TURNS ({self.window_max_turns})"
+            )
+        return self
+
+    # -- what the composition root passes down
 
     @property
     def embedded_log_path(self) -> Path:
         return self.data_dir / "log" / f"{self.topic}.log"
 
+    def window_policy(self) -> WindowPolicy:
+        return WindowPolicy(max_turns=self.window_max_turns, keep_turns=self.window_keep_turns)
 
-N = TypeVar("N", int, float)
+    def token_tenants(self) -> dict[str, str]:
+        """``CONVLOG_API_TOKENS`` as {token: tenant}."""
+        return parse_tokens(self.api_tokens.get_secret_value() if self.api_tokens else "")
+
+    @property
+    def retention_archive(self) -> Path:
+        return self.retention_archive_dir or self.data_dir / "retention"
+
+    def as_env(self) -> dict[str, str]:
+        """Variables that give another process exactly these settings (not merely inherited
+        ones): every ``CONVLOG_*`` setting, an unset one as the empty string."""
+        named = {variable(name): name for name in type(self).model_fields}
+        return {var: _raw(getattr(self, name)) for var, name in named.items() if var.startswith(PREFIX)}
+
+    def subprocess_env(self) -> dict[str, str]:
+        """This process's environment (``PATH``, ...) with :meth:`as_env` on top."""
+        return {**os.environ, **self.as_env()}
 
 
-def env_number(env: Mapping[str, str], name: str, default: N, *, minimum: N) -> N:
-    """``env[name]`` as a number of ``default``'s type, at least ``minimum``; ``default`` when
-    unset. A malformed or too small value is a :class:`ConfigurationError` naming the setting."""
-    raw = env.get(name)
-    if not raw:
-        return default
-    kind = type(default)
-    try:
-        value = kind(raw)
-    except ValueError as e:
-        raise ConfigurationError(f"{name} must be {'an integer' if kind is int else 'a number'}, got {raw!r}") from e
-    if value < minimum:
-        raise ConfigurationError(f"{name} must be >= {minimum}, got {value}")
-    return value
+class _MappingSource(EnvSettingsSource):
+    """pydantic-settings' environment source over a given mapping instead of ``os.environ`` (tests
+    pass one; a rebuild worker's is built by :meth:`Settings.as_env`). ``_load_env_vars`` is the
+    hook pydantic-settings' own dotenv source overrides the same way."""
+
+    def __init__(self, settings_cls: type[BaseSettings], env: Mapping[str, str]) -> None:
+        self._env = env
+        super().__init__(settings_cls)
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        return parse_env_vars(self._env, self.case_sensitive, self.env_ignore_empty, self.env_parse_none_str)
+
+
+def parse_tokens(raw: str) -> dict[str, str]:
+    """``"tenant_a:token_a,tenant_b:token_b"`` -> {token: tenant}."""
+    tokens: dict[str, str] = {}
+    for item in raw.split(","):
+        if not item.strip():
+            continue
+        tenant, sep, token = item.strip().partition(":")
+        if not sep or not tenant or not token:
+            raise ValueError(f"expected {TOKENS_FORMAT}")
+        tokens[token] = tenant
+    return tokens
+
+
+def variables(name: str) -> tuple[str, ...]:
+    """The environment variables field ``name`` is read from, the first one set winning."""
+    alias = Settings.model_fields[name].validation_alias
+    if isinstance(alias, AliasChoices):
+        return tuple(str(choice) for choice in alias.choices)
+    return (alias,) if isinstance(alias, str) else (PREFIX + name.upper(),)
+
+
+def variable(name: str) -> str:
+    return variables(name)[0]
+
+
+def _set_variable(name: str, env: Mapping[str, str]) -> str | None:
+    return next((var for var in variables(name) if env.get(var)), None)
+
+
+def _secret(name: str) -> bool:
+    return Settings.model_fields[name].annotation in (SecretStr, SecretStr | None)
+
+
+def _explain(error: ValidationError, env: Mapping[str, str]) -> str:
+    by_alias = {variable(name): name for name in Settings.model_fields}
+    lines = []
+    for problem in error.errors():
+        loc = str(problem["loc"][0]) if problem["loc"] else ""
+        name = by_alias.get(loc, loc)
+        if name not in Settings.model_fields:  # a check across settings: its message names them
+            lines.append(problem["msg"].removeprefix("Value error, "))
+            continue
+        var = _set_variable(name, env) or variable(name)
+        shown = MASK if _secret(name) else repr(env.get(var, problem["input"]))
+        expected = problem["msg"].removeprefix("Value error, ")
+        lines.append(f"{var}={shown}: {expected[:1].lower()}{expected[1:]}")
+    return "invalid settings: " + "; ".join(lines) if len(lines) > 1 else lines[0]
+
+
+def _raw(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, SecretStr):
+        return value.get_secret_value()
+    return str(value)
+
+
+def show(value: object) -> str:
+    """A value as the documentation and ``convlog config`` print it (``unset`` for None)."""
+    if value is None:
+        return "unset"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def _masked(name: str, value: object) -> str:
+    if value is None:
+        return "unset"
+    if isinstance(value, SecretStr):
+        if name == "api_tokens":  # tenants are not secret, their tokens are
+            return ",".join(f"{tenant}:{MASK}" for tenant in parse_tokens(value.get_secret_value()).values())
+        return MASK
+    if name == "database_url" and isinstance(value, str):
+        return mask_password(value)
+    return show(value)
+
+
+def mask_password(url: str) -> str:
+    """A Postgres URL or ``key=value`` conninfo with its password (``user:pw@``, ``password=``) masked."""
+    parts = urlsplit(url)
+    if parts.password is not None:
+        userinfo, _, hosts = parts.netloc.rpartition("@")
+        url = urlunsplit(parts._replace(netloc=f"{userinfo.partition(':')[0]}:{MASK}@{hosts}"))
+    return _PASSWORD_PARAMETER.sub(rf"\1{MASK}", url)
+
+
+_PASSWORD_PARAMETER = re.compile(r"(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|[^&\s]+)", re.IGNORECASE)
+
+
+def unknown_variables(env: Mapping[str, str] | None = None) -> list[str]:
+    """``CONVLOG_*`` variables in ``env`` (default: this process's) that are no setting: typos, or
+    knobs of something else (the test suite's)."""
+    env = os.environ if env is None else env
+    declared = {var for name in Settings.model_fields for var in variables(name)}
+    return sorted(var for var in env if var.startswith(PREFIX) and var not in declared)
+
+
+@dataclass(frozen=True, slots=True)
+class Described:
+    """One line of ``convlog config``."""
+
+    variable: str
+    value: str  # secrets masked
+    source: str  # "default", "environment" or "set in code"
+    doc: str
+
+
+def describe(settings: Settings) -> list[Described]:
+    """Each setting's effective value (secrets masked) and where it came from."""
+    lines = []
+    for name, field in Settings.model_fields.items():
+        read_from = settings._read_from.get(name)
+        if read_from is not None:
+            source = "environment" + ("" if read_from == variable(name) else f" ({read_from})")
+        else:
+            source = "set in code" if name in settings.model_fields_set else "default"
+        lines.append(Described(variable(name), _masked(name, getattr(settings, name)), source, field.description or ""))
+    return lines

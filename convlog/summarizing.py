@@ -1,21 +1,14 @@
 """``convlog summarize`` and the summarizer inside ``convlog serve``: settings and wiring.
 
-Settings (environment):
-- ``CONVLOG_LLM_BASE_URL`` — an OpenAI-compatible endpoint (``https://api.openai.com/v1``, a
-  vLLM or Ollama server...). Unset: the deterministic offline summarizer, no network.
-- ``CONVLOG_LLM_API_KEY`` (else ``OPENAI_API_KEY``), ``CONVLOG_LLM_MODEL`` (gpt-4o-mini),
-  ``CONVLOG_LLM_TIMEOUT_S`` (60), ``CONVLOG_LLM_MAX_RETRIES`` (2, the client's own retries).
-- ``CONVLOG_SUMMARY_MAX_TOKENS`` (400) — a summary's size limit, enforced.
-- ``CONVLOG_SUMMARIZER`` — ``off`` keeps ``serve`` from running one.
+Settings (declared in :mod:`convlog.settings`): ``CONVLOG_LLM_BASE_URL`` — an OpenAI-compatible
+endpoint (``https://api.openai.com/v1``, a vLLM or Ollama server...); unset: the deterministic
+offline summarizer, no network. ``CONVLOG_LLM_*`` for the call, ``CONVLOG_SUMMARY_MAX_TOKENS`` for
+a summary's size limit, ``CONVLOG_SUMMARIZER=off`` keeps ``serve`` from running one.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Literal
 
 import structlog
 from prometheus_client import CollectorRegistry
@@ -23,7 +16,7 @@ from prometheus_client import CollectorRegistry
 from convlog.embedded_pg import database_url
 from convlog.metrics_server import start_metrics_endpoint
 from convlog.ops_common import run_interruptibly
-from convlog.settings import Settings, env_number
+from convlog.settings import Settings
 from convlog.wiring import make_producer, open_event_log
 from events.codec import default_codec
 from events.errors import ConfigurationError
@@ -48,61 +41,29 @@ def consumer_name(settings: Settings) -> str:
     return f"convlog.summarizer.{settings.topic}"
 
 
-@dataclass(frozen=True, slots=True)
-class SummarizerSettings:
-    enabled: bool = True
-    base_url: str | None = None
-    api_key: str = ""
-    model: str = "gpt-4o-mini"
-    timeout_s: float = 60.0
-    max_retries: int = 2
-    max_tokens: int = 400
-    start: Literal["earliest", "latest"] = "earliest"
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> SummarizerSettings:
-        d = cls()
-        switch = (env.get("CONVLOG_SUMMARIZER") or "on").strip().lower()
-        if switch not in {"on", "off"}:
-            raise ConfigurationError(f"CONVLOG_SUMMARIZER must be on or off, got {switch!r}")
-        start = (env.get("CONVLOG_SUMMARIZER_START") or d.start).strip().lower()
-        if start not in {"earliest", "latest"}:
-            raise ConfigurationError(f"CONVLOG_SUMMARIZER_START must be earliest or latest, got {start!r}")
-        return cls(
-            enabled=switch == "on",
-            base_url=(env.get("CONVLOG_LLM_BASE_URL") or "").strip() or None,
-            api_key=env.get("CONVLOG_LLM_API_KEY") or env.get("OPENAI_API_KEY") or "",
-            model=env.get("CONVLOG_LLM_MODEL") or d.model,
-            timeout_s=env_number(env, "CONVLOG_LLM_TIMEOUT_S", d.timeout_s, minimum=0.1),
-            max_retries=env_number(env, "CONVLOG_LLM_MAX_RETRIES", d.max_retries, minimum=0),
-            max_tokens=env_number(env, "CONVLOG_SUMMARY_MAX_TOKENS", d.max_tokens, minimum=16),
-            start="latest" if start == "latest" else "earliest",
-        )
-
-    def build_model(self) -> SummaryModel:
-        if self.base_url is None:
-            return OfflineSummaryModel()
-        return OpenAISummaryModel(
-            base_url=self.base_url,
-            # Local OpenAI-compatible servers often need no key; the client insists on one.
-            api_key=self.api_key or "unset",
-            model=self.model,
-            timeout_s=self.timeout_s,
-            max_retries=self.max_retries,
-        )
+def summary_model(settings: Settings) -> SummaryModel:
+    """The OpenAI-compatible model at ``CONVLOG_LLM_BASE_URL``, else the offline one."""
+    if settings.llm_base_url is None:
+        return OfflineSummaryModel()
+    return OpenAISummaryModel(
+        base_url=settings.llm_base_url,
+        # Local OpenAI-compatible servers often need no key; the client insists on one.
+        api_key=settings.llm_api_key.get_secret_value() if settings.llm_api_key else "unset",
+        model=settings.llm_model,
+        timeout_s=settings.llm_timeout_s,
+        max_retries=settings.llm_max_retries,
+    )
 
 
 def build_summarizer(
     settings: Settings,
     pool: PgPool,
     event_log: EventLog,
-    env: Mapping[str, str],
     *,
     registry: CollectorRegistry | None = None,
 ) -> Summarizer:
     """A summarizer appending through ``event_log``: a Kafka consumer group member when Kafka is
     configured, else a reader of ``event_log`` itself (the embedded log)."""
-    config = SummarizerSettings.from_env(env)
     source: RecordSource
     if settings.kafka_bootstrap:
         source = KafkaGroupSource(
@@ -110,15 +71,15 @@ def build_summarizer(
             topic=settings.topic,
             group_id=consumer_name(settings),
             client_id="convlog-summarizer",
-            session_timeout_ms=env_number(env, "CONVLOG_KAFKA_SESSION_TIMEOUT_MS", 10_000, minimum=1),
+            session_timeout_ms=settings.kafka_session_timeout_ms,
             heartbeat_interval_ms=1000,
-            group_instance_id=env.get("CONVLOG_SUMMARIZER_INSTANCE_ID") or None,
+            group_instance_id=settings.summarizer_instance_id,
         )
     else:
         source = LogSource(event_log)
-    model = config.build_model()
+    model = summary_model(settings)
     log.info("summarizer.model", model=model.model, prompt_version=model.prompt_version,
-             endpoint=config.base_url or "offline")  # fmt: skip
+             endpoint=settings.llm_base_url or "offline")  # fmt: skip
     return Summarizer(
         source,
         PostgresSummaryStore(pool, consumer=consumer_name(settings)),
@@ -127,7 +88,7 @@ def build_summarizer(
         codec=default_codec(),
         log_ends=event_log.end_offsets,
         metrics=SummarizerMetrics(registry),
-        options=SummarizerOptions(max_tokens=config.max_tokens, start=config.start),
+        options=SummarizerOptions(max_tokens=settings.summary_max_tokens, start=settings.summarizer_start),
     )
 
 
@@ -145,8 +106,8 @@ async def run_summarizer(settings: Settings, stop: asyncio.Event) -> Summarizer:
     event_log = await open_event_log(settings)
     try:
         registry = CollectorRegistry()
-        summarizer = build_summarizer(settings, pool, event_log, os.environ, registry=registry)
-        start_metrics_endpoint(registry, os.environ)
+        summarizer = build_summarizer(settings, pool, event_log, registry=registry)
+        start_metrics_endpoint(registry, settings)
         await summarizer.run(stop)
         return summarizer
     finally:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import os
 import uuid
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
@@ -35,7 +34,6 @@ from projectors.store import PostgresProjectionStore, skip_decisions
 from projectors.tokens import TokenCounter
 from projectors.topics import claim_topic
 from projectors.versions import CHECKED_TABLES, checksums, live_version
-from projectors.window import WindowPolicy
 
 Conn = AsyncConnection[Any]
 
@@ -203,7 +201,7 @@ async def _verify(
         ddl = resources.files("projectors").joinpath("sql/read_models.sql").read_text(encoding="utf-8")
         await conn.execute(sql.SQL(ddl).format(schema=sql.Identifier(scratch)))
     try:
-        policy = WindowPolicy.from_env(os.environ)
+        policy = settings.window_policy()
         store = PostgresProjectionStore(pool, schema=scratch, codec=default_codec(), counter=TokenCounter(),
                                 policy=policy, max_event_bytes=settings.max_event_bytes, skips=skips)  # fmt: skip
         read = [0]

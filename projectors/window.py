@@ -10,7 +10,6 @@ LlamaIndex use the same target/threshold idea).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from events.errors import ConfigurationError
@@ -29,20 +28,6 @@ class WindowPolicy:
             raise ConfigurationError(
                 f"window turns: need 1 <= keep_turns ({self.keep_turns}) <= max_turns ({self.max_turns})"
             )
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> WindowPolicy:
-        def number(name: str, default: int) -> int:
-            raw = env.get(name)
-            try:
-                return int(raw) if raw else default
-            except ValueError as e:
-                raise ConfigurationError(f"{name} must be an integer, got {raw!r}") from e
-
-        return cls(
-            max_turns=number("CONVLOG_WINDOW_MAX_TURNS", DEFAULT_MAX_TURNS),
-            keep_turns=number("CONVLOG_WINDOW_KEEP_TURNS", DEFAULT_KEEP_TURNS),
-        )
 
 
 @dataclass(frozen=True, slots=True)

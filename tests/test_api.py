@@ -35,12 +35,14 @@ async def service(pg_admin_url: str, tmp_path: Path, request: pytest.FixtureRequ
     """The whole service on the embedded log; ``indirect`` parametrization "off" runs it without
     the summarizer (for tests that append summaries of their own)."""
     async with temporary_database(pg_admin_url) as url:
-        settings = Settings(database_url=url, data_dir=tmp_path, partitions=4)
-        env = {
-            "CONVLOG_API_TOKENS": "acme:token-a,globex:token-b",
-            "CONVLOG_SUMMARIZER": getattr(request, "param", "on"),
-        }
-        async with running_service(settings, env) as svc:
+        settings = Settings(
+            database_url=url,
+            data_dir=tmp_path,
+            partitions=4,
+            api_tokens="acme:token-a,globex:token-b",
+            summarizer=getattr(request, "param", "on"),
+        )
+        async with running_service(settings) as svc:
             yield svc
 
 

@@ -250,9 +250,9 @@ async def test_the_refused_characters_are_exactly_what_postgres_cannot_store(pg_
 @pytest.fixture
 async def service(pg_admin_url: str, tmp_path: Path) -> AsyncIterator[Service]:
     async with temporary_database(pg_admin_url) as url:
-        settings = Settings(database_url=url, data_dir=tmp_path, partitions=4)
-        env = {"CONVLOG_API_TOKENS": "acme:token-a,globex:token-b", "CONVLOG_SUMMARIZER": "off"}
-        async with running_service(settings, env) as svc:
+        settings = Settings(database_url=url, data_dir=tmp_path, partitions=4,
+                            api_tokens="acme:token-a,globex:token-b", summarizer="off")  # fmt: skip
+        async with running_service(settings) as svc:
             yield svc
 
 

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.postgres
 
 A = {"Authorization": "Bearer token-a"}
 URL = "/v1/users/u1/conversations/c"
-ENV = {"CONVLOG_API_TOKENS": "acme:token-a", "CONVLOG_SUMMARIZER": "off"}
+SERVICE = {"api_tokens": "acme:token-a", "summarizer": "off"}
 
 
 @asynccontextmanager
@@ -46,8 +46,8 @@ async def test_appends_are_refused_while_the_read_models_are_ahead_of_the_log(
     pg_admin_url: str, tmp_path: Path
 ) -> None:
     async with temporary_database(pg_admin_url) as url:
-        settings = Settings(database_url=url, data_dir=tmp_path, partitions=4)
-        async with running_service(settings, ENV) as service, _client(service) as client:
+        settings = Settings(database_url=url, data_dir=tmp_path, partitions=4, **SERVICE)
+        async with running_service(settings) as service, _client(service) as client:
             sent = [(await _say(client, f"message {i}")).json() for i in range(3)]
             lost = sent[-1]["offset"]
             assert (await _context(client, lost)).status_code == 200
@@ -71,7 +71,7 @@ async def test_appends_are_refused_while_the_read_models_are_ahead_of_the_log(
 
 
 async def _serve_once(settings: Settings, lost: int, seen: dict[str, Any]) -> None:
-    async with running_service(settings, ENV) as service, _client(service) as client:
+    async with running_service(settings) as service, _client(service) as client:
         seen["append"] = await _say(client, "the next message would take the lost offset")
         seen["context"] = await _context(client, lost)
         seen["readyz"] = await client.get("/readyz")
@@ -91,8 +91,8 @@ async def test_a_full_disk_answers_503_and_appends_resume_once_there_is_space(
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     async with temporary_database(pg_admin_url) as url:
-        settings = Settings(database_url=url, data_dir=tmp_path, partitions=4)
-        async with running_service(settings, ENV) as service, _client(service) as client:
+        settings = Settings(database_url=url, data_dir=tmp_path, partitions=4, **SERVICE)
+        async with running_service(settings) as service, _client(service) as client:
             first = (await _say(client, "before the disk filled up")).json()
             size = settings.embedded_log_path.stat().st_size
             monkeypatch.setattr(os, "pwrite", pwrite)

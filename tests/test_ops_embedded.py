@@ -32,8 +32,8 @@ async def test_events_replay_positions_and_verify_run_beside_serve_but_retention
     pg_admin_url: str, tmp_path: Path
 ) -> None:
     async with temporary_database(pg_admin_url) as url:
-        settings = Settings(database_url=url, data_dir=tmp_path, partitions=4)
-        async with running_service(settings, {"CONVLOG_SUMMARIZER": "off"}) as service:
+        settings = Settings(database_url=url, data_dir=tmp_path, partitions=4, summarizer="off")
+        async with running_service(settings) as service:
             producer = service.deps.producer
             await producer.append_user(KEY, "hello from beside serve")
             answer = await producer.append_assistant(KEY, "hi there", finish_reason="stop")

@@ -46,12 +46,12 @@ async def crash_the_projector(service: Service) -> tuple[httpx.Response, str]:
 
 async def test_readyz_is_503_with_the_cause_once_the_projector_task_died(pg_admin_url: str, tmp_path: Path) -> None:
     async with temporary_database(pg_admin_url) as url:
-        settings = Settings(database_url=url, data_dir=tmp_path, partitions=2)
-        env = {"CONVLOG_API_TOKENS": "acme:token-a", "CONVLOG_SUMMARIZER": "off"}
+        settings = Settings(database_url=url, data_dir=tmp_path, partitions=2, api_tokens="acme:token-a",
+                            summarizer="off")  # fmt: skip
         # Leaving the service re-raises what ended its projector: the crash made above. (So the
         # assertions are made out here: inside, that exception would replace a failed one.)
         with pytest.raises(ProjectionError, match="UndefinedTable"):
-            async with running_service(settings, env) as service:
+            async with running_service(settings) as service:
                 report, metrics = await crash_the_projector(service)
     assert report.status_code == 503
     body = report.json()

@@ -44,8 +44,8 @@ async def test_serve_follows_a_switch_and_continues_the_new_version_from_its_pos
     pg_admin_url: str, tmp_path: Path
 ) -> None:
     async with temporary_database(pg_admin_url) as url:
-        settings = Settings(database_url=url, data_dir=tmp_path, partitions=4)
-        async with running_service(settings, {"CONVLOG_VERSION_POLL_S": "0.2"}) as service:
+        settings = Settings(database_url=url, data_dir=tmp_path, partitions=4, version_poll_s=0.2)
+        async with running_service(settings) as service:
             producer, log = service.deps.producer, service.event_log
             for i in range(20):
                 await producer.append_user(KEY, f"question {i}")

@@ -1,42 +1,206 @@
-"""Numeric settings: one reader, clear errors naming the variable."""
+"""Settings: one declaration, read from the environment, one clear error per bad value."""
 
 from __future__ import annotations
 
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
-from convlog.settings import Settings, env_number
-from convlog.summarizing import SummarizerSettings
-from events.errors import ConfigurationError
+from convlog.cli import main
+from convlog.settings import Settings, SettingsError, describe, unknown_variables
+from projectors.window import WindowPolicy
+
+REPO = Path(__file__).resolve().parent.parent
 
 
-def test_unset_gives_the_default_and_values_keep_its_type() -> None:
-    assert env_number({}, "X", 7, minimum=1) == 7
-    assert env_number({"X": ""}, "X", 2.5, minimum=0.0) == 2.5
-    assert env_number({"X": "12"}, "X", 7, minimum=1) == 12
-    assert env_number({"X": "0.25"}, "X", 1.0, minimum=0.01) == 0.25
+def test_unset_or_empty_gives_the_defaults_and_values_keep_their_type() -> None:
+    assert Settings.from_env({}) == Settings()
+    assert Settings.from_env({"CONVLOG_TOPIC": "", "CONVLOG_PARTITIONS": ""}) == Settings()
+    settings = Settings.from_env(
+        {"CONVLOG_PARTITIONS": "3", "CONVLOG_VERSION_POLL_S": "0.25", "CONVLOG_DATA_DIR": "/srv/convlog"}
+    )
+    assert (settings.partitions, settings.version_poll_s, settings.data_dir) == (3, 0.25, Path("/srv/convlog"))
+
+
+def test_settings_built_in_code_read_no_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CONVLOG_TOPIC", "from.env")
+    assert Settings().topic == "convlog.events"
+    assert Settings(partitions=2).topic == "convlog.events"
+    assert Settings.from_env().topic == "from.env"
 
 
 @pytest.mark.parametrize(
-    ("raw", "default", "message"),
+    ("variable", "raw", "message"),
     [
-        ("ten", 7, "X must be an integer, got 'ten'"),
-        ("1.5", 7, "X must be an integer, got '1.5'"),
-        ("soon", 1.0, "X must be a number, got 'soon'"),
-        ("0", 7, "X must be >= 1, got 0"),
+        ("CONVLOG_PARTITIONS", "0", "CONVLOG_PARTITIONS='0': input should be greater than or equal to 1"),
+        ("CONVLOG_HTTP_PORT", "ten", "CONVLOG_HTTP_PORT='ten': input should be a valid integer"),
+        ("CONVLOG_HTTP_PORT", "70000", "CONVLOG_HTTP_PORT='70000': input should be less than or equal to 65535"),
+        ("CONVLOG_LLM_TIMEOUT_S", "soon", "CONVLOG_LLM_TIMEOUT_S='soon': input should be a valid number"),
+        ("CONVLOG_WINDOW_MAX_TURNS", "many", "CONVLOG_WINDOW_MAX_TURNS='many': input should be a valid integer"),
+        ("CONVLOG_SUMMARIZER_START", "now", "CONVLOG_SUMMARIZER_START='now': input should be 'earliest' or 'latest'"),
+        ("CONVLOG_SUMMARIZER", "maybe", "CONVLOG_SUMMARIZER='maybe': input should be 'on' or 'off'"),
+        ("CONVLOG_LOG_LEVEL", "loud", "CONVLOG_LOG_LEVEL='loud': input should be 'debug', 'info'"),
+        ("CONVLOG_SUMMARY_MAX_TOKENS", "8", "CONVLOG_SUMMARY_MAX_TOKENS='8': input should be greater than or equal"),
     ],
 )
-def test_a_bad_value_names_the_setting(raw: str, default: float, message: str) -> None:
-    with pytest.raises(ConfigurationError, match=message):
-        env_number({"X": raw}, "X", default, minimum=1)
+def test_a_bad_value_is_one_error_naming_the_variable_the_value_and_what_was_expected(
+    variable: str, raw: str, message: str
+) -> None:
+    with pytest.raises(SettingsError) as caught:
+        Settings.from_env({variable: raw})
+    assert str(caught.value).startswith(message)
 
 
-def test_settings_refuse_a_bad_partition_count() -> None:
-    with pytest.raises(ConfigurationError, match="CONVLOG_PARTITIONS must be >= 1"):
-        Settings.from_env({"CONVLOG_PARTITIONS": "0"})
+def test_several_bad_values_are_named_in_one_error() -> None:
+    with pytest.raises(SettingsError, match=r"CONVLOG_PARTITIONS='0'.*; CONVLOG_HTTP_PORT='x'"):
+        Settings.from_env({"CONVLOG_PARTITIONS": "0", "CONVLOG_HTTP_PORT": "x"})
 
 
-def test_the_summarizer_start_is_earliest_unless_set_to_latest() -> None:
-    assert SummarizerSettings.from_env({}).start == "earliest"
-    assert SummarizerSettings.from_env({"CONVLOG_SUMMARIZER_START": " Latest "}).start == "latest"
-    with pytest.raises(ConfigurationError, match="CONVLOG_SUMMARIZER_START must be earliest or latest"):
-        SummarizerSettings.from_env({"CONVLOG_SUMMARIZER_START": "now"})
+def test_a_bad_secret_is_named_but_not_shown() -> None:
+    with pytest.raises(SettingsError) as caught:
+        Settings.from_env({"CONVLOG_API_TOKENS": "acme-secret-token"})
+    assert str(caught.value) == "CONVLOG_API_TOKENS=****: expected tenant_a:token_a,tenant_b:token_b"
+
+
+def test_the_window_settings_must_agree() -> None:
+    assert Settings.from_env({"CONVLOG_WINDOW_MAX_TURNS": "4", "CONVLOG_WINDOW_KEEP_TURNS": "2"}).window_policy() == (
+        WindowPolicy(4, 2)
+    )
+    with pytest.raises(SettingsError, match=r"CONVLOG_WINDOW_KEEP_TURNS \(9\) <= CONVLOG_WINDOW_MAX_TURNS \(8\)"):
+        Settings.from_env({"CONVLOG_WINDOW_KEEP_TURNS": "9"})
+
+
+def test_switches_ignore_case_and_spaces() -> None:
+    assert Settings.from_env({}).summarizer_start == "earliest"
+    assert Settings.from_env({"CONVLOG_SUMMARIZER_START": " Latest "}).summarizer_start == "latest"
+    assert Settings.from_env({"CONVLOG_SUMMARIZER": "OFF"}).summarizer == "off"
+    assert Settings.from_env({"CONVLOG_LLM_BASE_URL": "  "}).llm_base_url is None
+
+
+def test_the_llm_key_falls_back_to_openai_api_key() -> None:
+    fallback = Settings.from_env({"OPENAI_API_KEY": "sk-openai"})
+    assert fallback.llm_api_key is not None
+    assert fallback.llm_api_key.get_secret_value() == "sk-openai"
+    both = Settings.from_env({"OPENAI_API_KEY": "sk-openai", "CONVLOG_LLM_API_KEY": "sk-convlog"})
+    assert both.llm_api_key is not None
+    assert both.llm_api_key.get_secret_value() == "sk-convlog"
+    [line] = [line for line in describe(fallback) if line.variable == "CONVLOG_LLM_API_KEY"]
+    assert (line.value, line.source) == ("****", "environment (OPENAI_API_KEY)")
+
+
+def test_tokens_map_to_tenants() -> None:
+    assert Settings(api_tokens="acme:t1, globex:t2").token_tenants() == {"t1": "acme", "t2": "globex"}
+    assert Settings().token_tenants() == {}
+
+
+def test_a_child_process_environment_gives_exactly_these_settings() -> None:
+    settings = Settings(topic="t", partitions=3, version_poll_s=0.5, api_tokens="a:b", window_keep_turns=2)
+    assert Settings.from_env(settings.as_env()).model_dump() == settings.model_dump()
+    inherited = {"CONVLOG_KAFKA_BOOTSTRAP": "elsewhere:9092", "CONVLOG_TOPIC": "other"}
+    assert Settings.from_env({**inherited, **Settings().as_env()}).model_dump() == Settings().model_dump()  # unset wins
+
+
+def test_describe_masks_secrets_and_says_where_each_value_came_from() -> None:
+    settings = Settings.from_env({
+        "CONVLOG_DATABASE_URL": "postgresql://convlog:hunter2@db.example:5432/convlog",
+        "CONVLOG_API_TOKENS": "acme:tok-a,globex:tok-b",
+        "CONVLOG_LLM_API_KEY": "sk-live",
+        "CONVLOG_PARTITIONS": "3",
+    })  # fmt: skip
+    lines = {line.variable: line for line in describe(settings)}
+    assert set(lines) >= {"CONVLOG_DATABASE_URL", "CONVLOG_TOPIC", "JAVA_HOME"}
+    assert lines["CONVLOG_DATABASE_URL"].value == "postgresql://convlog:****@db.example:5432/convlog"
+    assert lines["CONVLOG_API_TOKENS"].value == "acme:****,globex:****"
+    assert lines["CONVLOG_LLM_API_KEY"].value == "****"
+    assert (lines["CONVLOG_PARTITIONS"].value, lines["CONVLOG_PARTITIONS"].source) == ("3", "environment")
+    assert (lines["CONVLOG_TOPIC"].value, lines["CONVLOG_TOPIC"].source) == ("convlog.events", "default")
+    assert (lines["CONVLOG_METRICS_PORT"].value, lines["CONVLOG_METRICS_PORT"].source) == ("unset", "default")
+    text = json.dumps([line.value for line in lines.values()])
+    assert "hunter2" not in text
+    assert "tok-a" not in text
+    assert "sk-live" not in text
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql://convlog:pw@[::1]:5432/db", "postgresql://convlog:****@[::1]:5432/db"),
+        ("postgresql://convlog@h1:5432,h2:5432/db", "postgresql://convlog@h1:5432,h2:5432/db"),
+        (
+            "postgresql://h/db?user=u&password=pw&sslmode=require",
+            "postgresql://h/db?user=u&password=****&sslmode=require",
+        ),
+        ("host=db user=u password='p w' dbname=convlog", "host=db user=u password=**** dbname=convlog"),
+    ],
+)
+def test_the_database_password_is_masked_in_every_spelling(url: str, shown: str) -> None:
+    assert {line.variable: line.value for line in describe(Settings(database_url=url))}["CONVLOG_DATABASE_URL"] == shown
+
+
+def test_unknown_convlog_variables_are_found() -> None:
+    env = {"CONVLOG_WINDOW_MAXTURNS": "4", "CONVLOG_TOPIC": "t", "OPENAI_API_KEY": "k", "HOME": "/"}
+    assert unknown_variables(env) == ["CONVLOG_WINDOW_MAXTURNS"]
+
+
+def _config(*args: str) -> str:
+    """``convlog config`` in a process of its own, with an environment of ours."""
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("CONVLOG_") and k not in {"OPENAI_API_KEY", "JAVA_HOME"}
+    }
+    env |= {"CONVLOG_DATABASE_URL": "postgresql://convlog:hunter2@127.0.0.1:15432/convlog", "CONVLOG_TOPIC": "my.topic",
+            "CONVLOG_TOPICS": "typo"}  # fmt: skip
+    done = subprocess.run([sys.executable, "-m", "convlog.cli", "config", *args], env=env, cwd=REPO,
+                          capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+    assert done.stderr == "convlog config: CONVLOG_TOPICS is not a convlog setting (ignored)\n"
+    return done.stdout
+
+
+def test_convlog_config_prints_the_effective_configuration() -> None:
+    out = _config()
+    rows = {line.split()[0]: line.split()[1:] for line in out.splitlines()}
+    assert rows["CONVLOG_TOPIC"] == ["my.topic", "environment"]
+    assert rows["CONVLOG_PARTITIONS"] == ["12", "default"]
+    assert rows["CONVLOG_DATABASE_URL"] == ["postgresql://convlog:****@127.0.0.1:15432/convlog", "environment"]
+    assert "hunter2" not in out
+    parsed = {row["variable"]: row for row in map(json.loads, _config("--json").splitlines())}
+    assert (parsed["CONVLOG_TOPIC"]["value"], parsed["CONVLOG_TOPIC"]["source"]) == ("my.topic", "environment")
+    assert parsed["CONVLOG_TOPIC"]["doc"] == "the event topic (created if missing)"
+
+
+@pytest.mark.parametrize(
+    "argv", [["config"], ["serve"], ["project"], ["migrate"], ["positions"], ["events", "a:b:c"], ["stop"]]
+)
+def test_a_bad_value_stops_every_command_with_exit_2_and_one_line(
+    argv: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("CONVLOG_HTTP_PORT", "eighty")
+    assert main(argv) == 2  # before logging is configured and before the command runs
+    captured = capsys.readouterr()
+    assert captured.err == "convlog: error: CONVLOG_HTTP_PORT='eighty': input should be a valid integer, " \
+        "unable to parse string as an integer\n"  # fmt: skip
+    assert captured.out == ""
+
+
+def _environment_reads(path: Path) -> list[str]:
+    """``os.environ`` / ``environ`` / ``getenv`` in ``path``'s code (not in its docstrings)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
+        if name in {"environ", "getenv", "environb", "getenvb"}:
+            found.append(f"{path.relative_to(REPO)}:{getattr(node, 'lineno', '?')}: {name}")
+        if isinstance(node, ast.ImportFrom) and node.module == "os":
+            found += [f"{path.relative_to(REPO)}: from os import {a.name}" for a in node.names if "env" in a.name]
+    return found
+
+
+def test_only_the_settings_module_reads_the_environment() -> None:
+    modules = [p for package in ("events", "projectors", "query_api", "summarizer", "convlog")
+               for p in sorted((REPO / package).rglob("*.py"))]  # fmt: skip
+    reads = [read for path in modules if path != REPO / "convlog" / "settings.py" for read in _environment_reads(path)]
+    assert reads == []
+    assert _environment_reads(REPO / "convlog" / "settings.py")  # the check sees a read where there is one

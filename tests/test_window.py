@@ -50,14 +50,6 @@ def test_bad_policies_are_refused(max_turns: int, keep_turns: int) -> None:
         WindowPolicy(max_turns=max_turns, keep_turns=keep_turns)
 
 
-def test_policy_from_env() -> None:
-    assert WindowPolicy.from_env({"CONVLOG_WINDOW_MAX_TURNS": "4", "CONVLOG_WINDOW_KEEP_TURNS": "2"}) == (
-        WindowPolicy(4, 2)
-    )
-    with pytest.raises(ConfigurationError, match="CONVLOG_WINDOW_MAX_TURNS"):
-        WindowPolicy.from_env({"CONVLOG_WINDOW_MAX_TURNS": "many"})
-
-
 # ---- random valid conversations --------------------------------------------------------------
 
 op = st.one_of(

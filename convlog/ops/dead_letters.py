@@ -7,7 +7,6 @@ the held records of the conversation are then applied in log order in the same t
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -23,7 +22,6 @@ from projectors.ports import BatchReport
 from projectors.rows import record_from_row
 from projectors.store import PostgresProjectionStore
 from projectors.tokens import TokenCounter
-from projectors.window import WindowPolicy
 from query_api.events_json import events_json
 
 STATUSES = ("parked", "released", "skipped")
@@ -128,7 +126,7 @@ def _hex(data: bytes) -> str:
 def store_for(pool: PgPool, schema: str, settings: Settings) -> PostgresProjectionStore:
     """The store the projector itself uses (same codec, window policy and size limit)."""
     return PostgresProjectionStore(
-        pool, schema=schema, codec=default_codec(), counter=TokenCounter(), policy=WindowPolicy.from_env(os.environ),
+        pool, schema=schema, codec=default_codec(), counter=TokenCounter(), policy=settings.window_policy(),
         max_event_bytes=settings.max_event_bytes,
     )  # fmt: skip
 

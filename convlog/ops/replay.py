@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 from collections.abc import Callable
 
 from psycopg import sql
@@ -51,6 +50,8 @@ async def replay(
     start_offset: int,
     request: ContextRequest,
     max_event_bytes: int,
+    policy: WindowPolicy,
+    default_encoding: str,
     out: Callable[[str], None] = print,
 ) -> int:
     """Print the conversation's events and the context served right after ``as_of`` (default:
@@ -67,9 +68,9 @@ async def replay(
         out(marker + format_line(record, event).lstrip())
     later = sum(1 for record, _ in pairs if record.offset > point)
     out(f"({len(pairs)} events{f'; {later} after offset {point}, marked +' if later else ''})\n")
-    spec = model_spec(request.model, default_encoding=os.environ.get("CONVLOG_DEFAULT_ENCODING") or "o200k_base")
+    spec = model_spec(request.model, default_encoding=default_encoding)
     served = await context_as_of(
-        event_log, key, point, request=request, spec=spec, policy=WindowPolicy.from_env(os.environ),
+        event_log, key, point, request=request, spec=spec, policy=policy,
         max_event_bytes=max_event_bytes, start_offset=start_offset,
     )  # fmt: skip
     if served is None:

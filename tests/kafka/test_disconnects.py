@@ -17,6 +17,7 @@ import pytest
 import uvicorn
 
 from convlog.serve import http_server
+from convlog.settings import Settings
 from events.kafka_log import KafkaEventLog
 from events.keys import ConversationKey
 from query_api.http import ApiDeps, create_app
@@ -117,7 +118,7 @@ async def test_a_client_that_disconnects_cancels_its_read_of_the_log(ops: Ops, p
 
 async def test_a_read_under_way_does_not_keep_the_server_from_stopping(ops: Ops) -> None:
     def configured(app: Any, port: int) -> uvicorn.Server:
-        return http_server(app, {"CONVLOG_HTTP_PORT": str(port), "CONVLOG_SHUTDOWN_GRACE_S": "1"})
+        return http_server(app, Settings(http_port=port, shutdown_grace_s=1))
 
     async with serving(ops, configured) as (gated, port, task, server):
         _, writer = await send_get(port, EVENTS)  # the client stays connected

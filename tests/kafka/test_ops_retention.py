@@ -130,10 +130,10 @@ async def test_serve_runs_retention_when_configured(pg_admin_url: str, tmp_path:
         await _history(log)
     finally:
         await log.close()
-    env = {"CONVLOG_RETENTION_IDLE_DAYS": "30", "CONVLOG_RETENTION_FIRST_RUN_S": "0"}
     async with temporary_database(pg_admin_url) as url:
-        settings = Settings(database_url=url, data_dir=tmp_path, partitions=4)
-        async with running_service(settings, env) as service:
+        settings = Settings(database_url=url, data_dir=tmp_path, partitions=4, retention_idle_days=30,
+                            retention_first_run_s=0)  # fmt: skip
+        async with running_service(settings) as service:
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:
                 async with service.pool.connection() as conn:

@@ -34,7 +34,7 @@ async def test_a_projector_on_another_topic_refuses_at_start_naming_both(
     try:
         for i in range(5):
             await ConversationProducer(log).append_user(KEY, f"question {i}")
-        projector = LiveProjector(settings_for(kafka_bootstrap, projection, first), projection.pool, None, {})
+        projector = LiveProjector(settings_for(kafka_bootstrap, projection, first), projection.pool, None)
         stop = asyncio.Event()
         running = asyncio.create_task(projector.run(stop))
         for _ in range(400):
@@ -47,7 +47,7 @@ async def test_a_projector_on_another_topic_refuses_at_start_naming_both(
     finally:
         await log.close()
 
-    elsewhere = LiveProjector(settings_for(kafka_bootstrap, projection, second), projection.pool, None, {})
+    elsewhere = LiveProjector(settings_for(kafka_bootstrap, projection, second), projection.pool, None)
     with pytest.raises(TopicMismatchError) as refused:
         await asyncio.wait_for(elsewhere.start_version(), 30)
     message = str(refused.value)
@@ -74,8 +74,8 @@ async def test_a_version_from_before_the_topic_was_recorded_takes_the_topic_it_s
     log = await KafkaEventLog.connect(bootstrap=kafka_bootstrap, topic=topic, partitions=3)
     await log.close()
     assert await projection.rows("SELECT topic FROM convlog.projection_versions") == [(None,)]  # as migrated
-    projector = LiveProjector(settings_for(kafka_bootstrap, projection, topic), projection.pool, None, {})
+    projector = LiveProjector(settings_for(kafka_bootstrap, projection, topic), projection.pool, None)
     await asyncio.wait_for(projector.start_version(), 30)
     assert await projection.rows("SELECT topic FROM convlog.projection_versions") == [(topic,)]
-    again = LiveProjector(settings_for(kafka_bootstrap, projection, topic), projection.pool, None, {})
+    again = LiveProjector(settings_for(kafka_bootstrap, projection, topic), projection.pool, None)
     await asyncio.wait_for(again.start_version(), 30)  # the same topic: fine
