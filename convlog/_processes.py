@@ -15,7 +15,6 @@ from pathlib import Path
 from events.errors import ConvlogError
 
 HOST = "127.0.0.1"
-REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 class ServiceError(ConvlogError, RuntimeError):
@@ -25,12 +24,14 @@ class ServiceError(ConvlogError, RuntimeError):
 
 
 def services_root() -> Path:
-    """``$CONVLOG_DATA_DIR/services``, by default ``.convlog/services`` in the repo (or cwd)."""
+    """``$CONVLOG_DATA_DIR/services``, by default ``.convlog/services`` in the current directory
+    (beside the embedded defaults' ``.convlog``; ``make`` runs in the repo). Never found from the
+    package's own location: an installed package does not live in a checkout.
+    """
     base = os.environ.get("CONVLOG_DATA_DIR")
     if base:
         return Path(base).resolve() / "services"
-    root = REPO_ROOT if (REPO_ROOT / "pyproject.toml").is_file() else Path.cwd()
-    return root / ".convlog" / "services"
+    return Path.cwd() / ".convlog" / "services"
 
 
 # ---------------------------------------------------------------- process helpers (shared)
