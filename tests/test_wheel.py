@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
 import time
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -119,7 +121,7 @@ def _checked(result: subprocess.CompletedProcess[str]) -> subprocess.CompletedPr
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
     root = tmp_path_factory.mktemp("wheel")
     assert not root.resolve().is_relative_to(REPO)
     started = time.monotonic()
@@ -137,7 +139,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     (result.site_packages / "_wheel_test_audit.py").write_text(_AUDIT_HOOK)
     (result.site_packages / "_wheel_test_audit.pth").write_text("import _wheel_test_audit\n")
     print(f"wheel built in {built - started:.1f}s, installed with its dependencies in {time.monotonic() - built:.1f}s")
-    return result
+    yield result
+    shutil.rmtree(venv, ignore_errors=True)  # ~170 MB; pytest keeps the last three runs' temporary directories
 
 
 @pytest.fixture
