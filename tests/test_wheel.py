@@ -212,9 +212,9 @@ def test_mypy_reads_the_installed_packages_types(installed: Installed, outside: 
             request = ContextRequest("gpt-4o", 1000)
         """)
     )
-    mypy = Path(sys.executable).parent / "mypy"
+    python = installed.venv / "bin" / "python"
     result = subprocess.run(
-        [str(mypy), "--python-executable", str(installed.venv / "bin" / "python"), "--no-incremental", str(program)],
+        [sys.executable, "-m", "mypy", "--no-incremental", "--python-executable", str(python), str(program)],
         cwd=outside, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert "missing library stubs or py.typed marker" not in result.stdout, result.stdout
