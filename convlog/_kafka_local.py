@@ -1,6 +1,7 @@
 """A local single-node Kafka broker (KRaft, broker+controller in one JVM) for development and tests.
 
-The broker's classpath is resolved with Maven from ``services/kafka/pom.xml`` (jars cached in
+The broker's classpath is resolved with Maven from ``convlog/_services/kafka/pom.xml`` (package
+data, found with importlib.resources in a checkout and in an installed wheel alike; jars cached in
 ``~/.m2``, the resulting classpath cached next to the data directories), the storage is formatted
 once with ``kafka.tools.StorageTool format --standalone`` and the broker runs as a detached
 ``java -cp ... kafka.Kafka server.properties`` (own session, output to files, pid file).
@@ -22,12 +23,12 @@ import struct
 import subprocess
 import time
 import uuid
+from importlib import resources
 from pathlib import Path
 from types import TracebackType
 
 from convlog._processes import (
     HOST,
-    REPO_ROOT,
     ServiceError,
     cmdline,
     ensure_port_free,
@@ -45,14 +46,13 @@ from convlog.settings import Settings
 
 
 def kafka_pom(settings: Settings | None = None) -> Path:
-    for candidate in (
-        (settings or Settings.from_env()).services_kafka_pom,
-        REPO_ROOT / "services" / "kafka" / "pom.xml",
-        Path.cwd() / "services" / "kafka" / "pom.xml",
-    ):
+    """``CONVLOG_SERVICES_KAFKA_POM`` if it names a file, else the pom shipped as package data."""
+    # Installed packages are directories (pip unpacks wheels): the resource is a file Maven can read.
+    packaged = resources.files("convlog").joinpath("_services", "kafka", "pom.xml")
+    for candidate in ((settings or Settings.from_env()).services_kafka_pom, str(packaged)):
         if candidate and Path(candidate).is_file():
             return Path(candidate).resolve()
-    raise ServiceError("services/kafka/pom.xml not found (run from the convlog repo or set CONVLOG_SERVICES_KAFKA_POM)")
+    raise ServiceError(f"{packaged} not found (reinstall convlog or set CONVLOG_SERVICES_KAFKA_POM)")
 
 
 def kafka_classpath(cache_dir: Path, settings: Settings | None = None) -> str:

