@@ -13,7 +13,7 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any, Protocol, TypeAlias
+from typing import Any, NamedTuple, Protocol, TypeAlias
 
 from events.keys import ConversationKey
 from events.log import Coordinates
@@ -142,16 +142,14 @@ REDACTION_CLEARS = ("content", "reasoning_content", "tool_calls")
 ERASURE_CLEARS = ("content", "reasoning_content", "tool_calls", "name", "usage")
 
 
-@dataclass(frozen=True, slots=True)
-class MessageAt:
+class MessageAt(NamedTuple):  # made once per message: a tuple costs a third of a frozen dataclass
     """Where a message id is in its conversation: its first row's seq and epoch."""
 
     seq: int
     epoch: int
 
 
-@dataclass(frozen=True, slots=True)
-class SummaryAt:
+class SummaryAt(NamedTuple):
     """A summary whose text is kept, and the seq of the message it covers through."""
 
     seq: int

@@ -1,9 +1,11 @@
 """Contexts as they were: rebuilt from the log, never from the (current) read models.
 
 ``context_inputs_as_of`` folds the conversation's events up to and including ``as_of`` with the
-projector's own pure functions, so the context assembled from them is the one served right
-after that event. The log never forgets, but people may: a redaction or an erasure recorded
-later still applies — such content is never served again, even for the past.
+projector's own fold, and applies to those rows the decisions (redactions, erasures, summary
+withdrawals) of the whole history as the store writes them (projectors/applied.py), so the
+context assembled from them is the one served right after that event. The log never forgets,
+but people may: a redaction or an erasure recorded later still applies — such content is
+never served again, even for the past.
 
 The HTTP API passes the conversation's events as read through the event index
 (query_api/log_reads.py: the cost of the conversation, not of its partition); without them
@@ -107,10 +109,10 @@ async def context_inputs_as_of(
     seq_of = {r.message_id: r.seq for r in reversed(rows)}  # the first row of a message id
     # The current summary, as projectors/read_sql.py's WINDOW_AND_CURRENT_SUMMARY picks it.
     summary = None
-    kept = [applied.summaries[(k, s.seq)] for s in out.summaries if s.epoch == state.epoch]
-    current = [s for s in kept if s.text is not None]
-    if current:
-        latest = current[-1]
+    recorded = (applied.summaries[(k, s.seq)] for s in out.summaries)  # as_of's, as the tables end
+    kept = [s for s in recorded if s.epoch == state.epoch and s.text is not None]
+    if kept:
+        latest = kept[-1]
         covered = seq_of.get(latest.covers_through_message_id)
         if covered is not None and latest.text is not None:
             summary = StoredSummary(latest.summary_id, latest.text, covered, count(latest.text))
