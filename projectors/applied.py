@@ -44,10 +44,14 @@ def apply_decisions(out: BatchOutcome) -> AppliedHistory:
     messages = {(r.conversation_key, r.seq): AppliedMessage(r, r) for r in out.transcript}
     summaries = {(s.conversation_key, s.seq): s for s in out.summaries}
     erased_summaries: set[tuple[str, int]] = set()
+    by_id: dict[tuple[str, str], list[int]] = {}
+    if out.redactions:  # a long history with many redactions: no scan of every row per redaction
+        for r in out.transcript:
+            by_id.setdefault((r.conversation_key, r.message_id), []).append(r.seq)
     for redaction in out.redactions:
-        for at, m in messages.items():
-            if (at[0] == redaction.conversation_key and m.row.message_id == redaction.message_id
-                    and at[1] < redaction.before_seq):  # fmt: skip
+        for seq in by_id.get((redaction.conversation_key, redaction.message_id), ()):
+            at = (redaction.conversation_key, seq)
+            if seq < redaction.before_seq and not (m := messages[at]).redacted:
                 messages[at] = replace(m, row=replace(m.row, **_REDACTED), redacted=True)
     for withdrawal in out.withdrawals:
         at = (withdrawal.conversation_key, withdrawal.seq)
