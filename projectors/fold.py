@@ -140,14 +140,14 @@ class BatchInputs:
     parked: frozenset[str] = frozenset()
     seen_event_ids: frozenset[tuple[str, str]] = frozenset()
     # (conversation_key, message_id) -> where it is stored, for the lookups' referenced messages
-    known_messages: Mapping[tuple[str, str], MessageAt] = field(default_factory=dict)
+    known_messages: Mapping[tuple[str, str], Sequence[MessageAt]] = field(default_factory=dict)
     # (partition, offset) -> reason: poison records an operator skipped in the version this one
     # rebuilds or verifies; skipped again here instead of parking, so the versions agree.
     skips: Mapping[tuple[int, int], str] = field(default_factory=dict)
     # The stored summaries with text of the lookups' ``redacting`` conversations, and the stored
     # redacted messages (message_id -> where) of its ``listing`` ones.
     summaries: Mapping[str, Sequence[SummaryAt]] = field(default_factory=dict)
-    redacted: Mapping[str, Mapping[str, MessageAt]] = field(default_factory=dict)
+    redacted: Mapping[str, Sequence[tuple[str, MessageAt]]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -204,32 +204,32 @@ class _Known:
     redaction or a summary asks where one is: nothing is added to the per-message path."""
 
     def __init__(self, inputs: BatchInputs, rows: list[TranscriptRow]) -> None:
-        self._messages = dict(inputs.known_messages)
+        self._messages = {at: list(rows) for at, rows in inputs.known_messages.items()}
         self._rows = rows  # the batch's transcript rows so far (the outcome's list)
         self._indexed = 0  # rows[:_indexed] are in _messages
         self.summaries = {k: {s.seq: s for s in v} for k, v in inputs.summaries.items()}
-        self.redacted = {k: dict(v) for k, v in inputs.redacted.items()}
+        self.redacted = {k: set(v) for k, v in inputs.redacted.items()}
 
     def of(self, key: str) -> _ConversationHistory:
         # Not cached here: a view refers back to this, and a cycle would keep the whole batch's
         # rows alive until the cyclic collector runs (measured: a fifth slower fold).
         return _ConversationHistory(self, key)
 
-    def message(self, key: str, message_id: str) -> MessageAt | None:
-        for row in self._rows[self._indexed :]:  # stored rows came first: a message id's first row wins
-            self._messages.setdefault((row.conversation_key, row.message_id), MessageAt(row.seq, row.epoch))
+    def rows(self, key: str, message_id: str) -> Sequence[MessageAt]:
+        for row in self._rows[self._indexed :]:  # after the stored rows: in seq order
+            self._messages.setdefault((row.conversation_key, row.message_id), []).append(MessageAt(row.seq, row.epoch))
         self._indexed = len(self._rows)
-        return self._messages.get((key, message_id))
+        return self._messages.get((key, message_id), ())
 
     def record(self, key: str, change: SummaryRow | Redaction | Erasure | SummaryWithdrawal) -> None:
         if isinstance(change, SummaryRow):
-            covered = self.message(key, change.covers_through_message_id)
-            assert covered is not None  # apply_event checked it
+            covered = self.rows(key, change.covers_through_message_id)[0]  # apply_event checked it
             self.summaries.setdefault(key, {})[change.seq] = SummaryAt(change.seq, change.epoch, covered.seq)
         elif isinstance(change, Redaction):
-            redacted = self.message(key, change.message_id)
-            assert redacted is not None  # apply_event checked it
-            self.redacted.setdefault(key, {})[change.message_id] = redacted
+            rows = self.rows(key, change.message_id)
+            self.redacted.setdefault(key, set()).update(
+                (change.message_id, r) for r in rows if r.seq < change.before_seq
+            )
         elif isinstance(change, SummaryWithdrawal):
             self.summaries.get(key, {}).pop(change.seq, None)
         else:  # an erasure takes the text of every summary before it
@@ -246,14 +246,14 @@ class _ConversationHistory:
         self.known = known
         self.key = key
 
-    def message(self, message_id: str) -> MessageAt | None:
-        return self.known.message(self.key, message_id)
+    def rows(self, message_id: str) -> Sequence[MessageAt]:
+        return self.known.rows(self.key, message_id)
 
     def summaries(self) -> Iterable[SummaryAt]:
         return self.known.summaries.get(self.key, {}).values()
 
     def redacted(self) -> Iterable[tuple[str, MessageAt]]:
-        return self.known.redacted.get(self.key, {}).items()
+        return self.known.redacted.get(self.key, set())
 
 
 def _apply(

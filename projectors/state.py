@@ -142,8 +142,8 @@ REDACTION_CLEARS = ("content", "reasoning_content", "tool_calls")
 ERASURE_CLEARS = ("content", "reasoning_content", "tool_calls", "name", "usage")
 
 
-class MessageAt(NamedTuple):  # made once per message: a tuple costs a third of a frozen dataclass
-    """Where a message id is in its conversation: its first row's seq and epoch."""
+class MessageAt(NamedTuple):
+    """Where a row of a message id is in its conversation: its seq and epoch."""
 
     seq: int
     epoch: int
@@ -161,14 +161,16 @@ class History(Protocol):
     """What applying an event needs to know of its conversation's earlier events (stored, or
     earlier in the same batch): the fold keeps it, the store prefetches the stored part."""
 
-    def message(self, message_id: str) -> MessageAt | None: ...
+    def rows(self, message_id: str) -> Sequence[MessageAt]:
+        """The rows of a message id, in seq order (one, unless a producer reused the id)."""
+        ...
 
     def summaries(self) -> Iterable[SummaryAt]:
         """Summaries whose text is kept (asked on a redaction only)."""
         ...
 
     def redacted(self) -> Iterable[tuple[str, MessageAt]]:
-        """Redacted messages (asked on a summary that lists the ones it left out only)."""
+        """Redacted rows, by message id (asked on a summary that lists the ones it left out only)."""
         ...
 
 
@@ -206,23 +208,23 @@ def apply_event(
     base = replace(state, **common)
     key = str(state.key)
     if isinstance(body, MessageRedacted):
-        redacted = history.message(body.message_id)
-        if redacted is None:
+        redacted = history.rows(body.message_id)
+        if not redacted:
             raise InvariantError(f"redaction of message {body.message_id!r}, which {key} does not have")
-        # The content leaves every read model: a summary of the message's epoch that covers it
-        # may repeat it, so it is withdrawn; the context falls back to the previous summary and
-        # the raw turns, and the summarizer folds them again without it. (Every summary the
+        # The content leaves every read model: a summary of a redacted row's epoch that covers
+        # it may repeat it, so it is withdrawn; the context falls back to the previous summary
+        # and the raw turns, and the summarizer folds them again without it. (Every summary the
         # history holds came before the redaction in the log.)
         withdrawn = [
             SummaryWithdrawal(key, s.seq)
             for s in history.summaries()
-            if s.epoch == redacted.epoch and redacted.seq <= s.covers_seq
+            if any(r.epoch == s.epoch and r.seq <= s.covers_seq for r in redacted)
         ]
         redaction = Redaction(key, body.message_id, body.reason, event.occurred_at, at.offset, base.next_seq)
         return base, [redaction, *withdrawn]
     if isinstance(body, SummaryRecorded):
-        covered = history.message(body.covers_through_message_id)
-        if covered is None:
+        covered_rows = history.rows(body.covers_through_message_id)
+        if not covered_rows:
             raise InvariantError(
                 f"summary {body.summary_id!r} covers message {body.covers_through_message_id!r}, "
                 f"which {key} does not have"
@@ -236,7 +238,7 @@ def apply_event(
             occurred_at=event.occurred_at, excluded_message_ids=body.excluded_message_ids,
         )  # fmt: skip
         changes: list[Change] = [row]
-        if _stale_summary(body, covered, base.epoch, history):
+        if _stale_summary(body, covered_rows[0], base.epoch, history):  # covers through its first row
             changes.append(SummaryWithdrawal(key, row.seq))
         return replace(base, next_seq=base.next_seq + 1), changes
     if isinstance(body, ConversationStarted):

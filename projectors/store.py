@@ -44,19 +44,16 @@ _APPLIED_EVENT_IDS: LiteralString = (
     "JOIN {s}.event_ids t ON t.conversation_key = v.k AND t.event_id = v.id"
 )
 _MESSAGES_AT: LiteralString = (
-    "SELECT DISTINCT ON (t.conversation_key, t.message_id) t.conversation_key, t.message_id, t.seq, t.epoch "
-    "FROM unnest(%s::text[], %s::text[]) AS v(k, id) "
-    "JOIN {s}.transcript t ON t.conversation_key = v.k AND t.message_id = v.id "
-    "ORDER BY t.conversation_key, t.message_id, t.seq"
+    "SELECT t.conversation_key, t.message_id, t.seq, t.epoch FROM unnest(%s::text[], %s::text[]) AS v(k, id) "
+    "JOIN {s}.transcript t ON t.conversation_key = v.k AND t.message_id = v.id ORDER BY t.seq"
 )
 _KEPT_SUMMARIES: LiteralString = (
     "SELECT x.conversation_key, x.seq, x.epoch, " + SUMMARY_COVERED_SEQ + " AS covers "
     "FROM {s}.summaries x WHERE x.conversation_key = ANY(%s) AND x.text IS NOT NULL"
 )
 _REDACTED_MESSAGES: LiteralString = (  # the partial index transcript_redacted
-    "SELECT DISTINCT ON (conversation_key, message_id) conversation_key, message_id, seq, epoch "
-    "FROM {s}.transcript WHERE conversation_key = ANY(%s) AND redacted_at IS NOT NULL "
-    "ORDER BY conversation_key, message_id, seq"
+    "SELECT conversation_key, message_id, seq, epoch "
+    "FROM {s}.transcript WHERE conversation_key = ANY(%s) AND redacted_at IS NOT NULL"
 )
 
 # The error code of a dead letter for a part of the log that cannot be read at all (a record
@@ -284,12 +281,12 @@ class ProjectionStore:
                 summaries.setdefault(row["conversation_key"], []).append(
                     SummaryAt(row["seq"], row["epoch"], row["covers"])
                 )
-        redacted: dict[str, dict[str, MessageAt]] = {}
+        redacted: dict[str, list[tuple[str, MessageAt]]] = {}
         if look.listing:
             await cur.execute(self._q(_REDACTED_MESSAGES), [sorted(look.listing)])
             for row in await cur.fetchall():
                 at = MessageAt(row["seq"], row["epoch"])
-                redacted.setdefault(row["conversation_key"], {})[row["message_id"]] = at
+                redacted.setdefault(row["conversation_key"], []).append((row["message_id"], at))
         inputs = BatchInputs(states, frozenset(k for k in parked if k), seen, known, self._skips, summaries, redacted)
         return fold_batch(decoded, inputs, policy=self._policy, fail_fast=self._fail_fast)
 
@@ -302,13 +299,18 @@ class ProjectionStore:
         await cur.execute(self._q(_APPLIED_EVENT_IDS), [list(keys), list(values)])
         return frozenset((row["conversation_key"], row["event_id"]) for row in await cur.fetchall())
 
-    async def _messages_at(self, cur: Cursor, pairs: frozenset[tuple[str, str]]) -> dict[tuple[str, str], MessageAt]:
-        """Where the stored messages of ``pairs`` (conversation, message id) are: first rows."""
+    async def _messages_at(
+        self, cur: Cursor, pairs: frozenset[tuple[str, str]]
+    ) -> dict[tuple[str, str], list[MessageAt]]:
+        """Where the stored rows of ``pairs`` (conversation, message id) are, in seq order."""
+        found: dict[tuple[str, str], list[MessageAt]] = {}
         if not pairs:
-            return {}
+            return found
         keys, values = zip(*pairs, strict=True)
         await cur.execute(self._q(_MESSAGES_AT), [list(keys), list(values)])
-        return {(r["conversation_key"], r["message_id"]): MessageAt(r["seq"], r["epoch"]) for r in await cur.fetchall()}
+        for r in await cur.fetchall():
+            found.setdefault((r["conversation_key"], r["message_id"]), []).append(MessageAt(r["seq"], r["epoch"]))
+        return found
 
     async def resolve(self, dead_letter_id: int, *, skip_reason: str | None = None) -> BatchReport:
         """Release a parked record (apply it, then the records held behind it, in order) or skip

@@ -25,7 +25,9 @@ from events.keys import ConversationKey
 from events.model import SummaryRecorded
 from events.producer import Appended, ConversationProducer
 from projectors.versions import compare, json_forms_differ
+from projectors.window import WindowPolicy
 from query_api import http as http_module
+from query_api.as_of import context_inputs_as_of
 from query_api.http import create_app
 from query_api.reads import ReadModels
 from tests.projection_support import Projection, project_all, temporary_database
@@ -79,6 +81,7 @@ events = st.one_of(
     st.tuples(st.just("summary"), st.integers(0, 1000), st.sampled_from(["none", "all", "missing"])),
     st.tuples(st.just("duplicate")),
     st.tuples(st.just("system"), words),
+    st.tuples(st.just("reuse"), st.integers(0, 1000), words),  # a new event reusing a message id
 )
 restarts = st.one_of(
     st.tuples(st.just("clear")), st.tuples(st.just("erase"), st.sampled_from(["always", "applies", "void"]))
@@ -116,8 +119,8 @@ class Script:
         self.offsets.append(appended.coordinates.offset)
         self.last = again
 
-    async def message(self, message: dict[str, Any]) -> None:
-        message_id, event_id = self._id("m"), self._id("e")
+    async def message(self, message: dict[str, Any], message_id: str | None = None) -> None:
+        message_id, event_id = message_id or self._id("m"), self._id("e")
         appended = await self.producer.append_message(self.key, message, message_id=message_id, event_id=event_id)
         self.message_ids.append(message_id)
         self._done(appended, ("message", message, message_id, event_id))
@@ -144,6 +147,8 @@ class Script:
                      if step[2] else [])  # fmt: skip
             await self.message({"role": "assistant", "content": step[1], "finish_reason": "interrupted",
                                 **({"tool_calls": calls} if calls else {})})  # fmt: skip
+        elif kind == "reuse" and self.message_ids:
+            await self.message({"role": "user", "content": step[2]}, self.message_ids[step[1] % len(self.message_ids)])
         elif kind == "stray_tool":
             await self.message({"role": "tool", "tool_call_id": "nobody-called", "content": step[1]})
         elif kind == "redact" and self.message_ids:
@@ -281,3 +286,35 @@ async def test_a_version_made_with_jsonb_keeps_working_and_a_rebuild_compares_eq
             schema=other.schema,
         )
         assert await compare(conn, rebuilt.schema, other.schema) == [("transcript", str(key))]
+
+
+@pytest.mark.parametrize("batch_size", [1, 1000])
+async def test_a_redaction_covers_every_earlier_row_of_a_reused_message_id(
+    projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer, batch_size: int
+) -> None:
+    """A producer that reuses a message id across a clear: the redaction clears both rows and
+    withdraws the new epoch's summary over the second; a row appended after the redaction with
+    the id again keeps its content — whatever the batches."""
+    key = ConversationKey("acme", "u1", "reused")
+    await producer.append_user(key, "Q1: my secret is S1", message_id="q")
+    await producer.append_assistant(key, "A1", message_id="a1")
+    await producer.clear(key)
+    await producer.append_user(key, "Q2: my secret is still S1", message_id="q")
+    await producer.append_assistant(key, "A2", message_id="a2")
+    await producer.append(key, SummaryRecorded("s2", "Q2 told S1.", "a2", "test-model", "v1"), event_id="s2")
+    await producer.redact(key, "q", reason="pii")
+    await producer.append_user(key, "Q3: a new question", message_id="q")
+    last = await producer.append_assistant(key, "A3", message_id="a3")
+    await project_all(log, projection.store(), batch_size=batch_size)
+
+    rows = await projection.rows(
+        "SELECT seq, epoch, content::text, redacted_at IS NOT NULL FROM {s}.transcript "
+        "WHERE message_id = 'q' ORDER BY seq"
+    )
+    assert rows == [(0, 0, None, True), (2, 1, None, True), (5, 1, '"Q3: a new question"', False)]
+    assert await projection.rows("SELECT summary_id, text FROM {s}.summaries") == [("s2", None)]
+    inputs = await context_inputs_as_of(log, key, last.coordinates.offset, encoding="o200k_base",
+                                        policy=WindowPolicy(), max_event_bytes=1 << 20)  # fmt: skip
+    assert inputs is not None
+    assert inputs.summary is None
+    assert [(m.seq, m.redacted) for m in inputs.messages] == [(2, True), (3, False), (5, False), (6, False)]

@@ -126,7 +126,7 @@ def fold_in_batches(
     """Fold batch after batch, carrying state like the store does between transactions."""
     state: ConversationState | None = None
     seen: set[tuple[str, str]] = set()
-    known: dict[tuple[str, str], MessageAt] = {}
+    known: dict[tuple[str, str], list[MessageAt]] = {}
     outcomes = []
     bounds = sorted({0, len(records), *(c for c in cuts if 0 < c < len(records))})
     for start, stop in itertools.pairwise(bounds):
@@ -141,7 +141,7 @@ def fold_in_batches(
         state = out.states.get(str(KEY), state)
         seen.update(out.applied_event_ids)
         for r in out.transcript:
-            known.setdefault((r.conversation_key, r.message_id), MessageAt(r.seq, r.epoch))
+            known.setdefault((r.conversation_key, r.message_id), []).append(MessageAt(r.seq, r.epoch))
         outcomes.append(out)
     return outcomes, state
 
@@ -149,8 +149,8 @@ def fold_in_batches(
 class _NoHistory:
     """A conversation with nothing stored (the message path never asks)."""
 
-    def message(self, message_id: str) -> MessageAt | None:
-        return None
+    def rows(self, message_id: str) -> tuple[()]:
+        return ()
 
     def summaries(self) -> tuple[()]:
         return ()
