@@ -1,6 +1,8 @@
 """Writing a folded batch's rows into one projection version's tables (COPY and upserts).
 
-Split from :mod:`projectors.store`, which owns the transaction: these run inside it.
+Split from :mod:`projectors.store`, which owns the transaction: these run inside it. Nothing is
+decided here: which rows a redaction or an erasure clears and which summaries are withdrawn is
+the fold's decision (projectors/state.py), written as it stands.
 """
 
 from __future__ import annotations
