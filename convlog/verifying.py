@@ -33,7 +33,7 @@ from projectors.pg import PgPool
 from projectors.store import PostgresProjectionStore, skip_decisions
 from projectors.tokens import TokenCounter
 from projectors.topics import claim_topic
-from projectors.versions import CHECKED_TABLES, checksums, live_version
+from projectors.versions import CHECKED_TABLES, checksums, json_forms_differ, live_version, row_text, stores_jsonb
 
 Conn = AsyncConnection[Any]
 
@@ -74,14 +74,17 @@ async def positions(conn: Conn, schema: str) -> dict[int, int]:
     return dict(await cur.fetchall())
 
 
-async def first_row_difference(conn: Conn, table: str, key: str, reference: str, checked: str) -> RowDifference:
+async def first_row_difference(
+    conn: Conn, table: str, key: str, reference: str, checked: str, *, by_value: bool = False
+) -> RowDifference:
     """The first row, in key order, where ``checked`` differs from ``reference`` for ``key``."""
     order = CHECKED_TABLES[table]
 
     async def rows(schema: str) -> list[tuple[str, str]]:
-        query = sql.SQL("SELECT ROW({o})::text, t::text FROM {s}.{t} AS t WHERE conversation_key = %s ORDER BY {o}")
+        query = sql.SQL("SELECT ROW({o})::text, {r} FROM {s}.{t} AS t WHERE conversation_key = %s ORDER BY {o}")
+        text = row_text(by_value=by_value)
         cur = await conn.execute(
-            query.format(o=sql.SQL(order), s=sql.Identifier(schema), t=sql.Identifier(table)), [key]
+            query.format(o=sql.SQL(order), r=text, s=sql.Identifier(schema), t=sql.Identifier(table)), [key]
         )
         return [(k, text) for k, text in await cur.fetchall()]
 
@@ -117,13 +120,14 @@ async def compare_settled(conn: Conn, reference: str, checked: str) -> Compariso
                 [list(floor), list(floor.values())],
             )
             moved.update(k for (k,) in await cur.fetchall())
-        a, b = await checksums(conn, reference), await checksums(conn, checked)
+        by_value = await json_forms_differ(conn, reference, checked)  # a version made before json
+        a, b = await checksums(conn, reference, by_value=by_value), await checksums(conn, checked, by_value=by_value)
         pairs = {k for k in a.keys() | b.keys() if k[1] not in moved}
         result = Comparison(compared=len(pairs), skipped=len(moved))
         result.differing = sorted(k for k in pairs if a.get(k) != b.get(k))
         if result.differing:
             table, key = result.differing[0]
-            result.first = await first_row_difference(conn, table, key, reference, checked)
+            result.first = await first_row_difference(conn, table, key, reference, checked, by_value=by_value)
     return result
 
 
@@ -186,7 +190,9 @@ async def _verify(
                     [sample],
                 )
                 keys = [k for (k,) in await cur.fetchall()]
-            expected = await checksums(conn, live.schema, keys)
+            # The replay's schema is made from today's read_models.sql: JSON as json.
+            by_value = await stores_jsonb(conn, live.schema)
+            expected = await checksums(conn, live.schema, keys, by_value=by_value)
     ends = await event_log.end_offsets()
     beyond = sorted(p for p, o in until.items() if o > ends.get(p, 0))
     if beyond:
@@ -217,12 +223,12 @@ async def _verify(
             say("verify interrupted; nothing was changed")
             return INTERRUPTED
         async with pool.connection() as conn:
-            found = await checksums(conn, scratch, keys)
+            found = await checksums(conn, scratch, keys, by_value=by_value)
             result = Comparison(compared=len(expected.keys() | found.keys()))
             result.differing = sorted(k for k in expected.keys() | found.keys() if expected.get(k) != found.get(k))
             if result.differing:
                 table, key = result.differing[0]
-                result.first = await first_row_difference(conn, table, key, scratch, live.schema)
+                result.first = await first_row_difference(conn, table, key, scratch, live.schema, by_value=by_value)
         say(result.describe(checked=live.schema, reference="replay"))
         return 1 if result.differing else 0
     finally:

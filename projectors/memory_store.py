@@ -9,9 +9,9 @@ here can fail half-way, so there is no transaction to roll back, and memory refu
 Operators' work (releasing or skipping dead letters, rebuilds, verify) stays on Postgres: this
 store has no ``resolve`` and no skips.
 
-The redaction, erasure and summary-withdrawal writes below mirror projectors/writes.py's
-UPDATEs one for one; the contract suite holds them equal. (Issue 13 item 1 moves those
-decisions into the fold; then both stores only write the fold's decisions.)
+Like the Postgres store it prefetches what the fold needs to know of the stored rows and
+writes the fold's decisions (which rows a redaction or an erasure clears, which summaries are
+withdrawn): it decides nothing itself.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 from events.codec import EventCodec
 from events.log import LogRecord
 from projectors.errors import PositionConflictError
-from projectors.fold import BatchInputs, BatchOutcome, decode_batch, fold_batch, lookups
+from projectors.fold import BatchInputs, BatchOutcome, Lookups, decode_batch, fold_batch, lookups
 from projectors.memory_tables import DeadLetter, MemoryTables, covered_seq, stamp
 from projectors.ports import UNREADABLE_BATCH, BatchReport
 from projectors.rows import (
@@ -34,6 +34,7 @@ from projectors.rows import (
     summary_copy_rows,
     transcript_copy_rows,
 )
+from projectors.state import ERASURE_CLEARS, REDACTION_CLEARS, MessageAt, SummaryAt
 from projectors.window import WindowPolicy
 
 _EMPTY_OBJECT = json.dumps({})
@@ -84,14 +85,7 @@ class InMemoryProjectionStore:
                 + ", ".join(f"p{p}: {e} != {s}" for p, (e, s) in sorted(wrong.items()))
             )
         look = lookups(decoded)
-        stored = {(k, r["message_id"]) for k in look.keys for r in t.transcript.get(k, ())}
-        inputs = BatchInputs(
-            states={k: t.conversations[k] for k in look.keys if k in t.conversations},
-            parked=frozenset(k for k in look.keys if k in t.parked),
-            seen_event_ids=frozenset(look.event_ids & t.event_ids),
-            known_messages=frozenset(look.referenced_messages & stored),
-        )
-        outcome = fold_batch(decoded, inputs, policy=self._policy, fail_fast=self._fail_fast)
+        outcome = fold_batch(decoded, self._inputs(look), policy=self._policy, fail_fast=self._fail_fast)
         self._write(outcome)
         for key, event_id, partition, offset in index_rows(decoded):
             t.event_index.setdefault(key, []).append((event_id, partition, offset))
@@ -113,6 +107,35 @@ class InMemoryProjectionStore:
         elif letter.error_code == UNREADABLE_BATCH:
             letter.status, letter.error, letter.resolution = "parked", error, None
 
+    def _inputs(self, look: Lookups) -> BatchInputs:
+        """What the Postgres store's ``_fold`` prefetches, read from the tables."""
+        t = self.tables
+        known: dict[tuple[str, str], list[MessageAt]] = {}
+        for k, message_id in look.referenced_messages:
+            at = [MessageAt(r["seq"], r["epoch"]) for r in t.transcript.get(k, ()) if r["message_id"] == message_id]
+            if at:
+                known[(k, message_id)] = at
+        summaries: dict[str, list[SummaryAt]] = {}
+        for k in look.redacting:
+            rows = t.transcript.get(k, [])
+            for x in t.summaries.get(k, ()):
+                covers = covered_seq(rows, x)
+                if x["text"] is not None and covers is not None:  # a summary covers a stored message
+                    summaries.setdefault(k, []).append(SummaryAt(x["seq"], x["epoch"], covers))
+        redacted: dict[str, list[tuple[str, MessageAt]]] = {}
+        for k in look.listing:
+            for r in t.transcript.get(k, ()):
+                if r["redacted_at"] is not None:
+                    redacted.setdefault(k, []).append((r["message_id"], MessageAt(r["seq"], r["epoch"])))
+        return BatchInputs(
+            states={k: t.conversations[k] for k in look.keys if k in t.conversations},
+            parked=frozenset(k for k in look.keys if k in t.parked),
+            seen_event_ids=frozenset(look.event_ids & t.event_ids),
+            known_messages=known,
+            summaries=summaries,
+            redacted=redacted,
+        )
+
     def _write(self, out: BatchOutcome) -> None:
         """projectors/writes.py's BatchWriter.write, statement for statement, in the same order."""
         t = self.tables
@@ -126,52 +149,22 @@ class InMemoryProjectionStore:
         t.event_ids.update(out.applied_event_ids)
         for r in out.redactions:
             for m in t.transcript.get(r.conversation_key, ()):
-                if m["message_id"] == r.message_id:
-                    m |= {"content": None, "reasoning_content": None, "tool_calls": None, "metadata": _EMPTY_OBJECT,
-                          "redacted_at": stamp(m["redacted_at"], r.occurred_at),
-                          "redaction_reason": m["redaction_reason"] or r.reason}  # fmt: skip
-        self._withdraw_summaries(out)
+                if m["message_id"] == r.message_id and m["seq"] < r.before_seq:
+                    m.update(dict.fromkeys(REDACTION_CLEARS), metadata=_EMPTY_OBJECT,
+                             redacted_at=stamp(m["redacted_at"], r.occurred_at),
+                             redaction_reason=m["redaction_reason"] or r.reason)  # fmt: skip
+        for w in out.withdrawals:
+            _summary(t, w.conversation_key, w.seq)["text"] = None
         for e in out.erasures:
             for m in t.transcript.get(e.conversation_key, ()):
                 if m["seq"] < e.before_seq:
-                    m |= {"content": None, "reasoning_content": None, "tool_calls": None, "name": None,
-                          "metadata": _EMPTY_OBJECT, "usage": None,
-                          "erased_at": stamp(m["erased_at"], e.occurred_at)}  # fmt: skip
+                    m.update(dict.fromkeys(ERASURE_CLEARS), metadata=_EMPTY_OBJECT,
+                             erased_at=stamp(m["erased_at"], e.occurred_at))  # fmt: skip
             for x in t.summaries.get(e.conversation_key, ()):
                 if x["seq"] < e.before_seq:
                     x |= {"text": None, "erased_at": stamp(x["erased_at"], e.occurred_at)}
         t.conversations.update(out.states)
         self._write_poison(out)
-
-    def _withdraw_summaries(self, out: BatchOutcome) -> None:
-        """The three withdrawals of writes.py's ``_withdraw_summaries``, in its order."""
-        t = self.tables
-        for r in out.redactions:
-            rows = t.transcript.get(r.conversation_key, [])
-            for m in (m for m in rows if m["message_id"] == r.message_id):
-                for x in t.summaries.get(r.conversation_key, ()):
-                    covers = covered_seq(rows, x)
-                    if (x["epoch"] == m["epoch"] and x["offset"] < r.offset and x["text"] is not None
-                            and covers is not None and m["seq"] <= covers):  # fmt: skip
-                        x["text"] = None
-        for s in out.summaries:
-            rows = t.transcript.get(s.conversation_key, [])
-            x = _summary(t, s.conversation_key, s.seq)
-            covering = [m for m in rows if m["message_id"] == x["covers_through_message_id"]]
-            if covering and x["epoch"] != covering[0]["epoch"]:  # rows are in seq order
-                x["text"] = None
-        for s in out.summaries:
-            if s.excluded_message_ids is None:
-                continue
-            rows = t.transcript.get(s.conversation_key, [])
-            x = _summary(t, s.conversation_key, s.seq)
-            covers = covered_seq(rows, x)
-            if x["text"] is not None and covers is not None and any(
-                r["epoch"] == x["epoch"] and r["redacted_at"] is not None
-                and r["message_id"] not in s.excluded_message_ids and r["seq"] <= covers
-                for r in rows
-            ):  # fmt: skip
-                x["text"] = None
 
     def _write_poison(self, out: BatchOutcome) -> None:
         t = self.tables

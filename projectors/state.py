@@ -9,10 +9,10 @@ produces the same rows.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any, TypeAlias
+from typing import Any, NamedTuple, Protocol, TypeAlias
 
 from events.keys import ConversationKey
 from events.log import Coordinates
@@ -93,7 +93,7 @@ class SummaryRow:
     event_id: str
     summary_id: str
     epoch: int
-    text: str
+    text: str | None  # as recorded; None only once a withdrawal or an erasure applied (applied.py)
     covers_through_message_id: str
     model: str
     prompt_version: str
@@ -106,23 +106,77 @@ class SummaryRow:
 
 @dataclass(frozen=True, slots=True)
 class Redaction:
+    """The message's rows (every row with its id before ``before_seq``) lose what
+    :data:`REDACTION_CLEARS` names."""
+
     conversation_key: str
     message_id: str
     reason: str
     occurred_at: datetime
-    offset: int  # of the redaction: summaries recorded before it that cover the message are withdrawn
+    offset: int  # of the redaction
+    before_seq: int  # a row appended later with the same id is not redacted, whatever the batches
 
 
 @dataclass(frozen=True, slots=True)
 class Erasure:
+    """The conversation's rows before ``before_seq`` lose what :data:`ERASURE_CLEARS` names, and
+    its summaries before it their text."""
+
     conversation_key: str
     occurred_at: datetime
-    before_seq: int  # rows of the conversation before this sequence number lose their content
+    before_seq: int
     offset: int  # of the erase event
 
 
-Change: TypeAlias = TranscriptRow | SummaryRow | Redaction | Erasure
-MessageKnown: TypeAlias = Callable[[str], bool]
+@dataclass(frozen=True, slots=True)
+class SummaryWithdrawal:
+    """Summary ``seq`` loses its text (``erased_at`` stays NULL: withdrawn, not erased): it may
+    carry content no read model may keep, or belongs to an epoch that is over."""
+
+    conversation_key: str
+    seq: int
+
+
+# What a redaction and an erasure take from a transcript row (metadata becomes {}): the
+# projection's UPDATEs (projectors/writes.py) and the in-memory application
+# (projectors/applied.py) are both made from these.
+REDACTION_CLEARS = ("content", "reasoning_content", "tool_calls")
+ERASURE_CLEARS = ("content", "reasoning_content", "tool_calls", "name", "usage")
+
+
+class MessageAt(NamedTuple):
+    """Where a row of a message id is in its conversation: its seq and epoch."""
+
+    seq: int
+    epoch: int
+
+
+class SummaryAt(NamedTuple):
+    """A summary whose text is kept, and the seq of the message it covers through."""
+
+    seq: int
+    epoch: int
+    covers_seq: int
+
+
+class History(Protocol):
+    """What applying an event needs to know of its conversation's earlier events (stored, or
+    earlier in the same batch): the fold keeps it, the store prefetches the stored part."""
+
+    def rows(self, message_id: str) -> Sequence[MessageAt]:
+        """The rows of a message id, in seq order (one, unless a producer reused the id)."""
+        ...
+
+    def summaries(self) -> Iterable[SummaryAt]:
+        """Summaries whose text is kept (asked on a redaction only)."""
+        ...
+
+    def redacted(self) -> Iterable[tuple[str, MessageAt]]:
+        """Redacted rows, by message id (asked on a summary that lists the ones it left out only)."""
+        ...
+
+
+Change: TypeAlias = TranscriptRow | SummaryRow | Redaction | Erasure | SummaryWithdrawal
 
 
 def apply_event(
@@ -131,10 +185,12 @@ def apply_event(
     at: Coordinates,
     *,
     policy: WindowPolicy,
-    message_known: MessageKnown,
+    history: History,
 ) -> tuple[ConversationState, list[Change]]:
-    """Fold one event into its conversation. ``message_known(message_id)`` tells whether the
-    conversation already holds that message (stored, or earlier in the same batch).
+    """Fold one event into its conversation: the new state and every row change it makes —
+    the one place where redaction, erasure (conditional or not), clear and the withdrawal of
+    summaries are decided. The store only writes these changes; ``as_of`` applies them in
+    memory (projectors/applied.py).
 
     Raises :class:`InvariantError` for events that cannot be applied (they are dead-lettered
     and the conversation parked); inconsistent but storable messages are flagged instead.
@@ -154,11 +210,23 @@ def apply_event(
     base = replace(state, **common)
     key = str(state.key)
     if isinstance(body, MessageRedacted):
-        if not message_known(body.message_id):
+        redacted = history.rows(body.message_id)
+        if not redacted:
             raise InvariantError(f"redaction of message {body.message_id!r}, which {key} does not have")
-        return base, [Redaction(key, body.message_id, body.reason, event.occurred_at, at.offset)]
+        # The content leaves every read model: a summary of a redacted row's epoch that covers
+        # it may repeat it, so it is withdrawn; the context falls back to the previous summary
+        # and the raw turns, and the summarizer folds them again without it. (Every summary the
+        # history holds came before the redaction in the log.)
+        withdrawn = [
+            SummaryWithdrawal(key, s.seq)
+            for s in history.summaries()
+            if any(r.epoch == s.epoch and r.seq <= s.covers_seq for r in redacted)
+        ]
+        redaction = Redaction(key, body.message_id, body.reason, event.occurred_at, at.offset, base.next_seq)
+        return base, [redaction, *withdrawn]
     if isinstance(body, SummaryRecorded):
-        if not message_known(body.covers_through_message_id):
+        covered_rows = history.rows(body.covers_through_message_id)
+        if not covered_rows:
             raise InvariantError(
                 f"summary {body.summary_id!r} covers message {body.covers_through_message_id!r}, "
                 f"which {key} does not have"
@@ -171,7 +239,10 @@ def apply_event(
             output_tokens=body.output_tokens, summary_tokens=body.summary_tokens,
             occurred_at=event.occurred_at, excluded_message_ids=body.excluded_message_ids,
         )  # fmt: skip
-        return replace(base, next_seq=base.next_seq + 1), [row]
+        changes: list[Change] = [row]
+        if _stale_summary(body, covered_rows[0], base.epoch, history):  # covers through its first row
+            changes.append(SummaryWithdrawal(key, row.seq))
+        return replace(base, next_seq=base.next_seq + 1), changes
     if isinstance(body, ConversationStarted):
         return replace(base, title=body.title or base.title, metadata={**base.metadata, **body.metadata}), []
     if isinstance(body, ConversationCleared):
@@ -180,6 +251,20 @@ def apply_event(
         return base, []  # void: the conversation moved on after the erase was decided (retention)
     erased = _restart(base, clear_count=base.clear_count, title=None, metadata={}, erased_at=event.occurred_at)
     return erased, [Erasure(key, event.occurred_at, base.next_seq, at.offset)]
+
+
+def _stale_summary(body: SummaryRecorded, covered: MessageAt, epoch: int, history: History) -> bool:
+    """A summary made just before a clear or an erase lands after it: it covers the old epoch
+    and must not become the new one's summary (nor keep erased content). One that lists the
+    redacted messages it left out but misses one it covers was written from a stale read."""
+    if covered.epoch != epoch:
+        return True
+    excluded = body.excluded_message_ids
+    if excluded is None:
+        return False
+    return any(
+        m.epoch == epoch and m.seq <= covered.seq and message_id not in excluded for message_id, m in history.redacted()
+    )
 
 
 def erase_applies(body: ConversationErased, state: ConversationState) -> bool:

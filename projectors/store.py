@@ -29,13 +29,32 @@ from projectors.fold import BatchInputs, BatchOutcome, Decoded, decode_batch, fo
 from projectors.isolation import as_refused, first_refused
 from projectors.pg import convert_pg_error
 from projectors.ports import UNREADABLE_BATCH, BatchReport
+from projectors.read_sql import SUMMARY_COVERED_SEQ
 from projectors.rows import TokenCounting, record_from_row, state_from_row
-from projectors.state import ConversationState
+from projectors.state import ConversationState, MessageAt, SummaryAt
 from projectors.window import WindowPolicy
 from projectors.writes import DEAD_LETTER_INSERT, BatchWriter
 
 Cursor = AsyncCursor[Any]
 log = structlog.get_logger(__name__)
+
+# What the fold needs to know of the stored rows (projectors.state.History), per batch.
+_APPLIED_EVENT_IDS: LiteralString = (
+    "SELECT DISTINCT t.conversation_key, t.event_id FROM unnest(%s::text[], %s::text[]) AS v(k, id) "
+    "JOIN {s}.event_ids t ON t.conversation_key = v.k AND t.event_id = v.id"
+)
+_MESSAGES_AT: LiteralString = (
+    "SELECT t.conversation_key, t.message_id, t.seq, t.epoch FROM unnest(%s::text[], %s::text[]) AS v(k, id) "
+    "JOIN {s}.transcript t ON t.conversation_key = v.k AND t.message_id = v.id ORDER BY t.seq"
+)
+_KEPT_SUMMARIES: LiteralString = (
+    "SELECT x.conversation_key, x.seq, x.epoch, " + SUMMARY_COVERED_SEQ + " AS covers "
+    "FROM {s}.summaries x WHERE x.conversation_key = ANY(%s) AND x.text IS NOT NULL"
+)
+_REDACTED_MESSAGES: LiteralString = (  # the partial index transcript_redacted
+    "SELECT conversation_key, message_id, seq, epoch "
+    "FROM {s}.transcript WHERE conversation_key = ANY(%s) AND redacted_at IS NOT NULL"
+)
 
 
 class PostgresProjectionStore:
@@ -240,24 +259,45 @@ class PostgresProjectionStore:
             [keys],
         )
         parked = {row["conversation_key"] for row in await cur.fetchall()} - {parked_override}
-        seen = await self._existing(cur, "event_ids", "event_id", look.event_ids)
-        known = await self._existing(cur, "transcript", "message_id", look.referenced_messages)
-        inputs = BatchInputs(states, frozenset(k for k in parked if k), seen, known, self._skips)
+        seen = await self._existing(cur, look.event_ids)
+        known = await self._messages_at(cur, look.referenced_messages)
+        summaries: dict[str, list[SummaryAt]] = {}
+        if look.redacting:
+            await cur.execute(self._q(_KEPT_SUMMARIES), [sorted(look.redacting)])
+            for row in await cur.fetchall():
+                summaries.setdefault(row["conversation_key"], []).append(
+                    SummaryAt(row["seq"], row["epoch"], row["covers"])
+                )
+        redacted: dict[str, list[tuple[str, MessageAt]]] = {}
+        if look.listing:
+            await cur.execute(self._q(_REDACTED_MESSAGES), [sorted(look.listing)])
+            for row in await cur.fetchall():
+                at = MessageAt(row["seq"], row["epoch"])
+                redacted.setdefault(row["conversation_key"], []).append((row["message_id"], at))
+        inputs = BatchInputs(states, frozenset(k for k in parked if k), seen, known, self._skips, summaries, redacted)
         return fold_batch(decoded, inputs, policy=self._policy, fail_fast=self._fail_fast)
 
-    async def _existing(
-        self, cur: Cursor, table: LiteralString, column: LiteralString, pairs: frozenset[tuple[str, str]]
-    ) -> frozenset[tuple[str, str]]:
+    async def _existing(self, cur: Cursor, pairs: frozenset[tuple[str, str]]) -> frozenset[tuple[str, str]]:
+        """The (conversation, event id) pairs of ``pairs`` already applied."""
         if not pairs:
             return frozenset()
         keys, values = zip(*pairs, strict=True)
         # A join against the batch's pairs (index probes), not IN (...) with a DISTINCT over it.
-        query = sql.SQL(
-            "SELECT DISTINCT t.conversation_key, t.{c} FROM unnest(%s::text[], %s::text[]) AS v(k, id) "
-            "JOIN {s}.{t} t ON t.conversation_key = v.k AND t.{c} = v.id"
-        ).format(s=sql.Identifier(self.schema), t=sql.Identifier(table), c=sql.Identifier(column))
-        await cur.execute(query, [list(keys), list(values)])
-        return frozenset((row["conversation_key"], row[column]) for row in await cur.fetchall())
+        await cur.execute(self._q(_APPLIED_EVENT_IDS), [list(keys), list(values)])
+        return frozenset((row["conversation_key"], row["event_id"]) for row in await cur.fetchall())
+
+    async def _messages_at(
+        self, cur: Cursor, pairs: frozenset[tuple[str, str]]
+    ) -> dict[tuple[str, str], list[MessageAt]]:
+        """Where the stored rows of ``pairs`` (conversation, message id) are, in seq order."""
+        found: dict[tuple[str, str], list[MessageAt]] = {}
+        if not pairs:
+            return found
+        keys, values = zip(*pairs, strict=True)
+        await cur.execute(self._q(_MESSAGES_AT), [list(keys), list(values)])
+        for r in await cur.fetchall():
+            found.setdefault((r["conversation_key"], r["message_id"]), []).append(MessageAt(r["seq"], r["epoch"]))
+        return found
 
     async def resolve(self, dead_letter_id: int, *, skip_reason: str | None = None) -> BatchReport:
         """Release a parked record (apply it, then the records held behind it, in order) or skip

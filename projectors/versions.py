@@ -106,24 +106,50 @@ async def switch(conn: AsyncConnection[Any], projection: str, version: int) -> N
 
 
 async def checksums(
-    conn: AsyncConnection[Any], schema: str, keys: Sequence[str] | None = None
+    conn: AsyncConnection[Any], schema: str, keys: Sequence[str] | None = None, *, by_value: bool = False
 ) -> dict[tuple[str, str], str]:
-    """md5 per (table, conversation) over the rows in key order; only ``keys`` when given."""
+    """md5 per (table, conversation) over the rows in key order; only ``keys`` when given.
+    ``by_value``: JSON compared by value (see :func:`json_forms_differ`), else as stored text."""
     result: dict[tuple[str, str], str] = {}
     where = sql.SQL("WHERE conversation_key = ANY(%s)" if keys is not None else "")
     async with conn.cursor() as cur:
         for table, order in CHECKED_TABLES.items():
             query = sql.SQL(
-                "SELECT conversation_key, md5(string_agg(t::text, E'\\n' ORDER BY {order})) "
+                "SELECT conversation_key, md5(string_agg({row}, E'\\n' ORDER BY {order})) "
                 "FROM {s}.{t} AS t {where} GROUP BY conversation_key"
-            ).format(order=sql.SQL(order), s=sql.Identifier(schema), t=sql.Identifier(table), where=where)
+            ).format(row=row_text(by_value=by_value), order=sql.SQL(order), s=sql.Identifier(schema),
+                     t=sql.Identifier(table), where=where)  # fmt: skip
             await cur.execute(query, [list(keys)] if keys is not None else None)
             for key, digest in await cur.fetchall():
                 result[(table, key)] = digest
     return result
 
 
+def row_text(*, by_value: bool) -> sql.SQL:
+    """A row ``t`` as text: as stored, or with its JSON as jsonb (by value: key order aside)."""
+    return sql.SQL("to_jsonb(t)::text" if by_value else "t::text")
+
+
+async def stores_jsonb(conn: AsyncConnection[Any], schema: str) -> bool:
+    """Whether the version stores the transcript's JSON as jsonb: made before read_models.sql
+    chose json (which keeps the text as written, key order included)."""
+    cur = await conn.execute(
+        "SELECT data_type FROM information_schema.columns "
+        "WHERE table_schema = %s AND table_name = 'transcript' AND column_name = 'content'",
+        [schema],
+    )
+    row = await cur.fetchone()
+    return row is not None and row[0] == "jsonb"
+
+
+async def json_forms_differ(conn: AsyncConnection[Any], schema_a: str, schema_b: str) -> bool:
+    """One version stores jsonb, the other json: their rows differ in JSON key order alone, so
+    they are compared by value. Versions of one form are compared as stored, byte for byte."""
+    return await stores_jsonb(conn, schema_a) != await stores_jsonb(conn, schema_b)
+
+
 async def compare(conn: AsyncConnection[Any], schema_a: str, schema_b: str) -> list[tuple[str, str]]:
     """The (table, conversation) pairs whose rows differ between two versions, sorted."""
-    a, b = await checksums(conn, schema_a), await checksums(conn, schema_b)
+    by_value = await json_forms_differ(conn, schema_a, schema_b)
+    a, b = await checksums(conn, schema_a, by_value=by_value), await checksums(conn, schema_b, by_value=by_value)
     return sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))

@@ -1,6 +1,8 @@
 """Writing a folded batch's rows into one projection version's tables (COPY and upserts).
 
-Split from :mod:`projectors.store`, which owns the transaction: these run inside it.
+Split from :mod:`projectors.store`, which owns the transaction: these run inside it. Nothing is
+decided here: which rows a redaction or an erasure clears and which summaries are withdrawn is
+the fold's decision (projectors/state.py), written as it stands.
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ from typing import Any, LiteralString
 from psycopg import AsyncCursor, sql
 
 from projectors.fold import BatchOutcome
-from projectors.read_sql import SUMMARY_COVERED_SEQ
 from projectors.rows import (
     CONVERSATION_COLUMNS,
     HELD_COLUMNS,
@@ -25,8 +26,17 @@ from projectors.rows import (
     summary_copy_rows,
     transcript_copy_rows,
 )
+from projectors.state import ERASURE_CLEARS, REDACTION_CLEARS
 
 Cursor = AsyncCursor[Any]
+
+
+def _nulls(columns: Sequence[str]) -> sql.Composed:
+    return sql.SQL(", ").join(sql.SQL("{} = NULL").format(sql.Identifier(c)) for c in columns)
+
+
+_REDACTION_SET = _nulls(REDACTION_CLEARS)
+_ERASURE_SET = _nulls(ERASURE_CLEARS)
 
 # A dead letter's columns up to its error; record_row() gives the record's part of them.
 DEAD_LETTER_INSERT: LiteralString = (
@@ -59,28 +69,33 @@ class BatchWriter:
         await self._copy(cur, "transcript", TRANSCRIPT_COLUMNS, transcript_copy_rows(out.transcript, self._counter))
         await self._copy(cur, "summaries", SUMMARY_COLUMNS, summary_copy_rows(out.summaries))
         await self._copy(cur, "event_ids", ("conversation_key", "event_id"), out.applied_event_ids)
-        # After the COPY: a redaction or erasure may concern rows of this very batch.
+        # After the COPY: a decision may concern rows of this very batch. Each one names its
+        # rows (projectors/state.py decided them); nothing is decided here.
         if out.redactions:
             await cur.executemany(
-                self._q(
-                    "UPDATE {s}.transcript SET content = NULL, reasoning_content = NULL, tool_calls = NULL, "
+                self._set(
+                    _REDACTION_SET,
                     "metadata = '{{}}', redacted_at = coalesce(redacted_at, %s), "
                     "redaction_reason = coalesce(redaction_reason, %s) "
-                    "WHERE conversation_key = %s AND message_id = %s"
+                    "WHERE conversation_key = %s AND message_id = %s AND seq < %s",
                 ),
-                [(r.occurred_at, r.reason, r.conversation_key, r.message_id) for r in out.redactions],
+                [(r.occurred_at, r.reason, r.conversation_key, r.message_id, r.before_seq) for r in out.redactions],
             )
-        await self._withdraw_summaries(cur, out)
+        if out.withdrawals:
+            await cur.execute(
+                self._q(
+                    "UPDATE {s}.summaries x SET text = NULL FROM unnest(%s::text[], %s::bigint[]) AS v(k, seq) "
+                    "WHERE x.conversation_key = v.k AND x.seq = v.seq"
+                ),
+                [[w.conversation_key for w in out.withdrawals], [w.seq for w in out.withdrawals]],
+            )
         for erasure in out.erasures:
             args = (erasure.occurred_at, erasure.conversation_key, erasure.before_seq)
             await cur.execute(
-                self._q(
-                    "UPDATE {s}.transcript SET content = NULL, reasoning_content = NULL, tool_calls = NULL, "
-                    "name = NULL, metadata = '{{}}', usage = NULL, erased_at = coalesce(erased_at, %s) "
-                    "WHERE conversation_key = %s AND seq < %s"
-                ),
+                self._set(_ERASURE_SET, "metadata = '{{}}', erased_at = coalesce(erased_at, %s) "
+                          "WHERE conversation_key = %s AND seq < %s"),
                 args,
-            )
+            )  # fmt: skip
             await cur.execute(
                 self._q(
                     "UPDATE {s}.summaries SET text = NULL, erased_at = coalesce(erased_at, %s) "
@@ -91,49 +106,11 @@ class BatchWriter:
         await self._write_states(cur, out)
         await self._write_poison(cur, out)
 
-    async def _withdraw_summaries(self, cur: Cursor, out: BatchOutcome) -> None:
-        """Summaries that may carry content no read model may keep lose their text (NULL, with
-        ``erased_at`` NULL: withdrawn). Every rule depends on log order only: rebuilds agree."""
-        if out.redactions:
-            # The content leaves every read model: a summary recorded before the redaction that
-            # covers the message may repeat it, so it is withdrawn (text NULL, erased_at NULL);
-            # the context then falls back to the previous summary and the raw turns, and the
-            # summarizer folds them again without it. Log order decides, so rebuilds agree.
-            await cur.executemany(
-                self._q(
-                    "UPDATE {s}.summaries x SET text = NULL FROM {s}.transcript m "
-                    "WHERE m.conversation_key = %s AND m.message_id = %s AND x.conversation_key = m.conversation_key "
-                    'AND x.epoch = m.epoch AND x."offset" < %s AND x.text IS NOT NULL AND m.seq <= '
-                    + SUMMARY_COVERED_SEQ
-                ),
-                [(r.conversation_key, r.message_id, r.offset) for r in out.redactions],
-            )
-        if out.summaries:
-            # A summary made just before a clear or an erase lands after it: it covers the old
-            # epoch and must not become the new one's summary (nor keep erased content).
-            await cur.executemany(
-                self._q(
-                    "UPDATE {s}.summaries x SET text = NULL WHERE x.conversation_key = %s AND x.seq = %s "
-                    "AND x.epoch <> (SELECT t.epoch FROM {s}.transcript t "
-                    "WHERE t.conversation_key = x.conversation_key AND t.message_id = x.covers_through_message_id "
-                    "ORDER BY t.seq LIMIT 1)"
-                ),
-                [(r.conversation_key, r.seq) for r in out.summaries],
-            )
-        listed = [r for r in out.summaries if r.excluded_message_ids is not None]
-        if listed:
-            # A summary says which redacted messages it left out; one that covers a message
-            # redacted before it and does not list it was written from a stale read: withdrawn.
-            # (Redactions after it withdraw it above, so the batch boundaries do not matter.)
-            await cur.executemany(
-                self._q(
-                    "UPDATE {s}.summaries x SET text = NULL WHERE x.conversation_key = %s AND x.seq = %s "
-                    "AND x.text IS NOT NULL AND EXISTS (SELECT FROM {s}.transcript r "
-                    "WHERE r.conversation_key = x.conversation_key AND r.epoch = x.epoch AND r.redacted_at IS NOT NULL "
-                    "AND NOT r.message_id = ANY(%s) AND r.seq <= " + SUMMARY_COVERED_SEQ + ")"
-                ),
-                [(r.conversation_key, r.seq, list(r.excluded_message_ids or ())) for r in listed],
-            )
+    def _set(self, cleared: sql.Composable, rest: LiteralString) -> sql.Composed:
+        """``UPDATE transcript SET`` the ``cleared`` columns to NULL, then ``rest``."""
+        return sql.SQL("UPDATE {s}.transcript SET {cleared}, " + rest).format(
+            s=sql.Identifier(self.schema), cleared=cleared
+        )
 
     async def _write_states(self, cur: Cursor, out: BatchOutcome) -> None:
         if not out.states:

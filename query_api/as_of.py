@@ -1,9 +1,11 @@
 """Contexts as they were: rebuilt from the log, never from the (current) read models.
 
 ``context_inputs_as_of`` folds the conversation's events up to and including ``as_of`` with the
-projector's own pure functions, so the context assembled from them is the one served right
-after that event. The log never forgets, but people may: a redaction or an erasure recorded
-later still applies — such content is never served again, even for the past.
+projector's own fold, and applies to those rows the decisions (redactions, erasures, summary
+withdrawals) of the whole history as the store writes them (projectors/applied.py), so the
+context assembled from them is the one served right after that event. The log never forgets,
+but people may: a redaction or an erasure recorded later still applies — such content is
+never served again, even for the past.
 
 The HTTP API passes the conversation's events as read through the event index
 (query_api/log_reads.py: the cost of the conversation, not of its partition); without them
@@ -19,10 +21,11 @@ from events.codec import EventCodec, default_codec
 from events.errors import ConvlogError
 from events.keys import ConversationKey
 from events.log import EventLog, LogRecord
-from events.model import Event, MessageAppended, MessageRedacted
+from events.model import Event, MessageAppended
 from events.reading import conversation_events
+from projectors.applied import apply_decisions
 from projectors.fold import BatchInputs, decode_batch, fold_batch
-from projectors.state import SummaryRow, TranscriptRow, countable_text, image_count
+from projectors.state import TranscriptRow, countable_text, image_count
 from projectors.tokens import text_counter
 from projectors.window import WindowPolicy
 from query_api.context import context_start
@@ -75,58 +78,40 @@ async def context_inputs_as_of(
     before = [record for record, _ in pairs if record.offset <= as_of]
     if not before:
         return None
-    later = [event.body for record, event in pairs if record.offset > as_of]
-    redacted_later = {b.message_id for b in later if isinstance(b, MessageRedacted)}
-    redactions = [(record.offset, e.body.message_id) for record, e in pairs if isinstance(e.body, MessageRedacted)]
     decoded = decode_batch([r for r, _ in pairs], codec=codec, max_event_bytes=max_event_bytes)
-    # An erase recorded later still applies (content is never served again) — unless it was void
-    # (a conditional one the conversation outran), which only folding the whole history tells.
-    history = fold_batch(decoded, BatchInputs({}), policy=policy)
-    erased_later = any(e.offset > as_of for e in history.erasures)
+    # The rows as of ``as_of``, with the decisions of the whole history applied: a redaction or
+    # an erase recorded later still applies (content is never served again, even for the past),
+    # a void conditional erase does not — the projection's own fold and decisions, so the
+    # context is the one the read models serve.
+    applied = apply_decisions(fold_batch(decoded, BatchInputs({}), policy=policy))
     out = fold_batch(decoded[: len(before)], BatchInputs({}), policy=policy)
-    state = out.states.get(str(key))
+    k = str(key)
+    state = out.states.get(k)
     if state is None:
         return None
-    redacted = {r.message_id for r in out.redactions} | redacted_later
-    erased_before = max((e.before_seq for e in out.erasures), default=0)
     count = text_counter(encoding)
 
-    def stored(row: TranscriptRow) -> StoredMessage:
-        gone = erased_later or row.seq < erased_before
+    def stored(original: TranscriptRow) -> StoredMessage:
+        m = applied.messages[(k, original.seq)]
+        row = m.row
         return StoredMessage(
-            seq=row.seq, epoch=row.epoch, message_id=row.message_id, role=row.role,
-            content=None if gone or row.message_id in redacted else row.content, name=row.name,
-            tool_calls=tuple(row.tool_calls or ()), tool_call_id=row.tool_call_id,
+            seq=row.seq, epoch=row.epoch, message_id=row.message_id, role=row.role, content=row.content,
+            name=row.name, tool_calls=tuple(row.tool_calls or ()), tool_call_id=row.tool_call_id,
             reasoning_content=row.reasoning_content, finish_reason=row.finish_reason, flag=row.flag,
-            redacted=row.message_id in redacted, erased=gone, tokens=count(countable_text(row)),
-            reasoning_tokens=count(row.reasoning_content or ""), image_count=image_count(row),
+            redacted=m.redacted, erased=m.erased, tokens=count(countable_text(original)),
+            reasoning_tokens=count(original.reasoning_content or ""), image_count=image_count(original),
         )  # fmt: skip
 
     rows = out.transcript
-    summary = None
     seq_of = {r.message_id: r.seq for r in reversed(rows)}  # the first row of a message id
-    epoch_of = {r.message_id: r.epoch for r in reversed(rows)}
-
-    def withdrawn(s: SummaryRow) -> bool:
-        """Like the projection: a redaction after the summary of a message it covers (even one
-        recorded after ``as_of``: redacted content is never served again), or one before it
-        that the summary does not list as left out."""
-        covers = seq_of.get(s.covers_through_message_id)
-        if covers is None:
-            return False
-        excluded = s.excluded_message_ids
-        return any(
-            (offset > s.offset or (excluded is not None and message_id not in excluded))
-            and (m := seq_of.get(message_id)) is not None and m <= covers and epoch_of.get(message_id) == s.epoch
-            for offset, message_id in redactions
-        )  # fmt: skip
-
-    current = [s for s in out.summaries if s.epoch == state.epoch and not erased_later and s.seq >= erased_before
-               and epoch_of.get(s.covers_through_message_id) == s.epoch and not withdrawn(s)]  # fmt: skip
-    if current:
-        latest = current[-1]
+    # The current summary, as projectors/read_sql.py's WINDOW_AND_CURRENT_SUMMARY picks it.
+    summary = None
+    recorded = (applied.summaries[(k, s.seq)] for s in out.summaries)  # as_of's, as the tables end
+    kept = [s for s in recorded if s.epoch == state.epoch and s.text is not None]
+    if kept:
+        latest = kept[-1]
         covered = seq_of.get(latest.covers_through_message_id)
-        if covered is not None:
+        if covered is not None and latest.text is not None:
             summary = StoredSummary(latest.summary_id, latest.text, covered, count(latest.text))
     start = context_start(state.window.start_seq, summary.covers_through_seq if summary else None)
     return ContextInputs(

@@ -296,5 +296,5 @@ def _messages(rows: Sequence[tuple[Any, ...]]) -> tuple[StoredMessage, ...]:
 
 
 def _message(fields: list[Any]) -> StoredMessage:
-    fields[6] = tuple(fields[6] or ())  # tool_calls: jsonb list (or NULL) -> tuple of dicts
+    fields[6] = tuple(fields[6] or ())  # tool_calls: a JSON list (or NULL) -> tuple of dicts
     return StoredMessage(*fields)

@@ -24,7 +24,13 @@ from events.model import (
     ToolCall,
 )
 from projectors.fold import BatchInputs, BatchOutcome, decode_batch, fold_batch
-from projectors.state import FLAG_DUPLICATE_TOOL_RESULT, FLAG_UNKNOWN_TOOL_CALL, ConversationState, TranscriptRow
+from projectors.state import (
+    FLAG_DUPLICATE_TOOL_RESULT,
+    FLAG_UNKNOWN_TOOL_CALL,
+    ConversationState,
+    MessageAt,
+    TranscriptRow,
+)
 from projectors.window import Window, WindowPolicy, on_user_message
 
 KEY = ConversationKey("t", "u", "c")
@@ -118,7 +124,7 @@ def fold_in_batches(
     """Fold batch after batch, carrying state like the store does between transactions."""
     state: ConversationState | None = None
     seen: set[tuple[str, str]] = set()
-    known: set[tuple[str, str]] = set()
+    known: dict[tuple[str, str], list[MessageAt]] = {}
     outcomes = []
     bounds = sorted({0, len(records), *(c for c in cuts if 0 < c < len(records))})
     for start, stop in itertools.pairwise(bounds):
@@ -126,15 +132,29 @@ def fold_in_batches(
         states = {str(KEY): state} if state else {}
         out = fold_batch(
             decoded,
-            BatchInputs(states, frozenset(), frozenset(seen), frozenset(known)),
+            BatchInputs(states, frozenset(), frozenset(seen), dict(known)),
             policy=policy,
             fail_fast=True,
         )
         state = out.states.get(str(KEY), state)
         seen.update(out.applied_event_ids)
-        known.update((r.conversation_key, r.message_id) for r in out.transcript)
+        for r in out.transcript:
+            known.setdefault((r.conversation_key, r.message_id), []).append(MessageAt(r.seq, r.epoch))
         outcomes.append(out)
     return outcomes, state
+
+
+class _NoHistory:
+    """A conversation with nothing stored (the message path never asks)."""
+
+    def rows(self, message_id: str) -> tuple[()]:
+        return ()
+
+    def summaries(self) -> tuple[()]:
+        return ()
+
+    def redacted(self) -> tuple[()]:
+        return ()
 
 
 policies = st.builds(lambda keep, extra: WindowPolicy(keep + extra, keep), st.integers(1, 4), st.integers(0, 4))
@@ -338,7 +358,7 @@ def test_a_message_changes_only_the_fields_a_message_moves(role: str) -> None:
     )  # fmt: skip
     later = T0 + timedelta(minutes=1)
     new, _ = apply_event(
-        state, Event("e", KEY, later, "p", body), Coordinates(1, 41), policy=WindowPolicy(), message_known=bool
+        state, Event("e", KEY, later, "p", body), Coordinates(1, 41), policy=WindowPolicy(), history=_NoHistory()
     )
     moved = {"last_event_at", "message_count", "next_seq", "last_at"}
     moved |= {"open_tool_calls", "answered_tool_calls"} if role in ("user", "assistant", "tool") else set()

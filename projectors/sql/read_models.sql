@@ -43,7 +43,11 @@ CREATE TABLE {schema}.windows (
     turn_starts      bigint[] NOT NULL
 );
 
--- Every message in log order: the audit source.
+-- Every message in log order: the audit source. content and tool_calls are json, not jsonb: json
+-- keeps the text written (key order included), so the live context serves the bytes as_of
+-- rebuilds from the log and the producer sent (jsonb would serve a text part's "text" key
+-- before its "type", sorting keys). Versions made before are jsonb: they keep working and serving jsonb's
+-- order; a rebuild makes the json form (projectors/versions.py compares the two forms by value).
 CREATE TABLE {schema}.transcript (
     conversation_key        text        NOT NULL,
     seq                     bigint      NOT NULL,
@@ -52,9 +56,9 @@ CREATE TABLE {schema}.transcript (
     event_id                text        NOT NULL,
     message_id              text        NOT NULL,
     role                    text        NOT NULL,
-    content                 jsonb,
+    content                 json,
     name                    text,
-    tool_calls              jsonb,
+    tool_calls              json,
     tool_call_id            text,
     reasoning_content       text,
     thinking_duration_ms    bigint,

@@ -70,9 +70,9 @@ async def service(kafka_bootstrap: str, pg_admin_url: str, tmp_path: Path) -> As
     """convlog's service on a topic of its own, which it creates (before any producer runs)."""
     async with temporary_database(pg_admin_url) as url:
         settings = Settings(kafka_bootstrap=kafka_bootstrap, topic=unique_topic("javaset"), partitions=PARTITIONS,
-                            database_url=url, data_dir=tmp_path)  # fmt: skip
-        env = {"CONVLOG_API_TOKENS": "acme:token-java", "CONVLOG_SUMMARIZER": "off"}
-        async with running_service(settings, env) as svc:
+                            database_url=url, data_dir=tmp_path,
+                            api_tokens="acme:token-java", summarizer="off")  # fmt: skip
+        async with running_service(settings) as svc:
             yield svc, settings
 
 

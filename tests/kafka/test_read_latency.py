@@ -38,9 +38,9 @@ BOUND_S = 0.25
 async def service(kafka_bootstrap: str, pg_admin_url: str, tmp_path: Path) -> AsyncIterator[tuple[Service, Settings]]:
     async with temporary_database(pg_admin_url) as url:
         settings = Settings(kafka_bootstrap=kafka_bootstrap, topic=unique_topic("latency"), partitions=4,
-                            database_url=url, data_dir=tmp_path)  # fmt: skip
-        env = {"CONVLOG_API_TOKENS": "acme:token-a", "CONVLOG_SUMMARIZER": "off"}
-        async with running_service(settings, env) as svc:
+                            database_url=url, data_dir=tmp_path,
+                            api_tokens="acme:token-a", summarizer="off")  # fmt: skip
+        async with running_service(settings) as svc:
             yield svc, settings
 
 

@@ -1,0 +1,321 @@
+"""Event application is decided once (projectors/state.py): the context served from the live
+read models at a conversation's last offset is, byte for byte, the context ``as_of`` rebuilds
+from the log at that offset — for random histories of messages, tool groups, interrupted
+streams, redactions, clears, erases (conditional ones that apply and ones that are void),
+summaries (listing the redactions they left out or not) and duplicated events, for every
+reasoning policy and several budgets. Embedded log, real Postgres, the projector in-process.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from convlog.serve import Service, running_service
+from convlog.settings import Settings
+from events.embedded_log import EmbeddedEventLog
+from events.keys import ConversationKey
+from events.model import SummaryRecorded
+from events.producer import Appended, ConversationProducer
+from projectors.versions import compare, json_forms_differ
+from projectors.window import WindowPolicy
+from query_api import http as http_module
+from query_api.as_of import context_inputs_as_of
+from query_api.http import create_app
+from query_api.reads import PostgresReadModels
+from tests.projection_support import Projection, project_all, temporary_database
+
+pytestmark = pytest.mark.postgres
+
+A = {"Authorization": "Bearer token-a"}
+POLICIES = ("omit", "tool_turns", "all")
+BUDGETS = (200, 1000, 8000)  # one that often cannot fit (an image costs ~765), one that trims, one for all
+
+
+@pytest.fixture
+async def service(pg_admin_url: str, tmp_path: Path) -> AsyncIterator[Service]:
+    """One service for every example (each example is a conversation of its own); no summarizer:
+    the examples record their own summaries."""
+    async with temporary_database(pg_admin_url) as url:
+        settings_ = Settings(
+            database_url=url, data_dir=tmp_path, partitions=2, api_tokens="acme:token-a", summarizer="off"
+        )
+        async with running_service(settings_) as svc:
+            yield svc
+
+
+@pytest.fixture
+async def client(service: Service) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=create_app(service.deps))
+    async with httpx.AsyncClient(transport=transport, base_url="http://convlog") as c:
+        yield c
+
+
+words = st.text(alphabet="abcdefghij klmnop", min_size=1, max_size=30)
+# Content as a string or as parts: the parts' key order is what a jsonb column used to change.
+contents = st.one_of(
+    words,
+    st.lists(
+        st.one_of(
+            words.map(lambda t: {"type": "text", "text": t}),
+            st.just({"type": "image_url", "image_url": {"url": "https://example.com/a.png", "detail": "low"}}),
+        ),
+        min_size=1,
+        max_size=3,
+    ),
+)
+replies = st.one_of(
+    st.tuples(st.just("assistant"), words, st.booleans()),  # with reasoning or not
+    st.tuples(st.just("tools"), st.integers(1, 3), st.integers(0, 3)),  # calls made, calls answered
+    st.tuples(st.just("interrupted"), words, st.booleans()),  # with a half-made tool call or not
+    st.tuples(st.just("stray_tool"), words),  # answers no call: kept for audit, never served
+)
+events = st.one_of(
+    st.tuples(st.just("redact"), st.integers(0, 1000)),
+    st.tuples(st.just("summary"), st.integers(0, 1000), st.sampled_from(["none", "all", "missing"])),
+    st.tuples(st.just("duplicate")),
+    st.tuples(st.just("system"), words),
+    st.tuples(st.just("reuse"), st.integers(0, 1000), words),  # a new event reusing a message id
+)
+restarts = st.one_of(
+    st.tuples(st.just("clear")), st.tuples(st.just("erase"), st.sampled_from(["always", "applies", "void"]))
+)
+# A history is turns (a user message, its replies), each followed by a few other events, and
+# now and then a clear or an erase: most examples then serve several turns, most of them trimmed.
+turns = st.tuples(
+    st.tuples(st.just("user"), contents),
+    st.lists(replies, min_size=0, max_size=3),
+    st.lists(events, max_size=2),
+    st.integers(0, 5).flatmap(lambda n: restarts.map(lambda r: [r]) if n == 0 else st.just([])),
+)
+steps = st.tuples(
+    st.lists(st.tuples(st.just("system"), words), max_size=1), st.lists(turns, min_size=1, max_size=8)
+).map(lambda h: [*h[0], *(step for user, rs, es, rst in h[1] for step in (user, *rs, *es, *rst))])
+
+
+class Script:
+    """Appends a scripted history to one conversation, keeping what later steps refer to."""
+
+    def __init__(self, producer: ConversationProducer, key: ConversationKey) -> None:
+        self.producer = producer
+        self.key = key
+        self.message_ids: list[str] = []
+        self.redacted: list[str] = []
+        self.offsets: list[int] = []
+        self.last: tuple[Any, ...] | None = None  # how to append the last event again
+        self.n = 0
+
+    def _id(self, prefix: str) -> str:
+        self.n += 1
+        return f"{prefix}{self.n}"
+
+    def _done(self, appended: Appended, again: tuple[Any, ...]) -> None:
+        self.offsets.append(appended.coordinates.offset)
+        self.last = again
+
+    async def message(self, message: dict[str, Any], message_id: str | None = None) -> None:
+        message_id, event_id = message_id or self._id("m"), self._id("e")
+        appended = await self.producer.append_message(self.key, message, message_id=message_id, event_id=event_id)
+        self.message_ids.append(message_id)
+        self._done(appended, ("message", message, message_id, event_id))
+
+    async def step(self, step: tuple[Any, ...]) -> None:
+        kind = step[0]
+        if kind == "system":
+            await self.message({"role": "system", "content": step[1]})
+        elif kind == "user":
+            await self.message({"role": "user", "content": step[1]})
+        elif kind == "assistant":
+            extra = {"reasoning_content": f"thinking about {step[1]}"} if step[2] else {}
+            await self.message({"role": "assistant", "content": step[1], "finish_reason": "stop", **extra})
+        elif kind == "tools":
+            calls = [{"id": self._id("call"), "type": "function",
+                      "function": {"name": "lookup", "arguments": f'{{"q": {i}, "a": "b"}}'}}
+                     for i in range(step[1])]  # fmt: skip
+            await self.message({"role": "assistant", "content": None, "tool_calls": calls,
+                                "finish_reason": "tool_calls", "reasoning_content": "which tool?"})  # fmt: skip
+            for call in calls[: step[2]]:
+                await self.message({"role": "tool", "tool_call_id": call["id"], "content": f"result {call['id']}"})
+        elif kind == "interrupted":
+            calls = ([{"id": self._id("call"), "type": "function", "function": {"name": "lookup", "arguments": '{"q'}}]
+                     if step[2] else [])  # fmt: skip
+            await self.message({"role": "assistant", "content": step[1], "finish_reason": "interrupted",
+                                **({"tool_calls": calls} if calls else {})})  # fmt: skip
+        elif kind == "reuse" and self.message_ids:
+            await self.message({"role": "user", "content": step[2]}, self.message_ids[step[1] % len(self.message_ids)])
+        elif kind == "stray_tool":
+            await self.message({"role": "tool", "tool_call_id": "nobody-called", "content": step[1]})
+        elif kind == "redact" and self.message_ids:
+            message_id = self.message_ids[step[1] % len(self.message_ids)]
+            event_id = self._id("e")
+            self._done(await self.producer.redact(self.key, message_id, reason="test", event_id=event_id),
+                             ("redact", message_id, event_id))  # fmt: skip
+            self.redacted.append(message_id)
+        elif kind == "summary" and self.message_ids:
+            covers = self.message_ids[step[1] % len(self.message_ids)]
+            excluded = {"none": None, "all": tuple(self.redacted), "missing": tuple(self.redacted[1:])}[step[2]]
+            body = SummaryRecorded(self._id("s"), f"summary through {covers}", covers, "test-model", "v1",
+                                   excluded_message_ids=excluded)  # fmt: skip
+            await self._event(body)
+        elif kind == "clear":
+            event_id = self._id("e")
+            self._done(await self.producer.clear(self.key, event_id=event_id), ("clear", event_id))
+        elif kind == "erase":
+            only_if = {"always": None, "applies": self.offsets[-1] if self.offsets else None,
+                       "void": self.offsets[0] if len(self.offsets) > 1 else None}[step[1]]  # fmt: skip
+            event_id = self._id("e")
+            appended = await self.producer.erase(self.key, event_id=event_id, only_if_last_offset=only_if)
+            self._done(appended, ("erase", only_if, event_id))
+        elif kind == "duplicate" and self.last is not None:
+            await self.again(self.last)
+
+    async def _event(self, body: Any) -> None:
+        event_id = self._id("e")
+        self._done(await self.producer.append(self.key, body, event_id=event_id), ("event", body, event_id))
+
+    async def again(self, last: tuple[Any, ...]) -> None:
+        """The same event (same event id) appended once more: a producer's retry."""
+        kind, *args = last
+        if kind == "message":
+            appended = await self.producer.append_message(self.key, args[0], message_id=args[1], event_id=args[2])
+        elif kind == "redact":
+            appended = await self.producer.redact(self.key, args[0], reason="test", event_id=args[1])
+        elif kind == "clear":
+            appended = await self.producer.clear(self.key, event_id=args[0])
+        elif kind == "erase":
+            appended = await self.producer.erase(self.key, event_id=args[1], only_if_last_offset=args[0])
+        else:
+            appended = await self.producer.append(self.key, args[0], event_id=args[1])
+        self.offsets.append(appended.coordinates.offset)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(script=steps, newest_first=st.sampled_from([3, 128]))
+async def test_live_context_equals_the_as_of_context_byte_for_byte(
+    client: httpx.AsyncClient, service: Service, monkeypatch: pytest.MonkeyPatch, script: list[tuple[Any, ...]],
+    newest_first: int,
+) -> None:  # fmt: skip
+    conversation = f"c-{uuid.uuid4().hex[:12]}"
+    history = Script(service.deps.producer, ConversationKey("acme", "u1", conversation))
+    for step in script:
+        await history.step(step)
+    if not history.offsets:
+        return
+    last = history.offsets[-1]
+    url = f"/v1/users/u1/conversations/{conversation}/context"
+    # With 3, the live path reads the newest rows first (query_api/http.py) whenever it can.
+    monkeypatch.setattr(http_module, "NEWEST_FIRST", newest_first)
+    for reasoning in POLICIES:
+        for budget in BUDGETS:
+            params = {"model": "gpt-4o", "budget_tokens": budget, "reasoning": reasoning}
+            live = await client.get(url, params=params | {"min_offset": last}, headers=A)
+            rebuilt = await client.get(url, params=params | {"as_of": last}, headers=A)
+            assert live.status_code in (200, 422), live.text
+            assert (rebuilt.status_code, rebuilt.content) == (live.status_code, live.content), (reasoning, budget)
+
+
+async def test_content_parts_are_served_in_the_order_the_producer_sent_them(client: httpx.AsyncClient) -> None:
+    """A jsonb column sorted a text part's keys ("text" before "type") in the live context only."""
+    user = (
+        '{"role":"user","content":[{"type":"text","text":"hello"},'
+        '{"type":"image_url","image_url":{"url":"https://example.com/a.png","detail":"low"}}]}'
+    )
+    calls = '"tool_calls":[{"id":"c1","type":"function","function":{"name":"lookup","arguments":"{\\"q\\": 1}"}}]'
+    tool = '{"role":"tool","tool_call_id":"c1","content":[{"type":"text","text":"found"}]}'
+    url = "/v1/users/u1/conversations/parts"
+    for body in (user, '{"role":"assistant","content":null,' + calls + ',"finish_reason":"tool_calls"}', tool):
+        response = await client.post(f"{url}/messages", content=body, headers={**A, "Content-Type": "application/json"})
+        assert response.status_code == 202, response.text
+    last = response.json()["offset"]
+    params = {"model": "gpt-4o", "budget_tokens": 4000}
+    live = await client.get(f"{url}/context", params=params | {"min_offset": last}, headers=A)
+    rebuilt = await client.get(f"{url}/context", params=params | {"as_of": last}, headers=A)
+    # The message-level fields in the renderer's order; the content parts and tool calls as sent.
+    served_tool = '{"role":"tool","content":[{"type":"text","text":"found"}],"tool_call_id":"c1"}'
+    served = '{"messages":[' + user + ',{"role":"assistant","content":null,' + calls + "}," + served_tool + "],"
+    assert live.content.startswith(served.encode()), live.text
+    assert rebuilt.content == live.content
+
+
+async def test_a_version_made_with_jsonb_keeps_working_and_a_rebuild_compares_equal_to_it(
+    projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer
+) -> None:
+    """Versions created before read_models.sql chose json store jsonb: they go on projecting and
+    serving (in jsonb's key order), and a rebuild — which makes the json form — compares equal to
+    them by value, so ``rebuild --verify --switch`` moves them over. Two json versions are
+    compared as stored: a change of key order alone is a difference there."""
+    legacy = projection.version.schema
+    await projection.execute(
+        "ALTER TABLE {s}.transcript ALTER COLUMN content TYPE jsonb USING content::jsonb, "
+        "ALTER COLUMN tool_calls TYPE jsonb USING tool_calls::jsonb"
+    )
+    key = ConversationKey("acme", "u1", "old")
+    await producer.append_user(key, [{"type": "text", "text": "hello"}], message_id="u1")
+    call = {"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}
+    await producer.append_message(key, {"role": "assistant", "content": None, "tool_calls": [call]})
+    await producer.append_tool_result(key, tool_call_id="c1", content="found")
+    await producer.redact(key, "u1", reason="test")
+    await producer.append_user(key, [{"type": "text", "text": "again"}])
+    await project_all(log, projection.store())
+    inputs = await PostgresReadModels(projection.pool, schema=legacy).context_inputs(key, encoding="o200k_base")
+    assert inputs is not None
+    assert [m.content for m in inputs.messages] == [None, None, "found", [{"text": "again", "type": "text"}]]
+    assert inputs.messages[1].tool_calls == (call,)
+
+    rebuilt = await projection.new_version()
+    await project_all(log, projection.store(schema=rebuilt.schema), batch_size=2)
+    [(content,)] = await projection.rows(
+        "SELECT content::text FROM {s}.transcript WHERE seq = 3", schema=rebuilt.schema
+    )
+    assert content == '[{"type":"text","text":"again"}]'
+    async with projection.pool.connection() as conn:
+        assert await json_forms_differ(conn, legacy, rebuilt.schema)
+        assert await compare(conn, legacy, rebuilt.schema) == []
+
+        other = await projection.new_version()
+        await project_all(log, projection.store(schema=other.schema))
+        assert await compare(conn, rebuilt.schema, other.schema) == []
+        await projection.execute(
+            """UPDATE {s}.transcript SET content = '[{{"text":"again","type":"text"}}]' WHERE seq = 3""",
+            schema=other.schema,
+        )
+        assert await compare(conn, rebuilt.schema, other.schema) == [("transcript", str(key))]
+
+
+@pytest.mark.parametrize("batch_size", [1, 1000])
+async def test_a_redaction_covers_every_earlier_row_of_a_reused_message_id(
+    projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer, batch_size: int
+) -> None:
+    """A producer that reuses a message id across a clear: the redaction clears both rows and
+    withdraws the new epoch's summary over the second; a row appended after the redaction with
+    the id again keeps its content — whatever the batches."""
+    key = ConversationKey("acme", "u1", "reused")
+    await producer.append_user(key, "Q1: my secret is S1", message_id="q")
+    await producer.append_assistant(key, "A1", message_id="a1")
+    await producer.clear(key)
+    await producer.append_user(key, "Q2: my secret is still S1", message_id="q")
+    await producer.append_assistant(key, "A2", message_id="a2")
+    await producer.append(key, SummaryRecorded("s2", "Q2 told S1.", "a2", "test-model", "v1"), event_id="s2")
+    await producer.redact(key, "q", reason="pii")
+    await producer.append_user(key, "Q3: a new question", message_id="q")
+    last = await producer.append_assistant(key, "A3", message_id="a3")
+    await project_all(log, projection.store(), batch_size=batch_size)
+
+    rows = await projection.rows(
+        "SELECT seq, epoch, content::text, redacted_at IS NOT NULL FROM {s}.transcript "
+        "WHERE message_id = 'q' ORDER BY seq"
+    )
+    assert rows == [(0, 0, None, True), (2, 1, None, True), (5, 1, '"Q3: a new question"', False)]
+    assert await projection.rows("SELECT summary_id, text FROM {s}.summaries") == [("s2", None)]
+    inputs = await context_inputs_as_of(log, key, last.coordinates.offset, encoding="o200k_base",
+                                        policy=WindowPolicy(), max_event_bytes=1 << 20)  # fmt: skip
+    assert inputs is not None
+    assert inputs.summary is None
+    assert [(m.seq, m.redacted) for m in inputs.messages] == [(2, True), (3, False), (5, False), (6, False)]
