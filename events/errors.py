@@ -55,7 +55,7 @@ list is exactly the classes the packages define, with these parents)::
         * LLMRejectedError — summarizer.errors
       * RetentionError — convlog.ops.retention
         * ProjectionBehindError — convlog.ops.retention, retriable
-      * ServiceError — convlog._processes, also a RuntimeError
+      * ServiceError — convlog.local.processes, also a RuntimeError
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from convlog.demo_data import OA_SYSTEM_PROMPT, OA_TURNS
-from convlog.serve import Service, running_service
+from convlog.demo.data import OA_SYSTEM_PROMPT, OA_TURNS
+from convlog.runtime.serve import Service, running_service
 from convlog.settings import Settings
 from events.keys import ConversationKey
 from events.model import SummaryRecorded

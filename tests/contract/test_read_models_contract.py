@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from convlog.demo import append_oa_conversation
-from convlog.demo_data import OA_SYSTEM_PROMPT, OA_TURNS
+from convlog.demo.data import OA_SYSTEM_PROMPT, OA_TURNS
+from convlog.demo.run import append_oa_conversation
 from events.codec import default_codec
 from events.embedded_log import EmbeddedEventLog
 from events.keys import ConversationKey

@@ -15,7 +15,7 @@ import pytest
 
 from convlog.ops import retention
 from convlog.ops.retention import active_since
-from convlog.serve import running_service
+from convlog.runtime.serve import running_service
 from convlog.settings import Settings
 from events.embedded_log import EmbeddedEventLog
 from events.keys import ConversationKey

@@ -268,7 +268,7 @@ def _scrape(port: int) -> str:
 def _start_summarizer(env: dict[str, str], log_file: Path) -> subprocess.Popen[bytes]:
     with log_file.open("ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "convlog.cli", "summarize"], cwd=REPO, env=env, stdout=out, stderr=out
+            [sys.executable, "-m", "convlog.cli.main", "summarize"], cwd=REPO, env=env, stdout=out, stderr=out
         )
 
 

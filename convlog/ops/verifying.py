@@ -24,7 +24,7 @@ from typing import Any
 
 from psycopg import AsyncConnection, sql
 
-from convlog.ops_common import INTERRUPTED, following, ops_resources, progress_bar, say
+from convlog.ops.common import INTERRUPTED, following, ops_resources, progress_bar, say
 from convlog.settings import Settings
 from events.codec import default_codec
 from events.errors import ConfigurationError

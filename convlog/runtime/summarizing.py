@@ -13,11 +13,11 @@ import asyncio
 import structlog
 from prometheus_client import CollectorRegistry
 
-from convlog.embedded_pg import database_url
-from convlog.metrics_server import start_metrics_endpoint
-from convlog.ops_common import run_interruptibly
+from convlog.local.embedded_pg import database_url
+from convlog.ops.common import run_interruptibly
+from convlog.runtime.metrics_server import start_metrics_endpoint
+from convlog.runtime.wiring import make_producer, open_event_log
 from convlog.settings import Settings
-from convlog.wiring import make_producer, open_event_log
 from events.codec import default_codec
 from events.errors import ConfigurationError
 from events.log import EventLog

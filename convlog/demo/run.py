@@ -7,7 +7,8 @@ from datetime import UTC, datetime
 
 from pydantic import SecretStr
 
-from convlog.demo_data import (
+from convlog.cli.render import preview, print_conversation_events
+from convlog.demo.data import (
     INTERRUPTED_ANSWER,
     INTERRUPTED_QUESTION,
     OA_SYSTEM_PROMPT,
@@ -18,8 +19,7 @@ from convlog.demo_data import (
     TOOLS_SYSTEM_PROMPT,
     TOOLS_USER_QUESTION,
 )
-from convlog.render import preview, print_conversation_events
-from convlog.serve import Service, running_service
+from convlog.runtime.serve import Service, running_service
 from convlog.settings import Settings
 from events.keys import ConversationKey
 from events.producer import Appended, ConversationProducer
