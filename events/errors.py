@@ -47,9 +47,9 @@ list is exactly the classes the packages define, with these parents)::
       * UnknownMessageError — query_api.as_of
       * ClientDisconnectedError — query_api.disconnects
       * IdempotencyKeyReusedError — query_api.idempotency
-      * ApiError — query_api.http
-      * _BodyTooLargeError — query_api.http, also a starlette HTTPException
-      * _BodyNotJsonError — query_api.http, also a starlette HTTPException
+      * ApiError — query_api.http.deps
+      * _BodyTooLargeError — query_api.http.middleware, also a starlette HTTPException
+      * _BodyNotJsonError — query_api.http.strict_json, also a starlette HTTPException
       * SummarizerError — summarizer.errors
         * LLMUnavailableError — summarizer.errors, retriable
         * LLMRejectedError — summarizer.errors

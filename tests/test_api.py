@@ -18,8 +18,8 @@ from convlog.runtime.serve import Service, running_service
 from convlog.settings import Settings
 from events.keys import ConversationKey
 from events.model import SummaryRecorded
-from query_api import http as http_module
 from query_api.http import create_app
+from query_api.http import routes_context as http_module
 from query_api.rules import violations
 from tests.projection_support import temporary_database
 
