@@ -173,20 +173,7 @@ async def _verify(
             raise ConfigurationError("no live read-models version to verify (run convlog project first)")
         await claim_topic(pool, live, settings.topic)  # its positions are offsets of one topic
         await conn.commit()
-        async with conn.transaction():  # positions and checksums from one snapshot
-            await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            until = await positions(conn, live.schema)
-            skips = await skip_decisions(conn, live.schema)  # operators' decisions the log does not hold
-            keys: list[str] | None = None
-            if sample is not None:
-                cur = await conn.execute(
-                    sql.SQL("SELECT conversation_key FROM {}.conversations ORDER BY random() LIMIT %s").format(
-                        sql.Identifier(live.schema)
-                    ),
-                    [sample],
-                )
-                keys = [k for (k,) in await cur.fetchall()]
-            expected = await checksums(conn, live.schema, keys)
+        until, skips, keys, expected = await _live_snapshot(conn, live.schema, sample)
     ends = await event_log.end_offsets()
     beyond = sorted(p for p, o in until.items() if o > ends.get(p, 0))
     if beyond:
@@ -228,3 +215,25 @@ async def _verify(
     finally:
         async with pool.connection() as conn:
             await conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(scratch)))
+
+
+async def _live_snapshot(
+    conn: Conn, schema: str, sample: int | None
+) -> tuple[dict[int, int], dict[tuple[int, int], str], list[str] | None, dict[tuple[str, str], str]]:
+    """The live version's positions, skip decisions, sampled keys (None: all) and checksums,
+    from one snapshot."""
+    async with conn.transaction():
+        await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        until = await positions(conn, schema)
+        skips = await skip_decisions(conn, schema)  # operators' decisions the log does not hold
+        keys: list[str] | None = None
+        if sample is not None:
+            cur = await conn.execute(
+                sql.SQL("SELECT conversation_key FROM {}.conversations ORDER BY random() LIMIT %s").format(
+                    sql.Identifier(schema)
+                ),
+                [sample],
+            )
+            keys = [k for (k,) in await cur.fetchall()]
+        expected = await checksums(conn, schema, keys)
+    return until, skips, keys, expected
