@@ -42,7 +42,7 @@ list is exactly the classes the packages define, with these parents)::
         * VersionBusyError — projectors.errors, retriable
         * PoisonRecordError — projectors.fold
         * TopicMismatchError — projectors.topics
-      * ContextBudgetExceededError — query_api.model
+      * ContextBudgetExceededError — query_api.context_types
       * NeedOlderMessagesError — query_api.context
       * UnknownMessageError — query_api.as_of
       * ClientDisconnectedError — query_api.disconnects

@@ -14,9 +14,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, TypeAlias
 
-from events.keys import ConversationKey
-from events.log import Coordinates
-from events.model import (
+from events.event_types import (
     ConversationCleared,
     ConversationErased,
     ConversationStarted,
@@ -26,6 +24,8 @@ from events.model import (
     SummaryRecorded,
     TextPart,
 )
+from events.keys import ConversationKey
+from events.log import Coordinates
 from events.strict_json import compact_json
 from projectors import tokens
 from projectors.errors import InvariantError

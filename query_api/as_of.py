@@ -17,16 +17,16 @@ from dataclasses import dataclass
 
 from events.codec import EventCodec, default_codec
 from events.errors import ConvlogError
+from events.event_types import Event, MessageAppended, MessageRedacted
 from events.keys import ConversationKey
 from events.log import EventLog, LogRecord
-from events.model import Event, MessageAppended, MessageRedacted
 from events.reading import conversation_events
 from projectors.fold import BatchInputs, decode_batch, fold_batch
 from projectors.state import SummaryRow, TranscriptRow, countable_text, image_count
 from projectors.tokens import text_counter
 from projectors.window import WindowPolicy
 from query_api.context import context_start
-from query_api.model import StoredMessage, StoredSummary
+from query_api.context_types import StoredMessage, StoredSummary
 from query_api.ports import ContextInputs
 
 

@@ -25,7 +25,7 @@ from events.keys import ConversationKey
 from events.producer import Appended, ConversationProducer
 from projectors.tokens import cached_counter, model_spec
 from query_api.context import assemble
-from query_api.model import ContextRequest, ReasoningPolicy
+from query_api.context_types import ContextRequest, ReasoningPolicy
 
 DEMO_TOKEN = "demo-token"  # noqa: S105 - the demo's local API token, printed for curl
 

@@ -27,7 +27,7 @@ from projectors.migrate import migrate
 from projectors.pg import PgPool, open_pool, retrying
 from projectors.ports import RecordSource
 from summarizer.metrics import SummarizerMetrics
-from summarizer.models import OfflineSummaryModel
+from summarizer.offline_model import OfflineSummaryModel
 from summarizer.openai_model import OpenAISummaryModel
 from summarizer.ports import SummaryModel
 from summarizer.runner import Summarizer, SummarizerOptions

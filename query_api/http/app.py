@@ -8,6 +8,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from events.errors import ConvlogError, EventTooLargeError, InvalidEventError
+from query_api.context_types import ContextBudgetExceededError
 from query_api.disconnects import ClientDisconnectedError
 from query_api.http.deps import ApiDeps, ApiError, error_response
 from query_api.http.middleware import LimitsAndMetrics
@@ -17,7 +18,6 @@ from query_api.http.routes_context import context_routes
 from query_api.http.routes_conversations import conversation_routes
 from query_api.http.routes_health import PUBLIC_ROUTES, health_routes
 from query_api.http.strict_json import StrictJsonRoute
-from query_api.model import ContextBudgetExceededError
 
 # The OpenAPI description.
 DESCRIPTION = """The HTTP API (FastAPI): appends, contexts, audit reads. The tenant comes only from the token.

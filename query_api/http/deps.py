@@ -13,9 +13,9 @@ from fastapi import Header
 from fastapi.responses import JSONResponse
 
 from events.errors import ConvlogError
+from events.event_types import Event
 from events.keys import ConversationKey
 from events.log import EventLog, LogRecord
-from events.model import Event
 from events.producer import Appended, ConversationProducer
 from projectors.window import WindowPolicy
 from query_api.log_reads import conversation_records, log_holds

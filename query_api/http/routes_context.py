@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Annotated, Literal
+from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
@@ -16,10 +16,10 @@ from projectors.tokens import cached_counter as _counter
 from projectors.tokens import model_spec
 from query_api.as_of import BeforeMessage, UnknownMessageError
 from query_api.context import NeedOlderMessagesError, assemble
+from query_api.context_types import Context, ContextRequest, ModelSpec, ReasoningPolicy
 from query_api.disconnects import unless_disconnected
 from query_api.http.deps import PREFIX, ApiDeps, ApiError, AuthHeader, Requests
 from query_api.http.strict_json import StrictJsonRoute
-from query_api.model import Context, ContextRequest, ModelSpec
 from query_api.ports import ContextInputs, ReadModels
 from query_api.served import context_as_of, context_body
 
@@ -58,7 +58,7 @@ def context_routes(deps: ApiDeps) -> APIRouter:
         budget_tokens: Annotated[int, Query(gt=0, le=10_000_000)],
         reserve_tokens: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
         tools_tokens: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
-        reasoning: Literal["omit", "tool_turns", "all"] = "omit",
+        reasoning: ReasoningPolicy = "omit",
         min_offset: Annotated[int | None, Query(ge=0)] = None,
         as_of: Annotated[int | None, Query(ge=0)] = None,
         before_message: Annotated[str | None, Query(min_length=1, max_length=128)] = None,

@@ -16,8 +16,8 @@ from convlog.demo.data import OA_SYSTEM_PROMPT, OA_TURNS
 from convlog.demo.run import append_oa_conversation
 from events.codec import default_codec
 from events.embedded_log import EmbeddedEventLog
+from events.event_types import SummaryRecorded
 from events.keys import ConversationKey
-from events.model import SummaryRecorded
 from events.producer import ConversationProducer
 from projectors.errors import PositionConflictError
 from projectors.memory_store import InMemoryProjectionStore

@@ -18,9 +18,9 @@ from convlog.ops.retention import active_since
 from convlog.runtime.serve import running_service
 from convlog.settings import Settings
 from events.embedded_log import EmbeddedEventLog
+from events.event_types import ConversationErased
 from events.keys import ConversationKey
 from events.log import EventLog
-from events.model import ConversationErased
 from events.producer import ConversationProducer
 from events.reading import conversation_events
 from projectors.window import WindowPolicy

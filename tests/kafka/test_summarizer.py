@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 
 from events.codec import default_codec
+from events.event_types import SummaryRecorded
 from events.kafka_log import KafkaEventLog
 from events.keys import ConversationKey
-from events.model import SummaryRecorded
 from events.producer import ConversationProducer
 from events.reading import conversation_events
 from projectors.log_source import LogSource
@@ -30,7 +30,7 @@ from projectors.runner import Projector
 from projectors.tokens import cached_counter, model_spec
 from projectors.versions import compare
 from query_api.context import SUMMARY_HEADER, assemble
-from query_api.model import Context, ContextRequest
+from query_api.context_types import Context, ContextRequest
 from query_api.reads import PostgresReadModels
 from summarizer.openai_model import OpenAISummaryModel
 from summarizer.runner import Summarizer, SummarizerOptions
