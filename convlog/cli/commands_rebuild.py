@@ -1,4 +1,4 @@
-"""Subcommands for projection versions: rebuild, verify, drop (logic in rebuilding / verifying)."""
+"""Subcommands for projection versions: rebuild, verify, drop (logic in convlog.ops.rebuilding / verifying)."""
 
 from __future__ import annotations
 
