@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from convlog.runtime.serve import Service, running_service
-    from convlog.runtime.wiring import make_producer, open_event_log
     from convlog.settings import Settings
+    from convlog.wiring import make_producer, open_event_log
 else:
     from events._lazy import lazy_exports
 
@@ -23,8 +23,8 @@ else:
             "Service": "convlog.runtime.serve",
             "running_service": "convlog.runtime.serve",
             "Settings": "convlog.settings",
-            "make_producer": "convlog.runtime.wiring",
-            "open_event_log": "convlog.runtime.wiring",
+            "make_producer": "convlog.wiring",
+            "open_event_log": "convlog.wiring",
         },
     )
 

@@ -217,7 +217,7 @@ def _export(settings: Settings, args: argparse.Namespace) -> int:
 def _retention(settings: Settings, args: argparse.Namespace) -> int:
     from convlog.ops.resources import live_read_models, opened_log  # noqa: PLC0415
     from convlog.ops.retention import run_retention  # noqa: PLC0415
-    from convlog.runtime.wiring import make_producer  # noqa: PLC0415
+    from convlog.wiring import make_producer  # noqa: PLC0415
 
     archive = args.archive or settings.data_dir / "retention"
     if args.archive is None and not args.dry_run:

@@ -13,8 +13,8 @@ from typing import Any
 from tqdm import tqdm
 
 from convlog.local.embedded_pg import database_url
-from convlog.runtime.wiring import open_event_log
 from convlog.settings import Settings
+from convlog.wiring import open_event_log
 from events.log import EventLog
 from projectors.migrate import migrate
 from projectors.pg import PgPool, open_pool

@@ -12,8 +12,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from convlog.local.embedded_pg import database_url
-from convlog.runtime.wiring import open_event_log
 from convlog.settings import Settings
+from convlog.wiring import open_event_log
 from events.errors import ConfigurationError
 from events.log import EventLog
 from projectors.pg import PgPool, open_pool, pg_errors

@@ -1,3 +1,3 @@
-"""The long-running processes and their wiring: ``serve`` (API, projector and summarizer in one
-process), ``projecting``, ``summarizing``, the HTTP and metrics servers, logging, the append guard
-and ``wiring`` (settings to the concrete log and producer)."""
+"""The long-running processes: ``serve`` (API, projector and summarizer in one process),
+``projecting``, ``summarizing``, the HTTP and metrics servers, logging and the append guard.
+Settings become the concrete log and producer in :mod:`convlog.wiring`."""

@@ -12,8 +12,8 @@ from prometheus_client import CollectorRegistry
 from convlog.local.embedded_pg import database_url
 from convlog.ops.common import run_interruptibly
 from convlog.runtime.metrics_server import ProjectorCollector, start_metrics_endpoint
-from convlog.runtime.wiring import open_event_log
 from convlog.settings import Settings
+from convlog.wiring import open_event_log
 from events.codec import default_codec
 from events.log import EventLog
 from projectors.kafka_source import KafkaGroupSource

@@ -23,8 +23,8 @@ from convlog.runtime.log_guard import LogGuard
 from convlog.runtime.metrics_server import ProjectorCollector
 from convlog.runtime.projecting import LiveProjector
 from convlog.runtime.summarizing import build_summarizer
-from convlog.runtime.wiring import make_producer, open_event_log
 from convlog.settings import Settings
+from convlog.wiring import make_producer, open_event_log
 from events.errors import ConfigurationError
 from events.log import EventLog
 from projectors.migrate import migrate

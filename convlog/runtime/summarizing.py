@@ -16,8 +16,8 @@ from prometheus_client import CollectorRegistry
 from convlog.local.embedded_pg import database_url
 from convlog.ops.common import run_interruptibly
 from convlog.runtime.metrics_server import start_metrics_endpoint
-from convlog.runtime.wiring import make_producer, open_event_log
 from convlog.settings import Settings
+from convlog.wiring import make_producer, open_event_log
 from events.codec import default_codec
 from events.errors import ConfigurationError
 from events.log import EventLog
