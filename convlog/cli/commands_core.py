@@ -70,8 +70,8 @@ def _events(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def _print_events(settings: Settings, key: ConversationKey) -> None:
-    from convlog.cli.render import print_conversation_events  # noqa: PLC0415
     from convlog.ops.resources import opened_log  # noqa: PLC0415
+    from convlog.render import print_conversation_events  # noqa: PLC0415
 
     # Read-only, like replay and tail: the embedded log has one writer, usually `convlog serve`.
     async with opened_log(settings, read_only=True) as event_log:

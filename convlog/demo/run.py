@@ -7,7 +7,6 @@ from datetime import UTC, datetime
 
 from pydantic import SecretStr
 
-from convlog.cli.render import preview, print_conversation_events
 from convlog.demo.data import (
     INTERRUPTED_ANSWER,
     INTERRUPTED_QUESTION,
@@ -19,6 +18,7 @@ from convlog.demo.data import (
     TOOLS_SYSTEM_PROMPT,
     TOOLS_USER_QUESTION,
 )
+from convlog.render import preview, print_conversation_events
 from convlog.runtime.serve import Service, running_service
 from convlog.settings import Settings
 from events.keys import ConversationKey

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from psycopg import sql
 from tqdm import tqdm
 
-from convlog.cli.render import format_line
 from convlog.ops.resources import ReadModelsHandle
+from convlog.render import format_line
 from events.codec import default_codec
 from events.errors import ConvlogError, DecodeError
 from events.event_types import Event
