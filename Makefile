@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
-SERVICES := $(BIN)/python -m convlog.devservices
+SERVICES := $(BIN)/python -m convlog.local.devservices
 
 .PHONY: help install demo test check lint typecheck pytest services-up services-down services-status bench clean
 

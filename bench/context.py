@@ -26,7 +26,7 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from convlog.serve import Service, running_service
+from convlog.runtime.serve import Service, running_service
 from convlog.settings import Settings
 from events.keys import ConversationKey
 from query_api.http import create_app

@@ -32,7 +32,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 import events.kafka_log
-from convlog.serve import running_service
+from convlog.runtime.serve import running_service
 from convlog.settings import Settings
 from events.kafka_log import KafkaEventLog
 from events.keys import ConversationKey

@@ -23,9 +23,9 @@ from datetime import UTC, datetime
 from aiokafka import AIOKafkaProducer
 
 from events.codec import default_codec
+from events.event_types import Event, MessageAppended
 from events.kafka_log import KafkaEventLog
 from events.keys import ConversationKey, partition_for_key
-from events.model import Event, MessageAppended
 from events.producer import EVENT_TYPE_HEADER, ConversationProducer
 
 TEXT = "提交之后审批流程是怎样的？外包员工需要驻场负责人先确认，再由直属主管和供应商管理员审批。" * 3
@@ -131,7 +131,8 @@ async def main() -> None:
     bootstrap = os.environ.get("CONVLOG_KAFKA_BOOTSTRAP")
     if not bootstrap:
         raise SystemExit(
-            "set CONVLOG_KAFKA_BOOTSTRAP: make services-up, then eval the output of `python -m convlog.devservices env`"
+            "set CONVLOG_KAFKA_BOOTSTRAP: make services-up, then eval the output of"
+            " `python -m convlog.local.devservices env`"
         )
     events = make_events(args.events, args.conversations)
     codec = default_codec()

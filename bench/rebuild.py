@@ -22,7 +22,7 @@ from project import fresh_topic, print_cpu_budget, raw_consume, services_from_en
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from convlog.rebuilding import RebuildOptions, rebuild
+from convlog.ops.rebuilding import RebuildOptions, rebuild
 from convlog.settings import Settings
 from projectors.migrate import migrate
 from projectors.pg import open_pool

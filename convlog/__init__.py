@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from convlog.serve import Service, running_service
+    from convlog.runtime.serve import Service, running_service
     from convlog.settings import Settings
     from convlog.wiring import make_producer, open_event_log
 else:
@@ -20,8 +20,8 @@ else:
     __getattr__, __dir__ = lazy_exports(
         __name__,
         {
-            "Service": "convlog.serve",
-            "running_service": "convlog.serve",
+            "Service": "convlog.runtime.serve",
+            "running_service": "convlog.runtime.serve",
             "Settings": "convlog.settings",
             "make_producer": "convlog.wiring",
             "open_event_log": "convlog.wiring",

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from events.keys import ConversationKey
-from events.log import EventLog, LogRecord
-from events.model import (
+from events.event_types import (
     ConversationCleared,
     ConversationStarted,
     Event,
@@ -13,6 +11,8 @@ from events.model import (
     MessageRedacted,
     SummaryRecorded,
 )
+from events.keys import ConversationKey
+from events.log import EventLog, LogRecord
 from events.reading import conversation_events
 
 _PREVIEW = 72

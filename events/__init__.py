@@ -31,9 +31,7 @@ from events.errors import (
     LogUnavailableError,
     UnknownSchemaError,
 )
-from events.keys import ConversationKey, partition_for_key
-from events.log import Coordinates, EventLog, LogRecord, ReadBatch
-from events.model import (
+from events.event_types import (
     Content,
     ContentPart,
     ConversationCleared,
@@ -52,6 +50,8 @@ from events.model import (
     ToolCall,
     Usage,
 )
+from events.keys import ConversationKey, partition_for_key
+from events.log import Coordinates, EventLog, LogRecord, ReadBatch
 from events.strict_json import NotJsonError
 
 if TYPE_CHECKING:

@@ -1,4 +1,4 @@
-"""Avro single-object encoding of :class:`~events.model.Event`: ``C3 01``, the 8-byte
+"""Avro single-object encoding of :class:`~events.event_types.Event`: ``C3 01``, the 8-byte
 little-endian CRC-64-AVRO fingerprint of the writer schema's Parsing Canonical Form, then the
 Avro binary body.
 
@@ -29,8 +29,7 @@ from fastavro.schema import to_parsing_canonical_form
 from events.avro_reader import compile_reader
 from events.avro_writer import compile_writer
 from events.errors import ConfigurationError, CorruptRecordError, InvalidEventError, UnknownSchemaError
-from events.keys import ConversationKey
-from events.model import (
+from events.event_types import (
     ConversationCleared,
     ConversationErased,
     ConversationStarted,
@@ -44,6 +43,7 @@ from events.model import (
     ToolCall,
     Usage,
 )
+from events.keys import ConversationKey
 
 MAGIC: Final = b"\xc3\x01"
 HEADER_SIZE: Final = 10
@@ -239,7 +239,7 @@ class EventCodec:
         bodies: list[Any] = next((f["type"] for f in self._current.schema.get("fields", ()) if f["name"] == "body"), [])
         unknown = {b["name"] if isinstance(b, dict) else b for b in bodies} ^ set(_FROM_RECORD)
         if unknown:
-            raise ConfigurationError(f"schema v{self.version} and events.model disagree on {sorted(unknown)}")
+            raise ConfigurationError(f"schema v{self.version} and events.event_types disagree on {sorted(unknown)}")
         self._header = MAGIC + self._current.fingerprint
         self._content_type = f"application/vnd.apache.avro+binary; encoding=single-object; schema={_NS}Event"
 

@@ -42,20 +42,20 @@ list is exactly the classes the packages define, with these parents)::
         * VersionBusyError — projectors.errors, retriable
         * PoisonRecordError — projectors.fold
         * TopicMismatchError — projectors.topics
-      * ContextBudgetExceededError — query_api.model
+      * ContextBudgetExceededError — query_api.context_types
       * NeedOlderMessagesError — query_api.context
       * UnknownMessageError — query_api.as_of
       * ClientDisconnectedError — query_api.disconnects
       * IdempotencyKeyReusedError — query_api.idempotency
-      * ApiError — query_api.http
-      * _BodyTooLargeError — query_api.http, also a starlette HTTPException
-      * _BodyNotJsonError — query_api.http, also a starlette HTTPException
+      * ApiError — query_api.http.deps
+      * _BodyTooLargeError — query_api.http.middleware, also a starlette HTTPException
+      * _BodyNotJsonError — query_api.http.strict_json, also a starlette HTTPException
       * SummarizerError — summarizer.errors
         * LLMUnavailableError — summarizer.errors, retriable
         * LLMRejectedError — summarizer.errors
       * RetentionError — convlog.ops.retention
         * ProjectionBehindError — convlog.ops.retention, retriable
-      * ServiceError — convlog._processes, also a RuntimeError
+      * ServiceError — convlog.local.processes, also a RuntimeError
 """
 
 from __future__ import annotations

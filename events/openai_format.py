@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 from events.errors import InvalidEventError
-from events.model import (
+from events.event_types import (
     FINISH_REASONS,
     ROLES,
     Content,

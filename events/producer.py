@@ -15,9 +15,7 @@ from typing import Any
 
 from events.codec import EventCodec, default_codec
 from events.errors import EventTooLargeError
-from events.keys import ConversationKey
-from events.log import Coordinates, EventLog
-from events.model import (
+from events.event_types import (
     ConversationCleared,
     ConversationErased,
     ConversationStarted,
@@ -27,6 +25,8 @@ from events.model import (
     MessageAppended,
     MessageRedacted,
 )
+from events.keys import ConversationKey
+from events.log import Coordinates, EventLog
 from events.openai_format import (
     ContentInput,
     ToolCallInput,

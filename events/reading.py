@@ -7,9 +7,9 @@ from collections.abc import AsyncIterator
 
 from events.codec import EventCodec, default_codec
 from events.errors import LogUnavailableError
+from events.event_types import Event
 from events.keys import ConversationKey, partition_for_key
 from events.log import EventLog, LogRecord
-from events.model import Event
 
 
 async def conversation_events(

@@ -15,8 +15,7 @@ from datetime import datetime
 from typing import cast
 
 from events.errors import InvalidEventError
-from events.keys import ConversationKey
-from events.model import (
+from events.event_types import (
     BODY_TYPES,
     FINISH_REASONS,
     ROLES,
@@ -32,6 +31,7 @@ from events.model import (
     ToolCall,
     Usage,
 )
+from events.keys import ConversationKey
 from events.strict_json import NotJsonError, parse_json
 
 # Every dataclass an event is made of, besides the envelope.

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 
 from events.codec import EventCodec
 from events.errors import ConvlogError, InvalidEventError
+from events.event_types import Event, MessageRedacted, SummaryRecorded
 from events.keys import ConversationKey
 from events.log import Coordinates, LogRecord
-from events.model import Event, MessageRedacted, SummaryRecorded
 from events.validation import validate_event
 from projectors.errors import InvariantError, ProjectionError
 from projectors.state import (

@@ -132,7 +132,7 @@ def states_json(states: Sequence[ConversationState]) -> tuple[str, str]:
 
 
 def state_from_row(row: dict[str, Any]) -> ConversationState:
-    """Inverse of :func:`conversation_row` + :func:`window_row` (a LEFT JOIN of both tables)."""
+    """Inverse of the conversation and window rows of :func:`states_json` (a LEFT JOIN of both tables)."""
     return ConversationState(
         key=ConversationKey(row["tenant_id"], row["user_id"], row["conversation_id"]),
         exists=True,

@@ -14,9 +14,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, NamedTuple, Protocol, TypeAlias
 
-from events.keys import ConversationKey
-from events.log import Coordinates
-from events.model import (
+from events.event_types import (
     ConversationCleared,
     ConversationErased,
     ConversationStarted,
@@ -26,6 +24,8 @@ from events.model import (
     SummaryRecorded,
     TextPart,
 )
+from events.keys import ConversationKey
+from events.log import Coordinates
 from events.strict_json import compact_json
 from projectors import tokens
 from projectors.errors import InvariantError
@@ -269,7 +269,7 @@ def _stale_summary(body: SummaryRecorded, covered: MessageAt, epoch: int, histor
 
 def erase_applies(body: ConversationErased, state: ConversationState) -> bool:
     """An erase applies unless it is conditional and the conversation's last applied event is
-    no longer the one it names (see :class:`~events.model.ConversationErased`)."""
+    no longer the one it names (see :class:`~events.event_types.ConversationErased`)."""
     return body.only_if_last_offset is None or (state.exists and state.last_at[1] == body.only_if_last_offset)
 
 

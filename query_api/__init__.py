@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from query_api.context import NeedOlderMessagesError, assemble
-    from query_api.http import ApiDeps, ApiError, create_app
-    from query_api.model import (
+    from query_api.context_types import (
         Context,
         ContextBudgetExceededError,
         ContextRequest,
@@ -20,6 +19,7 @@ if TYPE_CHECKING:
         StoredMessage,
         StoredSummary,
     )
+    from query_api.http import ApiDeps, ApiError, create_app
 else:
     from events._lazy import lazy_exports
 
@@ -31,12 +31,12 @@ else:
             "ApiDeps": "query_api.http",
             "ApiError": "query_api.http",
             "create_app": "query_api.http",
-            "Context": "query_api.model",
-            "ContextBudgetExceededError": "query_api.model",
-            "ContextRequest": "query_api.model",
-            "ReasoningPolicy": "query_api.model",
-            "StoredMessage": "query_api.model",
-            "StoredSummary": "query_api.model",
+            "Context": "query_api.context_types",
+            "ContextBudgetExceededError": "query_api.context_types",
+            "ContextRequest": "query_api.context_types",
+            "ReasoningPolicy": "query_api.context_types",
+            "StoredMessage": "query_api.context_types",
+            "StoredSummary": "query_api.context_types",
         },
     )
 

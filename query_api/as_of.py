@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 from events.codec import EventCodec, default_codec
 from events.errors import ConvlogError
+from events.event_types import Event, MessageAppended
 from events.keys import ConversationKey
 from events.log import EventLog, LogRecord
-from events.model import Event, MessageAppended
 from events.reading import conversation_events
 from projectors.applied import apply_decisions
 from projectors.fold import BatchInputs, decode_batch, fold_batch
@@ -29,7 +29,7 @@ from projectors.state import TranscriptRow, countable_text, image_count
 from projectors.tokens import text_counter
 from projectors.window import WindowPolicy
 from query_api.context import context_start
-from query_api.model import StoredMessage, StoredSummary
+from query_api.context_types import StoredMessage, StoredSummary
 from query_api.ports import ContextInputs
 
 

@@ -22,7 +22,7 @@ from typing import Any
 from events.errors import ConvlogError
 from projectors.tokens import drop_images, message_cost, text_message_cost
 from projectors.turns import split_turns
-from query_api.model import (
+from query_api.context_types import (
     Context,
     ContextBudgetExceededError,
     ContextRequest,

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
+from events.event_types import Event, MessageAppended, MessageRedacted, SummaryRecorded
 from events.log import LogRecord
-from events.model import Event, MessageAppended, MessageRedacted, SummaryRecorded
 from projectors.fold import BatchInputs, Decoded, fold_batch
 from projectors.state import content_json, tool_calls_json, usage_json
 from projectors.window import WindowPolicy

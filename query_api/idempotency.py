@@ -29,9 +29,9 @@ from typing import Any
 
 from events.codec import EventCodec, default_codec
 from events.errors import ConvlogError
+from events.event_types import Event
 from events.keys import ConversationKey, partition_for_key
 from events.log import Coordinates, EventLog, LogRecord
-from events.model import Event
 from events.producer import Appended, ConversationProducer, appended_at
 from events.reading import conversation_events
 from query_api.log_reads import indexed_events, read_range

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 
 from events.codec import EventCodec, default_codec
 from events.errors import DecodeError, LogUnavailableError
+from events.event_types import Event
 from events.keys import ConversationKey, partition_for_key
 from events.log import EventLog, LogRecord
-from events.model import Event
 from events.reading import conversation_events
 from query_api.ports import LoggedAt, ReadModels
 

@@ -18,7 +18,7 @@ from events.keys import ConversationKey
 from projectors.memory_tables import MemoryTables, covered_seq
 from projectors.tokens import ENCODINGS, TokenCounter
 from query_api.context import context_start
-from query_api.model import StoredMessage, StoredSummary
+from query_api.context_types import StoredMessage, StoredSummary
 from query_api.ports import (
     ContextInputs,
     ConversationListItem,

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 from events.errors import InvalidRequestError
 from events.keys import ConversationKey
 from events.strict_json import compact_json, parse_json
-from query_api.model import StoredMessage, StoredSummary
+from query_api.context_types import StoredMessage, StoredSummary
 
 __all__ = ["MAX_CURSOR_CHARS", "MAX_PAGE", "ContextInputs", "ConversationListItem", "LoggedAt", "ReadModels",
            "check_limit", "decode_cursor", "encode_cursor", "summary_entries", "transcript_entry",

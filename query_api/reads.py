@@ -25,7 +25,7 @@ from events.keys import ConversationKey
 from projectors.pg import PgPool, pg_errors
 from projectors.read_sql import WINDOW_AND_CURRENT_SUMMARY
 from projectors.tokens import ENCODINGS, cached_counter
-from query_api.model import StoredMessage, StoredSummary
+from query_api.context_types import StoredMessage, StoredSummary
 from query_api.ports import (
     ContextInputs,
     ConversationListItem,

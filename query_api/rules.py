@@ -1,4 +1,14 @@
-"""The valid-context rules (DESIGN.md), as a checker every served context passes through."""
+"""The valid-context rules, as a checker every served context passes through.
+
+1. System messages come first (then the summary, itself a system message).
+2. The first other message is a user message.
+3. Every tool call is followed by exactly its results, before any other message; no call id
+   repeats; a context never ends with a call unanswered.
+4. Only the fields Chat Completions accepts for the role; ``reasoning_content`` only as the
+   reasoning policy (``omit`` | ``tool_turns`` | ``all``) allows.
+5. The context fits ``budget_tokens - reserve_tokens - tools_tokens`` (the assembler's sum,
+   not checked here).
+"""
 
 from __future__ import annotations
 

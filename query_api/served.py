@@ -9,14 +9,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from events.event_types import Event
 from events.keys import ConversationKey
 from events.log import EventLog, LogRecord
-from events.model import Event
 from projectors.tokens import cached_counter
 from projectors.window import WindowPolicy
 from query_api.as_of import BeforeMessage, context_inputs_as_of
 from query_api.context import assemble
-from query_api.model import Context, ContextRequest, ModelSpec
+from query_api.context_types import Context, ContextRequest, ModelSpec
 from query_api.ports import ContextInputs
 
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from summarizer.errors import LLMRejectedError, LLMUnavailableError, SummarizerError
 
 if TYPE_CHECKING:
-    from summarizer.models import OfflineSummaryModel
+    from summarizer.offline_model import OfflineSummaryModel
     from summarizer.openai_model import OpenAISummaryModel
     from summarizer.ports import Draft, SummaryModel
     from summarizer.runner import Summarizer, SummarizerOptions, SummarizerStats
@@ -23,7 +23,7 @@ else:
         __name__,
         {
             "Draft": "summarizer.ports",
-            "OfflineSummaryModel": "summarizer.models",
+            "OfflineSummaryModel": "summarizer.offline_model",
             "SummaryModel": "summarizer.ports",
             "OpenAISummaryModel": "summarizer.openai_model",
             "Summarizer": "summarizer.runner",

@@ -1,7 +1,7 @@
 """The summarizer's ports: the model that writes a summary, and the store it reads its inputs
 and keeps its positions in. No driver here.
 
-Adapters: :class:`summarizer.models.OfflineSummaryModel` (deterministic, no network) and
+Adapters: :class:`summarizer.offline_model.OfflineSummaryModel` (deterministic, no network) and
 :class:`summarizer.openai_model.OpenAISummaryModel` (any OpenAI-compatible endpoint), both run
 through one contract suite (tests/contract/test_summary_model_contract.py);
 :class:`summarizer.store.PostgresSummaryStore`. Summaries themselves are never written to a

@@ -33,14 +33,14 @@ import structlog
 
 from events.codec import EventCodec
 from events.errors import ConvlogError
+from events.event_types import MessageAppended, MessageRedacted, SummaryRecorded
 from events.keys import ConversationKey
 from events.log import LogRecord
-from events.model import MessageAppended, MessageRedacted, SummaryRecorded
 from events.producer import Appended, ConversationProducer
 from projectors.pg import retrying
 from projectors.ports import RecordSource
 from summarizer.metrics import SummarizerMetrics
-from summarizer.models import count_tokens, enforce_limit
+from summarizer.offline_model import count_tokens, enforce_limit
 from summarizer.plan import SummaryJob, plan
 from summarizer.ports import Draft, SummaryModel, SummaryStore
 

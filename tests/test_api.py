@@ -13,13 +13,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from convlog.demo_data import OA_SYSTEM_PROMPT, OA_TURNS
-from convlog.serve import Service, running_service
+from convlog.demo.data import OA_SYSTEM_PROMPT, OA_TURNS
+from convlog.runtime.serve import Service, running_service
 from convlog.settings import Settings
+from events.event_types import SummaryRecorded
 from events.keys import ConversationKey
-from events.model import SummaryRecorded
-from query_api import http as http_module
 from query_api.http import create_app
+from query_api.http import routes_context as http_module
 from query_api.rules import violations
 from tests.projection_support import temporary_database
 

@@ -20,12 +20,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg.types.json import Jsonb
 
-from convlog.serve import Service, running_service
+from convlog.runtime.serve import Service, running_service
 from convlog.settings import Settings
 from events.embedded_log import EmbeddedEventLog
 from events.errors import InvalidEventError
+from events.event_types import MessageAppended, SummaryRecorded
 from events.keys import ConversationKey
-from events.model import MessageAppended, SummaryRecorded
 from events.producer import ConversationProducer
 from events.strict_json import parse_json
 from events.validation import unstorable_char

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from convlog.demo_data import OA_SYSTEM_PROMPT, OA_TURNS
+from convlog.demo.data import OA_SYSTEM_PROMPT, OA_TURNS
 from events.codec import default_codec
 from events.embedded_log import EmbeddedEventLog
 from events.producer import ConversationProducer

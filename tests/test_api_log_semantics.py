@@ -22,10 +22,10 @@ from events.reading import conversation_events
 from projectors import store as store_module
 from projectors.tokens import model_spec
 from projectors.window import WindowPolicy
+from query_api.context_types import ContextRequest
 from query_api.events_json import events_json
 from query_api.http import ApiDeps, create_app
 from query_api.metrics import Metrics
-from query_api.model import ContextRequest
 from query_api.reads import PostgresReadModels
 from query_api.served import context_as_of, context_body
 from tests.projection_support import Projection, project_all

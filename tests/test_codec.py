@@ -13,8 +13,7 @@ from hypothesis import strategies as st
 
 from events.codec import HEADER_SIZE, MAGIC, EventCodec, default_codec
 from events.errors import CorruptRecordError, DecodeError, InvalidEventError, UnknownSchemaError
-from events.keys import ConversationKey
-from events.model import (
+from events.event_types import (
     BODY_TYPES,
     FINISH_REASONS,
     ROLES,
@@ -30,6 +29,7 @@ from events.model import (
     ToolCall,
     Usage,
 )
+from events.keys import ConversationKey
 from tests.fixtures.events.expected import FIXTURES_DIR, Fixture, all_fixtures, fixture_versions
 from tests.fixtures.events.make_fixtures import SAMPLES
 

@@ -11,8 +11,8 @@ from openai.types.chat import ChatCompletion
 
 from events.embedded_log import EmbeddedEventLog
 from events.errors import InvalidEventError
+from events.event_types import MessageAppended, ToolCall, Usage
 from events.keys import ConversationKey
-from events.model import MessageAppended, ToolCall, Usage
 from events.producer import ConversationProducer
 from events.reading import conversation_events
 

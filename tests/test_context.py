@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from projectors.tokens import IMAGE_PLACEHOLDER, count_messages, countable_text, get_encoding, image_parts, text_counter
 from query_api.context import SUMMARY_HEADER, NeedOlderMessagesError, assemble
-from query_api.model import ContextBudgetExceededError, ContextRequest, ModelSpec, StoredMessage, StoredSummary
+from query_api.context_types import ContextBudgetExceededError, ContextRequest, ModelSpec, StoredMessage, StoredSummary
 
 ENCODING = get_encoding("o200k_base")
 SPEC = ModelSpec(encoding="o200k_base")

@@ -42,7 +42,7 @@ from projectors.tokens import (
     normalize_model_name,
     text_counter,
 )
-from query_api.model import ModelSpec, StoredMessage
+from query_api.context_types import ModelSpec, StoredMessage
 
 COOKBOOK_MESSAGES: list[dict[str, Any]] = [
     {

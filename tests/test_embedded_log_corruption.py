@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from convlog.cli import build_parser
+from convlog.cli.main import build_parser
 from convlog.settings import Settings
 from events.embedded_log import EmbeddedEventLog
 from events.embedded_log_repair import check_log, repair_log

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from convlog.serve import Service, running_service
+from convlog.runtime.serve import Service, running_service
 from convlog.settings import Settings
 from events.embedded_log_repair import check_log
 from projectors.errors import PositionBeyondLogEndError

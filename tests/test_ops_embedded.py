@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from convlog.serve import running_service
+from convlog.runtime.serve import running_service
 from convlog.settings import Settings
 from events.keys import ConversationKey
 from tests.projection_support import temporary_database
@@ -24,7 +24,7 @@ KEY = ConversationKey("acme", "u1", "beside-serve")
 
 
 def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "convlog.cli", *args], cwd=REPO, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "convlog.cli.main", *args], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=120, check=False)  # fmt: skip
 
 

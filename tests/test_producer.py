@@ -11,8 +11,8 @@ import pytest
 
 from events.embedded_log import EmbeddedEventLog
 from events.errors import EventTooLargeError, InvalidEventError
+from events.event_types import ImagePart, MessageAppended, TextPart, ToolCall, Usage
 from events.keys import ConversationKey
-from events.model import ImagePart, MessageAppended, TextPart, ToolCall, Usage
 from events.producer import EVENT_TYPE_HEADER, ConversationProducer
 from events.reading import conversation_events
 

@@ -17,9 +17,9 @@ import pytest
 
 from events.codec import MAGIC, EventCodec, default_codec
 from events.embedded_log import EmbeddedEventLog
+from events.event_types import Event, ImagePart, MessageAppended, MessageRedacted, TextPart, ToolCall
 from events.keys import ConversationKey, murmur2, partition_for_key
 from events.log import LogRecord
-from events.model import Event, ImagePart, MessageAppended, MessageRedacted, TextPart, ToolCall
 from events.topic_settings import new_topic_configs
 from projectors.fold import decode_one
 from tests.java_example import VERIFIED_CODECS

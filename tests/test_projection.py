@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from convlog.demo import append_oa_conversation, append_tools_conversation
+from convlog.demo.run import append_oa_conversation, append_tools_conversation
 from events.codec import EventCodec
 from events.embedded_log import EmbeddedEventLog
 from events.keys import ConversationKey

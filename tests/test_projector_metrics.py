@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from convlog.metrics_server import ProjectorCollector
+from convlog.runtime.metrics_server import ProjectorCollector
 from projectors.runner import ProjectorStats
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from convlog.serve import Service, running_service
+from convlog.runtime.serve import Service, running_service
 from convlog.settings import Settings
 from projectors.errors import ProjectionError
 from query_api.http import create_app

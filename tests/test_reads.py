@@ -15,11 +15,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from psycopg import sql
 
-from convlog.demo import append_oa_conversation, append_tools_conversation
-from convlog.demo_data import OA_SYSTEM_PROMPT, OA_TURNS
+from convlog.demo.data import OA_SYSTEM_PROMPT, OA_TURNS
+from convlog.demo.run import append_oa_conversation, append_tools_conversation
 from events.embedded_log import EmbeddedEventLog
+from events.event_types import SummaryRecorded
 from events.keys import MAX_KEY_PART_LENGTH, ConversationKey
-from events.model import SummaryRecorded
 from events.producer import ConversationProducer
 from projectors.errors import ProjectionError, StoreUnavailableError
 from projectors.pg import open_pool

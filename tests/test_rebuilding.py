@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from convlog.rebuilding import DEFAULT_WORKERS, RebuildOptions, building, shares, worker_count
-from convlog.serve import running_service
+from convlog.ops.rebuilding import DEFAULT_WORKERS, RebuildOptions, building, shares, worker_count
+from convlog.runtime.serve import running_service
 from convlog.settings import Settings
 from events.codec import default_codec
 from events.keys import ConversationKey

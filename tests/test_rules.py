@@ -9,7 +9,7 @@ import pytest
 
 import query_api.context
 from query_api.context import assemble
-from query_api.model import ContextRequest, ModelSpec, StoredMessage
+from query_api.context_types import ContextRequest, ModelSpec, StoredMessage
 from query_api.rules import violations
 
 SYSTEM = {"role": "system", "content": "be brief"}

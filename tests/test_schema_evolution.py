@@ -18,7 +18,7 @@ from fastavro.schema import to_parsing_canonical_form
 
 from events.codec import HEADER_SIZE, EventCodec, default_codec
 from events.errors import ConfigurationError, CorruptRecordError, UnknownSchemaError
-from events.model import ConversationErased, Event, SummaryRecorded
+from events.event_types import ConversationErased, Event, SummaryRecorded
 from tests.fixtures.events import make_fixtures
 from tests.fixtures.events.expected import FIXTURES_DIR, all_fixtures, fixture_versions
 

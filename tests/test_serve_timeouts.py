@@ -32,7 +32,7 @@ async def server(pg_admin_url: str, tmp_path: Path) -> AsyncIterator[int]:
                "CONVLOG_API_TOKENS": "acme:t"}  # fmt: skip
         env.pop("CONVLOG_KAFKA_BOOTSTRAP", None)
         errors = (tmp_path / "serve.err").open("wb")
-        process = subprocess.Popen([sys.executable, "-m", "convlog.cli", "serve"], env=env,
+        process = subprocess.Popen([sys.executable, "-m", "convlog.cli.main", "serve"], env=env,
                                    stdout=subprocess.DEVNULL, stderr=errors)  # fmt: skip
         try:
             deadline = time.monotonic() + 60

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from convlog.cli import main
+from convlog.cli.main import main
 from convlog.settings import Settings, SettingsError, describe, unknown_variables
 from projectors.window import WindowPolicy
 
@@ -154,7 +154,7 @@ def _config(*args: str) -> str:
     }
     env |= {"CONVLOG_DATABASE_URL": "postgresql://convlog:hunter2@127.0.0.1:15432/convlog", "CONVLOG_TOPIC": "my.topic",
             "CONVLOG_TOPICS": "typo"}  # fmt: skip
-    done = subprocess.run([sys.executable, "-m", "convlog.cli", "config", *args], env=env, cwd=REPO,
+    done = subprocess.run([sys.executable, "-m", "convlog.cli.main", "config", *args], env=env, cwd=REPO,
                           capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
     assert done.stderr == "convlog config: CONVLOG_TOPICS is not a convlog setting (ignored)\n"
     return done.stdout

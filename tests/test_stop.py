@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from convlog._postgres_local import PostgresHandle
-from convlog.cli import build_parser
-from convlog.demo import print_stop_hint
-from convlog.embedded_pg import ensure_embedded_postgres
+from convlog.cli.main import build_parser
+from convlog.demo.run import print_stop_hint
+from convlog.local.embedded_pg import ensure_embedded_postgres
+from convlog.local.postgres_service import PostgresHandle
 from convlog.settings import Settings
 from tests.test_pg import require_pg_binaries
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from events.embedded_log import EmbeddedEventLog
+from events.event_types import SummaryRecorded
 from events.keys import ConversationKey
-from events.model import SummaryRecorded
 from events.producer import Appended, ConversationProducer
 from projectors.versions import compare
 from projectors.window import WindowPolicy

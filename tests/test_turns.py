@@ -10,14 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from events.event_types import Event, MessageAppended, ToolCall
 from events.keys import ConversationKey
-from events.model import Event, MessageAppended, ToolCall
 from projectors.tokens import message_cost
 from projectors.turns import split_turns, split_turns_by, starts_turn
 from projectors.window import WindowPolicy
 from query_api.context import assemble
-from query_api.model import ContextRequest, StoredMessage
-from summarizer.models import OfflineSummaryModel
+from query_api.context_types import ContextRequest, StoredMessage
+from summarizer.offline_model import OfflineSummaryModel
 from summarizer.plan import SummaryInputs, SummaryJob, plan
 from summarizer.transcript import PendingMessage, render_turns
 from tests.test_context import SPEC, Builder, count

@@ -71,7 +71,7 @@ if _REPO:
 _CHECK_INSTALL = """
 import importlib, json, sys
 import events, projectors, query_api, summarizer, convlog
-from convlog._kafka_local import kafka_pom
+from convlog.local.kafka_service import kafka_pom
 from events.codec import _bundled_schema_dir
 from projectors.migrate import MIGRATIONS_DIR
 from summarizer.prompt import PROMPTS_DIR
@@ -154,7 +154,7 @@ def outside(installed: Installed, tmp_path: Path) -> Path:
 def test_the_wheel_carries_py_typed_and_every_data_file(installed: Installed) -> None:
     """What the installed packages read at run time is in the wheel, under the package that reads it."""
     names = set(zipfile.ZipFile(installed.wheel).namelist())
-    expected = {f"{p}/py.typed" for p in PACKAGES} | {"convlog/_services/kafka/pom.xml"}
+    expected = {f"{p}/py.typed" for p in PACKAGES} | {"convlog/local/_services/kafka/pom.xml"}
     expected |= {f"events/_schemas/{p.name}" for p in (REPO / "schemas").iterdir() if p.is_file()}
     for directory in ("projectors/migrations", "projectors/sql", "summarizer/prompts"):
         found = {p.relative_to(REPO).as_posix() for p in (REPO / directory).iterdir() if p.is_file()}

@@ -12,9 +12,7 @@ from hypothesis import strategies as st
 
 from events.codec import default_codec
 from events.errors import ConfigurationError
-from events.keys import ConversationKey
-from events.log import LogRecord
-from events.model import (
+from events.event_types import (
     ConversationCleared,
     ConversationErased,
     Event,
@@ -23,6 +21,8 @@ from events.model import (
     MessageRedacted,
     ToolCall,
 )
+from events.keys import ConversationKey
+from events.log import LogRecord
 from projectors.fold import BatchInputs, BatchOutcome, decode_batch, fold_batch
 from projectors.state import (
     FLAG_DUPLICATE_TOOL_RESULT,

@@ -24,7 +24,6 @@ from projectors.store import PostgresProjectionStore
 from projectors.tokens import TokenCounter
 from query_api.events_json import events_json
 
-STATUSES = ("parked", "released", "skipped")
 _HEX_LINE = 32  # bytes per line of a hex dump
 
 

@@ -21,7 +21,6 @@ from tqdm import tqdm
 
 from projectors.pg import PgPool, convert_pg_error
 
-FORMATS = ("jsonl",)
 # Erased and redacted content is NULL in the read models already; the markers say why.
 _COLUMNS = sql.SQL(
     't.conversation_key, c.tenant_id, c.user_id, c.conversation_id, t.seq, t.partition, t."offset", t.event_id, '

@@ -18,15 +18,15 @@ from convlog.ops.resources import ReadModelsHandle
 from convlog.render import format_line
 from events.codec import default_codec
 from events.errors import ConvlogError, DecodeError
+from events.event_types import Event
 from events.keys import ConversationKey, partition_for_key
 from events.log import EventLog, LogRecord
-from events.model import Event
 from events.reading import conversation_events
 from projectors.pg import pg_errors
 from projectors.tokens import model_spec
 from projectors.window import WindowPolicy
 from query_api.as_of import BeforeMessage, as_of_offset
-from query_api.model import ContextRequest
+from query_api.context_types import ContextRequest
 from query_api.served import context_as_of, context_body
 
 

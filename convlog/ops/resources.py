@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
-from convlog.embedded_pg import database_url
+from convlog.local.embedded_pg import database_url
 from convlog.settings import Settings
 from convlog.wiring import open_event_log
 from events.errors import ConfigurationError

@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from convlog.demo import append_oa_conversation
-from convlog.demo_data import OA_SYSTEM_PROMPT, OA_TURNS
+from convlog.demo.data import OA_SYSTEM_PROMPT, OA_TURNS
+from convlog.demo.run import append_oa_conversation
 from events.codec import default_codec
 from events.embedded_log import EmbeddedEventLog
+from events.event_types import SummaryRecorded
 from events.keys import ConversationKey
-from events.model import SummaryRecorded
 from events.producer import ConversationProducer
 from projectors.errors import PositionConflictError
 from projectors.memory_store import InMemoryProjectionStore

@@ -10,7 +10,7 @@ import pytest
 
 from events.keys import ConversationKey
 from summarizer.errors import LLMRejectedError, LLMUnavailableError
-from summarizer.models import OfflineSummaryModel
+from summarizer.offline_model import OfflineSummaryModel
 from summarizer.openai_model import OpenAISummaryModel
 from summarizer.plan import SummaryJob
 from summarizer.ports import SummaryModel

@@ -1,4 +1,4 @@
-"""Running the operators' commands as a user does: ``python -m convlog.cli ...`` in a
+"""Running the operators' commands as a user does: ``python -m convlog.cli.main ...`` in a
 subprocess, against a topic of the test's own and a temporary database."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ class Ops:
         self, *args: str, timeout: float = 120, extra_env: dict[str, str] | None = None
     ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "convlog.cli", *args], cwd=REPO, env={**self.env, **(extra_env or {})},
+            [sys.executable, "-m", "convlog.cli.main", *args], cwd=REPO, env={**self.env, **(extra_env or {})},
             capture_output=True, text=True, timeout=timeout, check=False,
         )  # fmt: skip
 

@@ -20,8 +20,8 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from events.codec import default_codec
+from events.event_types import Event, MessageAppended
 from events.keys import ConversationKey, partition_for_key
-from events.model import Event, MessageAppended
 from events.producer import EVENT_TYPE_HEADER
 from projectors.kafka_source import KafkaGroupSource
 from projectors.ports import UNREADABLE_BATCH

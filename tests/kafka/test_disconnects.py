@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import uvicorn
 
-from convlog.serve import http_server
+from convlog.runtime.serve import http_server
 from convlog.settings import Settings
 from events.kafka_log import KafkaEventLog
 from events.keys import ConversationKey

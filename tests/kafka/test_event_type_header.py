@@ -8,8 +8,8 @@ from collections.abc import Awaitable
 
 import pytest
 
+from events.event_types import MessageAppended
 from events.keys import ConversationKey
-from events.model import MessageAppended
 from tests.fake_llm import FakeLLM
 from tests.kafka.test_summarizer import stack
 

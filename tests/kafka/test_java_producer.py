@@ -14,7 +14,7 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from convlog.serve import Service, running_service
+from convlog.runtime.serve import Service, running_service
 from convlog.settings import Settings
 from events.keys import ConversationKey, partition_for_key
 from query_api.http import create_app

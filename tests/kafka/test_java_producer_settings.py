@@ -20,7 +20,7 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from convlog.serve import Service, running_service
+from convlog.runtime.serve import Service, running_service
 from convlog.settings import Settings
 from events.keys import ConversationKey, partition_for_key
 from query_api.http import create_app
@@ -146,7 +146,7 @@ async def test_transactions_and_every_codec_from_java_are_served_exactly(
            "CONVLOG_PARTITIONS": str(PARTITIONS)}  # fmt: skip
     for _ in range(30):
         positions = await asyncio.to_thread(
-            subprocess.run, [sys.executable, "-m", "convlog.cli", "positions"], cwd=REPO, env=env,
+            subprocess.run, [sys.executable, "-m", "convlog.cli.main", "positions"], cwd=REPO, env=env,
             capture_output=True, text=True, timeout=60, check=False,
         )  # fmt: skip
         assert positions.returncode == 0, positions.stderr

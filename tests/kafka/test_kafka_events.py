@@ -8,9 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from events.errors import InvalidEventError
-from events.kafka_log import KafkaEventLog
-from events.keys import ConversationKey
-from events.model import (
+from events.event_types import (
     ConversationCleared,
     ConversationErased,
     ConversationStarted,
@@ -24,6 +22,8 @@ from events.model import (
     ToolCall,
     Usage,
 )
+from events.kafka_log import KafkaEventLog
+from events.keys import ConversationKey
 from events.producer import ConversationProducer
 from events.reading import conversation_events
 from tests.support import unique_topic

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from convlog._kafka_local import java_executable, kafka_classpath
-from convlog._processes import services_root
+from convlog.local.kafka_service import java_executable, kafka_classpath
+from convlog.local.processes import services_root
 from events.keys import ConversationKey, murmur2, partition_for_key
 
 pytestmark = pytest.mark.kafka

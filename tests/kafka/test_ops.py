@@ -12,7 +12,7 @@ import sys
 import httpx
 import pytest
 
-from convlog.demo import append_tools_conversation
+from convlog.demo.run import append_tools_conversation
 from events.keys import ConversationKey, partition_for_key
 from events.reading import conversation_events
 from query_api.http import ApiDeps, create_app
@@ -204,7 +204,7 @@ async def _ready() -> dict[str, object]:
 async def test_tail_follows_a_conversation_live_and_stops_on_ctrl_c(ops: Ops) -> None:
     await ops.producer.append_user(OA, "before the tail started")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "convlog.cli", "tail", str(OA)], cwd=REPO, env=ops.env,
+        [sys.executable, "-m", "convlog.cli.main", "tail", str(OA)], cwd=REPO, env=ops.env,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:

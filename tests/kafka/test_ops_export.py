@@ -88,7 +88,7 @@ def _export_peak_rss(ops: Ops, out: Path, *args: str) -> tuple[int, int, float]:
     started = time.monotonic()
     with out.open("w") as sink:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "convlog.cli", "export", "--format", "jsonl", *args], cwd=REPO, env=ops.env,
+            [sys.executable, "-m", "convlog.cli.main", "export", "--format", "jsonl", *args], cwd=REPO, env=ops.env,
             stdout=sink, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         _, status, usage = os.wait4(proc.pid, 0)

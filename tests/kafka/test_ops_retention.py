@@ -15,12 +15,12 @@ import pytest
 
 from convlog.ops import retention
 from convlog.ops.retention import active_since
-from convlog.serve import running_service
+from convlog.runtime.serve import running_service
 from convlog.settings import Settings
 from events.embedded_log import EmbeddedEventLog
+from events.event_types import ConversationErased
 from events.keys import ConversationKey
 from events.log import EventLog
-from events.model import ConversationErased
 from events.producer import ConversationProducer
 from events.reading import conversation_events
 from projectors.window import WindowPolicy

@@ -19,9 +19,9 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from events.codec import default_codec
+from events.event_types import Event, MessageAppended
 from events.keys import ConversationKey, partition_for_key
 from events.log import LogRecord
-from events.model import Event, MessageAppended
 from events.producer import EVENT_TYPE_HEADER
 from projectors.fold import PoisonRecordError
 from tests.kafka.ops_support import PARTITIONS, Ops

@@ -33,7 +33,7 @@ KILLS = 10
 def _start_projector(env: dict[str, str], log_file: Path) -> subprocess.Popen[bytes]:
     with log_file.open("ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "convlog.cli", "project"], cwd=REPO, env=env, stdout=out, stderr=out
+            [sys.executable, "-m", "convlog.cli.main", "project"], cwd=REPO, env=env, stdout=out, stderr=out
         )
 
 

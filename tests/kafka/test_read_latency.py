@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from convlog.serve import Service, running_service
+from convlog.runtime.serve import Service, running_service
 from convlog.settings import Settings
 from events.keys import ConversationKey
 from query_api.http import create_app

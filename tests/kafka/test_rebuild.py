@@ -45,7 +45,7 @@ def _env(projection: Projection, bootstrap: str, topic: str, tmp_path: Path) -> 
 
 async def _cli(env: dict[str, str], *args: str, timeout_s: float = 180) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "convlog.cli", *args, cwd=REPO, env=env,
+        sys.executable, "-m", "convlog.cli.main", *args, cwd=REPO, env=env,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     out, err = await asyncio.wait_for(proc.communicate(), timeout_s)
@@ -117,7 +117,8 @@ async def test_rebuild_interrupted_with_ctrl_c_and_resumed_equals_an_uninterrupt
 
     # Small batches make the rebuild take long enough to be interrupted halfway.
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "convlog.cli", "rebuild", "read_models", "--batch-size", "200", "--workers", str(workers),
+        sys.executable, "-m", "convlog.cli.main", "rebuild", "read_models", "--batch-size", "200",
+        "--workers", str(workers),
         cwd=REPO, env=env,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
@@ -158,7 +159,7 @@ async def test_switch_under_live_traffic_loses_no_event(
     await _write(producer, conversations=100, turns=20)  # history before the live projector starts
     live_log = (tmp_path / "project.log").open("wb")
     live = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "convlog.cli", "project", cwd=REPO, env=env, stdout=live_log, stderr=live_log
+        sys.executable, "-m", "convlog.cli.main", "project", cwd=REPO, env=env, stdout=live_log, stderr=live_log
     )
     try:
         # Live traffic for ~20 s, spanning the rebuild and the switch.

@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 
 from events.codec import default_codec
+from events.event_types import SummaryRecorded
 from events.kafka_log import KafkaEventLog
 from events.keys import ConversationKey
-from events.model import SummaryRecorded
 from events.producer import ConversationProducer
 from events.reading import conversation_events
 from projectors.log_source import LogSource
@@ -30,7 +30,7 @@ from projectors.runner import Projector
 from projectors.tokens import cached_counter, model_spec
 from projectors.versions import compare
 from query_api.context import SUMMARY_HEADER, assemble
-from query_api.model import Context, ContextRequest
+from query_api.context_types import Context, ContextRequest
 from query_api.reads import PostgresReadModels
 from summarizer.openai_model import OpenAISummaryModel
 from summarizer.runner import Summarizer, SummarizerOptions
@@ -268,7 +268,7 @@ def _scrape(port: int) -> str:
 def _start_summarizer(env: dict[str, str], log_file: Path) -> subprocess.Popen[bytes]:
     with log_file.open("ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "convlog.cli", "summarize"], cwd=REPO, env=env, stdout=out, stderr=out
+            [sys.executable, "-m", "convlog.cli.main", "summarize"], cwd=REPO, env=env, stdout=out, stderr=out
         )
 
 

@@ -7,8 +7,8 @@ import asyncio
 
 import pytest
 
-from convlog.projecting import LiveProjector
-from convlog.rebuilding import RebuildOptions, rebuild
+from convlog.ops.rebuilding import RebuildOptions, rebuild
+from convlog.runtime.projecting import LiveProjector
 from convlog.settings import Settings
 from events.kafka_log import KafkaEventLog
 from events.keys import ConversationKey

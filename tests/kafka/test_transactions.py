@@ -14,10 +14,10 @@ import pytest
 
 from convlog.ops.retention import active_since
 from events.codec import default_codec
+from events.event_types import Event
 from events.kafka_log import KafkaEventLog
 from events.keys import ConversationKey, partition_for_key
 from events.log import LogRecord
-from events.model import Event
 from events.producer import ConversationProducer
 from events.reading import conversation_events
 from projectors.log_source import LogSource
@@ -27,7 +27,7 @@ from query_api.as_of import BeforeMessage, context_inputs_as_of
 from query_api.http import ApiDeps, create_app
 from query_api.metrics import Metrics
 from query_api.reads import PostgresReadModels
-from summarizer.models import OfflineSummaryModel
+from summarizer.offline_model import OfflineSummaryModel
 from summarizer.runner import Summarizer, SummarizerOptions
 from summarizer.store import PostgresSummaryStore
 from tests.kafka.ops_support import PARTITIONS, Ops

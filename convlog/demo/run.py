@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 from pydantic import SecretStr
 
-from convlog.demo_data import (
+from convlog.demo.data import (
     INTERRUPTED_ANSWER,
     INTERRUPTED_QUESTION,
     OA_SYSTEM_PROMPT,
@@ -19,13 +19,13 @@ from convlog.demo_data import (
     TOOLS_USER_QUESTION,
 )
 from convlog.render import preview, print_conversation_events
-from convlog.serve import Service, running_service
+from convlog.runtime.serve import Service, running_service
 from convlog.settings import Settings
 from events.keys import ConversationKey
 from events.producer import Appended, ConversationProducer
 from projectors.tokens import cached_counter, model_spec
 from query_api.context import assemble
-from query_api.model import ContextRequest, ReasoningPolicy
+from query_api.context_types import ContextRequest, ReasoningPolicy
 
 DEMO_TOKEN = "demo-token"  # noqa: S105 - the demo's local API token, printed for curl
 

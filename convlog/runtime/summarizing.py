@@ -13,9 +13,9 @@ import asyncio
 import structlog
 from prometheus_client import CollectorRegistry
 
-from convlog.embedded_pg import database_url
-from convlog.metrics_server import start_metrics_endpoint
-from convlog.ops_common import run_interruptibly
+from convlog.local.embedded_pg import database_url
+from convlog.ops.common import run_interruptibly
+from convlog.runtime.metrics_server import start_metrics_endpoint
 from convlog.settings import Settings
 from convlog.wiring import make_producer, open_event_log
 from events.codec import default_codec
@@ -27,7 +27,7 @@ from projectors.migrate import migrate
 from projectors.pg import PgPool, open_pool, retrying
 from projectors.ports import RecordSource
 from summarizer.metrics import SummarizerMetrics
-from summarizer.models import OfflineSummaryModel
+from summarizer.offline_model import OfflineSummaryModel
 from summarizer.openai_model import OpenAISummaryModel
 from summarizer.ports import SummaryModel
 from summarizer.runner import Summarizer, SummarizerOptions

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from convlog._processes import (
+from convlog.local.processes import (
     HOST,
     ServiceError,
     cmdline,
@@ -194,7 +194,7 @@ class PostgresHandle:
 
     def wait_ready(self, timeout: float = 60.0) -> None:
         """Wait until ``SELECT 1`` works, creating the database on the way if it is missing."""
-        import psycopg  # noqa: PLC0415 - keep `import convlog.devservices` light
+        import psycopg  # noqa: PLC0415 - keep `import convlog.local.devservices` light
         from psycopg import sql  # noqa: PLC0415
 
         deadline = time.monotonic() + timeout

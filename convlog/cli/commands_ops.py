@@ -12,9 +12,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from convlog.commands_core import KEY_HELP
+from convlog.cli.commands_core import KEY_HELP
 from convlog.settings import Settings
 from events.keys import ConversationKey
+from query_api.context_types import REASONING_POLICIES
 
 
 def register(sub: Any) -> None:
@@ -33,7 +34,7 @@ def register(sub: Any) -> None:
     replay.add_argument("--model", default="gpt-4o", help="model the context is counted for (default gpt-4o)")
     replay.add_argument("--budget-tokens", type=_positive, default=128_000, metavar="N", help="default 128000")
     replay.add_argument("--reserve-tokens", type=_offset, default=0, metavar="N", help="kept free for the answer")
-    replay.add_argument("--reasoning", choices=("omit", "tool_turns", "all"), default="omit")
+    replay.add_argument("--reasoning", choices=REASONING_POLICIES, default="omit")
     replay.set_defaults(handler=_replay)
 
     tail = sub.add_parser("tail", help="follow a conversation's events live (Ctrl-C stops)")
@@ -106,7 +107,7 @@ def _replay(settings: Settings, args: argparse.Namespace) -> int:
     from convlog.ops.replay import first_offset, replay  # noqa: PLC0415
     from convlog.ops.resources import live_read_models, opened_log  # noqa: PLC0415
     from query_api.as_of import BeforeMessage  # noqa: PLC0415
-    from query_api.model import ContextRequest  # noqa: PLC0415
+    from query_api.context_types import ContextRequest  # noqa: PLC0415
 
     key = ConversationKey.parse(args.key)
     request = ContextRequest(args.model, args.budget_tokens, args.reserve_tokens, 0, args.reasoning,

@@ -6,7 +6,7 @@ import argparse
 import asyncio
 from typing import Any
 
-from convlog.logs import configure_logging
+from convlog.runtime.logs import configure_logging
 from convlog.settings import Settings
 from events.keys import ConversationKey
 
@@ -29,35 +29,35 @@ def register(sub: Any) -> None:
 
 
 def _demo(settings: Settings, args: argparse.Namespace) -> int:
-    from convlog.demo import main as demo_main  # noqa: PLC0415 - keep `--help` fast
+    from convlog.demo.run import main as demo_main  # noqa: PLC0415 - keep `--help` fast
 
     demo_main(settings)
     return 0
 
 
 def _migrate(settings: Settings, args: argparse.Namespace) -> int:
-    from convlog.embedded_pg import database_url  # noqa: PLC0415
+    from convlog.local.embedded_pg import database_url  # noqa: PLC0415
     from projectors.migrate import migrate_command  # noqa: PLC0415
 
     return asyncio.run(migrate_command(database_url(settings)))
 
 
 def _project(settings: Settings, args: argparse.Namespace) -> int:
-    from convlog.projecting import main as project_main  # noqa: PLC0415
+    from convlog.runtime.projecting import main as project_main  # noqa: PLC0415
 
     configure_logging(settings, default_level="info")
     return project_main(settings)
 
 
 def _summarize(settings: Settings, args: argparse.Namespace) -> int:
-    from convlog.summarizing import main as summarize_main  # noqa: PLC0415
+    from convlog.runtime.summarizing import main as summarize_main  # noqa: PLC0415
 
     configure_logging(settings, default_level="info")
     return summarize_main(settings)
 
 
 def _serve(settings: Settings, args: argparse.Namespace) -> int:
-    from convlog.serve import main as serve_main  # noqa: PLC0415
+    from convlog.runtime.serve import main as serve_main  # noqa: PLC0415
 
     configure_logging(settings, default_level="info")
     serve_main(settings)

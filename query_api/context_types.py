@@ -4,7 +4,7 @@ summary, and a context request. Plain frozen dataclasses; no driver types."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, TypeAlias, get_args
 
 from events.errors import ConvlogError
 from projectors.tokens import ModelSpec  # re-exported: the model table owns it
@@ -13,7 +13,7 @@ __all__ = ["REASONING_POLICIES", "Context", "ContextBudgetExceededError", "Conte
            "ReasoningPolicy", "StoredMessage", "StoredSummary"]  # fmt: skip
 
 ReasoningPolicy: TypeAlias = Literal["omit", "tool_turns", "all"]
-REASONING_POLICIES: tuple[ReasoningPolicy, ...] = ("omit", "tool_turns", "all")
+REASONING_POLICIES: tuple[ReasoningPolicy, ...] = get_args(ReasoningPolicy)  # for argparse choices
 
 
 @dataclass(frozen=True, slots=True)

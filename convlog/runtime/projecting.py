@@ -9,9 +9,9 @@ from collections.abc import Mapping
 import structlog
 from prometheus_client import CollectorRegistry
 
-from convlog.embedded_pg import database_url
-from convlog.metrics_server import ProjectorCollector, start_metrics_endpoint
-from convlog.ops_common import run_interruptibly
+from convlog.local.embedded_pg import database_url
+from convlog.ops.common import run_interruptibly
+from convlog.runtime.metrics_server import ProjectorCollector, start_metrics_endpoint
 from convlog.settings import Settings
 from convlog.wiring import open_event_log
 from events.codec import default_codec

@@ -1,4 +1,4 @@
-"""The event model: plain frozen dataclasses, no driver types.
+"""The event types: plain frozen dataclasses, no driver types.
 
 An :class:`Event` is an envelope (id, conversation key, time, producer) around one body. The
 six bodies are the whole vocabulary of a conversation; the Avro schemas in ``schemas/``

@@ -1,7 +1,7 @@
 """One worker process of ``convlog rebuild``: projects some partitions into a building version.
 
-Started by :func:`convlog.rebuilding.run_workers`, not by operators:
-``python -m convlog.rebuild_worker SCHEMA '{"partition": until_offset, ...}' [--batch-size N]
+Started by :func:`convlog.ops.rebuilding.run_workers`, not by operators:
+``python -m convlog.ops.rebuild_worker SCHEMA '{"partition": until_offset, ...}' [--batch-size N]
 [--park-poison]``. Settings come from the same ``CONVLOG_*`` environment. Exit codes as the
 CLI's: 0 reached every ``until``, 130 stopped by SIGINT/SIGTERM (after its batch in flight),
 2 / 75 a non-retriable / retriable error, whose message is the last line on stderr.
@@ -15,8 +15,8 @@ import json
 import sys
 from collections.abc import Sequence
 
-from convlog.ops_common import INTERRUPTED, ops_resources, run_interruptibly
-from convlog.rebuilding import RETRIABLE, load_counter, make_store, poison_stop
+from convlog.ops.common import INTERRUPTED, ops_resources, run_interruptibly
+from convlog.ops.rebuilding import RETRIABLE, load_counter, make_store, poison_stop
 from convlog.settings import Settings
 from events.errors import ConvlogError
 from projectors.fold import PoisonRecordError
@@ -39,7 +39,7 @@ async def work(settings: Settings, args: argparse.Namespace, stop: asyncio.Event
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="convlog.rebuild_worker")
+    parser = argparse.ArgumentParser(prog="convlog.ops.rebuild_worker")
     parser.add_argument("schema")
     parser.add_argument("until", help='JSON {"partition": offset to reach}')
     parser.add_argument("--batch-size", type=int, default=5000)

@@ -1,4 +1,4 @@
-"""Subcommands for projection versions: rebuild, verify, drop (logic in rebuilding / verifying)."""
+"""Subcommands for projection versions: rebuild, verify, drop (logic in convlog.ops.rebuilding / verifying)."""
 
 from __future__ import annotations
 
@@ -60,8 +60,8 @@ def register(sub: Any) -> None:
 
 
 def _rebuild(settings: Settings, args: argparse.Namespace) -> int:
-    from convlog.ops_common import run_interruptibly  # noqa: PLC0415 - keep `--help` fast
-    from convlog.rebuilding import RebuildOptions, rebuild  # noqa: PLC0415
+    from convlog.ops.common import run_interruptibly  # noqa: PLC0415 - keep `--help` fast
+    from convlog.ops.rebuilding import RebuildOptions, rebuild  # noqa: PLC0415
 
     opts = RebuildOptions(
         projection=args.projection, version=args.version, new=args.new, verify=args.verify, switch=args.switch,
@@ -71,8 +71,8 @@ def _rebuild(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _verify(settings: Settings, args: argparse.Namespace) -> int:
-    from convlog.ops_common import run_interruptibly  # noqa: PLC0415
-    from convlog.verifying import verify  # noqa: PLC0415
+    from convlog.ops.common import run_interruptibly  # noqa: PLC0415
+    from convlog.ops.verifying import verify  # noqa: PLC0415
 
     sample = None if args.all else args.sample
     return run_interruptibly(lambda stop: verify(settings, sample=sample, batch_size=args.batch_size, stop=stop))
@@ -81,6 +81,6 @@ def _verify(settings: Settings, args: argparse.Namespace) -> int:
 def _drop(settings: Settings, args: argparse.Namespace) -> int:
     import asyncio  # noqa: PLC0415
 
-    from convlog.rebuilding import drop  # noqa: PLC0415
+    from convlog.ops.rebuilding import drop  # noqa: PLC0415
 
     return asyncio.run(drop(settings, args.projection, args.version))

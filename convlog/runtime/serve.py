@@ -17,13 +17,13 @@ from typing import Any
 import structlog
 import uvicorn
 
-from convlog.embedded_pg import database_url
-from convlog.http_server import server_config
-from convlog.log_guard import LogGuard
-from convlog.metrics_server import ProjectorCollector
-from convlog.projecting import LiveProjector
+from convlog.local.embedded_pg import database_url
+from convlog.runtime.http_server import server_config
+from convlog.runtime.log_guard import LogGuard
+from convlog.runtime.metrics_server import ProjectorCollector
+from convlog.runtime.projecting import LiveProjector
+from convlog.runtime.summarizing import build_summarizer
 from convlog.settings import Settings
-from convlog.summarizing import build_summarizer
 from convlog.wiring import make_producer, open_event_log
 from events.errors import ConfigurationError
 from events.log import EventLog
@@ -213,7 +213,7 @@ def _retention_task(
 
 
 def http_server(app: Any, settings: Settings) -> uvicorn.Server:
-    """The HTTP server (see :func:`~convlog.http_server.server_config` for its timeouts)."""
+    """The HTTP server (see :func:`~convlog.runtime.http_server.server_config` for its timeouts)."""
     return uvicorn.Server(server_config(app, settings))
 
 

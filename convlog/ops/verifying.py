@@ -24,7 +24,7 @@ from typing import Any
 
 from psycopg import AsyncConnection, sql
 
-from convlog.ops_common import INTERRUPTED, following, ops_resources, progress_bar, say
+from convlog.ops.common import INTERRUPTED, following, ops_resources, progress_bar, say
 from convlog.settings import Settings
 from events.codec import default_codec
 from events.errors import ConfigurationError
@@ -177,22 +177,7 @@ async def _verify(
             raise ConfigurationError("no live read-models version to verify (run convlog project first)")
         await claim_topic(pool, live, settings.topic)  # its positions are offsets of one topic
         await conn.commit()
-        async with conn.transaction():  # positions and checksums from one snapshot
-            await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            until = await positions(conn, live.schema)
-            skips = await skip_decisions(conn, live.schema)  # operators' decisions the log does not hold
-            keys: list[str] | None = None
-            if sample is not None:
-                cur = await conn.execute(
-                    sql.SQL("SELECT conversation_key FROM {}.conversations ORDER BY random() LIMIT %s").format(
-                        sql.Identifier(live.schema)
-                    ),
-                    [sample],
-                )
-                keys = [k for (k,) in await cur.fetchall()]
-            # The replay's schema is made from today's read_models.sql: JSON as json.
-            by_value = await stores_jsonb(conn, live.schema)
-            expected = await checksums(conn, live.schema, keys, by_value=by_value)
+        until, skips, keys, expected, by_value = await _live_snapshot(conn, live.schema, sample)
     ends = await event_log.end_offsets()
     beyond = sorted(p for p, o in until.items() if o > ends.get(p, 0))
     if beyond:
@@ -234,3 +219,27 @@ async def _verify(
     finally:
         async with pool.connection() as conn:
             await conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(scratch)))
+
+
+async def _live_snapshot(
+    conn: Conn, schema: str, sample: int | None
+) -> tuple[dict[int, int], dict[tuple[int, int], str], list[str] | None, dict[tuple[str, str], str], bool]:
+    """The live version's positions, skip decisions, sampled keys (None: all) and checksums,
+    from one snapshot, and whether they compare JSON by value (the live version stores jsonb:
+    the replay's schema is made from today's read_models.sql, JSON as json)."""
+    async with conn.transaction():
+        await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        until = await positions(conn, schema)
+        skips = await skip_decisions(conn, schema)  # operators' decisions the log does not hold
+        keys: list[str] | None = None
+        if sample is not None:
+            cur = await conn.execute(
+                sql.SQL("SELECT conversation_key FROM {}.conversations ORDER BY random() LIMIT %s").format(
+                    sql.Identifier(schema)
+                ),
+                [sample],
+            )
+            keys = [k for (k,) in await cur.fetchall()]
+        by_value = await stores_jsonb(conn, schema)
+        expected = await checksums(conn, schema, keys, by_value=by_value)
+    return until, skips, keys, expected, by_value

@@ -36,10 +36,10 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
-from convlog.embedded_pg import database_url
-from convlog.ops_common import INTERRUPTED, following, ops_resources, progress_bar, say
+from convlog.local.embedded_pg import database_url
+from convlog.ops.common import INTERRUPTED, following, ops_resources, progress_bar, say
+from convlog.ops.verifying import compare_settled, positions
 from convlog.settings import Settings
-from convlog.verifying import compare_settled, positions
 from events.codec import default_codec
 from events.errors import ConfigurationError, ConvlogError
 from events.log import EventLog
@@ -269,7 +269,7 @@ async def build(
 async def run_workers(
     settings: Settings, schema: str, groups: list[dict[int, int]], opts: RebuildOptions, stop: asyncio.Event
 ) -> None:
-    """One ``convlog.rebuild_worker`` process per group; Ctrl-C here is passed on to each once
+    """One ``convlog.ops.rebuild_worker`` process per group; Ctrl-C here is passed on to each once
     (they run in sessions of their own, so a terminal's Ctrl-C does not reach them twice)."""
     flags = ["--batch-size", str(opts.batch_size)] + (["--park-poison"] if opts.park_poison else [])
     env = worker_env(settings)
@@ -307,7 +307,7 @@ async def _start_worker(
     schema: str, group: Mapping[int, int], flags: list[str], env: dict[str, str]
 ) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "convlog.rebuild_worker", schema, json.dumps(group), *flags, env=env,
+        sys.executable, "-m", "convlog.ops.rebuild_worker", schema, json.dumps(group), *flags, env=env,
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE, start_new_session=True,
     )  # fmt: skip
 

@@ -1,12 +1,12 @@
 """A local single-node Kafka broker (KRaft, broker+controller in one JVM) for development and tests.
 
-The broker's classpath is resolved with Maven from ``convlog/_services/kafka/pom.xml`` (package
+The broker's classpath is resolved with Maven from ``convlog/local/_services/kafka/pom.xml`` (package
 data, found with importlib.resources in a checkout and in an installed wheel alike; jars cached in
 ``~/.m2``, the resulting classpath cached next to the data directories), the storage is formatted
 once with ``kafka.tools.StorageTool format --standalone`` and the broker runs as a detached
 ``java -cp ... kafka.Kafka server.properties`` (own session, output to files, pid file).
 
-Also holds the small process helpers shared with :mod:`convlog._postgres_local`.
+Also holds the small process helpers shared with :mod:`convlog.local.postgres_service`.
 """
 
 from __future__ import annotations
@@ -26,8 +26,9 @@ import uuid
 from importlib import resources
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
-from convlog._processes import (
+from convlog.local.processes import (
     HOST,
     ServiceError,
     cmdline,
@@ -48,7 +49,7 @@ from convlog.settings import Settings
 def kafka_pom(settings: Settings | None = None) -> Path:
     """``CONVLOG_SERVICES_KAFKA_POM`` if it names a file, else the pom shipped as package data."""
     # Installed packages are directories (pip unpacks wheels): the resource is a file Maven can read.
-    packaged = resources.files("convlog").joinpath("_services", "kafka", "pom.xml")
+    packaged = resources.files("convlog.local").joinpath("_services", "kafka", "pom.xml")
     for candidate in ((settings or Settings.from_env()).services_kafka_pom, str(packaged)):
         if candidate and Path(candidate).is_file():
             return Path(candidate).resolve()
@@ -246,36 +247,7 @@ class KafkaHandle:
         logs = self.data_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         props = self.data_dir / "server.properties"
-        props.write_text(
-            "\n".join(
-                [
-                    "process.roles=broker,controller",
-                    "node.id=1",
-                    f"controller.quorum.bootstrap.servers={HOST}:{self.controller_port}",
-                    f"listeners=PLAINTEXT://{HOST}:{self.port},CONTROLLER://{HOST}:{self.controller_port}",
-                    f"advertised.listeners=PLAINTEXT://{HOST}:{self.port},CONTROLLER://{HOST}:{self.controller_port}",
-                    "controller.listener.names=CONTROLLER",
-                    "inter.broker.listener.name=PLAINTEXT",
-                    "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
-                    f"log.dirs={kraft}",
-                    "num.partitions=12",
-                    "default.replication.factor=1",
-                    "min.insync.replicas=1",
-                    "offsets.topic.replication.factor=1",
-                    "transaction.state.log.replication.factor=1",
-                    "transaction.state.log.min.isr=1",
-                    "share.coordinator.state.topic.replication.factor=1",
-                    "share.coordinator.state.topic.min.isr=1",
-                    "group.initial.rebalance.delay.ms=0",
-                    # After a kill -9 the restarted broker cannot register until its old session
-                    # expires (default 9 s): keep that short for a single local node.
-                    "broker.heartbeat.interval.ms=500",
-                    "broker.session.timeout.ms=3000",
-                    "auto.create.topics.enable=false",
-                    "",
-                ]
-            )
-        )
+        props.write_text(self._server_properties(kraft))
         log4j = self.data_dir / "log4j2.properties"
         log4j.write_text(_LOG4J2.format(logs=logs))
         classpath = kafka_classpath(self.classpath_cache, self.settings)
@@ -288,22 +260,7 @@ class KafkaHandle:
             "-Djava.awt.headless=true",
         ]
         if not formatted:
-            cluster_id = state.get("cluster_id") or _cluster_id()
-            argv = [
-                *java,
-                "-Xmx256m",
-                "kafka.tools.StorageTool",
-                "format",
-                "--standalone",
-                "-t",
-                cluster_id,
-                "-c",
-                str(props),
-            ]
-            result = subprocess.run(argv, capture_output=True, text=True, check=False)  # noqa: S603
-            if result.returncode != 0:
-                raise ServiceError(f"kafka storage format failed:\n{result.stdout}{result.stderr}")
-            state = {"cluster_id": cluster_id, "controller_port": self.controller_port}
+            state = self._format_storage(java, props, state)
         state["port"] = self.port
         state_file.write_text(json.dumps(state))
         extra = (self.settings.services_kafka_jvm_opts or "").split()
@@ -317,6 +274,55 @@ class KafkaHandle:
             "kafka.Kafka",
             str(props),
         ]
+
+    def _server_properties(self, kraft: Path) -> str:
+        return "\n".join(
+            [
+                "process.roles=broker,controller",
+                "node.id=1",
+                f"controller.quorum.bootstrap.servers={HOST}:{self.controller_port}",
+                f"listeners=PLAINTEXT://{HOST}:{self.port},CONTROLLER://{HOST}:{self.controller_port}",
+                f"advertised.listeners=PLAINTEXT://{HOST}:{self.port},CONTROLLER://{HOST}:{self.controller_port}",
+                "controller.listener.names=CONTROLLER",
+                "inter.broker.listener.name=PLAINTEXT",
+                "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+                f"log.dirs={kraft}",
+                "num.partitions=12",
+                "default.replication.factor=1",
+                "min.insync.replicas=1",
+                "offsets.topic.replication.factor=1",
+                "transaction.state.log.replication.factor=1",
+                "transaction.state.log.min.isr=1",
+                "share.coordinator.state.topic.replication.factor=1",
+                "share.coordinator.state.topic.min.isr=1",
+                "group.initial.rebalance.delay.ms=0",
+                # After a kill -9 the restarted broker cannot register until its old session
+                # expires (default 9 s): keep that short for a single local node.
+                "broker.heartbeat.interval.ms=500",
+                "broker.session.timeout.ms=3000",
+                "auto.create.topics.enable=false",
+                "",
+            ]
+        )
+
+    def _format_storage(self, java: list[str], props: Path, state: dict[str, Any]) -> dict[str, Any]:
+        """Format the KRaft storage (first start): a new cluster id unless the state file has one."""
+        cluster_id = state.get("cluster_id") or _cluster_id()
+        argv = [
+            *java,
+            "-Xmx256m",
+            "kafka.tools.StorageTool",
+            "format",
+            "--standalone",
+            "-t",
+            cluster_id,
+            "-c",
+            str(props),
+        ]
+        result = subprocess.run(argv, capture_output=True, text=True, check=False)  # noqa: S603
+        if result.returncode != 0:
+            raise ServiceError(f"kafka storage format failed:\n{result.stdout}{result.stderr}")
+        return {"cluster_id": cluster_id, "controller_port": self.controller_port}
 
     def start(self, *, timeout: float = 120.0, wait: bool = True) -> KafkaHandle:
         """Start the broker unless it runs; with ``wait``, return once it answers metadata requests."""

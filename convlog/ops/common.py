@@ -12,7 +12,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from convlog.embedded_pg import database_url
+from convlog.local.embedded_pg import database_url
 from convlog.settings import Settings
 from convlog.wiring import open_event_log
 from events.log import EventLog

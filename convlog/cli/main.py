@@ -15,8 +15,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from convlog import commands_config, commands_core, commands_log, commands_ops, commands_rebuild
-from convlog.logs import configure_logging
+from convlog.cli import commands_config, commands_core, commands_log, commands_ops, commands_rebuild
+from convlog.runtime.logs import configure_logging
 from convlog.settings import Settings
 from events.errors import ConvlogError
 

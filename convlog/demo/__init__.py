@@ -1,0 +1,1 @@
+"""``convlog demo``: ``run`` appends the demo conversations and prints them back; ``data`` holds them."""

@@ -1,0 +1,76 @@
+"""``create_app``: the FastAPI application — error handlers, the middleware, the route groups."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from events.errors import ConvlogError, EventTooLargeError, InvalidEventError
+from query_api.context_types import ContextBudgetExceededError
+from query_api.disconnects import ClientDisconnectedError
+from query_api.http.deps import ApiDeps, ApiError, error_response
+from query_api.http.middleware import LimitsAndMetrics
+from query_api.http.routes_appends import append_routes
+from query_api.http.routes_audit import audit_routes
+from query_api.http.routes_context import context_routes
+from query_api.http.routes_conversations import conversation_routes
+from query_api.http.routes_health import PUBLIC_ROUTES, health_routes
+from query_api.http.strict_json import StrictJsonRoute
+
+# The OpenAPI description.
+DESCRIPTION = """The HTTP API (FastAPI): appends, contexts, audit reads. The tenant comes only from the token.
+
+Errors are JSON ``{"error": {"code", "message"}}`` (plus ``field`` for invalid input); another
+tenant's conversation and an unknown one are both 404; bad input is never a 5xx.
+"""
+
+
+def create_app(deps: ApiDeps) -> FastAPI:
+    app = FastAPI(title="convlog", version="0.1.0", description=DESCRIPTION)
+    app.router.route_class = StrictJsonRoute
+    _add_error_handlers(app)
+    # Answered without a token: probes and scrapers, the schema and its docs; all else needs one.
+    docs = (app.openapi_url, app.docs_url, app.redoc_url, app.swagger_ui_oauth2_redirect_url)
+    public = frozenset([*PUBLIC_ROUTES, *(path for path in docs if path)])
+    app.add_middleware(LimitsAndMetrics, deps=deps, public=public)
+    # In this order: the schema lists the routes as they are added.
+    for routes in (health_routes, append_routes, context_routes, audit_routes, conversation_routes):
+        app.include_router(routes(deps))
+    return app
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def api_error(_: Request, e: ApiError) -> JSONResponse:
+        return error_response(e.status, e.code, e.message, **e.extra)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(_: Request, e: RequestValidationError) -> JSONResponse:
+        first = e.errors()[0] if e.errors() else {}
+        field = ".".join(str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path", "header"))
+        return error_response(422, "invalid_request", str(first.get("msg", "invalid request")), field=field or None)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, e: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 413: "payload_too_large"}.get(e.status_code, "http_error")
+        return error_response(e.status_code, code, str(e.detail))
+
+    @app.exception_handler(ConvlogError)
+    async def convlog_error(_: Request, e: ConvlogError) -> JSONResponse:
+        if isinstance(e, EventTooLargeError):
+            return error_response(413, e.code, str(e), field=e.field)
+        if isinstance(e, InvalidEventError):
+            return error_response(422, e.code, str(e), field=e.field)
+        if isinstance(e, ClientDisconnectedError):  # nobody reads it: 499, nginx's "client closed request"
+            return error_response(499, e.code, str(e))
+        if isinstance(e, ContextBudgetExceededError):
+            return error_response(422, e.code, str(e), needed=e.needed, available=e.available)
+        if e.retriable:
+            return JSONResponse(
+                {"error": {"code": e.code, "message": str(e)}},
+                status_code=503,
+                headers={"Retry-After": str(getattr(e, "retry_after_s", 1))},
+            )
+        return error_response(500, e.code, str(e))

@@ -1,0 +1,128 @@
+"""The context a model is sent: live from the read models (optionally after ``min_offset``), or
+rebuilt from the log exactly as it was served at ``as_of`` or ``before_message``."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse
+
+from events.errors import InvalidRequestError
+from events.keys import ConversationKey, partition_for_key
+from projectors.tokens import cached_counter as _counter
+from projectors.tokens import model_spec
+from query_api.as_of import BeforeMessage, UnknownMessageError
+from query_api.context import NeedOlderMessagesError, assemble
+from query_api.context_types import Context, ContextRequest, ModelSpec, ReasoningPolicy
+from query_api.disconnects import unless_disconnected
+from query_api.http.deps import PREFIX, ApiDeps, ApiError, AuthHeader, Requests
+from query_api.http.strict_json import StrictJsonRoute
+from query_api.ports import ContextInputs, ReadModels
+from query_api.served import context_as_of, context_body
+
+NEWEST_FIRST = 128  # rows read first; most budgets end inside them
+MAX_NEWEST = 4096  # beyond that, read the whole range
+
+
+def context_routes(deps: ApiDeps) -> APIRouter:
+    router = APIRouter(route_class=StrictJsonRoute)
+    requests = Requests(deps)
+
+    async def served_then(
+        http_request: Request, key: ConversationKey, request: ContextRequest, spec: ModelSpec,
+        as_of: int | None, before_message: str | None,
+    ) -> tuple[Context, ContextInputs]:  # fmt: skip
+        """The context as served at ``as_of`` / before ``before_message``, rebuilt from the log."""
+        pairs = await unless_disconnected(http_request, requests.logged_events(key))
+        point = as_of if as_of is not None else BeforeMessage(before_message or "")
+        try:
+            served = await unless_disconnected(http_request, context_as_of(
+                deps.log, key, point, request=request, spec=spec, policy=deps.policy,
+                max_event_bytes=deps.max_event_bytes, start_offset=pairs[0][0].offset, pairs=pairs))  # fmt: skip
+        except UnknownMessageError as e:
+            raise ApiError(404, e.code, str(e), field="before_message") from e
+        if served is None:
+            at = f"offset {as_of}" if as_of is not None else f"message {before_message!r}"
+            raise ApiError(404, "not_found", f"the conversation had no event before {at}")
+        return served
+
+    @router.get(PREFIX + "/{conversation_id}/context")
+    async def context(
+        http_request: Request,
+        user_id: str,
+        conversation_id: str,
+        model: Annotated[str, Query(min_length=1, max_length=200)],
+        budget_tokens: Annotated[int, Query(gt=0, le=10_000_000)],
+        reserve_tokens: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
+        tools_tokens: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
+        reasoning: ReasoningPolicy = "omit",
+        min_offset: Annotated[int | None, Query(ge=0)] = None,
+        as_of: Annotated[int | None, Query(ge=0)] = None,
+        before_message: Annotated[str | None, Query(min_length=1, max_length=128)] = None,
+        authorization: AuthHeader = None,
+    ) -> JSONResponse:
+        key = requests.key_of(authorization, user_id, conversation_id)
+        try:
+            spec = model_spec(model, default_encoding=deps.default_encoding)
+        except InvalidRequestError as e:
+            raise ApiError(422, "invalid_request", str(e), field="model") from e
+        reads = await deps.reads()
+        partition = partition_for_key(key.encode(), deps.log.partition_count)
+        request = ContextRequest(model, budget_tokens, reserve_tokens, tools_tokens, reasoning, deps.image_turns)
+        if as_of is not None and before_message is not None:
+            raise ApiError(422, "invalid_request", "give as_of or before_message, not both", field="before_message")
+        if as_of is not None or before_message is not None:  # rebuilt from the log, exactly as served then
+            ctx, inputs = await served_then(http_request, key, request, spec, as_of, before_message)
+        else:
+            if min_offset is not None:
+                if deps.log_behind is not None:  # never confirm an offset the projection did not take from this log
+                    deps.log_behind(partition)
+                await _wait_for(reads, partition, min_offset, deps.wait_for_offset_s)
+            ctx, inputs = await _assemble(reads, key, spec, request)
+        deps.metrics.context_served(ctx.token_count)
+        # Plain JSON types already: skip FastAPI's encoder and response validation on the hot path.
+        return JSONResponse(context_body(ctx, inputs, spec))
+
+    return router
+
+
+async def _assemble(
+    reads: ReadModels, key: ConversationKey, spec: ModelSpec, request: ContextRequest
+) -> tuple[Context, ContextInputs]:
+    """Turns no summary covers yet stay in the context's range, which can be long: read its
+    newest rows first, more only when the budget reaches back further (as many as the budget
+    needs by the first rows' costs, then everything) — the answer is the one the whole range
+    gives."""
+    count = _counter(spec.encoding)
+    available = request.budget_tokens - request.reserve_tokens - request.tools_tokens
+    newest: int | None = NEWEST_FIRST
+    while True:
+        inputs = await reads.context_inputs(key, encoding=spec.encoding, newest=newest)
+        if inputs is None:
+            raise ApiError(404, "not_found", "no such conversation")
+        try:
+            ctx = assemble(
+                system=inputs.system, summary=inputs.summary, messages=inputs.messages, request=request, spec=spec,
+                count=count, complete=inputs.complete, usable_turns=inputs.usable_turns,
+            )  # fmt: skip
+        except NeedOlderMessagesError:
+            # Read enough rows next time for the budget, judging by what these cost.
+            read = inputs.messages
+            spent = sum(m.tokens + spec.tokens_per_message + 1 for m in read) or 1
+            wanted = int(len(read) * available / spent * 1.5) + 1
+            newest = None if newest is None or wanted > MAX_NEWEST else max(wanted, 2 * len(read))
+            continue
+        return ctx, inputs
+
+
+async def _wait_for(reads: ReadModels, partition: int, offset: int, timeout_s: float) -> None:
+    """Read-your-writes: wait (bounded) until the projection applied ``offset``."""
+    deadline = time.monotonic() + timeout_s
+    while await reads.projection_position(partition) <= offset:
+        if time.monotonic() > deadline:
+            raise ApiError(503, "not_caught_up", f"the read models have not reached offset {offset} yet",
+                           partition=partition)  # fmt: skip
+        await asyncio.sleep(0.02)
