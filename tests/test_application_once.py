@@ -15,13 +15,13 @@ from typing import Any
 
 import httpx
 import pytest
-from convlog.runtime.serve import Service, running_service
-from events.event_types import SummaryRecorded
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from convlog.runtime.serve import Service, running_service
 from convlog.settings import Settings
 from events.embedded_log import EmbeddedEventLog
+from events.event_types import SummaryRecorded
 from events.keys import ConversationKey
 from events.producer import Appended, ConversationProducer
 from projectors.versions import compare, json_forms_differ
