@@ -6,8 +6,9 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
-from events.event_types import Event, MessageAppended, MessageRedacted, SummaryRecorded
+from events.event_types import Event, MessageAppended, SummaryRecorded
 from events.log import LogRecord
+from projectors.applied import apply_decisions
 from projectors.fold import BatchInputs, Decoded, fold_batch
 from projectors.state import content_json, tool_calls_json, usage_json
 from projectors.window import WindowPolicy
@@ -16,18 +17,26 @@ _WITHHELD = "[withheld]"
 
 
 def events_json(pairs: Sequence[tuple[LogRecord, Event]]) -> list[dict[str, Any]]:
-    """The log never changes, so erasure and redaction are applied here: content of messages
-    redacted later, and of everything before the last erasure, is withheld. ``pairs`` is the
-    conversation's history from its first event: whether an erase applied (a conditional one
-    may be void) is decided by folding it, as the projection does."""
-    redacted = {e.body.message_id for _, e in pairs if isinstance(e.body, MessageRedacted)}
+    """The log never changes, so erasure, redaction and summary withdrawal are applied here, as
+    the projection decides them: ``pairs`` (the conversation's history from its first event) is
+    folded and the fold's decisions applied (projectors/applied.py). Withheld: the content of
+    messages whose row a redaction or an erasure cleared, the text of summaries withdrawn or
+    erased, and everything before the last erasure that applied (a conditional one may be void).
+    A record that made no row (a repeated event id) is withheld like the message it repeats."""
     folded = fold_batch([Decoded(r, str(e.key), e) for r, e in pairs], BatchInputs({}), policy=WindowPolicy())
+    applied = apply_decisions(folded)
+    cleared = {m.original.offset for m in applied.messages.values() if m.redacted or m.erased}
+    cleared_ids = {m.original.message_id for m in applied.messages.values() if m.redacted}
+    rows = {m.original.offset for m in applied.messages.values()}
+    withdrawn = {x.offset for x in applied.summaries.values() if x.text is None}
     erase_offsets = {erasure.offset for erasure in folded.erasures}
     last_erase = max((i for i, (r, _) in enumerate(pairs) if r.offset in erase_offsets), default=-1)
     out = []
     for i, (record, event) in enumerate(pairs):
         body = event.body
-        withhold = i < last_erase or (isinstance(body, MessageAppended) and body.message_id in redacted)
+        withhold = i < last_erase or record.offset in cleared or record.offset in withdrawn
+        if isinstance(body, MessageAppended) and record.offset not in rows:
+            withhold = withhold or body.message_id in cleared_ids
         out.append({
             "partition": record.partition,
             "offset": record.offset,

@@ -239,6 +239,30 @@ async def test_erased_content_is_withheld_from_the_raw_events(client: httpx.Asyn
     assert transcript[0]["erased_at"] is not None
 
 
+@pytest.mark.parametrize("service", ["off"], indirect=True)  # the test records its own summary
+async def test_raw_events_withhold_what_the_projection_redacts_and_withdraws(
+    service: Service, client: httpx.AsyncClient
+) -> None:
+    key = ConversationKey("acme", "u1", "card")
+    await post(client, "card", {"role": "user", "content": "my card is 4111", "message_id": "m1"})
+    answer = await post(client, "card", {"role": "assistant", "content": "noted", "finish_reason": "stop"})
+    summary = SummaryRecorded("s1", "The user's card is 4111.", answer["message_id"], "test-model", "v1")
+    await service.deps.producer.append(key, summary)
+    await service.deps.producer.redact(key, "m1", reason="pii")
+    # The same message id reused after the redaction is a new row the redaction never named.
+    reused = await post(client, "card", {"role": "user", "content": "a new question", "message_id": "m1"})
+    await caught_up(client, "card", reused["offset"])
+    events = (await client.get(f"{BASE}/card/events", headers=A)).json()["events"]
+    assert "4111" not in json.dumps(events)  # neither the message nor the summary that repeats it
+    assert [e["body"].get("content") for e in events if e["event_type"] == "MessageAppended"] == [
+        "[withheld]",
+        "noted",
+        "a new question",
+    ]
+    summaries = (await client.get(f"{BASE}/card/summaries", headers=A)).json()["summaries"]
+    assert [s["status"] for s in summaries] == ["withdrawn"]  # the read models agree
+
+
 async def test_health_readiness_metrics_and_openapi(client: httpx.AsyncClient) -> None:
     assert (await client.get("/healthz")).json() == {"status": "ok"}
     for _ in range(100):  # ready once the projector has its positions

@@ -26,9 +26,9 @@ from events.keys import ConversationKey
 from events.producer import Appended, ConversationProducer
 from projectors.versions import compare, json_forms_differ
 from projectors.window import WindowPolicy
-from query_api import http as http_module
 from query_api.as_of import context_inputs_as_of
 from query_api.http import create_app
+from query_api.http import routes_context as http_module
 from query_api.reads import PostgresReadModels
 from tests.projection_support import Projection, project_all, temporary_database
 
