@@ -62,9 +62,13 @@ class Settings(BaseSettings):
         None, description="Postgres URL for the read models (unset: the embedded Postgres)"
     )
     data_dir: Path = Field(Path(".convlog"), description="embedded log file, embedded Postgres, local services' data")
-    topic: str = Field("convlog.events", min_length=1, description="the event topic (created if missing)")
+    # Kafka's topic-name rule; the embedded log's file is named after the topic, so no path
+    # separator may escape the data directory either.
+    topic: str = Field(
+        "convlog.events", pattern=r"^[A-Za-z0-9._-]{1,249}$", description="the event topic (created if missing)"
+    )
     partitions: int = Field(
-        12, ge=1, description="partitions for a new topic / embedded log (an existing one keeps its own)"
+        12, ge=1, le=10_000, description="partitions for a new topic / embedded log (an existing one keeps its own)"
     )
     max_event_bytes: int = Field(
         DEFAULT_MAX_EVENT_BYTES, ge=1,
@@ -321,8 +325,12 @@ def _masked(name: str, value: object) -> str:
 
 def mask_password(url: str) -> str:
     """A Postgres URL or ``key=value`` conninfo with its password (``user:pw@``, ``password=``) masked."""
-    parts = urlsplit(url)
-    if parts.password is not None:
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:  # not a URL Python can split (a broken IPv6 host): show none of it
+        return "<unparsable database URL>"
+    if password is not None:
         userinfo, _, hosts = parts.netloc.rpartition("@")
         url = urlunsplit(parts._replace(netloc=f"{userinfo.partition(':')[0]}:{MASK}@{hosts}"))
     return _PASSWORD_PARAMETER.sub(rf"\1{MASK}", url)

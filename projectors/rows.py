@@ -155,8 +155,21 @@ def state_from_row(row: dict[str, Any]) -> ConversationState:
     )
 
 
+def _header_entry(name: str, value: bytes) -> list[Any]:
+    """``[name, value hex]``; a name jsonb cannot hold (a foreign record's NUL) is kept as hex,
+    marked by a third element, so the dead letter can still be written and the record released."""
+    if "\x00" in name:
+        return [name.encode("utf-8").hex(), value.hex(), "name_hex"]
+    return [name, value.hex()]
+
+
+def _header_from_entry(entry: Sequence[Any]) -> tuple[str, bytes]:
+    name = bytes.fromhex(entry[0]).decode("utf-8") if len(entry) > 2 else entry[0]
+    return name, bytes.fromhex(entry[1])
+
+
 def record_row(record: LogRecord, conversation_key: str | None) -> tuple[Any, ...]:
-    headers = json.dumps([[name, value.hex()] for name, value in record.headers])
+    headers = json.dumps([_header_entry(name, value) for name, value in record.headers])
     return (
         record.partition,
         record.offset,
@@ -169,7 +182,7 @@ def record_row(record: LogRecord, conversation_key: str | None) -> tuple[Any, ..
 
 
 def record_from_row(row: dict[str, Any]) -> LogRecord:
-    headers = tuple((name, bytes.fromhex(value)) for name, value in row["headers"])
+    headers = tuple(_header_from_entry(entry) for entry in row["headers"])
     timestamp: datetime = row["record_timestamp"].astimezone(UTC)
     return LogRecord(
         partition=row["partition"], offset=row["offset"], key=bytes(row["record_key"]),
@@ -179,13 +192,10 @@ def record_from_row(row: dict[str, Any]) -> LogRecord:
 
 def index_rows(decoded: Sequence[Decoded]) -> list[tuple[str, str, int, int]]:
     """One row per record with a readable conversation key (no reader can ask for the others).
-    A NUL cannot be stored in ``text`` and no reader can ask for one (the API refuses them; only
-    a foreign record carries one): a record whose key has one is left out, an event id with one
-    is indexed as ''."""
-    rows = []
-    for d in decoded:
-        if d.key is None or "\x00" in d.key:
-            continue
-        event_id = d.event.event_id if d.event is not None else ""
-        rows.append((d.key, "" if "\x00" in event_id else event_id, d.record.partition, d.record.offset))
-    return rows
+    Keys and event ids are storable text: a key part with a control character does not parse,
+    and a decoded event passed validation."""
+    return [
+        (d.key, d.event.event_id if d.event is not None else "", d.record.partition, d.record.offset)
+        for d in decoded
+        if d.key is not None
+    ]

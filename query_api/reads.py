@@ -22,6 +22,7 @@ from psycopg.rows import dict_row
 
 from events.errors import InvalidRequestError
 from events.keys import ConversationKey
+from events.validation import unstorable_char
 from projectors.pg import PgPool, pg_errors
 from projectors.read_sql import WINDOW_AND_CURRENT_SUMMARY
 from projectors.tokens import ENCODINGS, cached_counter
@@ -204,6 +205,8 @@ class PostgresReadModels:
         active_after, idle_after = "", ""
         if before is not None:
             last_ts, last_id = decode_cursor(before)
+            if unstorable_char(last_id) is not None:  # no stored id holds one: not a cursor we made
+                raise InvalidRequestError("malformed conversation list cursor: an id Postgres cannot hold")
             ts, active_after, idle_after = (last_ts, last_id, "") if last_ts else (None, "", last_id)
         params = {"tenant": tenant_id, "user": user_id, "ts": ts, "active_after": active_after,
                   "idle_after": idle_after, "n": limit + 1}  # fmt: skip

@@ -4,6 +4,7 @@ field — never a 5xx, and never a record the read models cannot hold (issue 11,
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import math
 import sys
@@ -540,3 +541,12 @@ async def test_fuzzed_requests_without_a_valid_token_are_all_401(
         assert response.status_code in ((200, 503) if template == "/readyz" else (200,)), response.text
     else:
         assert (response.status_code, response.json()["error"]["code"]) == (401, "unauthorized"), response.text
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("conversation_id", ["a\x00b", "a\ud800b"])
+async def test_a_crafted_list_cursor_is_a_422_not_a_500(client: httpx.AsyncClient, conversation_id: str) -> None:
+    raw = json.dumps([None, conversation_id]).encode()  # ASCII escapes: valid UTF-8 whatever it says
+    cursor = base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    response = await client.get(BASE, params={"before": cursor}, headers=A)
+    assert response.status_code == 422, response.text

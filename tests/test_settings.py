@@ -56,6 +56,19 @@ def test_a_bad_value_is_one_error_naming_the_variable_the_value_and_what_was_exp
     assert str(caught.value).startswith(message)
 
 
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("CONVLOG_TOPIC", "../../elsewhere"),  # the embedded log's file is named after the topic
+        ("CONVLOG_TOPIC", "a" * 250),  # Kafka's limit
+        ("CONVLOG_PARTITIONS", str(10**20)),  # the embedded log's header holds a u32
+    ],
+)
+def test_a_topic_or_partition_count_no_log_can_hold_is_a_settings_error(variable: str, value: str) -> None:
+    with pytest.raises(SettingsError, match=variable):
+        Settings.from_env({variable: value})
+
+
 def test_several_bad_values_are_named_in_one_error() -> None:
     with pytest.raises(SettingsError, match=r"CONVLOG_PARTITIONS='0'.*; CONVLOG_HTTP_PORT='x'"):
         Settings.from_env({"CONVLOG_PARTITIONS": "0", "CONVLOG_HTTP_PORT": "x"})
@@ -136,6 +149,7 @@ def test_describe_masks_secrets_and_says_where_each_value_came_from() -> None:
             "postgresql://h/db?user=u&password=****&sslmode=require",
         ),
         ("host=db user=u password='p w' dbname=convlog", "host=db user=u password=**** dbname=convlog"),
+        ("postgresql://x:y@[::1", "<unparsable database URL>"),  # not a traceback, and no password shown
     ],
 )
 def test_the_database_password_is_masked_in_every_spelling(url: str, shown: str) -> None:

@@ -29,7 +29,8 @@ import json
 import sys
 import time
 from collections.abc import Iterator
-from typing import Protocol
+from pathlib import Path
+from typing import Any, Protocol
 
 from convlog.local.kafka_service import KafkaHandle, kafka_metadata, start_kafka
 from convlog.local.postgres_service import PostgresHandle, start_postgres
@@ -59,12 +60,25 @@ class _Service(Protocol):
     def stop(self, timeout: float = ...) -> bool: ...
 
 
+def _state(state_file: Path) -> dict[str, Any]:
+    """The broker's recorded ports, or {} when it was never started; a damaged file is a clear error."""
+    if not state_file.is_file():
+        return {}
+    try:
+        state = json.loads(state_file.read_text())
+    except ValueError as e:
+        raise ServiceError(f"{state_file} is damaged ({e}); delete it and start the services again") from e
+    if not isinstance(state, dict):
+        raise ServiceError(f"{state_file} is not a JSON object; delete it and start the services again")
+    return state
+
+
 def kafka_handle(settings: Settings | None = None) -> KafkaHandle:
     """The shared dev broker: ports from the settings, else as it was formatted/started."""
     settings = settings or Settings.from_env()
     data_dir = services_root(settings) / "kafka"
     state_file = data_dir / "convlog-kafka.json"
-    state = json.loads(state_file.read_text()) if state_file.is_file() else {}
+    state = _state(state_file)
     port = settings.services_kafka_port or state.get("port", 19092)
     controller = settings.services_kafka_controller_port or state.get("controller_port", port + 1)
     handle = KafkaHandle(data_dir, port=port, controller_port=controller, settings=settings)

@@ -24,6 +24,7 @@ from events.keys import ConversationKey, partition_for_key
 from events.log import LogRecord
 from events.producer import EVENT_TYPE_HEADER
 from projectors.fold import PoisonRecordError
+from projectors.rows import record_from_row
 from tests.kafka.ops_support import PARTITIONS, Ops
 from tests.projection_support import project_all
 
@@ -226,3 +227,23 @@ def _on_partition_raw(prefix: bytes) -> bytes:
         if partition_for_key(key, PARTITIONS) == PARTITION:
             return key
     raise AssertionError("no key found")
+
+
+async def test_a_poison_record_whose_header_name_has_a_nul_is_kept_and_the_partition_goes_on(
+    ops: Ops, foreign: AIOKafkaProducer
+) -> None:
+    # Undecodable, so it becomes a dead letter; its headers go to a jsonb column, which refuses
+    # a NUL: the name is kept as hex, so the dead letter is written and show/release see it.
+    await user(ops, NEIGHBOUR, "n0")
+    headers = [("bad\x00name", b"v"), (EVENT_TYPE_HEADER, b"MessageAppended")]
+    sent = await foreign.send_and_wait(ops.topic, b"not avro", key=NUL.encode(), headers=headers)
+    o_n1 = await user(ops, NEIGHBOUR, "n1")
+    projector = await project_all(ops.log, ops.projection.store())
+    assert projector.stats.dead_lettered == 1
+    assert await transcript(ops, NEIGHBOUR) == [(0, "n0"), (1, "n1")]
+    assert o_n1 == sent.offset + 1
+    rows = await ops.projection.rows('SELECT partition, "offset", record_key, record_value, headers, record_timestamp '
+                                     "FROM {s}.dead_letters")  # fmt: skip
+    assert [row[:2] for row in rows] == [(PARTITION, sent.offset)]
+    columns = ("partition", "offset", "record_key", "record_value", "headers", "record_timestamp")
+    assert record_from_row(dict(zip(columns, rows[0], strict=True))).headers == tuple(headers)
