@@ -114,7 +114,7 @@ def frame_at(buf: bytes | mmap.mmap, position: int, size: int, partitions: int) 
         return None
     if _U16.unpack_from(buf, start)[0] >= partitions:  # cheap, before the CRC
         return None
-    if zlib.crc32(buf[start : start + length]) != crc:
+    if zlib.crc32(memoryview(buf)[start : start + length]) != crc:  # a view: no copy of the payload
         return None
     return start + length
 

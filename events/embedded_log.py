@@ -55,7 +55,6 @@ class EmbeddedEventLog:
         self._partition_count = partition_count
         self._index = index  # per partition: file position of each durable record's frame
         self._end = end  # file size once everything pending is written
-        self._next_offset = [len(i) for i in index]
         self._pending: list[tuple[int, int, bytes, asyncio.Future[Coordinates]]] = []
         self._flusher: asyncio.Task[None] | None = None
         self._appended = asyncio.Event()
@@ -132,8 +131,6 @@ class EmbeddedEventLog:
             raise LogError(f"{self._path} is open read-only here: appends go through the process that holds it")
         partition = partition_for_key(key, self._partition_count)
         frame = encode_frame(partition, key, value, headers)
-        offset = self._next_offset[partition]
-        self._next_offset[partition] = offset + 1
         future: asyncio.Future[Coordinates] = asyncio.get_running_loop().create_future()
         self._pending.append((partition, self._end, frame, future))
         self._end += len(frame)

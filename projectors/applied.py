@@ -35,7 +35,6 @@ class AppliedHistory:
 
     messages: dict[tuple[str, int], AppliedMessage]
     summaries: dict[tuple[str, int], SummaryRow]  # text None once withdrawn or erased
-    erased_summaries: frozenset[tuple[str, int]]
 
 
 def apply_decisions(out: BatchOutcome) -> AppliedHistory:
@@ -43,7 +42,6 @@ def apply_decisions(out: BatchOutcome) -> AppliedHistory:
     fields or sets flags only, so their order does not matter — as in the store)."""
     messages = {(r.conversation_key, r.seq): AppliedMessage(r, r) for r in out.transcript}
     summaries = {(s.conversation_key, s.seq): s for s in out.summaries}
-    erased_summaries: set[tuple[str, int]] = set()
     by_id: dict[tuple[str, str], list[int]] = {}
     if out.redactions:  # a long history with many redactions: no scan of every row per redaction
         for r in out.transcript:
@@ -56,12 +54,16 @@ def apply_decisions(out: BatchOutcome) -> AppliedHistory:
     for withdrawal in out.withdrawals:
         at = (withdrawal.conversation_key, withdrawal.seq)
         summaries[at] = replace(summaries[at], text=None)
+    # An erasure clears every earlier row of its conversation: only the latest one matters.
+    erased_before: dict[str, int] = {}
     for erasure in out.erasures:
+        key = erasure.conversation_key
+        erased_before[key] = max(erased_before.get(key, 0), erasure.before_seq)
+    if erased_before:
         for at, m in messages.items():
-            if at[0] == erasure.conversation_key and at[1] < erasure.before_seq:
+            if at[1] < erased_before.get(at[0], 0):
                 messages[at] = replace(m, row=replace(m.row, **_ERASED), erased=True)
         for at, s in summaries.items():
-            if at[0] == erasure.conversation_key and at[1] < erasure.before_seq:
+            if at[1] < erased_before.get(at[0], 0):
                 summaries[at] = replace(s, text=None)
-                erased_summaries.add(at)
-    return AppliedHistory(messages, summaries, frozenset(erased_summaries))
+    return AppliedHistory(messages, summaries)

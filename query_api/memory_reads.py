@@ -14,6 +14,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+from events.errors import InvalidRequestError
 from events.keys import ConversationKey
 from projectors.memory_tables import MemoryTables, covered_seq
 from projectors.tokens import ENCODINGS, TokenCounter
@@ -48,7 +49,7 @@ class InMemoryReadModels:
         self, key: ConversationKey, *, encoding: str, newest: int | None = None
     ) -> ContextInputs | None:
         if encoding not in ENCODINGS:
-            raise ValueError(f"unknown encoding {encoding!r}; expected one of {', '.join(ENCODINGS)}")
+            raise InvalidRequestError(f"unknown encoding {encoding!r}; expected one of {', '.join(ENCODINGS)}")
         k = str(key)
         state = self.tables.conversations.get(k)
         if state is None:

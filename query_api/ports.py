@@ -86,7 +86,7 @@ class ReadModels(Protocol):
     ) -> ContextInputs | None:
         """The inputs of the conversation's context, read in one snapshot (None: unknown). With
         ``newest``, only that many of the range's newest messages (``complete`` says whether that
-        was all, ``usable_turns`` how many turns the whole range offers). ValueError for an
+        was all, ``usable_turns`` how many turns the whole range offers). InvalidRequestError for an
         encoding other than :data:`~projectors.tokens.ENCODINGS`."""
         ...
 
@@ -95,7 +95,7 @@ class ReadModels(Protocol):
     ) -> tuple[list[ConversationListItem], str | None]:
         """One user's conversations, latest user activity first (never active ones last, then by
         id), and the cursor of the next page (None on the last one). ``before`` is such a cursor;
-        a malformed one raises ValueError."""
+        a malformed one raises InvalidRequestError."""
         ...
 
     async def transcript(
