@@ -550,3 +550,15 @@ async def test_a_crafted_list_cursor_is_a_422_not_a_500(client: httpx.AsyncClien
     cursor = base64.urlsafe_b64encode(raw).decode().rstrip("=")
     response = await client.get(BASE, params={"before": cursor}, headers=A)
     assert response.status_code == 422, response.text
+
+
+@pytest.mark.postgres
+async def test_a_min_offset_the_log_does_not_hold_is_a_422_at_once(client: httpx.AsyncClient) -> None:
+    appended = await client.post(f"{BASE}/c/messages", json={"role": "user", "content": "hi"}, headers=A)
+    assert appended.status_code == 202, appended.text
+    params = {"model": "gpt-4o", "budget_tokens": 1000, "min_offset": appended.json()["offset"] + 10**9}
+    started = asyncio.get_running_loop().time()
+    response = await client.get(f"{BASE}/c/context", params=params, headers=A)
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["code"] == "offset_beyond_log_end"
+    assert asyncio.get_running_loop().time() - started < 1.0  # not the whole wait for read-your-writes

@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse
 
 from events.errors import InvalidRequestError
 from events.keys import ConversationKey, partition_for_key
+from events.log import EventLog
 from projectors.tokens import cached_counter as _counter
 from projectors.tokens import model_spec
 from query_api.as_of import BeforeMessage, UnknownMessageError
@@ -80,7 +81,7 @@ def context_routes(deps: ApiDeps) -> APIRouter:
             if min_offset is not None:
                 if deps.log_behind is not None:  # never confirm an offset the projection did not take from this log
                     deps.log_behind(partition)
-                await _wait_for(reads, partition, min_offset, deps.wait_for_offset_s)
+                await _wait_for(reads, deps.log, partition, min_offset, deps.wait_for_offset_s)
             ctx, inputs = await _assemble(reads, key, spec, request)
         deps.metrics.context_served(ctx.token_count)
         # Plain JSON types already: skip FastAPI's encoder and response validation on the hot path.
@@ -118,8 +119,15 @@ async def _assemble(
         return ctx, inputs
 
 
-async def _wait_for(reads: ReadModels, partition: int, offset: int, timeout_s: float) -> None:
-    """Read-your-writes: wait (bounded) until the projection applied ``offset``."""
+async def _wait_for(reads: ReadModels, log: EventLog, partition: int, offset: int, timeout_s: float) -> None:
+    """Read-your-writes: wait (bounded) until the projection applied ``offset``. An offset the
+    log does not hold can never be reached: 422 at once, instead of polling Postgres for the
+    whole wait (the log's end is asked only when the projection is not there yet)."""
+    if await reads.projection_position(partition) > offset:
+        return
+    if offset >= (await log.end_offsets())[partition]:
+        raise ApiError(422, "offset_beyond_log_end", f"partition {partition} of the log holds no offset {offset} yet",
+                       field="min_offset", partition=partition)  # fmt: skip
     deadline = time.monotonic() + timeout_s
     while await reads.projection_position(partition) <= offset:
         if time.monotonic() > deadline:
