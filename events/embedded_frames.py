@@ -15,6 +15,7 @@ tail to cut. A hole frame (empty key, header :data:`HOLE_HEADER`) is what
 
 from __future__ import annotations
 
+import fcntl
 import json
 import mmap
 import os
@@ -24,7 +25,9 @@ from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 
+from events.errors import LogError
 from events.keys import partition_for_key
 from events.log import Coordinates, LogRecord
 
@@ -156,12 +159,22 @@ class Survey:
         return sum(len(i) for i in self.index)
 
 
-def read_header(fd: int) -> int | None:
-    """The partition count, or None when the file is not an embedded log."""
+def read_header(fd: int, path: Path) -> int:
+    """The partition count; :class:`~events.errors.LogError` when ``path`` is no embedded log."""
     header = os.pread(fd, FILE_HEADER.size, 0)
     if len(header) < FILE_HEADER.size or FILE_HEADER.unpack(header)[0] != MAGIC:
-        return None
+        raise LogError(f"{path} is not a convlog embedded log")
     return int(FILE_HEADER.unpack(header)[1])
+
+
+def held_elsewhere(fd: int) -> bool:
+    """Whether another process holds the log's lock (``serve`` or ``project`` writes it). A
+    shared lock taken here lasts as long as ``fd`` is open."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    return False
 
 
 def scan(fd: int, index: list[array[int]], position: int, size: int) -> int:

@@ -294,9 +294,7 @@ def _load(fd: int, path: Path, partitions: int) -> tuple[int, list[array[int]], 
         os.pwrite(fd, FILE_HEADER.pack(MAGIC, partitions), 0)
         os.fsync(fd)
         return partitions, [array("q") for _ in range(partitions)], FILE_HEADER.size
-    count = read_header(fd)
-    if count is None:
-        raise LogError(f"{path} is not a convlog embedded log")
+    count = read_header(fd, path)
     found = survey(fd, count)
     if found.corrupt:
         ranges = "; ".join(r.describe() for r in found.corrupt)
@@ -318,8 +316,6 @@ def _load(fd: int, path: Path, partitions: int) -> tuple[int, list[array[int]], 
 
 def _index_existing(fd: int, path: Path) -> tuple[int, list[array[int]], int]:
     """The header and the intact frames (where they end), changing nothing."""
-    count = read_header(fd)
-    if count is None:
-        raise LogError(f"{path} is not a convlog embedded log")
+    count = read_header(fd, path)
     index = [array("q") for _ in range(count)]
     return count, index, scan(fd, index, FILE_HEADER.size, os.fstat(fd).st_size)

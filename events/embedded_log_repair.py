@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from events.durable import fsync_directory
-from events.embedded_frames import CorruptRange, Survey, hole_frame, read_header, survey
+from events.embedded_frames import CorruptRange, Survey, held_elsewhere, hole_frame, read_header, survey
 from events.errors import LogCorruptError, LogError, LogLockedError
 
 _COPY_CHUNK = 1 << 20
@@ -70,6 +70,18 @@ class LogRepair:
     renumbered: bool
 
 
+def log_in_use(path: Path) -> bool:
+    """Whether another process holds the embedded log at ``path`` (False when there is none)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        return held_elsewhere(fd)
+    finally:
+        os.close(fd)
+
+
 def check_log(path: Path) -> LogCheck:
     """Survey the file without changing it (beside a running writer too: then from a copy)."""
     try:
@@ -77,13 +89,9 @@ def check_log(path: Path) -> LogCheck:
     except FileNotFoundError as e:
         raise LogError(f"there is no embedded log at {path}") from e
     try:
-        count = _header(fd, path)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            locked = True
-        except BlockingIOError:
-            locked = False  # the writer holds it: read a copy, the writer may cut a failed write off
-        return LogCheck(path, survey(fd, count, mapped=locked))
+        count = read_header(fd, path)
+        # Held by the writer: read a copy, the writer may cut a failed write off under a mapping.
+        return LogCheck(path, survey(fd, count, mapped=not held_elsewhere(fd)))
     finally:
         os.close(fd)
 
@@ -99,7 +107,7 @@ def repair_log(path: Path, *, renumber: bool = False, now: datetime | None = Non
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError as e:
             raise LogLockedError(f"{path} is open in another process: stop `convlog serve` first") from e
-        count = _header(fd, path)
+        count = read_header(fd, path)
         found = survey(fd, count)
         unknown = [r for r in found.corrupt if not r.frames]
         if unknown and not renumber:
@@ -118,13 +126,6 @@ def repair_log(path: Path, *, renumber: bool = False, now: datetime | None = Non
         return LogRepair(side, tuple(found.corrupt), holes, torn, renumbered=bool(unknown))
     finally:
         os.close(fd)  # also releases the lock (on the old inode, now replaced)
-
-
-def _header(fd: int, path: Path) -> int:
-    count = read_header(fd)
-    if count is None:
-        raise LogError(f"{path} is not a convlog embedded log")
-    return count
 
 
 def _rewrite(fd: int, path: Path, found: Survey, side: Path) -> int:

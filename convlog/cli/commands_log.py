@@ -4,8 +4,6 @@ embedded log file) and ``stop`` (the embedded Postgres that ``serve`` / ``demo``
 from __future__ import annotations
 
 import argparse
-import fcntl
-import os
 from pathlib import Path
 from typing import Any
 
@@ -58,8 +56,9 @@ def _log(settings: Settings, args: argparse.Namespace) -> int:
 
 def _stop(settings: Settings, args: argparse.Namespace) -> int:
     from convlog.local.embedded_pg import embedded_postgres_dir, stop_embedded_postgres  # noqa: PLC0415
+    from events.embedded_log_repair import log_in_use  # noqa: PLC0415
 
-    if not args.force and _held(settings.embedded_log_path):
+    if not args.force and log_in_use(settings.embedded_log_path):
         print(f"convlog: a convlog process (serve, project or demo) still holds {settings.embedded_log_path}: "
               "stop it first, or pass --force")  # fmt: skip
         return 2
@@ -69,18 +68,3 @@ def _stop(settings: Settings, args: argparse.Namespace) -> int:
     else:
         print(f"the embedded Postgres in {where} is not running")
     return 0
-
-
-def _held(path: Path) -> bool:
-    """Whether another process holds the embedded log's lock (``serve`` or ``project`` runs)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
