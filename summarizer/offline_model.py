@@ -1,4 +1,4 @@
-"""The deterministic offline summary model, and the size limit every summary obeys.
+"""The deterministic offline summary model (the size limit every summary obeys is :mod:`summarizer.limits`).
 
 :class:`OfflineSummaryModel` is an adapter of the :class:`~summarizer.ports.SummaryModel` port
 that needs no network and answers the same for the same input, so the demo and the tests run
@@ -7,32 +7,11 @@ anywhere; the OpenAI-compatible one lives in :mod:`summarizer.openai_model`.
 
 from __future__ import annotations
 
-from projectors.tokens import cached_counter, cut_to_tokens
 from projectors.turns import split_turns_by
+from summarizer.limits import count_tokens, enforce_limit
 from summarizer.plan import SummaryJob
 from summarizer.ports import Draft
 from summarizer.transcript import USER_PREFIX
-
-SUMMARY_ENCODING = "o200k_base"  # summary sizes are measured in it, whatever model serves them
-
-
-def count_tokens(text: str) -> int:
-    """Tokens of ``text`` in :data:`SUMMARY_ENCODING`."""
-    return cached_counter(SUMMARY_ENCODING)(text)
-
-
-def enforce_limit(text: str, max_tokens: int) -> tuple[str, bool]:
-    """``text`` cut to at most ``max_tokens`` tokens (at a line or word end when one is near);
-    the flag says whether it had to be cut. Models overrun instructions: the limit is ours."""
-    cut = cut_to_tokens(text, max_tokens, SUMMARY_ENCODING)
-    if cut is None:
-        return text, False
-    for sep in ("\n", ". ", " "):
-        at = cut.rfind(sep)
-        if at >= len(cut) * 3 // 4:
-            cut = cut[: at + (1 if sep == ". " else 0)]
-            break
-    return cut.rstrip(), True
 
 
 class OfflineSummaryModel:

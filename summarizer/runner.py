@@ -39,8 +39,8 @@ from events.log import LogRecord
 from events.producer import Appended, ConversationProducer
 from projectors.pg import retrying
 from projectors.ports import RecordSource
+from summarizer.limits import count_tokens, enforce_limit
 from summarizer.metrics import SummarizerMetrics
-from summarizer.offline_model import count_tokens, enforce_limit
 from summarizer.plan import SummaryJob, plan
 from summarizer.ports import Draft, SummaryModel, SummaryStore
 

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from events.keys import ConversationKey
 from projectors.window import EMPTY_WINDOW, WindowPolicy, on_user_message
-from summarizer.offline_model import OfflineSummaryModel, count_tokens, enforce_limit
+from summarizer.limits import count_tokens, enforce_limit
+from summarizer.offline_model import OfflineSummaryModel
 from summarizer.plan import PreviousSummary, SummaryInputs, plan, summary_event_id
 from summarizer.prompt import PROMPT_VERSION, build_messages
 from summarizer.transcript import PendingMessage, render_turns

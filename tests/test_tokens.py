@@ -27,7 +27,7 @@ from events.errors import ConfigurationError
 from projectors.tokens import ENCODINGS, TokenCounter, bpe_data_dir, get_encoding, load_encoding
 from projectors.tokens import encodings as tokens
 from projectors.tokens.encodings import cached_counter, cut_to_tokens, text_counter
-from summarizer.offline_model import SUMMARY_ENCODING, count_tokens
+from summarizer.limits import SUMMARY_ENCODING, count_tokens
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

@@ -29,10 +29,7 @@ def services_root(settings: Settings | None = None) -> Path:
     (beside the embedded defaults' ``.convlog``; ``make`` runs in the repo). Never found from the
     package's own location: an installed package does not live in a checkout. Without
     ``settings``, those of the environment."""
-    settings = settings or Settings.from_env()
-    if "data_dir" in settings.model_fields_set:  # given, not the default
-        return settings.data_dir.resolve() / "services"
-    return Path.cwd() / ".convlog" / "services"
+    return (settings or Settings.from_env()).data_dir.resolve() / "services"
 
 
 # ---------------------------------------------------------------- process helpers (shared)
