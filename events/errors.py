@@ -25,6 +25,7 @@ list is exactly the classes the packages define, with these parents)::
       * DecodeError — events.errors
         * UnknownSchemaError — events.errors
         * CorruptRecordError — events.errors
+        * UndecodableRecordError — events.errors
       * LogError — events.errors
         * LogUnavailableError — events.errors, retriable
           * LogStorageFullError — events.errors, retriable
@@ -129,6 +130,21 @@ class CorruptRecordError(DecodeError):
     """The record is truncated, has a bad header, or its body does not match its schema."""
 
     code = "corrupt_record"
+
+
+class UndecodableRecordError(DecodeError):
+    """A conversation's record, read back from the log for an audit read, cannot be decoded by
+    this build: the projection dead-lettered it at these coordinates (``convlog dead-letters``)."""
+
+    code = "undecodable_record"
+
+    def __init__(self, partition: int, offset: int, cause: DecodeError) -> None:
+        super().__init__(
+            f"partition {partition} offset {offset} holds a record of this conversation that cannot be decoded "
+            f"({cause}); it is a dead letter: `convlog dead-letters list` shows it"
+        )
+        self.partition = partition
+        self.offset = offset
 
 
 class LogError(ConvlogError):

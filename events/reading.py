@@ -6,7 +6,7 @@ import time
 from collections.abc import AsyncIterator
 
 from events.codec import EventCodec, default_codec
-from events.errors import LogUnavailableError
+from events.errors import DecodeError, LogUnavailableError, UndecodableRecordError
 from events.event_types import Event
 from events.keys import ConversationKey, partition_for_key
 from events.log import EventLog, LogRecord
@@ -20,6 +20,7 @@ async def conversation_events(
     codec: EventCodec | None = None,
     batch_size: int = 1000,
     stall_timeout_s: float = 30.0,
+    skip_undecodable: bool = False,
 ) -> AsyncIterator[tuple[LogRecord, Event]]:
     """The conversation's events from ``start_offset`` up to the log's end at call time.
 
@@ -41,7 +42,13 @@ async def conversation_events(
             if record.offset >= end:
                 return
             if record.key == raw_key:
-                yield record, codec.decode(record.value)
+                try:
+                    event = decode_logged(record, codec)
+                except UndecodableRecordError:
+                    if skip_undecodable:
+                        continue
+                    raise
+                yield record, event
         moved = batch.positions.get(partition, position)
         if moved > position:
             position, progressed_at = moved, time.monotonic()
@@ -50,3 +57,12 @@ async def conversation_events(
                 f"reading partition {partition} made no progress at offset {position} for {stall_timeout_s:g}s "
                 f"(its end is {end}): the log does not answer"
             )
+
+
+def decode_logged(record: LogRecord, codec: EventCodec) -> Event:
+    """The event of a record read back from the log; :class:`UndecodableRecordError` (with its
+    coordinates) when this build cannot decode it — a foreign record the projection dead-lettered."""
+    try:
+        return codec.decode(record.value)
+    except DecodeError as e:
+        raise UndecodableRecordError(record.partition, record.offset, e) from e

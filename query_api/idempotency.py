@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from events.codec import EventCodec, default_codec
-from events.errors import ConvlogError
+from events.errors import ConvlogError, DecodeError
 from events.event_types import Event
 from events.keys import ConversationKey, partition_for_key
 from events.log import Coordinates, EventLog, LogRecord
@@ -146,7 +146,9 @@ class IdempotentAppends:
                 if event.event_id == event_id:
                     return self._first(record, event), 0
         end = (await self._log.end_offsets())[partition]
-        async for record, event in conversation_events(self._log, key, start_offset=at.projected, codec=self._codec):
+        # A record this build cannot decode carries no event id it could match: passed over.
+        tail = conversation_events(self._log, key, start_offset=at.projected, codec=self._codec, skip_undecodable=True)
+        async for record, event in tail:
             if event.event_id == event_id:  # appended, not projected yet
                 return self._first(record, event), 0
         return None, end
@@ -159,7 +161,10 @@ class IdempotentAppends:
         raw = key.encode()
         for record in await read_range(self._log, mine.partition, start, mine.offset - 1):
             if record.key == raw:
-                event = self._codec.decode(record.value)
+                try:
+                    event = self._codec.decode(record.value)
+                except DecodeError:
+                    continue  # carries no event id it could match
                 if event.event_id == event_id:
                     return self._first(record, event)
         return None

@@ -16,7 +16,7 @@ from events.errors import DecodeError, LogUnavailableError
 from events.event_types import Event
 from events.keys import ConversationKey, partition_for_key
 from events.log import EventLog, LogRecord
-from events.reading import conversation_events
+from events.reading import conversation_events, decode_logged
 from query_api.ports import LoggedAt, ReadModels
 
 # Records of other conversations read through rather than given a fetch of their own: a fetch
@@ -87,7 +87,7 @@ async def indexed_events(
     exactly as a scan of the partition would match them."""
     raw = key.encode()
     records = await read_offsets(log, at.partition, at.offsets)
-    return [(r, codec.decode(r.value)) for r in records if r.key == raw]
+    return [(r, decode_logged(r, codec)) for r in records if r.key == raw]
 
 
 async def _tail(log: EventLog, key: ConversationKey, at: LoggedAt, codec: EventCodec) -> list[tuple[LogRecord, Event]]:

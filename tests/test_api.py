@@ -263,6 +263,24 @@ async def test_raw_events_withhold_what_the_projection_redacts_and_withdraws(
     assert [s["status"] for s in summaries] == ["withdrawn"]  # the read models agree
 
 
+async def test_an_undecodable_record_of_a_conversation_is_a_409_naming_it_not_a_500(
+    service: Service, client: httpx.AsyncClient
+) -> None:
+    key = ConversationKey("acme", "u1", "foreign")
+    await post(client, "foreign", {"role": "user", "content": "hello"})
+    bad = await service.deps.log.append(key=key.encode(), value=b"not avro")  # a foreign producer's record
+    keyed = await post(client, "foreign", {"role": "user", "content": "again"}, **{"Idempotency-Key": "k-1"})
+    assert keyed["offset"] > bad.offset  # a keyed append looks past the record it cannot decode
+    for path, params in ((f"{BASE}/foreign/events", {}), (f"{BASE}/foreign/context",
+                         {"model": "gpt-4o", "budget_tokens": 1000, "as_of": keyed["offset"]})):  # fmt: skip
+        response = await client.get(path, params=params, headers=A)
+        assert response.status_code == 409, response.text
+        error = response.json()["error"]
+        assert (error["code"], error["partition"], error["offset"]) == ("undecodable_record", bad.partition, bad.offset)
+    await caught_up(client, "foreign", keyed["offset"])  # the projection went on past it
+    assert (await client.get(f"{BASE}/foreign/events", headers=A)).status_code == 409  # from the index too
+
+
 async def test_health_readiness_metrics_and_openapi(client: httpx.AsyncClient) -> None:
     assert (await client.get("/healthz")).json() == {"status": "ok"}
     for _ in range(100):  # ready once the projector has its positions

@@ -7,7 +7,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from events.errors import ConvlogError, EventTooLargeError, InvalidEventError
+from events.errors import ConvlogError, EventTooLargeError, InvalidEventError, UndecodableRecordError
 from query_api.context_types import ContextBudgetExceededError
 from query_api.disconnects import ClientDisconnectedError
 from query_api.http.deps import ApiDeps, ApiError, error_response
@@ -63,6 +63,8 @@ def _add_error_handlers(app: FastAPI) -> None:
             return error_response(413, e.code, str(e), field=e.field)
         if isinstance(e, InvalidEventError):
             return error_response(422, e.code, str(e), field=e.field)
+        if isinstance(e, UndecodableRecordError):  # the conversation's own poison: its audit reads say so
+            return error_response(409, e.code, str(e), partition=e.partition, offset=e.offset)
         if isinstance(e, ClientDisconnectedError):  # nobody reads it: 499, nginx's "client closed request"
             return error_response(499, e.code, str(e))
         if isinstance(e, ContextBudgetExceededError):
