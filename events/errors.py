@@ -20,6 +20,7 @@ list is exactly the classes the packages define, with these parents)::
       * InvalidEventError — events.errors, also a ValueError
         * EventTooLargeError — events.errors
         * InvalidKeyError — events.errors
+        * NativeFormatError — events.errors
       * NotJsonError — events.strict_json, also a ValueError
       * InvalidRequestError — events.errors, also a ValueError
       * DecodeError — events.errors
@@ -95,6 +96,19 @@ class EventTooLargeError(InvalidEventError):
         super().__init__(f"encoded event is {size} bytes, the limit is {limit} bytes", field="event")
         self.size = size
         self.limit = limit
+
+
+class NativeFormatError(InvalidEventError):
+    """A payload in a provider's native format (``?format=anthropic|responses|gemini``) breaks
+    that format's rules. ``code`` names the rule broken (stable, e.g. ``orphan_tool_result``),
+    ``field`` its JSON path in the payload; nothing of the payload was stored."""
+
+    code = "invalid_native_payload"
+
+    def __init__(self, message: str, *, field: str | None, code: str | None = None) -> None:
+        super().__init__(message, field=field)
+        if code is not None:
+            self.code = code
 
 
 class InvalidKeyError(InvalidEventError):

@@ -49,14 +49,82 @@ class ToolCall:
     arguments: str
 
 
+# Schema v4: a message's lossless, provider-neutral content (events/blocks.py explains them).
+ApiFormat: TypeAlias = Literal["chat_completions", "anthropic", "responses", "gemini"]
+API_FORMATS: tuple[ApiFormat, ...] = ("chat_completions", "anthropic", "responses", "gemini")
+
+
+@dataclass(frozen=True, slots=True)
+class TextBlock:
+    text: str
+    item_id: str | None = None  # the provider's id of the item holding it (Responses msg_…)
+    extra: str | None = None  # compact JSON object: the native block's other keys
+
+
+@dataclass(frozen=True, slots=True)
+class MediaBlock:
+    """An image or a file, by ``url`` or inline base64 ``data`` with its ``media_type``."""
+
+    kind: Literal["image", "file"]
+    url: str | None = None
+    data: str | None = None
+    media_type: str | None = None
+    detail: ImageDetail | None = None
+    filename: str | None = None
+    extra: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallBlock:
+    """A function call: ``id`` pairs it with its result (Anthropic ``tool_use.id``, Responses
+    ``call_id``, Gemini ``functionCall.id`` or one convlog derived); ``arguments`` is JSON text."""
+
+    id: str
+    name: str
+    arguments: str
+    item_id: str | None = None  # the provider's id of the call item itself (Responses fc_…, Gemini id)
+    signature: str | None = None  # Gemini thoughtSignature on the functionCall part
+    extra: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningBlock:
+    """Reasoning as the provider returned it: visible ``text`` (Anthropic ``thinking``, a Gemini
+    thought), ``summary`` texts (Responses), and the opaque parts that must come back verbatim:
+    ``signature``, redacted ``data``, ``encrypted_content``."""
+
+    text: str | None = None
+    summary: tuple[str, ...] | None = None
+    signature: str | None = None
+    redacted_data: str | None = None
+    encrypted_content: str | None = None
+    item_id: str | None = None  # Responses rs_…
+    extra: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OpaqueBlock:
+    """A native block convlog does not model, kept verbatim: ``provider`` is the format it came
+    in (an :data:`ApiFormat`), ``json`` the block's compact JSON."""
+
+    provider: str
+    json: str
+
+
+Block: TypeAlias = TextBlock | MediaBlock | ToolCallBlock | ReasoningBlock | OpaqueBlock
+
+
 @dataclass(frozen=True, slots=True)
 class Usage:
     """Token usage as reported by the provider for the call that produced a message."""
 
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
-    cached_tokens: int | None = None
+    cached_tokens: int | None = None  # read from the provider's prompt cache (part of prompt_tokens)
     reasoning_tokens: int | None = None
+    # Schema v4: written to the prompt cache (Anthropic cache_creation_input_tokens). prompt_tokens
+    # is always the whole prompt: for Anthropic input + cache read + cache write tokens.
+    cache_write_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +147,13 @@ class MessageAppended:
     usage: Usage | None = None
     finish_reason: FinishReason | None = None
     metadata: Mapping[str, str] = field(default_factory=dict)
+    # Schema v4 (events/blocks.py). ``blocks`` non-empty: the message's lossless content, and
+    # ``content``/``tool_calls`` are its Chat Completions view (events.blocks.chat_view), never
+    # written to the log beside them; ``reasoning_content`` is then None.
+    blocks: tuple[Block, ...] = ()
+    provider: str | None = None  # who made it: "anthropic", "openai", "google", "deepseek", ...
+    api: ApiFormat | None = None  # the format it was appended in (None: chat_completions, before v4)
+    is_error: bool | None = None  # a tool result that reports a failure (Anthropic is_error)
 
 
 @dataclass(frozen=True, slots=True)

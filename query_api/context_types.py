@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias, get_args
 
+from events.blocks import Block
 from events.errors import ConvlogError
 from projectors.tokens import ModelSpec  # re-exported: the model table owns it
 
@@ -36,6 +37,14 @@ class StoredMessage:
     tokens: int = 0  # content text + tool calls, in the request's encoding (stored at projection)
     reasoning_tokens: int = 0
     image_count: int = 0
+    # Schema v4 (events/blocks.py): the lossless blocks of a message appended in a native format
+    # (empty for a Chat Completions message: query_api.formats.types.stored_blocks derives them).
+    blocks: tuple[Block, ...] = ()
+    api: str | None = None  # the format it was appended in (None: chat_completions)
+    provider: str | None = None
+    model: str | None = None
+    is_error: bool | None = None
+    prompt_tokens: int | None = None  # usage as reported: the whole prompt that produced this answer
 
 
 @dataclass(frozen=True, slots=True)

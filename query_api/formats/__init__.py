@@ -1,0 +1,1 @@
+"""Provider formats on the query side: one renderer and one rule checker per format."""

@@ -1,0 +1,145 @@
+"""What a format's renderer gets and returns, and which stored blocks a target may be served.
+
+The context assembler (query_api/context.py) decides *what* is served — which turns, which
+tool calls (answered ones only), which images — the same for every format. A renderer
+(``query_api/formats/<format>.py``) decides only *how*: it turns the selection into that
+provider's request fragment, enforcing the provider's own rules by construction, and says what
+it could not carry (:class:`Dropped`). Pure functions over frozen dataclasses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, TypeAlias
+
+from events.blocks import ApiFormat, Block, MediaBlock, ReasoningBlock, TextBlock, ToolCallBlock
+from events.event_types import ImagePart, TextPart
+from projectors.tokens import normalize_model_name
+from query_api.context_types import StoredMessage
+
+__all__ = [
+    "DropReason",
+    "Dropped",
+    "RenderRequest",
+    "Rendered",
+    "Renderer",
+    "Selected",
+    "Target",
+    "extras_served",
+    "is_reasoning",
+    "reasoning_served",
+    "served_calls",
+    "stored_blocks",
+]
+
+DropReason: TypeAlias = Literal[
+    "other_provider",  # a reasoning blob or native extra bound to the format/provider that made it
+    "other_model",  # a reasoning blob bound to the model that made it (Anthropic, Gemini signatures)
+    "policy",  # Chat Completions reasoning_content the request's reasoning policy leaves out
+    "unsupported",  # the target format has no place for it (an opaque block of another format)
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where the context goes: the format, the model it is for, and the request's options."""
+
+    format: ApiFormat
+    model: str
+    reasoning: str = "omit"  # chat_completions only: omit | tool_turns | all (DeepSeek thinking mode)
+    cache: bool = False  # anthropic: place cache_control breakpoints
+
+
+@dataclass(frozen=True, slots=True)
+class Selected:
+    """One message the assembler serves. ``call_ids``: the tool calls to serve (every call of
+    an assistant message that was answered; an interrupted message's are none), in the
+    message's order. ``keep_images``: images stay (else a text placeholder, the request's
+    ``image_turns``). ``include_reasoning``: the Chat Completions policy's decision for this
+    message's ``reasoning_content`` (other formats decide with :func:`reasoning_served`)."""
+
+    message: StoredMessage
+    call_ids: tuple[str, ...] = ()
+    keep_images: bool = True
+    include_reasoning: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RenderRequest:
+    system: tuple[StoredMessage, ...]  # stored system prompts, in order (usable, with content)
+    summary: str | None  # the summary's system text (header included), if any
+    messages: tuple[Selected, ...]  # valid by the neutral rules: turns, tool groups complete
+    target: Target
+
+
+@dataclass(frozen=True, slots=True)
+class Dropped:
+    message_id: str
+    what: str  # "reasoning", "opaque", "extra", ...
+    reason: DropReason
+
+
+@dataclass(frozen=True, slots=True)
+class Rendered:
+    fragment: dict[str, Any]  # the provider's request keys: {"messages": ...}, {"system": ..., "messages": ...}
+    dropped: tuple[Dropped, ...] = ()
+
+
+class Renderer(Protocol):
+    def __call__(self, request: RenderRequest, /) -> Rendered: ...
+
+
+# Reasoning blobs are bound to who made them: Anthropic signatures and Gemini thought
+# signatures to the model ("Invalid signature" elsewhere), Responses reasoning items to OpenAI.
+_MODEL_BOUND: frozenset[str] = frozenset({"anthropic", "gemini"})
+
+
+def reasoning_served(message: StoredMessage, target: Target) -> DropReason | None:
+    """None if ``message``'s native reasoning blocks may go to ``target``, else why not."""
+    if message.api != target.format or message.api == "chat_completions":
+        return "other_provider"
+    if message.api in _MODEL_BOUND and normalize_model_name(message.model or "") != normalize_model_name(target.model):
+        return "other_model"
+    return None
+
+
+def extras_served(message: StoredMessage, target: Target) -> bool:
+    """A block's native ``extra`` keys and the message's opaque blocks go only to its own format."""
+    return message.api == target.format
+
+
+def stored_blocks(message: StoredMessage) -> tuple[Block, ...]:
+    """The message's blocks: as appended in a native format, or (a Chat Completions message)
+    derived from its content and tool calls. A Chat Completions ``reasoning_content`` is not a
+    block: it is served only to ``chat_completions`` (by the reasoning policy)."""
+    if message.blocks:
+        return message.blocks
+    out: list[Block] = []
+    content = message.content
+    if isinstance(content, str):
+        if content:
+            out.append(TextBlock(content))
+    elif isinstance(content, list | tuple):
+        for part in content:
+            if isinstance(part, TextPart):
+                out.append(TextBlock(part.text))
+            elif isinstance(part, ImagePart):
+                out.append(MediaBlock("image", url=part.url, detail=part.detail))
+            elif isinstance(part, dict) and part.get("type") == "text":
+                out.append(TextBlock(part["text"]))
+            elif isinstance(part, dict) and part.get("type") == "image_url":
+                image = part["image_url"]
+                out.append(MediaBlock("image", url=image["url"], detail=image.get("detail")))
+    out.extend(ToolCallBlock(c["id"], c["function"]["name"], c["function"]["arguments"]) for c in message.tool_calls)
+    return tuple(out)
+
+
+def served_calls(blocks: Sequence[Block], call_ids: Sequence[str]) -> list[ToolCallBlock]:
+    """The tool call blocks the assembler serves, in the message's order."""
+    wanted = set(call_ids)
+    return [b for b in blocks if isinstance(b, ToolCallBlock) and b.id in wanted]
+
+
+def is_reasoning(block: Block) -> bool:
+    return isinstance(block, ReasoningBlock)
