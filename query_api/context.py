@@ -19,9 +19,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from events.blocks import OpaqueBlock
 from events.errors import ConvlogError
-from projectors.tokens import drop_images, message_cost, text_message_cost
+from projectors.tokens import message_cost, text_message_cost
 from projectors.turns import split_turns
+from query_api import rules
 from query_api.context_types import (
     Context,
     ContextBudgetExceededError,
@@ -30,7 +32,9 @@ from query_api.context_types import (
     StoredMessage,
     StoredSummary,
 )
-from query_api.rules import violations
+from query_api.estimates import estimate_for
+from query_api.formats import checker_for, renderer_for
+from query_api.formats.types import RenderRequest, Selected, Target, extras_served, reasoning_served
 
 SUMMARY_HEADER = "Summary of the earlier conversation:\n"
 
@@ -49,7 +53,7 @@ class NeedOlderMessagesError(ConvlogError):
 
 @dataclass(slots=True)
 class _Served:
-    message: dict[str, Any]
+    selected: Selected
     cost: int
 
 
@@ -78,45 +82,44 @@ def _usable(m: StoredMessage) -> bool:
     return not (m.redacted or m.erased or m.flag is not None)
 
 
-def _serve(
-    m: StoredMessage,
-    spec: ModelSpec,
-    count: Count,
-    *,
-    tool_calls: Sequence[dict[str, Any]] | None = None,
-    keep_images: bool,
-    include_reasoning: bool,
-) -> _Served:
-    if m.role == "tool" and m.name:
-        m = replace(m, name=None)  # Chat Completions takes no name on tool messages (the call carries it)
-    calls = list(m.tool_calls) if tool_calls is None else list(tool_calls)
-    message: dict[str, Any] = {"role": m.role, "content": m.content if keep_images else drop_images(m.content)}
-    if m.name:
-        message["name"] = m.name
-    if calls:
-        message["tool_calls"] = calls
-    if m.role == "tool":
-        message["tool_call_id"] = m.tool_call_id
-    if include_reasoning and m.reasoning_content:
-        message["reasoning_content"] = m.reasoning_content
-    cost = message_cost(
-        m, spec, include_reasoning=include_reasoning, keep_images=keep_images, count=count,
-        tool_calls=None if len(calls) == len(m.tool_calls) else calls,
-    )  # fmt: skip
-    return _Served(message, cost)
+class _Costs:
+    """What a selected message costs in the target's prompt: tiktoken's count of what is served
+    (stored counts, recounted only when images or calls are left out), plus — for a format other
+    than Chat Completions — the native reasoning and opaque blocks the target is served."""
+
+    def __init__(self, spec: ModelSpec, count: Count, target: Target) -> None:
+        self.spec, self.count, self.target = spec, count, target
+        self.chat = target.format == "chat_completions"
+
+    def __call__(self, s: Selected) -> int:
+        m = s.message
+        if m.role == "tool" and m.name:
+            m = replace(m, name=None)  # no format serves a tool result's name (the call carries it)
+        calls = None if len(s.call_ids) == len(m.tool_calls) else [c for c in m.tool_calls if c["id"] in s.call_ids]
+        cost = message_cost(m, self.spec, include_reasoning=s.include_reasoning, keep_images=s.keep_images,
+                            count=self.count, tool_calls=calls)  # fmt: skip
+        if self.chat or not m.blocks:
+            return cost
+        if m.reasoning_tokens and reasoning_served(m, self.target) is None:
+            cost += m.reasoning_tokens
+        if extras_served(m, self.target):
+            cost += sum(self.count(b.json) for b in m.blocks if isinstance(b, OpaqueBlock))
+        return cost
 
 
-def _build_turn(
-    messages: Sequence[StoredMessage], spec: ModelSpec, count: Count, *, keep_images: bool, reasoning: str
-) -> _Turn | None:
+def _build_turn(messages: Sequence[StoredMessage], costs: _Costs, *, keep_images: bool, reasoning: str) -> _Turn | None:
     """One turn (a user message and what followed it) made valid; None if its user message
     cannot be served (the answers make no sense without the question)."""
     user = messages[0]
     if not _usable(user):
         return None
     made_tool_calls = any(m.role == "assistant" and m.tool_calls and _usable(m) for m in messages)
-    include_reasoning = reasoning == "all" or (reasoning == "tool_turns" and made_tool_calls)
-    turn = _Turn(user=_serve(user, spec, count, keep_images=keep_images, include_reasoning=False))
+    include_reasoning = costs.chat and (reasoning == "all" or (reasoning == "tool_turns" and made_tool_calls))
+
+    def served(s: Selected) -> _Served:
+        return _Served(s, costs(s))
+
+    turn = _Turn(user=served(Selected(user, keep_images=keep_images)))
     i = 1
     while i < len(messages):
         m = messages[i]
@@ -130,21 +133,18 @@ def _build_turn(
             if _usable(t) and t.tool_call_id in call_ids and t.tool_call_id not in answers:
                 answers[t.tool_call_id or ""] = t
             i += 1
-        calls = [c for c in m.tool_calls if c["id"] in answers and c["id"] in call_ids]
+        calls = tuple(c["id"] for c in m.tool_calls if c["id"] in answers and c["id"] in call_ids)
         has_text = bool(m.content) if not isinstance(m.content, list) else any(m.content)
         if not calls and not has_text:
             continue  # nothing the user saw and no finished call: not served
-        served = _serve(m, spec, count, tool_calls=calls, keep_images=keep_images, include_reasoning=include_reasoning)
+        assistant = served(Selected(m, calls, keep_images, include_reasoning))
         if calls:
-            group = [served]
-            group += [
-                _serve(answers[c["id"]], spec, count, keep_images=keep_images, include_reasoning=False) for c in calls
-            ]
+            group = [assistant] + [served(Selected(answers[c], keep_images=keep_images)) for c in calls]
             turn.order.append(("group", len(turn.groups)))
             turn.groups.append(group)
         else:
             turn.order.append(("rest", len(turn.rest)))
-            turn.rest.append(served)
+            turn.rest.append(assistant)
     return turn
 
 
@@ -169,51 +169,88 @@ def assemble(
     complete: bool = True,
     usable_turns: int | None = None,
 ) -> Context:
-    """The context for ``request``; raises :class:`ContextBudgetExceededError` when even the
-    system messages, the summary and the current turn's user message do not fit.
+    """The context for ``request``, in ``request.format``; raises
+    :class:`ContextBudgetExceededError` when even the system messages, the summary and the
+    current turn's user message do not fit.
 
     ``complete=False`` says ``messages`` are only the newest of the range (a long history read
     for its tail): the result is the same as from the whole range as long as the budget cut
     inside them — else :class:`NeedOlderMessagesError` asks for the whole range.
     ``usable_turns`` is then the number of usable turns in the whole range, for
     ``dropped_turns``."""
-    head = [
-        _serve(m, spec, count, keep_images=False, include_reasoning=False) for m in system if _usable(m) and m.content
-    ]
-    if summary is not None:
-        message = {"role": "system", "content": SUMMARY_HEADER + summary.text}
-        head.append(_Served(message, text_message_cost("system", message["content"], spec, count)))
+    target = Target(request.format, request.model, request.reasoning, request.cache)
+    costs = _Costs(spec, count, target)
+    head = [Selected(m, keep_images=False) for m in system if _usable(m) and m.content]
+    fixed = spec.reply_priming + sum(costs(s) for s in head)
+    summary_text = None if summary is None else SUMMARY_HEADER + summary.text
+    if summary_text is not None:
+        fixed += text_message_cost("system", summary_text, spec, count)
     raw_turns = split_turns(messages).turns  # a preamble (a greeting) cannot open a context: rule 2
     turns: list[_Turn] = []
     for index, raw in enumerate(raw_turns):
         keep_images = index >= len(raw_turns) - request.image_turns
-        turn = _build_turn(raw, spec, count, keep_images=keep_images, reasoning=request.reasoning)
+        turn = _build_turn(raw, costs, keep_images=keep_images, reasoning=request.reasoning)
         if turn is not None:
             turns.append(turn)
-    available = request.budget_tokens - request.reserve_tokens - request.tools_tokens
-    fixed = spec.reply_priming + sum(s.cost for s in head)
+    budget = request.budget_tokens - request.reserve_tokens - request.tools_tokens
+    estimate = estimate_for(spec, target, fixed, [s for t in turns for s in t.messages()])
+    available = budget if estimate is None else estimate.tokens_available(budget)
     if not complete and not turns:
         raise NeedOlderMessagesError  # the newest usable question is older than what was read
-    kept, skip_groups = _fit(turns, fixed, available)
+    try:
+        kept, skip_groups = _fit(turns, fixed, available)
+    except ContextBudgetExceededError as e:
+        if estimate is None:
+            raise
+        raise ContextBudgetExceededError(needed=estimate.scaled(e.needed, margin=True), available=budget) from None
     if not complete and len(kept) == len(turns) and skip_groups == 0:
         # Every turn read fits: older, unread ones might too. (Had one not fit, no older one
         # could stay — trimming never leaves a gap — so the tail is then the whole answer.)
         raise NeedOlderMessagesError
-    served = [s.message for s in head]
+    served: list[_Served] = []
     for i, turn in enumerate(kept):
-        served += [s.message for s in turn.messages(skip_groups=skip_groups if i == len(kept) - 1 else 0)]
-    total = fixed + sum(t.cost(skip_groups=skip_groups if i == len(kept) - 1 else 0) for i, t in enumerate(kept))
-    broken = violations(served, reasoning=request.reasoning)
+        served += turn.messages(skip_groups=skip_groups if i == len(kept) - 1 else 0)
+    total = fixed + sum(s.cost for s in served)
+    rendered = renderer_for(target.format)(
+        RenderRequest(tuple(s.message for s in head), summary_text, tuple(s.selected for s in served), target)
+    )
+    broken = _violations(rendered.fragment, target)
     if broken:  # a bug, never a request problem: refuse rather than serve an invalid array
-        raise AssertionError(f"assembled an invalid context: {broken}")
+        raise AssertionError(f"assembled an invalid {target.format} context: {broken}")
     return Context(
-        messages=tuple(served),
-        token_count=total,
+        messages=tuple(rendered.fragment.get("messages", ())) if target.format == "chat_completions" else (),
+        token_count=total if estimate is None else estimate.scaled(total, margin=False),
         encoding=spec.encoding,
         dropped_turns=(len(turns) if complete or usable_turns is None else usable_turns) - len(kept),
         compressed=summary is not None,
         summary=summary,
+        format=target.format,
+        fragment=rendered.fragment,
+        dropped=rendered.dropped,
+        estimate=None if estimate is None else replace(estimate, raw_tokens=total),
+        units=_units(head, summary, costs, fixed, served),
     )
+
+
+def _units(
+    head: Sequence[Selected], summary: StoredSummary | None, costs: _Costs, fixed: int, served: Sequence[_Served]
+) -> tuple[tuple[str, int], ...]:
+    """What the context is made of, in order, each with its cost: two contexts whose units agree
+    up to some point render the same prefix up to there (rendering is a pure function of them)."""
+    units = [(f"system:{s.message.message_id}", costs(s)) for s in head]
+    if summary is not None:
+        units.append((f"summary:{summary.summary_id}", fixed - costs.spec.reply_priming - sum(c for _, c in units)))
+    for x in served:
+        s = x.selected
+        what = f"{s.message.message_id}:{','.join(s.call_ids)}:{s.keep_images:d}{s.include_reasoning:d}"
+        units.append((what, x.cost))
+    return tuple(units)
+
+
+def _violations(fragment: dict[str, Any], target: Target) -> list[str]:
+    if target.format == "chat_completions":
+        return rules.violations(fragment["messages"], reasoning=target.reasoning)
+    return checker_for(target.format)(fragment)
 
 
 def _fit(turns: list[_Turn], fixed: int, available: int) -> tuple[list[_Turn], int]:

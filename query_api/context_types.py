@@ -3,12 +3,16 @@ summary, and a context request. Plain frozen dataclasses; no driver types."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Literal, TypeAlias, get_args
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, get_args
 
-from events.blocks import Block
+from events.blocks import ApiFormat, Block
 from events.errors import ConvlogError
 from projectors.tokens import ModelSpec  # re-exported: the model table owns it
+
+if TYPE_CHECKING:
+    from query_api.estimates import Estimate
+    from query_api.formats.types import Dropped
 
 __all__ = ["REASONING_POLICIES", "Context", "ContextBudgetExceededError", "ContextRequest", "ModelSpec",
            "ReasoningPolicy", "StoredMessage", "StoredSummary"]  # fmt: skip
@@ -63,6 +67,8 @@ class ContextRequest:
     tools_tokens: int = 0  # what the request's tool definitions cost
     reasoning: ReasoningPolicy = "omit"
     image_turns: int = 2  # only the last N turns keep their images
+    format: ApiFormat = "chat_completions"  # the provider format the context is rendered in
+    cache: bool = False  # anthropic: place cache_control breakpoints
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +79,13 @@ class Context:
     dropped_turns: int
     compressed: bool  # a summary is in it
     summary: StoredSummary | None
+    format: ApiFormat = "chat_completions"
+    # The provider's request keys: {"messages"} (chat_completions), {"system", "messages"}
+    # (anthropic), {"instructions", "input"} (responses), {"system_instruction", "contents"} (gemini).
+    fragment: dict[str, Any] = field(default_factory=dict)
+    dropped: tuple[Dropped, ...] = ()  # what the format could not carry, and why
+    estimate: Estimate | None = None  # set when the model has no tokenizer here (query_api/estimates.py)
+    units: tuple[tuple[str, int], ...] = ()  # (what, tokens) in order: query_api.cache_prefix compares them
 
 
 class ContextBudgetExceededError(ConvlogError):

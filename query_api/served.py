@@ -6,6 +6,7 @@ context for the same request.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -46,17 +47,31 @@ async def context_as_of(
 
 
 def context_body(ctx: Context, inputs: ContextInputs, spec: ModelSpec) -> dict[str, Any]:
-    """The JSON body of the context endpoint."""
+    """The JSON body of the context endpoint: the format's request fragment under the provider's
+    own keys, beside the accounting."""
     summary = ctx.summary
-    return {
-        "messages": list(ctx.messages),
+    body: dict[str, Any] = dict(ctx.fragment)
+    body.update({
+        "format": ctx.format,
         "token_count": ctx.token_count,
         "encoding": ctx.encoding,
         "encoding_estimated": spec.estimated,
         "summary": None if summary is None else {"summary_id": summary.summary_id, "text": summary.text,
                                                  "covers_through_seq": summary.covers_through_seq},
         "dropped_turns": ctx.dropped_turns,
+        "dropped": [{"message_id": d.message_id, "what": d.what, "reason": d.reason} for d in ctx.dropped],
         "compressed": ctx.compressed,
         "degraded": inputs.parked,
         "position": {"partition": inputs.partition, "offset": inputs.last_offset},
-    }  # fmt: skip
+    })  # fmt: skip
+    if ctx.estimate is not None:
+        body["estimate"] = ctx.estimate.as_json()
+    if ctx.format in ("chat_completions", "responses"):
+        body["prompt_cache_key"] = prompt_cache_key(inputs.conversation_key)
+    return body
+
+
+def prompt_cache_key(key: ConversationKey) -> str:
+    """OpenAI routes requests with the same ``prompt_cache_key`` to the same cache: one per
+    conversation, derived (not the key itself, which names the tenant and user)."""
+    return "convlog-" + hashlib.sha256(str(key).encode()).hexdigest()[:32]

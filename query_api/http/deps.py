@@ -18,6 +18,7 @@ from events.keys import ConversationKey
 from events.log import EventLog, LogRecord
 from events.producer import Appended, ConversationProducer
 from projectors.window import WindowPolicy
+from query_api.cache_prefix import PrefixMemory
 from query_api.log_reads import conversation_records, log_holds
 from query_api.metrics import Metrics
 from query_api.ports import ReadModels
@@ -53,6 +54,7 @@ class ApiDeps:
     policy: WindowPolicy = field(default_factory=WindowPolicy)
     max_event_bytes: int = 1024 * 1024
     log_behind: Callable[[int], None] | None = None  # raises for a partition whose records the log lost
+    prefixes: PrefixMemory = field(default_factory=PrefixMemory)  # the last context served, for its cacheable prefix
 
 
 def tenant_of(tokens: Mapping[str, str], authorization: str | None) -> str | None:

@@ -10,6 +10,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 
+from events.blocks import ApiFormat
 from events.errors import InvalidRequestError
 from events.keys import ConversationKey, partition_for_key
 from events.log import EventLog
@@ -24,6 +25,8 @@ from query_api.http.strict_json import StrictJsonRoute
 from query_api.ports import ContextInputs, ReadModels
 from query_api.served import context_as_of, context_body
 
+CACHEABLE_PREFIX_HEADER = "Convlog-Cacheable-Prefix-Tokens"
+"""Leading tokens of this context equal to the previous one served for the conversation (query_api/cache_prefix.py)."""
 NEWEST_FIRST = 128  # rows read first; most budgets end inside them
 MAX_NEWEST = 4096  # beyond that, read the whole range
 
@@ -60,6 +63,8 @@ def context_routes(deps: ApiDeps) -> APIRouter:
         reserve_tokens: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
         tools_tokens: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
         reasoning: ReasoningPolicy = "omit",
+        format: ApiFormat = "chat_completions",  # noqa: A002 -- the query parameter's public name
+        cache: bool = False,  # noqa: FBT001, FBT002 -- a query parameter, passed by name by FastAPI
         min_offset: Annotated[int | None, Query(ge=0)] = None,
         as_of: Annotated[int | None, Query(ge=0)] = None,
         before_message: Annotated[str | None, Query(min_length=1, max_length=128)] = None,
@@ -72,10 +77,12 @@ def context_routes(deps: ApiDeps) -> APIRouter:
             raise ApiError(422, "invalid_request", str(e), field="model") from e
         reads = await deps.reads()
         partition = partition_for_key(key.encode(), deps.log.partition_count)
-        request = ContextRequest(model, budget_tokens, reserve_tokens, tools_tokens, reasoning, deps.image_turns)
+        request = ContextRequest(model, budget_tokens, reserve_tokens, tools_tokens, reasoning, deps.image_turns,
+                                 format=format, cache=cache)  # fmt: skip
         if as_of is not None and before_message is not None:
             raise ApiError(422, "invalid_request", "give as_of or before_message, not both", field="before_message")
-        if as_of is not None or before_message is not None:  # rebuilt from the log, exactly as served then
+        live = as_of is None and before_message is None
+        if not live:  # rebuilt from the log, exactly as served then
             ctx, inputs = await served_then(http_request, key, request, spec, as_of, before_message)
         else:
             if min_offset is not None:
@@ -85,7 +92,13 @@ def context_routes(deps: ApiDeps) -> APIRouter:
             ctx, inputs = await _assemble(reads, key, spec, request)
         deps.metrics.context_served(ctx.token_count)
         # Plain JSON types already: skip FastAPI's encoder and response validation on the hot path.
-        return JSONResponse(context_body(ctx, inputs, spec))
+        response = JSONResponse(context_body(ctx, inputs, spec))
+        # A header, so that the body stays what as_of rebuilds byte for byte; a context rebuilt for
+        # an audit is not one a model was sent again.
+        prefix = deps.prefixes.served((str(key), format, model), ctx.units) if live else None
+        if prefix is not None:
+            response.headers[CACHEABLE_PREFIX_HEADER] = str(prefix)
+        return response
 
     return router
 

@@ -1,0 +1,103 @@
+"""Token budgets for models convlog has no tokenizer for (Claude, Gemini, DeepSeek, ...).
+
+No offline tokenizer exists for current Claude or Gemini models, so their contexts are
+*estimated*: counted with tiktoken's ``o200k_base`` and the gpt-4o message overheads (the same
+counts the projector stores), then multiplied by a factor, and fitted to the budget with a
+stated safety margin.
+
+The factor is **calibrated per conversation** from what the provider reported: an assistant
+message's recorded prompt tokens (``usage.prompt_tokens``: the whole prompt, cache reads and
+writes included) are the true size of the context that produced it. The newest such answer of
+the same format and model in the context's range gives ``factor = reported / estimated``,
+where ``estimated`` is this estimate of everything before that answer (the system prompts, the
+summary and the messages in range ahead of it; the tool definitions it was sent with are in the
+reported figure too, so the factor errs on the large side). Without such an answer the format's
+default factor applies. The factor is clamped to ``[0.25, 4]`` so one odd usage report cannot
+make a context absurd. Pure: the same inputs give the same estimate (``as_of`` reproduces it).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
+
+from projectors.tokens import ModelSpec, normalize_model_name
+from query_api.formats.types import Selected, Target
+
+__all__ = ["DEFAULT_FACTORS", "SAFETY_MARGIN", "Estimate", "estimate_for"]
+
+SAFETY_MARGIN: Final = 0.10
+"""The share of the budget an estimated context leaves unused, on top of the calibrated factor."""
+
+DEFAULT_FACTORS: Final[Mapping[str, float]] = {"anthropic": 1.2, "gemini": 1.0}
+"""Uncalibrated factors by format (tokens of the provider per o200k_base token); 1.0 elsewhere."""
+
+_CLAMP: Final = (0.25, 4.0)
+
+
+class _Costed(Protocol):
+    @property
+    def selected(self) -> Selected: ...
+    @property
+    def cost(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    factor: float
+    margin: float
+    calibrated_by: str | None = None  # the message whose reported usage set the factor
+    reported_prompt_tokens: int | None = None
+    estimated_prompt_tokens: int | None = None
+    raw_tokens: int = 0  # the o200k_base estimate of the served context, before the factor
+
+    def tokens_available(self, budget: int) -> int:
+        """How much of ``budget`` the raw estimate may use."""
+        return math.floor(budget / (self.factor * (1 + self.margin)))
+
+    def scaled(self, tokens: int, *, margin: bool) -> int:
+        return math.ceil(tokens * self.factor * ((1 + self.margin) if margin else 1))
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "method": "o200k_base",
+            "raw_tokens": self.raw_tokens,
+            "factor": self.factor,
+            "safety_margin": self.margin,
+            "calibration": None
+            if self.calibrated_by is None
+            else {
+                "message_id": self.calibrated_by,
+                "reported_prompt_tokens": self.reported_prompt_tokens,
+                "estimated_prompt_tokens": self.estimated_prompt_tokens,
+            },
+        }
+
+
+def estimate_for(spec: ModelSpec, target: Target, fixed: int, candidates: Sequence[_Costed]) -> Estimate | None:
+    """None when ``spec`` counts exactly (an OpenAI model); else the calibrated estimate.
+    ``candidates``: every message the context could serve, in order, with its raw cost;
+    ``fixed``: the raw cost of the system prompts, the summary and the reply priming."""
+    if not spec.estimated:
+        return None
+    model = normalize_model_name(target.model)
+    before = fixed
+    found: tuple[str, int, int] | None = None
+    for c in candidates:
+        m = c.selected.message
+        if (
+            m.role == "assistant"
+            and m.prompt_tokens
+            and (m.api or "chat_completions") == target.format
+            and normalize_model_name(m.model or "") == model
+            and before > 0
+        ):
+            found = (m.message_id, m.prompt_tokens, before)
+        before += c.cost
+    if found is None:
+        return Estimate(DEFAULT_FACTORS.get(target.format, 1.0), SAFETY_MARGIN)
+    message_id, reported, estimated = found
+    factor = round(min(max(reported / estimated, _CLAMP[0]), _CLAMP[1]), 4)
+    return Estimate(factor, SAFETY_MARGIN, message_id, reported, estimated)
