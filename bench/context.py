@@ -5,9 +5,11 @@ into a fresh database; then the context endpoint (in-process ASGI, FastAPI inclu
 ``SELECT ... ORDER BY seq DESC LIMIT 20`` are timed alternately. Twice: once with the
 summarizer running (the offline model; timing starts when its summary covers every turn that
 left the window, as in a deployment), once without (then every turn is still in the context by
-design, and the 10,000-message case is not flat).
+design, and the 10,000-message case is not flat). With ``--formats``, the same contexts are
+also served in every provider format (each with a model of that provider), and each format's
+p50 is reported as a ratio to the Chat Completions path's in the same run (target <= 1.2).
 
-    CONVLOG_DATABASE_URL=... python bench/context.py [--requests N]
+    CONVLOG_DATABASE_URL=... python bench/context.py [--requests N] [--formats]
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ from events.keys import ConversationKey
 from query_api.http import create_app
 
 TOKEN = "bench-token"  # noqa: S105 - a local benchmark's token
+# The model each format is served for: a provider's own, so estimated formats pay their estimate.
+FORMAT_MODELS = {"chat_completions": "gpt-4o", "responses": "gpt-5", "anthropic": "claude-sonnet-4-5",
+                 "gemini": "gemini-2.5-pro"}  # fmt: skip
 BUDGET = 8000  # a typical context budget (the model's window is larger; the app keeps costs down)
 TEXT = "加班申请提交之后，审批流程是直属主管、部门经理，外包员工还需要驻场负责人先确认。"
 
@@ -62,7 +67,7 @@ def percentile(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100)[int(q) - 1]
 
 
-async def scenario(admin_url: str, requests: int, *, summarize: bool) -> dict[str, float]:
+async def scenario(admin_url: str, requests: int, *, summarize: bool, formats: bool = False) -> dict[str, float]:
     name = f"convlog_bench_{uuid.uuid4().hex[:8]}"
     async with await psycopg.AsyncConnection.connect(admin_url, autocommit=True) as conn:
         await conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
@@ -91,8 +96,16 @@ async def scenario(admin_url: str, requests: int, *, summarize: bool) -> dict[st
                     "SELECT * FROM {}.transcript WHERE conversation_key = %s ORDER BY seq DESC LIMIT 20"
                 ).format(sql.Identifier(schema))
                 times: dict[str, list[float]] = {"ctx100": [], "ctx10k": [], "raw100": [], "raw10k": []}
+                served_formats = [f for f in FORMAT_MODELS if f != "chat_completions"] if formats else []
                 for _ in range(requests):
                     for label, key in (("100", small), ("10k", big)):
+                        for fmt in served_formats:
+                            started = time.perf_counter()
+                            r = await client.get(f"/v1/users/u/conversations/{key.conversation_id}/context",
+                                                 params={"model": FORMAT_MODELS[fmt], "budget_tokens": BUDGET,
+                                                         "format": fmt})  # fmt: skip
+                            times.setdefault(f"{fmt}{label}", []).append(time.perf_counter() - started)
+                            assert r.status_code == 200, r.text
                         started = time.perf_counter()
                         r = await client.get(f"/v1/users/u/conversations/{key.conversation_id}/context",
                                              params={"model": "gpt-4o", "budget_tokens": BUDGET})  # fmt: skip
@@ -113,12 +126,13 @@ async def scenario(admin_url: str, requests: int, *, summarize: bool) -> dict[st
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--formats", action="store_true", help="also serve every provider format")
     args = parser.parse_args()
     admin = os.environ.get("CONVLOG_DATABASE_URL")
     if not admin:
         raise SystemExit("set CONVLOG_DATABASE_URL (make services-up)")
     for summarize in (True, False):
-        r = await scenario(admin, args.requests, summarize=summarize)
+        r = await scenario(admin, args.requests, summarize=summarize, formats=args.formats)
         print(f"\n{'with the summarizer' if summarize else 'no summarizer'}"
               f" ({args.requests} requests each, ms)")  # fmt: skip
         for size in ("100", "10k"):
@@ -126,6 +140,12 @@ async def main() -> None:
                   f"raw last-20 p50 {r[f'raw{size}_50']:5.2f}  p95 {r[f'raw{size}_95']:5.2f}   "
                   f"p95 ratio {r[f'ctx{size}_95'] / r[f'raw{size}_95']:5.2f} (target <= 3)")  # fmt: skip
         print(f"  flatness: 10k p95 / 100 p95 = {r['ctx10k_95'] / r['ctx100_95']:.2f} (target <= 1.2)")
+        for fmt in (f for f in FORMAT_MODELS if args.formats and f != "chat_completions"):
+            for size in ("100", "10k"):
+                print(
+                    f"  {fmt:>10} {size:>4} messages  p50 {r[f'{fmt}{size}_50']:7.2f}  "
+                    f"ratio to chat_completions {r[f'{fmt}{size}_50'] / r[f'ctx{size}_50']:5.2f} (target <= 1.2)"
+                )
 
 
 if __name__ == "__main__":

@@ -241,9 +241,12 @@ def _units(
     if summary is not None:
         units.append((f"summary:{summary.summary_id}", fixed - costs.spec.reply_priming - sum(c for _, c in units)))
     for x in served:
-        s = x.selected
-        what = f"{s.message.message_id}:{','.join(s.call_ids)}:{s.keep_images:d}{s.include_reasoning:d}"
-        units.append((what, x.cost))
+        s, m = x.selected, x.selected.message
+        # Only what changes the rendering: image_turns moves keep_images every turn, but a
+        # message without images renders the same either way.
+        images = s.keep_images if m.image_count or m.blocks else None
+        reasoning = s.include_reasoning if m.reasoning_content else None
+        units.append((f"{m.message_id}:{','.join(s.call_ids)}:{images}:{reasoning}", x.cost))
     return tuple(units)
 
 
