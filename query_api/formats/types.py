@@ -99,8 +99,10 @@ def reasoning_served(message: StoredMessage, target: Target) -> DropReason | Non
     """None if ``message``'s native reasoning blocks may go to ``target``, else why not."""
     if message.api != target.format or message.api == "chat_completions":
         return "other_provider"
-    if message.api in _MODEL_BOUND and normalize_model_name(message.model or "") != normalize_model_name(target.model):
-        return "other_model"
+    if message.api in _MODEL_BOUND and (
+        not message.model or normalize_model_name(message.model) != normalize_model_name(target.model)
+    ):
+        return "other_model"  # a blob of an unrecorded model cannot be shown to be this model's
     return None
 
 
