@@ -35,8 +35,9 @@ What a message of each origin becomes (the README switch table is built from thi
   ``skip_thought_signature_validator``, the value Gemini documents for history that did not come
   from the model (Gemini 3 checks it strictly in the current function-calling loop).
 - ``keep_images=False``: an image part becomes the text part ``[image omitted]``.
-- Dropped by construction: empty text parts (unless they carry a served signature) and
-  contents left without parts.
+- Dropped by construction: empty text parts (unless they carry a served signature) and model
+  messages left without parts; a user message left without parts is the text part
+  ``[file omitted]`` (it starts a turn, and Gemini's first content must be the user's).
 
 Caveat on byte stability: the fragment is a pure function of the selection and appending a
 turn only appends contents, except when the last turn ended on tool results with no model
@@ -49,7 +50,7 @@ import mimetypes
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
-from events.blocks import MediaBlock, OpaqueBlock, ReasoningBlock, TextBlock, ToolCallBlock
+from events.blocks import MEDIA_PLACEHOLDER, MediaBlock, OpaqueBlock, ReasoningBlock, TextBlock, ToolCallBlock
 from events.formats.gemini import KEYS_MARK, NO_ARGS_MARK, RESPONSE_MARK, SNAKE
 from events.strict_json import NotJsonError, parse_json
 from projectors.tokens import IMAGE_PLACEHOLDER
@@ -97,7 +98,9 @@ def render(request: RenderRequest, /) -> Rendered:
             calls = {c.id: c for c in served}
             _append(contents, "model", parts)
         elif role == "user":
-            _append(contents, "user", _user(selected, request.target, drops))
+            # A user message none of whose blocks Gemini can carry (another format's opaque
+            # blocks) still starts its turn: a placeholder keeps the turn, and the user first.
+            _append(contents, "user", _user(selected, request.target, drops) or [{"text": MEDIA_PLACEHOLDER}])
         i += 1
     for content in contents:
         if content["role"] == "model":

@@ -528,3 +528,60 @@ def test_generated_gemini_conversations_round_trip_and_obey_the_rules(contents: 
     assert same.fragment["contents"] == signed(contents)
     other = serve(messages, model="gemini-3-flash-preview")  # checked too: valid for another model
     assert all(d.what in {"reasoning", "signature"} and d.reason == "other_model" for d in other.dropped)
+
+
+@st.composite
+def mixed_turn(draw: st.DrawFn, start: int) -> list[StoredMessage]:
+    """One turn whose messages come from any format: Chat Completions rows, Anthropic and
+    Responses blocks (with their reasoning), Gemini contents; parallel calls answered in any
+    order, sometimes an interrupted call that nobody answered."""
+    seq = itertools.count(start)
+    origin = st.sampled_from(["chat_completions", "anthropic", "responses", "gemini"])
+    out: list[StoredMessage] = []
+    user_blocks = draw(st.sampled_from([
+        (TextBlock("hello"),),
+        (TextBlock("look"), MediaBlock("image", url="https://example.com/cat.png")),
+        (OpaqueBlock("anthropic", '{"type":"document","source":{"type":"text","data":"x"}}'),),
+    ]))  # fmt: skip
+    out.append(chat_row(next(seq), "user", "hello", blocks=user_blocks, api=draw(origin)))
+    for _ in range(draw(st.integers(0, 2))):
+        api = draw(origin)
+        names = draw(st.lists(NAMES, min_size=1, max_size=3))
+        n = next(seq)
+        calls = [ToolCallBlock(f"call_{n}_{j}", name, compact_json(draw(ARGS)),
+                               item_id=f"fc_{n}_{j}" if api == "responses" else None,
+                               signature="c2ln" if api == "gemini" and j == 0 else None)
+                 for j, name in enumerate(names)]  # fmt: skip
+        reasoning = ReasoningBlock(text=f"THINK-{n}", signature="c2ln" if api != "responses" else None)
+        blocks = (reasoning, *calls) if api != "chat_completions" else tuple(calls)
+        model = "gemini-3-pro-preview" if api == "gemini" else "other-model"
+        out.append(chat_row(n, "assistant", blocks=blocks, api=api, model=model, tool_calls=tuple(
+            call(c.id, c.name, c.arguments) for c in calls)))  # fmt: skip
+        if draw(st.booleans()):
+            out.extend(chat_row(next(seq), "tool", f"result {j}", tool_call_id=calls[j].id,
+                                is_error=draw(st.sampled_from([None, True, False])))
+                       for j in draw(st.permutations(range(len(calls)))))  # fmt: skip
+        else:
+            break  # interrupted: its calls are not served, the turn ends here
+    if draw(st.booleans()):
+        out.append(chat_row(next(seq), "assistant", "done", model="other-model"))
+    return out
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.integers(0, 0), min_size=1, max_size=3).flatmap(
+    lambda turns: st.tuples(*(mixed_turn(100 * (i + 1)) for i in range(len(turns))))),
+    st.sampled_from(["gemini-3-pro-preview", "gemini-2.5-flash"]))  # fmt: skip
+def test_generated_mixed_format_conversations_are_valid_gemini_histories(
+    turns: tuple[list[StoredMessage], ...], model: str
+) -> None:
+    messages = [m for t in turns for m in t]
+    rendered = serve(messages, model=model, summary="Summary: before")
+    served = json.dumps(rendered.fragment)
+    answered = {m.tool_call_id for m in messages if m.role == "tool"}
+    calls = [p for c in rendered.fragment["contents"] for p in c["parts"] if "functionCall" in p]
+    assert len(calls) == sum(1 for m in messages for c in m.tool_calls if c["id"] in answered)
+    for m in messages:
+        for b in m.blocks:
+            if isinstance(b, ReasoningBlock) and b.text and (m.api != "gemini" or model != m.model):
+                assert b.text not in served  # never as text, never to another model
