@@ -140,8 +140,10 @@ def _response(doc: Mapping[str, Any], *, new_id: Callable[[], str]) -> Parsed:
         raise NativeFormatError("must be a Candidate object", field="candidates[0]", code="invalid_payload")
     keys = _Keys(candidate, "candidates[0]")
     _, content = keys.get("content")
-    if not isinstance(content, Mapping):
+    if not isinstance(content, Mapping) or not content.get("parts"):  # e.g. MAX_TOKENS spent thinking
         raise NativeFormatError("the candidate has no content", field="candidates[0].content", code="no_content")
+    if "role" not in content:
+        content = {**content, "role": "model"}
     reason_field, reason = _get(keys, "finishReason", "finish_reason")
     if reason is not None and not isinstance(reason, str):
         raise NativeFormatError("must be a string", field=reason_field, code="invalid_finish_reason")

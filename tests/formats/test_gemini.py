@@ -383,6 +383,8 @@ RESPONSE = {"functionResponse": {"name": "f", "response": {}}}
         ([{"role": "user", "parts": [TEXT]}, {"role": "tool", "parts": [TEXT]}], "unknown_role", "[1].role"),
         ({"candidates": []}, "no_candidates", "candidates"),
         ({"candidates": [{"finishReason": "SAFETY"}]}, "no_content", "candidates[0].content"),
+        ({"candidates": [{"content": {"role": "model"}, "finishReason": "MAX_TOKENS"}]}, "no_content",
+         "candidates[0].content"),
         ({"candidates": [{"content": {"role": "model", "parts": [TEXT]}}], "usageMetadata": {"promptTokenCount": -1}},
          "invalid_usage", "usageMetadata.promptTokenCount"),
         ("hello", "invalid_payload", ""),
@@ -394,6 +396,19 @@ def test_a_payload_that_breaks_the_format_is_refused_with_its_rule_and_path(
     with pytest.raises(NativeFormatError) as caught:
         parse(payload, new_id=ids())
     assert (caught.value.code, caught.value.field) == (code, field)
+
+
+def test_a_call_without_args_and_a_response_with_more_keys_come_back_as_they_were() -> None:
+    contents = [
+        USER,
+        {"role": "model", "parts": [{"functionCall": {"name": "now", "willContinue": False},
+                                     "thoughtSignature": "c2ln"}]},
+        {"role": "user", "parts": [{"functionResponse": {"name": "now", "response": {"t": "noon"},
+                                                         "scheduling": "SILENT"}}]},
+    ]  # fmt: skip
+    messages = parse_all(contents, model="gemini-3-pro-preview")
+    assert messages[1].tool_calls[0].arguments == "{}"
+    assert serve(rows(messages), model="gemini-3-pro-preview").fragment["contents"] == contents
 
 
 def test_unknown_part_types_are_kept_verbatim() -> None:
