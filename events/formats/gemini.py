@@ -46,6 +46,7 @@ Not kept from a response: other candidates, safety ratings, citation / grounding
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Any, Final, Literal
 
@@ -55,7 +56,7 @@ from events.event_types import FinishReason, MessageAppended, Role, Usage
 from events.formats import Parsed
 from events.strict_json import compact_json
 
-__all__ = ["KEYS_MARK", "RESPONSE_MARK", "SNAKE", "parse"]
+__all__ = ["KEYS_MARK", "NO_ARGS_MARK", "RESPONSE_MARK", "SNAKE", "is_base64", "parse"]
 
 # camelCase -> snake_case of every key convlog models (the other keys are kept as they came).
 SNAKE: Final[Mapping[str, str]] = {
@@ -78,6 +79,15 @@ _FILTERED: Final = frozenset(
     {"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY",
      "IMAGE_PROHIBITED_CONTENT", "IMAGE_RECITATION", "MODEL_ARMOR", "LANGUAGE"}
 )  # fmt: skip
+
+
+# Proto JSON bytes (thoughtSignature, inlineData.data): standard or URL-safe base64. Gemini
+# answers 400 "Base64 decoding failed" for anything else, turns later; refused on append.
+_BASE64: Final = re.compile(r"[A-Za-z0-9+/_-]*={0,2}")
+
+
+def is_base64(value: object) -> bool:
+    return isinstance(value, str) and _BASE64.fullmatch(value) is not None
 
 
 class _Keys:
@@ -321,7 +331,7 @@ def _part_kind(raw: Any, at: str) -> tuple[_Part, str]:
     if thought is not None and not isinstance(thought, bool):
         raise NativeFormatError("must be true or false", field=thought_at, code="invalid_thought")
     sig_at, signature = keys.get("thoughtSignature")
-    if signature is not None and not isinstance(signature, str):
+    if signature is not None and not is_base64(signature):
         raise NativeFormatError("must be a base64 string", field=sig_at, code="invalid_thought_signature")
     if not found:
         other = [k for k in raw if k not in keys.used and k != "thought"]
@@ -371,6 +381,8 @@ def _data_part(part: _Part, kind: str, at: str) -> Block:
     for f, v, required in ((mime_at, mime, kind == "inlineData"), (name_at, name, False), (source_at, source, True)):
         if (v is None and required) or (v is not None and not isinstance(v, str)):
             raise NativeFormatError("must be a string", field=f, code=f"invalid_{SNAKE[kind]}")
+    if kind == "inlineData" and not is_base64(source):
+        raise NativeFormatError("must be base64", field=source_at, code="invalid_inline_data")
     part.keys.snake = part.keys.snake or inner.snake
     media: Literal["image", "file"] = "image" if isinstance(mime, str) and mime.startswith("image/") else "file"
     extra = _extra(part, {part.used_key}, inner.leftover())

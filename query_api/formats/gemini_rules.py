@@ -5,7 +5,8 @@ Checked (keys in either spelling, camelCase or snake_case, as the API reads both
 - only ``system_instruction`` and ``contents`` at the top; ``system_instruction`` has text parts;
 - ``contents`` is not empty, the first content is the user's, roles are ``user`` / ``model``;
 - every content has parts, every part exactly one kind of data, no empty text part (one that
-  carries a ``thoughtSignature`` is what Gemini itself returns, so it passes);
+  carries a ``thoughtSignature`` is what Gemini itself returns, so it passes), thought
+  signatures base64 (proto bytes);
 - ``functionCall`` parts only in model contents (name, ``args`` an object), ``functionResponse``
   parts only in user contents (name, ``response`` an object);
 - the model content with function calls is followed by a user content answering every one of
@@ -24,7 +25,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from events.formats.gemini import SNAKE
+from events.formats.gemini import SNAKE, is_base64
 
 __all__ = ["violations"]
 
@@ -100,6 +101,8 @@ def _part(part: Any, role: Any, at: str) -> list[str]:
         return [f"{at}: a part holds exactly one kind of data, this one {kinds or 'none'}"]
     kind = kinds[0]
     signature = _get(part, "thoughtSignature")
+    if signature is not None and not is_base64(signature):
+        return [f"{at}: thoughtSignature must be base64"]
     if kind == "text":
         text = part["text"]
         if not isinstance(text, str) or (not text and not signature):
