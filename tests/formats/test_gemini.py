@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from events.blocks import MediaBlock, OpaqueBlock, ReasoningBlock, TextBlock, ToolCallBlock
 from events.errors import NativeFormatError
-from events.event_types import ImagePart, MessageAppended, TextPart
+from events.event_types import ImagePart, MessageAppended, TextPart, Usage
 from events.formats.gemini import SNAKE, parse
 from events.strict_json import compact_json
 from query_api.context_types import StoredMessage
@@ -217,6 +217,26 @@ def test_an_sdk_object_is_read_in_snake_case_and_served_back_in_snake_case() -> 
     rendered = serve(rows(messages), model="gemini-3-pro-preview")
     assert rendered.fragment["contents"] == [user, native, answer]
     assert "thought_signature" in native["parts"][1]
+
+
+FINISHES = [("STOP", "stop"), ("MAX_TOKENS", "length"), ("SAFETY", "content_filter"), ("RECITATION", "content_filter"),
+            ("OTHER", "stop")]  # fmt: skip
+
+
+@pytest.mark.parametrize(("reason", "finish"), FINISHES)
+def test_an_sdk_response_object_gives_its_usage_and_finish_reason(reason: str, finish: str) -> None:
+    response = genai.GenerateContentResponse(
+        candidates=[genai.Candidate(content=genai.Content(role="model", parts=[genai.Part(text="hi")]),
+                                    finish_reason=genai.FinishReason(reason))],
+        usage_metadata=genai.GenerateContentResponseUsageMetadata(
+            prompt_token_count=50, candidates_token_count=2, cached_content_token_count=40),
+        model_version="gemini-2.5-flash", response_id="resp-1",
+    )  # fmt: skip
+    parsed = parse(response, new_id=ids())
+    (message,) = parsed.messages
+    assert parsed.native_id == "resp-1"
+    assert (message.finish_reason, message.model) == (finish, "gemini-2.5-flash")
+    assert message.usage == Usage(prompt_tokens=50, completion_tokens=2, cached_tokens=40)
 
 
 def _fields(m: MessageAppended) -> dict[str, Any]:
