@@ -20,6 +20,7 @@ from events.errors import NativeFormatError
 from events.event_types import ImagePart, MessageAppended, TextPart, Usage
 from events.formats.gemini import SNAKE, parse
 from events.strict_json import compact_json
+from events.validation import validate_message
 from query_api.context_types import StoredMessage
 from query_api.formats.gemini import SKIP_SIGNATURE, render, violations
 from query_api.formats.types import Dropped, Rendered, RenderRequest, Selected, Target
@@ -128,6 +129,8 @@ DOC_EXAMPLES = ["parallel_function_calls.json", "sequential_function_calls.json"
 def test_a_documented_history_comes_back_as_it_was_appended(name: str) -> None:
     doc = fixture(name)
     messages = parse_all(doc["contents"], model=doc["model"])
+    for message in messages:
+        validate_message(message)  # what the producer checks before it appends
     rendered = serve(rows(messages), model=doc["model"])
     assert rendered.fragment == {"contents": doc["contents"]}
     assert rendered.dropped == ()
