@@ -44,7 +44,7 @@ from events.event_types import (
     Usage,
 )
 from events.formats import Parsed
-from events.strict_json import compact_json
+from events.strict_json import NotJsonError, compact_json, dump_json
 
 __all__ = ["FORM_KEY", "PROVIDER", "parse"]
 
@@ -278,7 +278,7 @@ class _Batch:
         return native_message(
             message_id=self.new_id(), role="tool", blocks=blocks, api="anthropic", provider=PROVIDER,
             tool_call_id=call_id, is_error=is_error,
-            metadata={"anthropic.tool_result": compact_json(rest)} if rest else None,
+            metadata={"anthropic.tool_result": _strict(rest, field)} if rest else None,
         )  # fmt: skip
 
 
@@ -297,9 +297,17 @@ def _block_object(raw: object, field: str) -> Mapping[str, Any]:
     return block
 
 
-def _extra(block: Mapping[str, Any], known: Sequence[str]) -> str | None:
+def _strict(value: object, field: str) -> str:
+    """Compact JSON of a payload value, refusing what is not JSON (NaN, Infinity) as the log must."""
+    try:
+        return dump_json(value)
+    except NotJsonError as e:
+        raise _fail(str(e), field, "not_json") from e
+
+
+def _extra(block: Mapping[str, Any], known: Sequence[str], field: str) -> str | None:
     rest = {k: v for k, v in block.items() if k not in known}
-    return compact_json(rest) if rest else None
+    return _strict(rest, field) if rest else None
 
 
 def _text(block: Mapping[str, Any], key: str, field: str) -> str:
@@ -312,37 +320,38 @@ def _text(block: Mapping[str, Any], key: str, field: str) -> str:
 def _content_block(block: Mapping[str, Any], field: str) -> Block:
     kind = block["type"]
     if kind == "text":
-        return TextBlock(_text(block, "text", field), extra=_extra(block, ("type", "text")))
+        return TextBlock(_text(block, "text", field), extra=_extra(block, ("type", "text"), field))
     if kind in _MEDIA_TYPES:
-        return _media(block)
+        return _media(block, field)
     if kind == "tool_use":
         call_id, name = _text(block, "id", field), _text(block, "name", field)
         if not isinstance(block.get("input"), Mapping):
             raise _fail("a tool_use input is a JSON object", f"{field}.input", "tool_use_input_not_object")
-        return ToolCallBlock(call_id, name, compact_json(block["input"]),
-                             extra=_extra(block, ("type", "id", "name", "input")))  # fmt: skip
+        return ToolCallBlock(call_id, name, _strict(block["input"], f"{field}.input"),
+                             extra=_extra(block, ("type", "id", "name", "input"), field))  # fmt: skip
     if kind == "thinking":
         signature = block.get("signature")
         if not isinstance(signature, str) or not signature:
             raise _fail("a thinking block carries the signature it was returned with", f"{field}.signature",
                         "thinking_without_signature")  # fmt: skip
         return ReasoningBlock(text=_text(block, "thinking", field), signature=signature,
-                              extra=_extra(block, ("type", "thinking", "signature")))  # fmt: skip
+                              extra=_extra(block, ("type", "thinking", "signature"), field))  # fmt: skip
     if kind == "redacted_thinking":
-        return ReasoningBlock(redacted_data=_text(block, "data", field), extra=_extra(block, ("type", "data")))
-    return OpaqueBlock(PROVIDER, compact_json(block))
+        return ReasoningBlock(redacted_data=_text(block, "data", field), extra=_extra(block, ("type", "data"), field))
+    return OpaqueBlock(PROVIDER, _strict(block, field))
 
 
-def _media(block: Mapping[str, Any]) -> Block:
+def _media(block: Mapping[str, Any], field: str) -> Block:
     """An image or document with a base64 or url source; any other source is kept opaque."""
     source = block.get("source")
     if isinstance(source, Mapping):
         keys = _MEDIA_SOURCES.get(str(source.get("type")))
         if keys is not None and set(source) == set(keys) and all(isinstance(source[k], str) for k in keys):
             kind: Literal["image", "file"] = "image" if block["type"] == "image" else "file"
+            extra = _extra(block, ("type", "source"), field)
             return MediaBlock(kind, url=source.get("url"), data=source.get("data"),
-                              media_type=source.get("media_type"), extra=_extra(block, ("type", "source")))  # fmt: skip
-    return OpaqueBlock(PROVIDER, compact_json(block))
+                              media_type=source.get("media_type"), extra=extra)  # fmt: skip
+    return OpaqueBlock(PROVIDER, _strict(block, field))
 
 
 def _result_block(raw: object, field: str) -> Block:

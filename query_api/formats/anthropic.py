@@ -36,7 +36,9 @@ Serving other formats' messages to Anthropic (what is kept, converted, dropped):
   ``Dropped(.., "reasoning", other_provider|other_model)``, never turned into text; other
   formats' opaque blocks (``Dropped(.., "opaque", "unsupported")``) and ``extra`` keys (silently);
   image ``detail``; images and files Anthropic cannot take become a ``[file omitted]`` text
-  (``Dropped(.., "media", "unsupported")``); empty text blocks (Anthropic refuses them).
+  (``Dropped(.., "media", "unsupported")``); empty text blocks (Anthropic refuses them). A user
+  message left with nothing is a ``[content omitted]`` text (the turn keeps its user message);
+  an assistant message left with nothing is left out.
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ from query_api.formats.types import (
 __all__ = ["render", "violations", "wire_id"]
 
 EPHEMERAL = {"type": "ephemeral"}
+CONTENT_PLACEHOLDER = "[content omitted]"  # a user message none of whose blocks Anthropic can take
 _IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 _ID_RE = re.compile(r"^[A-Za-z0-9_-]+$")
 _NOT_SERVED = ("cache_control", FORM_KEY)  # extra keys never rendered
@@ -153,7 +156,9 @@ class _Rendering:
                     out.append(_tool_use(b, own=own))
             else:
                 out.extend(self._content(b, m, sel, own=own, role=role))
-        if out:
+        if not out and role == "user":  # all of it was another format's: keep the turn's user message
+            out = [{"type": "text", "text": CONTENT_PLACEHOLDER}]
+        if out:  # an assistant message with nothing servable is left out (its neighbours merge)
             self._append(role, out, m.message_id)
 
     def _content(

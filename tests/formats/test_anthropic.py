@@ -13,7 +13,7 @@ import anthropic.types
 import pytest
 
 from events.errors import NativeFormatError
-from events.event_types import OpaqueBlock, Usage
+from events.event_types import OpaqueBlock, ReasoningBlock, Usage
 from events.formats.anthropic import parse
 from events.strict_json import compact_json
 from events.validation import validate_message
@@ -327,3 +327,27 @@ def test_violations_name_each_broken_rule() -> None:
     for expected, fragment in cases.items():
         found = violations(fragment)
         assert any(expected in v for v in found), (expected, found)
+
+
+def test_what_anthropic_cannot_take_is_reported_and_the_turn_stays_valid() -> None:
+    gemini_only = StoredMessage(seq=1, epoch=0, message_id="g1", role="user", content=None, api="gemini",
+                                blocks=(OpaqueBlock("gemini", '{"executableCode":{"code":"1"}}'),))  # fmt: skip
+    thought = StoredMessage(seq=2, epoch=0, message_id="g2", role="assistant", content=None, api="gemini",
+                            model="gemini-2.5-pro", blocks=(ReasoningBlock(text="secret", signature="s"),))  # fmt: skip
+    svg = cc(
+        3, "user", [{"type": "image_url", "image_url": {"url": "data:image/svg+xml;base64,PHN2Zz4=", "detail": "auto"}}]
+    )
+    rendered = render_checked([gemini_only, thought, svg, cc(4, "assistant", "ok")], model="claude-sonnet-4-5")
+    assert rendered.fragment["messages"] == [
+        {"role": "user", "content": [{"type": "text", "text": "[content omitted]"},
+                                     {"type": "text", "text": "[file omitted]"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "ok"}]},
+    ]  # fmt: skip
+    assert rendered.dropped == (Dropped("g1", "opaque", "unsupported"), Dropped("g2", "reasoning", "other_provider"),
+                                Dropped("c3", "media", "unsupported"))  # fmt: skip
+
+
+def test_not_json_values_are_refused() -> None:
+    with pytest.raises(NativeFormatError) as e:
+        parse({"role": "assistant", "content": [{**_CALL, "input": {"x": float("nan")}}]}, new_id=ids())
+    assert (e.value.code, e.value.field) == ("not_json", "content[0].input")
