@@ -34,7 +34,8 @@ Serving other formats' messages to Anthropic (what is kept, converted, dropped):
 - dropped: reasoning of every other format (Responses reasoning items, Gemini thoughts, Chat
   Completions ``reasoning_content``) and Anthropic thinking of another model, reported as
   ``Dropped(.., "reasoning", other_provider|other_model)``, never turned into text; other
-  formats' opaque blocks (``Dropped(.., "opaque", "unsupported")``) and ``extra`` keys (silently);
+  formats' opaque blocks (``Dropped(.., "opaque", "unsupported")``), ``extra`` keys and Gemini
+  the ``thoughtSignature`` of function calls (silently);
   image ``detail``; images and files Anthropic cannot take become a ``[file omitted]`` text
   (``Dropped(.., "media", "unsupported")``); empty text blocks (Anthropic refuses them). A user
   message left with nothing is a ``[content omitted]`` text (the turn keeps its user message);
@@ -108,9 +109,9 @@ def render(request: RenderRequest) -> Rendered:
     for sel in request.messages:
         r.add(sel)
     r.settle_thinking()
-    messages = [{"role": m.role, "content": m.content} for m in r.messages]
-    if request.target.cache:
+    if request.target.cache:  # before the fragment is built: a string content may become a block list
         _place_breakpoints(system, system_end, summary=bool(request.summary), messages=r.messages)
+    messages = [{"role": m.role, "content": m.content} for m in r.messages]
     fragment: dict[str, Any] = {"system": system, "messages": messages} if system else {"messages": messages}
     return Rendered(fragment, tuple(r.dropped))
 

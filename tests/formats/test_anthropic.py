@@ -351,3 +351,17 @@ def test_not_json_values_are_refused() -> None:
     with pytest.raises(NativeFormatError) as e:
         parse({"role": "assistant", "content": [{**_CALL, "input": {"x": float("nan")}}]}, new_id=ids())
     assert (e.value.code, e.value.field) == ("not_json", "content[0].input")
+
+
+def test_a_string_content_takes_its_breakpoint_as_a_block() -> None:
+    payloads = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": "a"},
+        {"role": "user", "content": "b"},
+    ]
+    rendered = render_checked(stored_all(payloads), model="m", cache=True)
+    assert rendered.fragment["messages"] == [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": [{"type": "text", "text": "a", "cache_control": {"type": "ephemeral"}}]},
+        {"role": "user", "content": "b"},
+    ]
