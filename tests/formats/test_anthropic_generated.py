@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from events.strict_json import compact_json
+from events.validation import validate_message
 from query_api.context_types import StoredMessage
 from tests.formats.anthropic_support import native_messages, parse_all, render_checked, stored
 
@@ -80,7 +81,10 @@ def _payloads(messages: list[dict[str, Any]], batch: bool) -> list[Any]:
 
 
 def _stored(payloads: list[Any]) -> list[StoredMessage]:
-    return [stored(m, seq) for seq, m in enumerate(parse_all(payloads), 1)]
+    parsed = parse_all(payloads)
+    for m in parsed:
+        validate_message(m)  # the producer accepts every message the parser makes
+    return [stored(m, seq) for seq, m in enumerate(parsed, 1)]
 
 
 def _strip(value: Any) -> Any:
