@@ -1,0 +1,148 @@
+"""The Anthropic Messages rules a request fragment must satisfy: :func:`violations` lists every breach.
+
+The renderer (query_api/formats/anthropic.py) must never produce one; tests run this on every
+fragment they render. Sources: the Messages API reference, the tool use and extended thinking
+guides, the prompt caching guide (REFERENCES.md, "Provider formats").
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["CACHEABLE", "MAX_BREAKPOINTS", "thinking_ok", "violations"]
+
+MAX_BREAKPOINTS = 4
+# Blocks a cache_control breakpoint may be put on (thinking blocks may not carry one).
+CACHEABLE = frozenset({"text", "image", "document", "tool_use", "tool_result", "search_result"})
+_THINKING = frozenset({"thinking", "redacted_thinking"})
+_ID_RE = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def thinking_ok(content: Sequence[Mapping[str, Any]]) -> bool:
+    """No thinking after a tool_use, and a message with both starts with thinking."""
+    kinds = [b.get("type") for b in content]
+    if "tool_use" not in kinds or not _THINKING.intersection(kinds):
+        return True
+    first_call = kinds.index("tool_use")
+    return kinds[0] in _THINKING and not any(k in _THINKING for k in kinds[first_call:])
+
+
+def violations(fragment: Mapping[str, Any]) -> list[str]:
+    out = [f"unexpected key {key!r}" for key in fragment if key not in ("system", "messages")]
+    out.extend(_system_rules(fragment))
+    messages = fragment.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return [*out, "messages: must be a non-empty list"]
+    out.extend(_message_rules(messages))
+    breakpoints = _count(fragment, "cache_control")
+    if breakpoints > MAX_BREAKPOINTS:
+        out.append(f"{breakpoints} cache_control breakpoints (at most {MAX_BREAKPOINTS})")
+    return out
+
+
+def _system_rules(fragment: Mapping[str, Any]) -> list[str]:
+    if "system" not in fragment:
+        return []
+    system = fragment["system"]
+    if not isinstance(system, list) or not system:
+        return ["system: must be a non-empty list of text blocks when present"]
+    return [
+        f"system[{i}]: not a non-empty text block"
+        for i, b in enumerate(system)
+        if not (isinstance(b, Mapping) and b.get("type") == "text" and isinstance(b.get("text"), str) and b["text"])
+    ]
+
+
+def _content_blocks(content: object) -> list[Mapping[str, Any]] | None:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    if isinstance(content, list) and content and all(isinstance(b, Mapping) for b in content):
+        return content
+    return None
+
+
+def _message_rules(messages: Sequence[Any]) -> list[str]:
+    out: list[str] = []
+    pending: list[str] = []  # the tool_use ids of the previous assistant message
+    for i, msg in enumerate(messages):
+        where = f"messages[{i}]"
+        role = msg.get("role") if isinstance(msg, Mapping) else None
+        if role not in ("user", "assistant"):
+            out.append(f"{where}: role {role!r} (only user and assistant)")
+            continue
+        if i == 0 and role != "user":
+            out.append(f"{where}: the first message is not a user message")
+        if i > 0 and isinstance(messages[i - 1], Mapping) and messages[i - 1].get("role") == role:
+            out.append(f"{where}: two {role} messages in a row (roles alternate)")
+        blocks = _content_blocks(msg.get("content"))
+        if blocks is None:
+            out.append(f"{where}.content: not a string or a non-empty list of blocks")
+            blocks = []
+        out.extend(_block_rules(blocks, role, where))
+        if role == "user":
+            out.extend(_results_answer(blocks, pending, where))
+            pending = []
+            continue
+        if pending:
+            out.append(f"{where}: tool_use {pending} of messages[{i - 1}] not answered by the next user message")
+        pending = [str(b.get("id")) for b in blocks if b.get("type") == "tool_use"]
+        if not thinking_ok(blocks):
+            out.append(f"{where}: thinking after a tool_use, or not first in a message with a tool_use")
+    if pending:
+        out.append(f"messages[{len(messages) - 1}]: tool_use {pending} never answered")
+    return out
+
+
+def _block_rules(blocks: Sequence[Mapping[str, Any]], role: str, where: str) -> list[str]:
+    out: list[str] = []
+    for j, b in enumerate(blocks):
+        at, kind = f"{where}.content[{j}]", b.get("type")
+        if kind == "text" and not (isinstance(b.get("text"), str) and b["text"]):
+            out.append(f"{at}: empty text block")
+        if kind == "thinking" and not (isinstance(b.get("signature"), str) and b["signature"]):
+            out.append(f"{at}: thinking block without its signature")
+        if kind == "redacted_thinking" and not (isinstance(b.get("data"), str) and b["data"]):
+            out.append(f"{at}: redacted_thinking without data")
+        if kind not in _THINKING and "signature" in b:
+            out.append(f"{at}: signature on a {kind} block")
+        if kind == "tool_use":
+            if role != "assistant":
+                out.append(f"{at}: tool_use in a user message")
+            if not isinstance(b.get("input"), Mapping):
+                out.append(f"{at}: tool_use input is not an object")
+            if not (isinstance(b.get("id"), str) and _ID_RE.match(b["id"])):
+                out.append(f"{at}: tool_use id does not match ^[A-Za-z0-9_-]+$")
+        if kind in _THINKING and role != "assistant":
+            out.append(f"{at}: {kind} in a user message")
+        if kind == "tool_result" and role != "user":
+            out.append(f"{at}: tool_result in an assistant message")
+    return out
+
+
+def _results_answer(blocks: Sequence[Mapping[str, Any]], pending: Sequence[str], where: str) -> list[str]:
+    out: list[str] = []
+    kinds = [b.get("type") for b in blocks]
+    results = [b.get("tool_use_id") for b in blocks if b.get("type") == "tool_result"]
+    if any(k != "tool_result" for k in kinds[: len(results)]):
+        out.append(f"{where}: tool_result blocks are not all first (before any other block)")
+    if len(set(results)) != len(results):
+        out.append(f"{where}: two tool_result blocks for one tool_use")
+    out.extend(
+        f"{where}: tool_result {call_id!r} answers no tool_use of the previous assistant message"
+        for call_id in results
+        if call_id not in pending
+    )
+    missing = [c for c in pending if c not in results]
+    if missing:
+        out.append(f"{where}: tool_use {missing} of the previous assistant message not answered here")
+    return out
+
+
+def _count(value: object, key: str) -> int:
+    if isinstance(value, Mapping):
+        return (key in value) + sum(_count(v, key) for v in value.values())
+    if isinstance(value, list):
+        return sum(_count(v, key) for v in value)
+    return 0
