@@ -326,8 +326,13 @@ def _split_data_url(url: str) -> tuple[str | None, str | None, str | None]:
 
 
 def _response_fields(response: Mapping[str, Any]) -> dict[str, Any]:
-    model = response.get("model")
-    return {"model": model if isinstance(model, str) else None, "usage": _usage(response.get("usage"))}
+    """model, usage and the response's id (``metadata["openai.response_id"]``, for audits)."""
+    model, response_id = response.get("model"), response.get("id")
+    return {
+        "model": model if isinstance(model, str) else None,
+        "usage": _usage(response.get("usage")),
+        "metadata": {"openai.response_id": response_id} if isinstance(response_id, str) else None,
+    }
 
 
 def _usage(usage: Any) -> Usage | None:
@@ -351,6 +356,7 @@ def _usage(usage: Any) -> Usage | None:
         prompt_tokens=count("usage.input_tokens", usage.get("input_tokens")),
         completion_tokens=count("usage.output_tokens", usage.get("output_tokens")),
         cached_tokens=detail("input_tokens_details", "cached_tokens"),
+        cache_write_tokens=detail("input_tokens_details", "cache_write_tokens"),  # part of input_tokens
         reasoning_tokens=detail("output_tokens_details", "reasoning_tokens"),
     )
 

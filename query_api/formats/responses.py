@@ -146,7 +146,8 @@ def _part(block: Block, default_text: str, *, native: bool, keep_images: bool) -
     if isinstance(block, MediaBlock):
         if block.kind == "image" and not keep_images:
             return {"type": "input_text", "text": IMAGE_PLACEHOLDER}
-        source = block.url if block.url is not None else f"data:{block.media_type};base64,{block.data}"
+        media_type = block.media_type or "application/octet-stream"  # as the Chat Completions view says
+        source = block.url if block.url is not None else f"data:{media_type};base64,{block.data}"
         if block.kind == "image":
             part: dict[str, Any] = {"type": "input_image", "image_url": source, "detail": block.detail or "auto"}
             if native and block.detail is None:

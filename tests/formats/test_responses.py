@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from openai.types.responses import ResponseFunctionToolCall
+from openai.types.responses import Response, ResponseFunctionToolCall
 
 from events.blocks import OpaqueBlock, ReasoningBlock, TextBlock, ToolCallBlock, native_message
 from events.errors import NativeFormatError
@@ -49,7 +49,10 @@ def test_a_response_object_is_one_assistant_message_and_its_three_items_come_bac
     assert message.role == "assistant"
     assert message.model == "gpt-5-2025-08-07"
     assert message.finish_reason == "tool_calls"
-    assert message.usage == Usage(prompt_tokens=81, completion_tokens=222, cached_tokens=0, reasoning_tokens=192)
+    assert message.usage == Usage(
+        prompt_tokens=81, completion_tokens=222, cached_tokens=0, reasoning_tokens=192, cache_write_tokens=0
+    )
+    assert message.metadata == {"openai.response_id": response["id"]}
     assert [c.id for c in message.tool_calls] == ["call_FkaJ0eC3eVYzqYi0jZTRCRwB", "call_Kq9G3mQx7tWb2LrA8pZs1NcE"]
     outputs = [
         native_message(message_id=f"t{i}", role="tool", tool_call_id=c.id, api="responses", blocks=[TextBlock("sunny")])
@@ -61,6 +64,12 @@ def test_a_response_object_is_one_assistant_message_and_its_three_items_come_bac
     assert reasoning["summary"] == []
     # byte-identical, not just equal: the blob is the provider's
     assert json.dumps(reasoning["encrypted_content"]) == json.dumps(response["output"][0]["encrypted_content"])
+
+
+def test_the_sdk_response_object_parses_as_its_json() -> None:
+    doc = fixture("response_parallel_calls")["response"]
+    sdk = Response.model_validate({**doc, "tool_choice": "auto", "tools": []})
+    assert parse_items(sdk) == parse_items(doc)
 
 
 def test_an_sdk_object_is_dumped_and_an_output_without_its_call_in_the_payload_is_accepted() -> None:
