@@ -44,7 +44,7 @@ from events.blocks import Block, MediaBlock, OpaqueBlock, ReasoningBlock, TextBl
 from events.errors import NativeFormatError
 from events.event_types import FinishReason, MessageAppended, Role, Usage
 from events.formats import Parsed
-from events.strict_json import compact_json
+from events.strict_json import NotJsonError, compact_json, parse_json
 
 __all__ = ["CODES", "ITEM_KEY", "parse"]
 
@@ -64,7 +64,8 @@ CODES: Final[Mapping[str, str]] = {
     "invalid_summary": "a reasoning summary is not a list",
     "function_call_without_call_id": "a function_call has no call_id",
     "function_call_without_name": "a function_call has no name",
-    "arguments_not_string": "a function_call's arguments are not a JSON string",
+    "arguments_not_string": "a function_call's arguments are not a string",
+    "arguments_not_json": "a completed function_call's arguments are not strict JSON text",
     "duplicate_call_id": "two function_call items of the payload share a call_id",
     "function_call_output_without_call_id": "a function_call_output has no call_id",
     "function_call_output_before_call": "a function_call_output comes before its function_call",
@@ -204,6 +205,11 @@ def _function_call(item: Mapping[str, Any], path: str) -> ToolCallBlock:
         raise _refuse("a function_call needs a name", _at(path, "name"), "function_call_without_name")
     if not isinstance(arguments, str):
         raise _refuse("arguments must be a string of JSON", _at(path, "arguments"), "arguments_not_string")
+    if item.get("status") not in ("in_progress", "incomplete"):  # a call cut short may stop mid-arguments
+        try:
+            parse_json(arguments)
+        except NotJsonError as e:
+            raise _refuse(f"arguments are not JSON ({e})", _at(path, "arguments"), "arguments_not_json") from e
     consumed = {"type", "call_id", "name", "arguments"} | ({"id"} if isinstance(item_id, str) else set())
     return ToolCallBlock(
         id=item["call_id"], name=name, arguments=arguments, item_id=item_id if isinstance(item_id, str) else None,

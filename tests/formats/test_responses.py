@@ -126,6 +126,7 @@ USER = {"role": "user", "content": "hi"}
         ({**CALL, "call_id": None}, "function_call_without_call_id", "call_id"),
         ({**CALL, "name": ""}, "function_call_without_name", "name"),
         ({**CALL, "arguments": {"a": 1}}, "arguments_not_string", "arguments"),
+        ({**CALL, "arguments": '{"a": NaN}'}, "arguments_not_json", "arguments"),
         ([CALL, OUTPUT, CALL], "duplicate_call_id", "[2].call_id"),
         ([{**OUTPUT, "call_id": 7}], "function_call_output_without_call_id", "[0].call_id"),
         ([OUTPUT, CALL], "function_call_output_before_call", "[0].call_id"),
@@ -260,3 +261,8 @@ def test_rendering_is_byte_stable_and_a_new_turn_only_appends() -> None:
 )
 def test_the_rule_checker_finds_each_breach(fragment: dict[str, Any], broken: str) -> None:
     assert any(broken in v for v in violations(fragment)), violations(fragment)
+
+
+def test_a_call_cut_short_keeps_its_partial_arguments() -> None:
+    (message,) = parse_items({**CALL, "status": "incomplete", "arguments": '{"city": "Par'})
+    assert message.tool_calls == (ToolCall("c1", "f", '{"city": "Par'),)
