@@ -44,7 +44,7 @@ from events.blocks import Block, MediaBlock, OpaqueBlock, ReasoningBlock, TextBl
 from events.errors import NativeFormatError
 from events.event_types import FinishReason, MessageAppended, Role, Usage
 from events.formats import Parsed
-from events.strict_json import NotJsonError, compact_json, parse_json
+from events.strict_json import NotJsonError, compact_json, dump_json, parse_json
 
 __all__ = ["CODES", "ITEM_KEY", "parse"]
 
@@ -53,6 +53,7 @@ ITEM_KEY: Final = "convlog.item"
 
 CODES: Final[Mapping[str, str]] = {
     "invalid_payload": "the payload is not a Response object, an item or a list of items",
+    "not_json": "the payload holds a value JSON cannot carry (NaN, Infinity, a non-JSON type)",
     "empty_payload": "no items (an empty list, a Response without output)",
     "invalid_item": "an item is not a JSON object, or its type is not a string",
     "missing_type": "an item has neither a type nor a role",
@@ -89,6 +90,10 @@ def parse(payload: object, *, new_id: Callable[[], str]) -> Parsed:
     """The neutral messages of one Responses payload, in order (one atomic batch)."""
     dump = getattr(payload, "model_dump", None)
     doc: Any = dump(mode="json", exclude_none=True) if callable(dump) else payload
+    try:  # once, so every verbatim piece below is strict JSON (no NaN, no non-JSON values)
+        dump_json(doc)
+    except NotJsonError as e:
+        raise _refuse(f"the payload is not JSON: {e}", "", "not_json") from e
     response: Mapping[str, Any] | None = None
     if isinstance(doc, Mapping) and (doc.get("object") == "response" or ("output" in doc and "type" not in doc)):
         response = doc

@@ -114,6 +114,7 @@ USER = {"role": "user", "content": "hi"}
     ("payload", "code", "field"),
     [
         ("hello", "invalid_payload", None),
+        ([USER, {"type": "x_call", "score": float("nan")}], "not_json", None),
         ([], "empty_payload", None),
         ([USER, 3], "invalid_item", "[1]"),
         ([{"content": "x"}], "missing_type", "[0].type"),
