@@ -61,7 +61,7 @@ _USER_SIDE: Final = frozenset({"user", "system", "developer"})
 
 
 def render(request: RenderRequest) -> Rendered:
-    dropped: list[Dropped] = []
+    dropped: dict[Dropped, None] = {}  # in order, once per message and kind: it says what, not how often
     texts: list[str] = []
     for system in request.system:
         for block in stored_blocks(system):
@@ -83,9 +83,8 @@ def render(request: RenderRequest) -> Rendered:
     return Rendered(fragment, tuple(dropped))
 
 
-def _drop(dropped: list[Dropped], entry: Dropped) -> None:
-    if entry not in dropped:  # once per message and kind: the list says what, not how often
-        dropped.append(entry)
+def _drop(dropped: dict[Dropped, None], entry: Dropped) -> None:
+    dropped.setdefault(entry)
 
 
 def _what(block: Block) -> str:
@@ -160,7 +159,7 @@ def _part(block: Block, default_text: str, *, native: bool, keep_images: bool) -
     raise AssertionError(f"not a content block: {block!r}")
 
 
-def _user_side(selected: Selected, *, native: bool, dropped: list[Dropped]) -> list[dict[str, Any]]:
+def _user_side(selected: Selected, *, native: bool, dropped: dict[Dropped, None]) -> list[dict[str, Any]]:
     message = selected.message
     items: list[dict[str, Any]] = []
     loose: list[Block] = []
@@ -174,8 +173,7 @@ def _user_side(selected: Selected, *, native: bool, dropped: list[Dropped]) -> l
             at = len(items) if at is None else at
             loose.append(blocks[0])
         else:
-            _drop(dropped, Dropped(message.message_id, _what(blocks[0]), "unsupported" if isinstance(
-                blocks[0], OpaqueBlock) else "other_provider"))  # fmt: skip
+            _drop(dropped, Dropped(message.message_id, _what(blocks[0]), "unsupported"))
     if loose or not items:
         items.insert(
             at if at is not None else len(items), _foreign_user_side(message, loose, keep_images=selected.keep_images)
@@ -196,7 +194,7 @@ def _foreign_user_side(message: StoredMessage, blocks: Sequence[Block], *, keep_
 
 
 def _assistant(
-    selected: Selected, request: RenderRequest, *, native: bool, dropped: list[Dropped]
+    selected: Selected, request: RenderRequest, *, native: bool, dropped: dict[Dropped, None]
 ) -> list[dict[str, Any]]:
     entries = _assistant_entries(selected, request, native=native, dropped=dropped)
     items: list[dict[str, Any]] = []
@@ -215,7 +213,7 @@ def _assistant(
 
 
 def _assistant_entries(
-    selected: Selected, request: RenderRequest, *, native: bool, dropped: list[Dropped]
+    selected: Selected, request: RenderRequest, *, native: bool, dropped: dict[Dropped, None]
 ) -> list[dict[str, Any] | ReasoningBlock | None]:
     """The message's items in order, its served reasoning blocks as they are, and ``None`` for
     a block not served (an unanswered call, another format's opaque block)."""
