@@ -21,6 +21,17 @@ text = st.text(st.characters(exclude_categories=("Cs",)), max_size=12)
 ident = st.text("abcdefghijklmnopqrstuvwxyz0123456789", min_size=4, max_size=10)
 
 
+USER_PARTS = [
+    {"type": "input_image", "image_url": "https://example.com/a.png", "detail": "high"},
+    {"type": "input_image", "image_url": "data:image/jpeg;base64,/9j/4AAQ", "detail": "auto"},
+    {"type": "input_image", "file_id": "file-abc", "detail": "low"},
+    {"type": "input_file", "file_url": "https://example.com/a.pdf"},
+    {"type": "input_file", "filename": "a.pdf", "file_data": "data:application/pdf;base64,JVBERi0x"},
+    {"type": "input_file", "file_id": "file-xyz", "filename": "b.txt"},
+    {"type": "input_text", "text": "cached up to here", "prompt_cache_breakpoint": {"mode": "explicit", "ttl": "30m"}},
+]
+
+
 @st.composite
 def user_item(draw: st.DrawFn) -> dict[str, Any]:
     typed = draw(st.booleans())
@@ -30,9 +41,7 @@ def user_item(draw: st.DrawFn) -> dict[str, Any]:
         item["content"] = draw(text)
     else:
         parts: list[dict[str, Any]] = [{"type": "input_text", "text": draw(text)}]
-        if draw(st.booleans()):
-            parts.append({"type": "input_image", "image_url": "https://example.com/a.png",
-                          "detail": draw(st.sampled_from(["auto", "low", "high"]))})  # fmt: skip
+        parts += draw(st.lists(st.sampled_from(USER_PARTS), max_size=3))
         item["content"] = parts
     return item
 
@@ -41,8 +50,12 @@ def user_item(draw: st.DrawFn) -> dict[str, Any]:
 def reasoning_item(draw: st.DrawFn) -> dict[str, Any]:
     item: dict[str, Any] = {"id": f"rs_{draw(ident)}", "type": "reasoning"}
     item["summary"] = [{"type": "summary_text", "text": t} for t in draw(st.lists(text, max_size=2))]
+    encrypted = draw(st.sampled_from(["absent", "null", "blob"]))
+    if encrypted != "absent":
+        blob = draw(st.text("ABCDEFabcdef0123456789+/=_-", min_size=1, max_size=40))
+        item["encrypted_content"] = None if encrypted == "null" else blob
     if draw(st.booleans()):
-        item["encrypted_content"] = draw(st.text("ABCDEFabcdef0123456789+/=_-", min_size=1, max_size=40))
+        item["content"] = [{"type": "reasoning_text", "text": t} for t in draw(st.lists(text, max_size=2))]
     if draw(st.booleans()):
         item["status"] = "completed"
     return item
@@ -50,6 +63,8 @@ def reasoning_item(draw: st.DrawFn) -> dict[str, Any]:
 
 @st.composite
 def assistant_message(draw: st.DrawFn) -> dict[str, Any]:
+    if draw(st.integers(0, 4)) == 0:  # the easy input shorthand
+        return {"role": "assistant", "content": draw(text)}
     item: dict[str, Any] = {"id": f"msg_{draw(ident)}", "type": "message", "status": "completed"}
     item["role"] = "assistant"
     if draw(st.booleans()):
@@ -69,6 +84,8 @@ def conversation(draw: st.DrawFn) -> list[dict[str, Any]]:
     any order), maybe a server tool item, then maybe reasoning and an answer."""
     calls = (f"call_{i}" for i in itertools.count())
     items: list[dict[str, Any]] = []
+    if draw(st.booleans()):
+        items.append({"role": draw(st.sampled_from(["system", "developer"])), "content": draw(text)})
     for _ in range(draw(st.integers(1, 3))):
         items.append(draw(user_item()))
         for _ in range(draw(st.integers(0, 2))):
@@ -82,6 +99,8 @@ def conversation(draw: st.DrawFn) -> list[dict[str, Any]]:
                 items.append(call)
             for call_id in draw(st.permutations(ids)):
                 output: Any = draw(text) if draw(st.booleans()) else [{"type": "input_text", "text": draw(text)}]
+                if isinstance(output, list) and draw(st.booleans()):
+                    output.append(USER_PARTS[0])
                 items.append({"type": "function_call_output", "call_id": call_id, "output": output})
         if draw(st.booleans()):
             items.append({"type": "web_search_call", "id": f"ws_{draw(ident)}", "status": "completed",
@@ -97,7 +116,8 @@ def conversation(draw: st.DrawFn) -> list[dict[str, Any]]:
 @given(conversation())
 def test_a_generated_conversation_comes_back_item_for_item(items: list[dict[str, Any]]) -> None:
     rendered = serve(parse_items(items))
-    assert rendered.fragment == {"input": items}
+    system = [i["content"] for i in items if i.get("role") in ("system", "developer")]
+    assert rendered.fragment == {**({"instructions": system[0]} if system else {}), "input": items[len(system) :]}
     assert rendered.dropped == ()
 
 
