@@ -1,0 +1,407 @@
+"""OpenAI Responses API payloads to neutral messages (``?format=responses``).
+
+Accepted: a Response object (``{"object": "response", "output": [items], "usage", "model",
+"status", "incomplete_details"}``), one input/output item, or a list of items (one atomic
+batch). SDK objects are dumped with ``model_dump(mode="json", exclude_none=True)`` first.
+
+Grouping: consecutive assistant-side items (``reasoning``, ``function_call``, assistant
+``message``, any item type convlog does not model such as ``web_search_call``) are ONE neutral
+assistant message, blocks in item order; each ``function_call_output`` is a neutral tool
+message; each user / system / developer message is its own (``developer`` is a neutral
+``system`` message; the native role stays in the item record below).
+
+Lossless layout (so rendering back gives the same items, see query_api/formats/responses.py):
+
+- a ``message`` or ``function_call_output`` item is a run of blocks, one per content part
+  (``input_text``/``output_text`` -> TextBlock, ``input_image`` with an ``image_url`` and
+  ``input_file`` with a ``file_url`` or a base64 data URL ``file_data`` -> MediaBlock, any other
+  part -> OpaqueBlock of the part). Its FIRST block carries the item record under the reserved
+  extra key :data:`ITEM_KEY`: ``{"item": <the item's keys, content/output as null>, "key":
+  "content"|"output", "string": <content was a string>, "n": <blocks in the item>}``; text blocks
+  also carry the item's ``id`` as ``item_id``. A part's keys beyond the modelled ones
+  (``annotations``, ``logprobs``, a part type other than the role's default) are its ``extra``;
+- an item whose first part cannot carry that record (no parts, or an unmodelled first part:
+  a refusal-only message, an image by ``file_id``) is kept whole as one OpaqueBlock;
+- ``function_call`` -> ToolCallBlock(id=call_id, item_id=fc_…, extra=status, namespace...);
+- ``reasoning`` -> ReasoningBlock(item_id=rs_…, summary texts, encrypted_content, text = the one
+  ``reasoning_text`` part); anything not in that canonical shape (several content parts, a null
+  ``encrypted_content``, ``status``) is kept in ``extra`` and wins on render;
+- an item of a type convlog does not model -> OpaqueBlock of the whole item, in the assistant
+  message.
+
+Refused (:class:`~events.errors.NativeFormatError`, ``code``): see :data:`CODES`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any, Final
+
+from events.blocks import Block, MediaBlock, OpaqueBlock, ReasoningBlock, TextBlock, ToolCallBlock, native_message
+from events.errors import NativeFormatError
+from events.event_types import FinishReason, MessageAppended, Role, Usage
+from events.formats import Parsed
+from events.strict_json import NotJsonError, compact_json, dump_json, parse_json
+
+__all__ = ["CODES", "ITEM_KEY", "parse"]
+
+ITEM_KEY: Final = "convlog.item"
+"""The reserved extra key of an item's first block: the item's own keys (see the docstring)."""
+
+CODES: Final[Mapping[str, str]] = {
+    "invalid_payload": "the payload is not a Response object, an item or a list of items",
+    "not_json": "the payload holds a value JSON cannot carry (NaN, Infinity, a non-JSON type)",
+    "empty_payload": "no items (an empty list, a Response without output)",
+    "invalid_item": "an item is not a JSON object, or its type is not a string",
+    "missing_type": "an item has neither a type nor a role",
+    "unknown_role": "a message's role is not user, system, developer or assistant",
+    "invalid_content": "a message's content is neither a string nor a list of parts",
+    "invalid_part": "a content part is not an object, or its text is not a string",
+    "reasoning_without_summary": "a reasoning item has no summary list (required even if empty)",
+    "reasoning_without_id": "a reasoning item has no id (rs_…)",
+    "invalid_summary": "a reasoning summary is not a list",
+    "function_call_without_call_id": "a function_call has no call_id",
+    "function_call_without_name": "a function_call has no name",
+    "arguments_not_string": "a function_call's arguments are not a string",
+    "arguments_not_json": "a completed function_call's arguments are not strict JSON text",
+    "duplicate_call_id": "two function_call items of the payload share a call_id",
+    "function_call_output_without_call_id": "a function_call_output has no call_id",
+    "function_call_output_before_call": "a function_call_output comes before its function_call",
+    "duplicate_call_output": "two function_call_output items of the payload answer one call_id",
+    "invalid_output": "a function_call_output's output is neither a string nor a list of parts",
+    "invalid_response": "a Response object's output is not a list",
+    "invalid_usage": "a Response's usage counts are not non-negative integers",
+}
+
+_USER_SIDE_ROLES: Final[Mapping[str, Role]] = {"user": "user", "system": "system", "developer": "system"}
+_DATA_URL: Final = re.compile(r"data:([\w.+-]+/[\w.+-]+);base64,([A-Za-z0-9+/]*={0,2})")
+_DETAILS: Final = ("auto", "low", "high")
+
+
+def _refuse(message: str, field: str, code: str) -> NativeFormatError:
+    assert code in CODES  # a new code must be documented in CODES
+    return NativeFormatError(message, field=field or None, code=code)
+
+
+def parse(payload: object, *, new_id: Callable[[], str]) -> Parsed:
+    """The neutral messages of one Responses payload, in order (one atomic batch)."""
+    dump = getattr(payload, "model_dump", None)
+    doc: Any = dump(mode="json", exclude_none=True) if callable(dump) else payload
+    try:  # once, so every verbatim piece below is strict JSON (no NaN, no non-JSON values)
+        dump_json(doc)
+    except NotJsonError as e:
+        raise _refuse(f"the payload is not JSON: {e}", "", "not_json") from e
+    response: Mapping[str, Any] | None = None
+    if isinstance(doc, Mapping) and (doc.get("object") == "response" or ("output" in doc and "type" not in doc)):
+        response = doc
+        items, prefix = doc.get("output"), "output"
+        if not isinstance(items, list):
+            raise _refuse("a Response's output must be a list of items", "output", "invalid_response")
+    elif isinstance(doc, Mapping):
+        items, prefix = [doc], None
+    elif isinstance(doc, list):
+        items, prefix = doc, ""
+    else:
+        raise _refuse("expected a Response object, an item or a list of items", "", "invalid_payload")
+    if not items:
+        raise _refuse("no items to append", prefix or "", "empty_payload")
+    paths = [("" if prefix is None else f"{prefix}[{i}]") for i in range(len(items))]
+    _check_pairing(items, paths)
+    groups = _groups(items, paths)
+    extras = _response_fields(response) if response is not None else {}
+    messages: list[MessageAppended] = []
+    for role, blocks, call_id in groups:
+        fields = extras if role == "assistant" else {}
+        if role == "assistant" and response is not None:
+            fields = {**fields, "finish_reason": _finish_reason(response, blocks)}
+        messages.append(native_message(
+            message_id=new_id(), role=role, blocks=blocks, api="responses", provider="openai",
+            tool_call_id=call_id, **fields,
+        ))  # fmt: skip
+    native_id = response.get("id") if response is not None else None
+    return Parsed(tuple(messages), native_id if isinstance(native_id, str) else None)
+
+
+def _at(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _check_pairing(items: Sequence[Any], paths: Sequence[str]) -> None:
+    """Call ids: present, unique per payload, every output after its call. An output whose call
+    is not in the payload is fine here (the call can be in an earlier append)."""
+    first_call: dict[str, int] = {}
+    for i, item in enumerate(items):
+        if not isinstance(item, Mapping):
+            raise _refuse("an item must be a JSON object", paths[i], "invalid_item")
+        if item.get("type") == "function_call":
+            call_id = item.get("call_id")
+            if not isinstance(call_id, str) or not call_id:
+                raise _refuse(
+                    "a function_call needs a call_id", _at(paths[i], "call_id"), "function_call_without_call_id"
+                )
+            if call_id in first_call:
+                raise _refuse(f"call_id {call_id!r} is used twice", _at(paths[i], "call_id"), "duplicate_call_id")
+            first_call[call_id] = i
+    answered: set[str] = set()
+    for i, item in enumerate(items):
+        if item.get("type") != "function_call_output":
+            continue
+        call_id = item.get("call_id")
+        field = _at(paths[i], "call_id")
+        if not isinstance(call_id, str) or not call_id:
+            raise _refuse("a function_call_output needs a call_id", field, "function_call_output_without_call_id")
+        if first_call.get(call_id, -1) > i:
+            raise _refuse(f"the output of {call_id!r} comes before its function_call", field,
+                          "function_call_output_before_call")  # fmt: skip
+        if call_id in answered:
+            raise _refuse(f"call_id {call_id!r} is answered twice", field, "duplicate_call_output")
+        answered.add(call_id)
+
+
+def _groups(items: Sequence[Mapping[str, Any]], paths: Sequence[str]) -> list[tuple[Role, list[Block], str | None]]:
+    """(role, blocks, tool_call_id) per neutral message: assistant-side items run together."""
+    out: list[tuple[Role, list[Block], str | None]] = []
+    assistant: list[Block] = []
+    for item, path in zip(items, paths, strict=True):
+        kind = item.get("type")
+        role = item.get("role")
+        if kind is not None and not isinstance(kind, str):
+            raise _refuse("an item's type must be a string", _at(path, "type"), "invalid_item")
+        if kind is None and role is None:
+            raise _refuse("an item needs a type (or a role, for a message)", _at(path, "type"), "missing_type")
+        if kind in (None, "message"):
+            if role == "assistant":
+                assistant.extend(_message_blocks(item, path, default_part="output_text"))
+                continue
+            if not isinstance(role, str) or role not in _USER_SIDE_ROLES:
+                raise _refuse(f"unknown role {role!r} (user, system, developer, assistant)", _at(path, "role"),
+                              "unknown_role")  # fmt: skip
+            user_side: tuple[Role, list[Block], str | None] = (
+                _USER_SIDE_ROLES[role], _message_blocks(item, path, default_part="input_text"), None)  # fmt: skip
+        elif kind == "function_call_output":
+            user_side = ("tool", _output_blocks(item, path), item["call_id"])
+        else:
+            assistant.append(_assistant_item(item, path))
+            continue
+        if assistant:
+            out.append(("assistant", assistant, None))
+            assistant = []
+        out.append(user_side)
+    if assistant:
+        out.append(("assistant", assistant, None))
+    return out
+
+
+def _assistant_item(item: Mapping[str, Any], path: str) -> Block:
+    kind = item["type"]
+    if kind == "function_call":
+        return _function_call(item, path)
+    if kind == "reasoning":
+        return _reasoning(item, path)
+    return OpaqueBlock(provider="responses", json=compact_json(item))
+
+
+def _function_call(item: Mapping[str, Any], path: str) -> ToolCallBlock:
+    name, arguments, item_id = item.get("name"), item.get("arguments"), item.get("id")
+    if not isinstance(name, str) or not name:
+        raise _refuse("a function_call needs a name", _at(path, "name"), "function_call_without_name")
+    if not isinstance(arguments, str):
+        raise _refuse("arguments must be a string of JSON", _at(path, "arguments"), "arguments_not_string")
+    if item.get("status") not in ("in_progress", "incomplete"):  # a call cut short may stop mid-arguments
+        try:
+            parse_json(arguments)
+        except NotJsonError as e:
+            raise _refuse(f"arguments are not JSON ({e})", _at(path, "arguments"), "arguments_not_json") from e
+    consumed = {"type", "call_id", "name", "arguments"} | ({"id"} if isinstance(item_id, str) else set())
+    return ToolCallBlock(
+        id=item["call_id"], name=name, arguments=arguments, item_id=item_id if isinstance(item_id, str) else None,
+        extra=_extra({k: v for k, v in item.items() if k not in consumed}),
+    )  # fmt: skip
+
+
+def _reasoning(item: Mapping[str, Any], path: str) -> ReasoningBlock:
+    item_id = item.get("id")
+    if not isinstance(item_id, str) or not item_id:
+        raise _refuse("a reasoning item needs its id (rs_…)", _at(path, "id"), "reasoning_without_id")
+    if "summary" not in item:
+        raise _refuse("a reasoning item needs a summary (a list, even empty)", _at(path, "summary"),
+                      "reasoning_without_summary")  # fmt: skip
+    summary = item["summary"]
+    if not isinstance(summary, list):
+        raise _refuse("a reasoning summary must be a list", _at(path, "summary"), "invalid_summary")
+    rest = {k: v for k, v in item.items() if k not in ("type", "id")}
+    texts = tuple(p["text"] for p in summary if isinstance(p, Mapping) and isinstance(p.get("text"), str))
+    if len(texts) == len(summary) and all(
+        p.keys() == {"type", "text"} and p["type"] == "summary_text" for p in summary
+    ):
+        del rest["summary"]  # canonical: the texts say it all
+    encrypted = item.get("encrypted_content")
+    if isinstance(encrypted, str):
+        del rest["encrypted_content"]
+    content, text = item.get("content"), None
+    if (isinstance(content, list) and len(content) == 1 and isinstance(content[0], Mapping)
+            and content[0].keys() == {"type", "text"} and content[0]["type"] == "reasoning_text"
+            and isinstance(content[0]["text"], str)):  # fmt: skip
+        text = content[0]["text"]
+        del rest["content"]
+    return ReasoningBlock(
+        text=text, summary=texts, encrypted_content=encrypted if isinstance(encrypted, str) else None,
+        item_id=item_id, extra=_extra(rest),
+    )  # fmt: skip
+
+
+def _message_blocks(item: Mapping[str, Any], path: str, *, default_part: str) -> list[Block]:
+    content = item.get("content")
+    if isinstance(content, str):
+        first: Block = TextBlock(content, item_id=_str_or_none(item.get("id")))
+        return [_with_record(first, item, key="content", string=True, n=1)]
+    if not isinstance(content, list):
+        raise _refuse("content must be a string or a list of parts", _at(path, "content"), "invalid_content")
+    parts = [_part(p, f"{_at(path, 'content')}[{j}]", default_part, _str_or_none(item.get("id")))
+             for j, p in enumerate(content)]  # fmt: skip
+    return _item_run(item, parts, key="content")
+
+
+def _output_blocks(item: Mapping[str, Any], path: str) -> list[Block]:
+    output = item.get("output")
+    if isinstance(output, str):
+        return [_with_record(TextBlock(output), item, key="output", string=True, n=1)]
+    if not isinstance(output, list):
+        raise _refuse("output must be a string or a list of parts", _at(path, "output"), "invalid_output")
+    parts = [_part(p, f"{_at(path, 'output')}[{j}]", "input_text", None) for j, p in enumerate(output)]
+    return _item_run(item, parts, key="output")
+
+
+def _item_run(item: Mapping[str, Any], parts: list[Block], *, key: str) -> list[Block]:
+    if not parts or isinstance(parts[0], OpaqueBlock):  # nothing to carry the record: keep it whole
+        return [OpaqueBlock(provider="responses", json=compact_json(item))]
+    return [_with_record(parts[0], item, key=key, string=False, n=len(parts)), *parts[1:]]
+
+
+def _with_record(block: Block, item: Mapping[str, Any], *, key: str, string: bool, n: int) -> Block:
+    assert isinstance(block, TextBlock | MediaBlock)  # _item_run keeps opaque firsts whole
+    keys = {k: (None if k == key else v) for k, v in item.items()}
+    record = {"item": keys, "key": key, "string": string, "n": n}
+    extra = _parse_extra(block.extra)
+    return replace(block, extra=compact_json({ITEM_KEY: record, **extra}))
+
+
+def _part(part: Any, path: str, default_type: str, item_id: str | None) -> Block:
+    if not isinstance(part, Mapping):
+        raise _refuse("a content part must be an object", path, "invalid_part")
+    kind = part.get("type")
+    if kind in ("input_text", "output_text"):
+        text = part.get("text")
+        if not isinstance(text, str):
+            raise _refuse("a text part's text must be a string", _at(path, "text"), "invalid_part")
+        rest = {k: v for k, v in part.items() if k != "text" and (k != "type" or v != default_type)}
+        return TextBlock(text, item_id=item_id, extra=_extra(rest))
+    if kind == "input_image" and isinstance(part.get("image_url"), str):
+        detail = part.get("detail")
+        consumed = {"type", "image_url"} | ({"detail"} if detail in _DETAILS else set())
+        rest = {k: v for k, v in part.items() if k not in consumed}
+        url, data, media_type = _split_data_url(part["image_url"])
+        return MediaBlock("image", url=url, data=data, media_type=media_type,
+                          detail=detail if detail in _DETAILS else None, extra=_extra(rest))  # fmt: skip
+    if kind == "input_file" and "file_id" not in part:
+        return _file(part) or OpaqueBlock(provider="responses", json=compact_json(part))
+    return OpaqueBlock(provider="responses", json=compact_json(part))
+
+
+def _file(part: Mapping[str, Any]) -> MediaBlock | None:
+    filename = part.get("filename")
+    consumed = {"type"} | ({"filename"} if isinstance(filename, str) else set())
+    name = filename if isinstance(filename, str) else None
+    if isinstance(part.get("file_url"), str) and "file_data" not in part:
+        rest = {k: v for k, v in part.items() if k not in consumed | {"file_url"}}
+        return MediaBlock("file", url=part["file_url"], filename=name, extra=_extra(rest))
+    file_data = part.get("file_data")
+    if isinstance(file_data, str) and "file_url" not in part:
+        url, data, media_type = _split_data_url(file_data)
+        if url is None:
+            rest = {k: v for k, v in part.items() if k not in consumed | {"file_data"}}
+            return MediaBlock("file", data=data, media_type=media_type, filename=name, extra=_extra(rest))
+    return None
+
+
+def _split_data_url(url: str) -> tuple[str | None, str | None, str | None]:
+    """(url, data, media_type): a base64 data URL is kept as its data and media type (what
+    other formats' inline sources need); it renders back to the same text."""
+    m = _DATA_URL.fullmatch(url)
+    if m is None:
+        return url, None, None
+    return None, m.group(2), m.group(1)
+
+
+def _response_fields(response: Mapping[str, Any]) -> dict[str, Any]:
+    """model, usage and the response's id (``metadata["openai.response_id"]``, for audits)."""
+    model, response_id = response.get("model"), response.get("id")
+    return {
+        "model": model if isinstance(model, str) else None,
+        "usage": _usage(response.get("usage")),
+        "metadata": {"openai.response_id": response_id} if isinstance(response_id, str) else None,
+    }
+
+
+def _usage(usage: Any) -> Usage | None:
+    if usage is None:
+        return None
+    if not isinstance(usage, Mapping):
+        raise _refuse("usage must be an object", "usage", "invalid_usage")
+
+    def count(path: str, value: Any) -> int | None:
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise _refuse("a token count must be a non-negative integer", path, "invalid_usage")
+        return value
+
+    def detail(key: str, name: str) -> int | None:
+        details = usage.get(key)
+        return count(f"usage.{key}.{name}", details.get(name)) if isinstance(details, Mapping) else None
+
+    return Usage(
+        prompt_tokens=count("usage.input_tokens", usage.get("input_tokens")),
+        completion_tokens=count("usage.output_tokens", usage.get("output_tokens")),
+        cached_tokens=detail("input_tokens_details", "cached_tokens"),
+        cache_write_tokens=detail("input_tokens_details", "cache_write_tokens"),  # part of input_tokens
+        reasoning_tokens=detail("output_tokens_details", "reasoning_tokens"),
+    )
+
+
+def _finish_reason(response: Mapping[str, Any], blocks: Sequence[Block]) -> FinishReason:
+    status = response.get("status")
+    if status == "incomplete":
+        details = response.get("incomplete_details")
+        reason = details.get("reason") if isinstance(details, Mapping) else None
+        return "content_filter" if reason == "content_filter" else "length"
+    if status in ("failed", "cancelled", "in_progress", "queued"):
+        return "interrupted"
+    if any(isinstance(b, ToolCallBlock) for b in blocks):
+        return "tool_calls"
+    if any(isinstance(b, OpaqueBlock) and _is_refusal(json.loads(b.json)) for b in blocks):
+        return "content_filter"
+    return "stop"
+
+
+def _is_refusal(doc: Any) -> bool:
+    """A refusal part, or a message item (kept whole) holding one."""
+    if not isinstance(doc, Mapping):
+        return False
+    content = doc.get("content")
+    return doc.get("type") == "refusal" or (isinstance(content, list) and any(_is_refusal(p) for p in content))
+
+
+def _extra(rest: Mapping[str, Any]) -> str | None:
+    return compact_json(dict(rest)) if rest else None
+
+
+def _parse_extra(extra: str | None) -> dict[str, Any]:
+    return dict(json.loads(extra)) if extra else {}
+
+
+def _str_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
