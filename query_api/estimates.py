@@ -23,8 +23,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
-from projectors.tokens import ModelSpec, normalize_model_name
-from query_api.formats.types import Selected, Target
+from projectors.tokens import ModelSpec
+from query_api.formats.types import Selected, Target, same_model
 
 __all__ = ["DEFAULT_FACTORS", "SAFETY_MARGIN", "Estimate", "estimate_for"]
 
@@ -82,7 +82,6 @@ def estimate_for(spec: ModelSpec, target: Target, fixed: int, candidates: Sequen
     ``fixed``: the raw cost of the system prompts, the summary and the reply priming."""
     if not spec.estimated:
         return None
-    model = normalize_model_name(target.model)
     before = fixed
     found: tuple[str, int, int] | None = None
     for c in candidates:
@@ -91,7 +90,8 @@ def estimate_for(spec: ModelSpec, target: Target, fixed: int, candidates: Sequen
             m.role == "assistant"
             and m.prompt_tokens
             and (m.api or "chat_completions") == target.format
-            and normalize_model_name(m.model or "") == model
+            and m.model
+            and same_model(m.model, target.model)
             and before > 0
         ):
             found = (m.message_id, m.prompt_tokens, before)

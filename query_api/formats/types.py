@@ -9,6 +9,7 @@ it could not carry (:class:`Dropped`). Pure functions over frozen dataclasses.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypeAlias
@@ -29,6 +30,7 @@ __all__ = [
     "extras_served",
     "is_reasoning",
     "reasoning_served",
+    "same_model",
     "served_calls",
     "stored_blocks",
 ]
@@ -91,7 +93,10 @@ class Renderer(Protocol):
 
 
 # Reasoning blobs are bound to who made them: Anthropic signatures and Gemini thought
-# signatures to the model ("Invalid signature" elsewhere), Responses reasoning items to OpenAI.
+# signatures to the model ("Invalid signature" elsewhere); a message of no recorded model cannot
+# be shown to be the target's. Responses reasoning items to OpenAI, and to the model when the
+# message records one (a model that does not reason refuses them, openai/openai-agents-python#569);
+# items appended without their response (the Agents SDK's) record none and stay served.
 _MODEL_BOUND: frozenset[str] = frozenset({"anthropic", "gemini"})
 
 
@@ -99,11 +104,21 @@ def reasoning_served(message: StoredMessage, target: Target) -> DropReason | Non
     """None if ``message``'s native reasoning blocks may go to ``target``, else why not."""
     if message.api != target.format or message.api == "chat_completions":
         return "other_provider"
-    if message.api in _MODEL_BOUND and (
-        not message.model or normalize_model_name(message.model) != normalize_model_name(target.model)
-    ):
-        return "other_model"  # a blob of an unrecorded model cannot be shown to be this model's
+    if not message.model:
+        return "other_model" if message.api in _MODEL_BOUND else None
+    if not same_model(message.model, target.model):
+        return "other_model"
     return None
+
+
+_SNAPSHOT = re.compile(r"-(\d{4}-\d{2}-\d{2}|\d{8}|latest)$")
+
+
+def same_model(recorded: str, requested: str) -> bool:
+    """Whether a response's model and a request's name the same model: a response reports the
+    dated snapshot (``gpt-5-2025-08-07``, ``claude-sonnet-4-5-20250929``) of the alias asked for."""
+    a, b = normalize_model_name(recorded), normalize_model_name(requested)
+    return a == b or _SNAPSHOT.sub("", a) == _SNAPSHOT.sub("", b)
 
 
 def extras_served(message: StoredMessage, target: Target) -> bool:

@@ -3,6 +3,7 @@ projection stores them, and the providers' own request types to validate what is
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Mapping, Sequence
 from functools import cache
@@ -49,10 +50,15 @@ def stored(msg: MessageAppended, seq: int) -> StoredMessage:
 
 def _reasoning(api: str | None, n: int) -> Block:
     if api == "anthropic":
-        return ReasoningBlock(text=f"THINK-{n}", signature=f"SIG-{n}")
+        return ReasoningBlock(text=f"THINK-{n}#", signature=f"SIG-{n}#")
     if api == "responses":
-        return ReasoningBlock(summary=(f"THINK-{n}",), encrypted_content=f"ENC-{n}", item_id=f"rs_{n}")
-    return ReasoningBlock(text=f"THINK-{n}", signature=f"SIG-{n}")  # a Gemini thought with its signature
+        return ReasoningBlock(summary=(f"THINK-{n}#",), encrypted_content=f"ENC-{n}#", item_id=f"rs_{n}")
+    return ReasoningBlock(text=f"THINK-{n}#", signature=_b64(f"SIG-{n}#"))  # a Gemini thought with its signature
+
+
+def _b64(text: str) -> str:
+    """Gemini thought signatures are base64 (its SDK's types check)."""
+    return base64.b64encode(text.encode()).decode()
 
 
 @st.composite
@@ -75,14 +81,14 @@ def conversations(draw: st.DrawFn) -> list[MessageAppended]:
             api, model = draw(st.sampled_from(SOURCES))
             mid = next_id()
             calls = [ToolCallBlock(f"call_{mid}_{k}", f"tool_{k}", json.dumps({"q": k}),
-                                   signature=f"SIG-{mid}-{k}" if api == "gemini" and k == 0 else None)
+                                   signature=_b64(f"SIG-{mid}-{k}#") if api == "gemini" and k == 0 else None)
                      for k in range(draw(st.integers(0, 2)))]  # fmt: skip
             text = [TextBlock(f"answer {mid}")] if draw(st.booleans()) or not calls else []
             if api is None:
                 out.append(MessageAppended(
                     message_id=mid, role="assistant", content=text[0].text if text else None, model=model,
                     tool_calls=tuple(ToolCall(c.id, c.name, c.arguments) for c in calls),
-                    reasoning_content=f"DSR-{mid}" if draw(st.booleans()) else None,
+                    reasoning_content=f"DSR-{mid}#" if draw(st.booleans()) else None,
                 ))  # fmt: skip
             else:
                 blocks: list[Block] = [_reasoning(api, int(mid[1:]))] if draw(st.booleans()) else []
