@@ -5,7 +5,9 @@ Avro binary body.
 A message with ``blocks`` (schema v4) is written with its blocks only — ``content`` null,
 ``tool_calls`` empty, ``reasoning_content`` null — and read back with ``content`` and
 ``tool_calls`` derived from the blocks (:func:`events.blocks.chat_view`). The blocks are the
-truth: a record that carries both (a foreign producer's) is read from its blocks alone.
+truth: a record that carries both (a foreign producer's) is read from its blocks alone. Its
+``reasoning_content`` is kept, though, for validation to refuse: reasoning in two places is
+not a view that can be re-derived.
 
 Every ``event.vN.avsc`` in the schema directory is loaded. The highest N writes and reads;
 older versions are known writer schemas, resolved to the current one (fastavro). Bodies are
