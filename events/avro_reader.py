@@ -102,16 +102,20 @@ def compile_reader(schema: Any, named: dict[str, Reader]) -> Reader:
         return _compile_union(schema, named)
     kind = schema["type"]
     if kind in ("record", "error"):
-        fields: list[tuple[str, Reader]] = []
+        fields: list[tuple[str, Reader, int]] = []
 
         def read_record(buf: bytes, pos: int) -> tuple[dict[str, Any], int]:
-            record = {}
-            for name, read in fields:
-                record[name], pos = read(buf, pos)
+            record: dict[str, Any] = {}
+            for name, read, empty in fields:
+                if empty and buf[pos] == 0:  # null, or no items: the one byte is the value
+                    record[name] = None if empty == _NULL else [] if empty == _ARRAY else {}
+                    pos += 1
+                else:
+                    record[name], pos = read(buf, pos)
             return record, pos
 
         named[schema["name"]] = read_record
-        fields.extend((f["name"], compile_reader(f["type"], named)) for f in schema["fields"])
+        fields.extend((f["name"], compile_reader(f["type"], named), _empty_value(f["type"])) for f in schema["fields"])
         return read_record
     if kind == "enum":
         symbols = tuple(schema["symbols"])
@@ -139,6 +143,21 @@ def compile_reader(schema: Any, named: dict[str, Reader]) -> Reader:
             compile_reader(schema["items" if kind == "array" else "values"], named), is_map=kind == "map"
         )
     return _PRIMITIVES[kind]
+
+
+_NULL, _ARRAY, _MAP = 1, 2, 3
+
+
+def _empty_value(schema: Any) -> int:
+    """Whether a field whose first byte is 0 is that byte alone, and what it is then:
+    ``["null", ...]`` (union index 0: null), an array or a map with no items; else 0. Most of
+    an event's fields are one of these and empty, so the record reader takes them inline,
+    without a call (the projector decodes every record)."""
+    if isinstance(schema, list) and schema and schema[0] == "null":
+        return _NULL
+    if isinstance(schema, dict) and schema.get("type") in ("array", "map"):
+        return _ARRAY if schema["type"] == "array" else _MAP
+    return 0
 
 
 def _compile_union(branches: list[Any], named: dict[str, Reader]) -> Reader:

@@ -2,6 +2,13 @@
 little-endian CRC-64-AVRO fingerprint of the writer schema's Parsing Canonical Form, then the
 Avro binary body.
 
+A message with ``blocks`` (schema v4) is written with its blocks only — ``content`` null,
+``tool_calls`` empty, ``reasoning_content`` null — and read back with ``content`` and
+``tool_calls`` derived from the blocks (:func:`events.blocks.chat_view`). The blocks are the
+truth: a record that carries both (a foreign producer's) is read from its blocks alone. Its
+``reasoning_content`` is kept, though, for validation to refuse: reasoning in two places is
+not a view that can be re-derived.
+
 Every ``event.vN.avsc`` in the schema directory is loaded. The highest N writes and reads;
 older versions are known writer schemas, resolved to the current one (fastavro). Bodies are
 written by fastavro and read by a small strict reader compiled from the writer schema:
@@ -11,6 +18,7 @@ corrupt record would decode to a different, valid-looking event instead of faili
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import io
 import json
@@ -28,19 +36,26 @@ from fastavro.schema import to_parsing_canonical_form
 
 from events.avro_reader import compile_reader
 from events.avro_writer import compile_writer
+from events.blocks import chat_view
 from events.errors import ConfigurationError, CorruptRecordError, InvalidEventError, UnknownSchemaError
 from events.event_types import (
+    Block,
     ConversationCleared,
     ConversationErased,
     ConversationStarted,
     Event,
     EventBody,
     ImagePart,
+    MediaBlock,
     MessageAppended,
     MessageRedacted,
+    OpaqueBlock,
+    ReasoningBlock,
     SummaryRecorded,
+    TextBlock,
     TextPart,
     ToolCall,
+    ToolCallBlock,
     Usage,
 )
 from events.keys import ConversationKey
@@ -60,8 +75,36 @@ Record: TypeAlias = dict[str, Any]
 
 # ---- hand-written converters -----------------------------------------------------------------
 
+# A block's record has its dataclass's fields, same names, same order (schema v4).
+_BLOCK_NAMES: Final[dict[type[Any], str]] = {
+    cls: _NS + cls.__name__ for cls in (TextBlock, MediaBlock, ToolCallBlock, ReasoningBlock, OpaqueBlock)
+}
+
+
+def _block_record(b: Block) -> tuple[str, Record]:
+    record = {name: getattr(b, name) for name in b.__slots__}
+    if isinstance(b, ReasoningBlock) and b.summary is not None:
+        record["summary"] = list(b.summary)
+    return _BLOCK_NAMES[type(b)], record
+
+
+def _reasoning_block(r: Record) -> ReasoningBlock:
+    summary = r["summary"]
+    return ReasoningBlock(**(r | {"summary": tuple(summary)}) if summary is not None else r)
+
+
+_BLOCK_BODIES: Final[dict[str, Callable[[Record], Block]]] = {
+    _NS + "TextBlock": lambda r: TextBlock(**r),
+    _NS + "MediaBlock": lambda r: MediaBlock(**r),
+    _NS + "ToolCallBlock": lambda r: ToolCallBlock(**r),
+    _NS + "ReasoningBlock": _reasoning_block,
+    _NS + "OpaqueBlock": lambda r: OpaqueBlock(**r),
+}
+
 
 def _message_record(b: MessageAppended) -> Record:
+    if b.blocks:  # the blocks are the truth; the Chat Completions view is derived on read
+        return _native_message_record(b)
     content: Any = b.content
     if content is not None and not isinstance(content, str):
         content = [
@@ -90,11 +133,22 @@ def _message_record(b: MessageAppended) -> Record:
                 "completion_tokens": u.completion_tokens,
                 "cached_tokens": u.cached_tokens,
                 "reasoning_tokens": u.reasoning_tokens,
+                "cache_write_tokens": u.cache_write_tokens,
             },
         ),
         "finish_reason": b.finish_reason,
         "metadata": b.metadata,
+        "blocks": [],
+        "provider": b.provider,
+        "api": b.api,
+        "is_error": b.is_error,
     }
+
+
+def _native_message_record(b: MessageAppended) -> Record:
+    record = _message_record(dataclasses.replace(b, content=None, tool_calls=(), reasoning_content=None, blocks=()))
+    record["blocks"] = [_block_record(block) for block in b.blocks]
+    return record
 
 
 def _summary_record(b: SummaryRecorded) -> Record:
@@ -112,19 +166,29 @@ def _summary_record(b: SummaryRecorded) -> Record:
 
 
 def _message_body(r: Record) -> MessageAppended:
-    content = r["content"]
-    if isinstance(content, list):
-        content = tuple(
-            TextPart(text=v["text"]) if name == _TEXT_PART else ImagePart(url=v["url"], detail=v["detail"])
-            for name, v in content
-        )
+    blocks: tuple[Block, ...] = ()
+    tool_calls: tuple[ToolCall, ...]
+    # .get: a reader schema before v4 has none of its fields (schema evolution tests use such).
+    raw_blocks = r.get("blocks")
+    if raw_blocks:  # whatever content and tool_calls the record also has, the blocks win
+        blocks = tuple(_BLOCK_BODIES[name](v) for name, v in raw_blocks)
+        content, tool_calls = chat_view(blocks, role=r["role"])
+    else:
+        content = r["content"]
+        if isinstance(content, list):
+            content = tuple(
+                TextPart(text=v["text"]) if name == _TEXT_PART else ImagePart(url=v["url"], detail=v["detail"])
+                for name, v in content
+            )
+        calls = r["tool_calls"]  # most messages have none: no generator for them
+        tool_calls = tuple(ToolCall(t["id"], t["name"], t["arguments"]) for t in calls) if calls else ()
     u = r["usage"]
     return MessageAppended(
         message_id=r["message_id"],
         role=r["role"],
         content=content,
         name=r["name"],
-        tool_calls=tuple(ToolCall(id=t["id"], name=t["name"], arguments=t["arguments"]) for t in r["tool_calls"]),
+        tool_calls=tool_calls,
         tool_call_id=r["tool_call_id"],
         reasoning_content=r["reasoning_content"],
         thinking_duration_ms=r["thinking_duration_ms"],
@@ -136,9 +200,14 @@ def _message_body(r: Record) -> MessageAppended:
             completion_tokens=u["completion_tokens"],
             cached_tokens=u["cached_tokens"],
             reasoning_tokens=u["reasoning_tokens"],
+            cache_write_tokens=u.get("cache_write_tokens"),
         ),
         finish_reason=r["finish_reason"],
         metadata=r["metadata"],
+        blocks=blocks,
+        provider=r.get("provider"),
+        api=r.get("api"),
+        is_error=r.get("is_error"),
     )
 
 

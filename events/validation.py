@@ -14,8 +14,10 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import cast
 
+from events.blocks import chat_view
 from events.errors import InvalidEventError
 from events.event_types import (
+    API_FORMATS,
     BODY_TYPES,
     FINISH_REASONS,
     ROLES,
@@ -24,18 +26,34 @@ from events.event_types import (
     ConversationStarted,
     Event,
     ImagePart,
+    MediaBlock,
     MessageAppended,
     MessageRedacted,
+    OpaqueBlock,
+    ReasoningBlock,
     SummaryRecorded,
+    TextBlock,
     TextPart,
     ToolCall,
+    ToolCallBlock,
     Usage,
 )
 from events.keys import ConversationKey
 from events.strict_json import NotJsonError, parse_json
 
 # Every dataclass an event is made of, besides the envelope.
-MODEL_CLASSES: tuple[type, ...] = (*BODY_TYPES, TextPart, ImagePart, ToolCall, Usage)
+MODEL_CLASSES: tuple[type, ...] = (
+    *BODY_TYPES,
+    TextPart,
+    ImagePart,
+    ToolCall,
+    Usage,
+    TextBlock,
+    MediaBlock,
+    ToolCallBlock,
+    ReasoningBlock,
+    OpaqueBlock,
+)
 
 MAX_ID_LENGTH = 128
 # OpenAI accepts this for function names and for the `name` of a message.
@@ -106,9 +124,10 @@ def validate_message(msg: MessageAppended) -> None:
         raise InvalidEventError(f"unknown finish_reason {msg.finish_reason!r}", field="finish_reason")
     _non_negative(msg.thinking_duration_ms, "thinking_duration_ms")
     if msg.usage is not None:
-        for name in ("prompt_tokens", "completion_tokens", "cached_tokens", "reasoning_tokens"):
+        for name in ("prompt_tokens", "completion_tokens", "cached_tokens", "reasoning_tokens", "cache_write_tokens"):
             _non_negative(getattr(msg.usage, name), f"usage.{name}")
     _check_metadata(msg.metadata)
+    _check_native(msg)
     _check_content(msg)
     if msg.role != "assistant":
         for name in ("tool_calls", "reasoning_content", "thinking_duration_ms", "finish_reason"):
@@ -121,6 +140,98 @@ def validate_message(msg: MessageAppended) -> None:
         raise InvalidEventError("only tool messages carry tool_call_id", field="tool_call_id")
     if msg.role == "assistant":
         _check_tool_calls(msg)
+
+
+def _check_native(msg: MessageAppended) -> None:
+    """Schema v4's fields. The blocks are checked before the view derived from them, so an
+    error names the block (``blocks[2].arguments``), not the tool call it became."""
+    if msg.api is not None and msg.api not in API_FORMATS:
+        raise InvalidEventError(f"unknown api {msg.api!r}; expected one of {', '.join(API_FORMATS)}", field="api")
+    if msg.provider is not None and not isinstance(msg.provider, str):
+        raise InvalidEventError("must be a string", field="provider")
+    if msg.is_error is not None:
+        if not isinstance(msg.is_error, bool):
+            raise InvalidEventError("must be a boolean", field="is_error")
+        if msg.role != "tool":
+            raise InvalidEventError("only tool messages carry is_error", field="is_error")
+    if not msg.blocks:
+        return
+    if not isinstance(msg.blocks, tuple):
+        raise InvalidEventError("must be a list of blocks", field="blocks")
+    call_ids: set[str] = set()
+    for i, block in enumerate(msg.blocks):
+        _check_block(msg, block, f"blocks[{i}]", call_ids)
+    # The view is derived, never stated: a message whose view disagrees with its blocks would
+    # be one thing in the log (the blocks) and another in the request that wrote it.
+    content, tool_calls = chat_view(msg.blocks, role=msg.role)
+    if msg.content != content:
+        raise InvalidEventError(
+            "must be the Chat Completions view of blocks (events.blocks.chat_view)", field="content"
+        )
+    if msg.tool_calls != tool_calls:
+        raise InvalidEventError("must be the tool calls of blocks (events.blocks.chat_view)", field="tool_calls")
+    if msg.reasoning_content is not None:
+        raise InvalidEventError("a message with blocks keeps its reasoning in blocks", field="reasoning_content")
+
+
+_REASONING_PARTS = ("text", "summary", "signature", "redacted_data", "encrypted_content")
+
+
+def _check_block(msg: MessageAppended, block: object, field: str, call_ids: set[str]) -> None:
+    if isinstance(block, TextBlock):
+        if not isinstance(block.text, str):
+            raise InvalidEventError("must be a string", field=f"{field}.text")
+    elif isinstance(block, MediaBlock):
+        _check_media(block, field, role=msg.role)
+    elif isinstance(block, ToolCallBlock | ReasoningBlock) and msg.role != "assistant":
+        raise InvalidEventError(f"only assistant messages carry {type(block).__name__}", field=field)
+    elif isinstance(block, ToolCallBlock):
+        _check_call_block(msg, block, field, call_ids)
+    elif isinstance(block, ReasoningBlock):
+        if all(getattr(block, part) is None for part in _REASONING_PARTS):
+            raise InvalidEventError(f"a reasoning block needs one of {', '.join(_REASONING_PARTS)}", field=field)
+    elif isinstance(block, OpaqueBlock):
+        if not (isinstance(block.provider, str) and block.provider.strip()):
+            raise InvalidEventError("must not be empty", field=f"{field}.provider")
+        _check_json_text(block.json, f"{field}.json")
+        return
+    else:
+        raise InvalidEventError("must be a text, media, tool call, reasoning or opaque block", field=field)
+    if block.extra is not None:
+        _check_json_text(block.extra, f"{field}.extra", object_only=True)
+
+
+def _check_call_block(msg: MessageAppended, block: ToolCallBlock, field: str, call_ids: set[str]) -> None:
+    if not (isinstance(block.id, str) and block.id):
+        raise InvalidEventError("a tool call needs an id", field=f"{field}.id")
+    if block.id in call_ids:
+        raise InvalidEventError(f"duplicate tool call id {block.id!r}", field=f"{field}.id")
+    call_ids.add(block.id)
+    if not (isinstance(block.name, str) and _NAME_RE.match(block.name)):
+        raise InvalidEventError("must match ^[A-Za-z0-9_-]{1,64}$", field=f"{field}.name")
+    if msg.finish_reason != "interrupted":  # as for tool_calls: a cut stream keeps its cut arguments
+        _check_json_text(block.arguments, f"{field}.arguments")
+
+
+_MEDIA_KINDS = ("image", "file")
+_DETAILS = ("auto", "low", "high")
+
+
+def _check_media(block: MediaBlock, field: str, *, role: str) -> None:
+    if block.kind not in _MEDIA_KINDS:
+        raise InvalidEventError(f"unknown kind {block.kind!r}; expected image or file", field=f"{field}.kind")
+    if (block.url is None) == (block.data is None):
+        raise InvalidEventError("a media block needs exactly one of url and data", field=field)
+    if block.data is not None and not block.media_type:
+        raise InvalidEventError("inline data needs its media_type", field=f"{field}.media_type")
+    # A user's image is an image_url part of the view: the content rule, named at the block.
+    if block.kind == "image" and role == "user":
+        if block.url is not None and not block.url.startswith(_IMAGE_URL_PREFIXES):
+            raise InvalidEventError("must be an http(s) or data:image/ URL", field=f"{field}.url")
+        if block.data is not None and not (block.media_type or "").startswith("image/"):
+            raise InvalidEventError("an image's media_type must be image/...", field=f"{field}.media_type")
+    if block.detail is not None and block.detail not in _DETAILS:
+        raise InvalidEventError(f"unknown detail {block.detail!r}", field=f"{field}.detail")
 
 
 def _check_content(msg: MessageAppended) -> None:
@@ -163,19 +274,24 @@ def _check_tool_calls(msg: MessageAppended) -> None:
         # An interrupted stream may stop mid-arguments; it is stored for audit and never served.
         if msg.finish_reason == "interrupted":
             continue
-        if not isinstance(call.arguments, str):
-            raise InvalidEventError("must be a string of JSON", field=f"{field}.arguments")
-        try:
-            parsed = parse_json(call.arguments)
-        except NotJsonError as e:
-            raise InvalidEventError(f"arguments are not valid JSON ({e})", field=f"{field}.arguments") from e
-        # Parsed (as renderers to object-typed tool inputs do), an escaped \u0000 or lone
-        # surrogate is the character itself: Postgres jsonb refuses both escapes too.
-        if not _storable(parsed):
-            raise InvalidEventError(
-                "arguments hold an escaped U+0000 or lone surrogate, which Postgres jsonb cannot store",
-                field=f"{field}.arguments",
-            )
+        _check_json_text(call.arguments, f"{field}.arguments")
+
+
+def _check_json_text(text: object, field: str, *, object_only: bool = False) -> None:
+    if not isinstance(text, str):
+        raise InvalidEventError("must be a string of JSON", field=field)
+    try:
+        parsed = parse_json(text)
+    except NotJsonError as e:
+        raise InvalidEventError(f"not valid JSON ({e})", field=field) from e
+    if object_only and not isinstance(parsed, dict):
+        raise InvalidEventError("must be a JSON object", field=field)
+    # Parsed (as renderers to object-typed tool inputs do), an escaped \u0000 or lone
+    # surrogate is the character itself: Postgres jsonb refuses both escapes too.
+    if not _storable(parsed):
+        raise InvalidEventError(
+            "holds an escaped U+0000 or lone surrogate, which Postgres jsonb cannot store", field=field
+        )
 
 
 def _require_id(value: str, field: str) -> None:

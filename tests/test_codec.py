@@ -11,9 +11,11 @@ from fastavro import schemaless_reader, schemaless_writer
 from hypothesis import given
 from hypothesis import strategies as st
 
+from events.blocks import chat_view
 from events.codec import HEADER_SIZE, MAGIC, EventCodec, default_codec
 from events.errors import CorruptRecordError, DecodeError, InvalidEventError, UnknownSchemaError
 from events.event_types import (
+    API_FORMATS,
     BODY_TYPES,
     FINISH_REASONS,
     ROLES,
@@ -22,11 +24,16 @@ from events.event_types import (
     ConversationStarted,
     Event,
     ImagePart,
+    MediaBlock,
     MessageAppended,
     MessageRedacted,
+    OpaqueBlock,
+    ReasoningBlock,
     SummaryRecorded,
+    TextBlock,
     TextPart,
     ToolCall,
+    ToolCallBlock,
     Usage,
 )
 from events.keys import ConversationKey
@@ -194,7 +201,7 @@ def record(body_index: int, body: bytes, **envelope: bytes) -> bytes:
 def message(**fields: bytes) -> bytes:
     """A hand-written MessageAppended body: m-1, role user, everything else empty."""
     names = "message_id role content name tool_calls tool_call_id reasoning_content"
-    names += " thinking_duration_ms model usage finish_reason metadata"
+    names += " thinking_duration_ms model usage finish_reason metadata blocks provider api is_error"
     defaults = dict.fromkeys(names.split(), zz(0)) | {"message_id": s("m-1"), "role": zz(1)}
     return b"".join((defaults | fields).values())
 
@@ -318,6 +325,34 @@ parts = st.one_of(
     st.builds(TextPart, texts),
     st.builds(ImagePart, texts, st.sampled_from(["auto", "low", "high"])),
 )
+usages = st.none() | st.builds(Usage, optional_longs, optional_longs, optional_longs, optional_longs, optional_longs)
+details = st.none() | st.sampled_from(["auto", "low", "high"])
+blocks = st.one_of(
+    st.builds(TextBlock, texts, optional_texts, optional_texts),
+    st.builds(MediaBlock, st.sampled_from(["image", "file"]), optional_texts, optional_texts, optional_texts, details,
+              optional_texts, optional_texts),
+    st.builds(ToolCallBlock, texts, texts, texts, optional_texts, optional_texts, optional_texts),
+    st.builds(ReasoningBlock, optional_texts, st.none() | st.lists(texts, max_size=3).map(tuple), optional_texts,
+              optional_texts, optional_texts, optional_texts, optional_texts),
+    st.builds(OpaqueBlock, texts, texts),
+)  # fmt: skip
+
+
+@st.composite
+def native_messages(draw: st.DrawFn) -> MessageAppended:
+    """A message with blocks: content and tool_calls are their view (what decoding derives)."""
+    role = draw(st.sampled_from(ROLES))
+    native = draw(st.lists(blocks, min_size=1, max_size=5).map(tuple))
+    content, tool_calls = chat_view(native, role=role)
+    return MessageAppended(
+        message_id=draw(texts), role=role, content=content, name=draw(optional_texts), tool_calls=tool_calls,
+        tool_call_id=draw(optional_texts), model=draw(optional_texts), usage=draw(usages),
+        finish_reason=draw(st.none() | st.sampled_from(FINISH_REASONS)), metadata=draw(metadata), blocks=native,
+        provider=draw(optional_texts), api=draw(st.none() | st.sampled_from(API_FORMATS) | texts),
+        is_error=draw(st.none() | st.booleans()),
+    )  # fmt: skip
+
+
 messages = st.builds(
     MessageAppended,
     message_id=texts,
@@ -329,13 +364,17 @@ messages = st.builds(
     reasoning_content=optional_texts,
     thinking_duration_ms=optional_longs,
     model=optional_texts,
-    usage=st.none() | st.builds(Usage, optional_longs, optional_longs, optional_longs, optional_longs),
+    usage=usages,
     finish_reason=st.none() | st.sampled_from(FINISH_REASONS),
     metadata=metadata,
+    provider=optional_texts,
+    api=st.none() | st.sampled_from(API_FORMATS),
+    is_error=st.none() | st.booleans(),
 )
 bodies = st.one_of(
     st.builds(ConversationStarted, optional_texts, metadata),
     messages,
+    native_messages(),
     st.builds(MessageRedacted, texts, texts),
     st.builds(SummaryRecorded, texts, texts, texts, texts, texts, optional_longs, optional_longs, optional_longs),
     st.builds(ConversationCleared, optional_texts),
@@ -377,6 +416,36 @@ def test_property_round_trip(event: Event) -> None:
     assert CODEC.decode(data) == event
     assert CODEC.encode(CODEC.decode(data)) == data
     assert CODEC._current.read(data, HEADER_SIZE) == (_fastavro_read(data), len(data))
+
+
+@given(native_messages())
+def test_property_every_block_type_round_trips(body: MessageAppended) -> None:
+    event = Event("e-1", KEY, AT, "p", body)
+    data = CODEC.encode(event)
+    assert CODEC.decode(data) == event
+    written = _fastavro_read(data)["body"][1]  # the blocks are the truth: no view on the wire
+    assert (written["content"], written["tool_calls"], written["reasoning_content"]) == (None, [], None)
+
+
+def test_a_foreign_record_with_blocks_and_a_view_of_its_own_is_read_from_its_blocks() -> None:
+    body = MessageAppended("m-1", "assistant", blocks=(TextBlock("from the blocks"), ToolCallBlock("c1", "f", "{}")))
+    record = CODEC.to_record(Event("e-1", KEY, AT, "p", body))
+    record["body"][1].update(content="a view of its own", tool_calls=[{"id": "c9", "name": "g", "arguments": "[]"}])
+    out = bytearray(MAGIC + CODEC.fingerprint)
+    CODEC._current.write(record, out)
+    decoded = CODEC.decode(bytes(out)).body
+    assert isinstance(decoded, MessageAppended)
+    assert (decoded.content, decoded.tool_calls) == ("from the blocks", (ToolCall("c1", "f", "{}"),))
+
+
+def test_records_before_v4_read_with_no_blocks() -> None:
+    older = [f for f in FIXTURES if f.version < 4 and isinstance(f.expected().body, MessageAppended)]
+    assert len(older) == 3 * 7  # seven messages in each of v1, v2 and v3
+    for fixture in older:
+        body = CODEC.decode(fixture.data()).body
+        assert isinstance(body, MessageAppended)
+        assert (body.blocks, body.provider, body.api, body.is_error) == ((), None, None, None), fixture.id
+        assert body.usage is None or body.usage.cache_write_tokens is None
 
 
 def _decodes_or_refuses(data: bytes) -> None:

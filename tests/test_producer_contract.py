@@ -15,9 +15,23 @@ from typing import Any
 import aiokafka.codec
 import pytest
 
+from events.blocks import native_message
 from events.codec import MAGIC, EventCodec, default_codec
 from events.embedded_log import EmbeddedEventLog
-from events.event_types import Event, ImagePart, MessageAppended, MessageRedacted, TextPart, ToolCall
+from events.event_types import (
+    Block,
+    Event,
+    ImagePart,
+    MediaBlock,
+    MessageAppended,
+    MessageRedacted,
+    OpaqueBlock,
+    ReasoningBlock,
+    TextBlock,
+    TextPart,
+    ToolCall,
+    ToolCallBlock,
+)
 from events.keys import ConversationKey, murmur2, partition_for_key
 from events.log import LogRecord
 from events.topic_settings import new_topic_configs
@@ -136,6 +150,22 @@ def encoded(body: Any, *, key: ConversationKey = KEY, event_id: str = "e1", prod
     return CODEC.encode(Event(event_id, key, datetime.now(UTC), producer, body))
 
 
+def native(*blocks: Block, role: Any = "assistant", **fields: Any) -> MessageAppended:
+    return native_message(**{"message_id": "m1", "role": role, "blocks": blocks, "api": "anthropic", **fields})
+
+
+def written(body: MessageAppended, **wire: Any) -> bytes:
+    """A schema v4 record as a foreign producer may write it: ``wire`` overrides body fields of
+    the Avro record (a view of its own beside the blocks, say)."""
+    record = CODEC.to_record(Event("e1", KEY, datetime.now(UTC), "java", body))
+    record["body"][1].update(wire)
+    out = bytearray(MAGIC + CODEC.fingerprint)
+    CODEC._current.write(record, out)
+    return bytes(out)
+
+
+CALL_BLOCK = ToolCallBlock("toolu_1", "get_weather", '{"city":"Paris"}')
+
 BROKEN: dict[str, tuple[str, Callable[[], LogRecord]]] = {
     "event id too long": ("invalid_event", lambda: record(encoded(message(), event_id="e" * 129))),
     "message id too long": ("invalid_event", lambda: record(encoded(message(message_id="m" * 129)))),
@@ -160,6 +190,22 @@ BROKEN: dict[str, tuple[str, Callable[[], LogRecord]]] = {
     "tool_call_id on an assistant message": ("invalid_event", lambda: record(encoded(message(
         role="assistant", content="x", tool_call_id="c1")))),
     "redaction without reason": ("invalid_event", lambda: record(encoded(MessageRedacted("m1", " ")))),
+    "v4: reasoning block in a user message": ("invalid_event", lambda: record(encoded(native(
+        ReasoningBlock(text="hmm"), TextBlock("hi"), role="user")))),
+    "v4: tool call block arguments not JSON": ("invalid_event", lambda: record(encoded(native(
+        ToolCallBlock("toolu_1", "f", "{oops"))))),
+    "v4: duplicate tool call block ids": ("invalid_event", lambda: record(encoded(native(CALL_BLOCK, CALL_BLOCK)))),
+    "v4: empty reasoning block": ("invalid_event", lambda: record(encoded(native(ReasoningBlock(), CALL_BLOCK)))),
+    "v4: extra not a JSON object": ("invalid_event", lambda: record(encoded(native(TextBlock("a", extra="[1]"))))),
+    "v4: opaque block json not JSON": ("invalid_event", lambda: record(encoded(native(
+        TextBlock("a"), OpaqueBlock("anthropic", "<xml/>"))))),
+    "v4: media block with url and data": ("invalid_event", lambda: record(encoded(native(
+        MediaBlock("image", url="https://x/y.png", data="AAAA", media_type="image/png"), role="user")))),
+    "v4: unknown api": ("invalid_event", lambda: record(encoded(native(TextBlock("a"), api="bedrock")))),
+    "v4: is_error on an assistant message": ("invalid_event", lambda: record(encoded(native(
+        TextBlock("a"), is_error=True)))),
+    "v4: reasoning_content beside blocks": ("invalid_event", lambda: record(written(
+        native(TextBlock("a")), reasoning_content="hmm"))),
     "key part too long": ("invalid_key", lambda: record(encoded(message()), key=b"acme:" + b"u" * 257 + b":c-1")),
     "key with two parts": ("invalid_key", lambda: record(encoded(message()), key=b"acme:employee-42")),
     "key of another conversation": ("key_mismatch", lambda: record(encoded(message()), key=b"acme:employee-42:c-2")),
@@ -175,6 +221,16 @@ def test_a_foreign_record_that_breaks_a_rule_is_poison_with_the_documented_code(
     assert decoded.poison is not None, case
     assert decoded.poison.error_code == code
     assert code in DOC.read_text(encoding="utf-8")
+
+
+def test_a_foreign_v4_record_with_a_view_of_its_own_is_read_from_its_blocks() -> None:
+    value = written(native(TextBlock("the blocks"), CALL_BLOCK), content="another text", tool_calls=[])
+    decoded = decode_one(record(value), codec=CODEC, max_event_bytes=1 << 20)
+    assert decoded.poison is None
+    assert decoded.event is not None
+    body = decoded.event.body
+    assert isinstance(body, MessageAppended)
+    assert (body.content, body.tool_calls) == ("the blocks", (ToolCall("toolu_1", "get_weather", '{"city":"Paris"}'),))
 
 
 def test_the_rules_leave_what_the_doc_allows() -> None:
@@ -210,3 +266,28 @@ async def test_a_foreign_record_that_breaks_a_rule_is_dead_lettered_and_parks_on
     assert await projection.rows("SELECT count(*) FROM {s}.held_records") == [(1,)]  # "after it" waits in order
     texts = await projection.rows("SELECT conversation_key, content FROM {s}.transcript ORDER BY conversation_key")
     assert sorted(texts) == sorted([(str(KEY), "first"), (str(other), "a neighbour")])
+
+
+@pytest.mark.postgres
+async def test_a_foreign_v4_record_that_breaks_a_rule_is_dead_lettered_and_the_projector_goes_on(
+    projection: Projection, log: EmbeddedEventLog
+) -> None:
+    other = ConversationKey("acme", "employee-7", "c-9")
+    bad_body = native(ReasoningBlock(text="hmm"), TextBlock("hi"), role="user", message_id="m2")
+    await log.append(key=KEY.encode(), value=encoded(message(message_id="m1", content="first"), event_id="e1"))
+    bad = await log.append(key=KEY.encode(), value=encoded(bad_body, event_id="e2"))
+    good = native(THOUGHT, TextBlock("a native answer"), CALL_BLOCK, message_id="m3")
+    await log.append(key=other.encode(), value=encoded(good, key=other, event_id="e3"))
+    await project_all(log, projection.store())
+
+    letters = await projection.rows(
+        'SELECT partition, "offset", conversation_key, error_code, error FROM {s}.dead_letters'
+    )
+    assert [row[:4] for row in letters] == [(bad.partition, bad.offset, str(KEY), "invalid_event")]
+    assert "blocks[0]" in letters[0][4]
+    assert await projection.rows("SELECT conversation_key FROM {s}.parked") == [(str(KEY),)]
+    texts = await projection.rows("SELECT conversation_key, content FROM {s}.transcript ORDER BY conversation_key")
+    assert sorted(texts) == sorted([(str(KEY), "first"), (str(other), "a native answer")])
+
+
+THOUGHT = ReasoningBlock(text="the user wants the weather", signature="EqQBCgIYAhIM")

@@ -18,7 +18,7 @@ from fastavro.schema import to_parsing_canonical_form
 
 from events.codec import HEADER_SIZE, EventCodec, default_codec
 from events.errors import ConfigurationError, CorruptRecordError, UnknownSchemaError
-from events.event_types import ConversationErased, Event, SummaryRecorded
+from events.event_types import ConversationErased, Event, MessageAppended, SummaryRecorded
 from tests.fixtures.events import make_fixtures
 from tests.fixtures.events.expected import FIXTURES_DIR, all_fixtures, fixture_versions
 
@@ -26,7 +26,12 @@ SCHEMAS_DIR = FIXTURES_DIR.parents[2] / "schemas"
 FIXTURES = all_fixtures()
 
 # A released schema's fingerprint is part of every record written with it: pin each one here.
-RELEASED_FINGERPRINTS = {1: "fcf25474182b1aac", 2: "2b9d8c016a5d255a", 3: "c07e85466174d466"}
+RELEASED_FINGERPRINTS = {
+    1: "fcf25474182b1aac",
+    2: "2b9d8c016a5d255a",
+    3: "c07e85466174d466",
+    4: "43514994cee6648f",
+}
 
 Schema = dict[str, Any]
 
@@ -173,11 +178,15 @@ def test_v2_writes_with_its_own_fingerprint_and_reads_its_own_records(tmp_path: 
 
 
 def _as_v1(event: Event) -> Event:
-    """The sample without what the real v2 and v3 added (the synthetic v2 here derives from v1)."""
+    """The sample without what the real v2, v3 and v4 added (the synthetic v2 here derives from v1)."""
     if isinstance(event.body, SummaryRecorded):
         return dataclasses.replace(event, body=dataclasses.replace(event.body, excluded_message_ids=None))
     if isinstance(event.body, ConversationErased):
         return dataclasses.replace(event, body=dataclasses.replace(event.body, only_if_last_offset=None))
+    if isinstance(event.body, MessageAppended):  # v4: its Chat Completions view is what v1 holds
+        usage = event.body.usage and dataclasses.replace(event.body.usage, cache_write_tokens=None)
+        v1 = dataclasses.replace(event.body, blocks=(), provider=None, api=None, is_error=None, usage=usage)
+        return dataclasses.replace(event, body=v1)
     return event
 
 

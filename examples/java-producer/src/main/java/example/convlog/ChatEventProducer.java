@@ -43,7 +43,7 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  * transaction outcome ({@code none}, {@code committed} or {@code aborted}).
  */
 public final class ChatEventProducer {
-    /** The schema this producer writes: convlog's newest, event.v3.avsc (copied in by the build). */
+    /** The schema this producer writes: event.v3.avsc (copied in by the build). convlog reads it as v4 with no blocks. */
     static final String SCHEMA_RESOURCE = "/convlog/event.v3.avsc";
     /** Optional; if sent, the body's short record name (Schema.getName(), not getFullName()). */
     static final String EVENT_TYPE_HEADER = "convlog.event_type";
