@@ -48,6 +48,7 @@ from events.event_types import (
 
 __all__ = [
     "API_FORMATS",
+    "CONTENT_PLACEHOLDER",
     "MEDIA_PLACEHOLDER",
     "ApiFormat",
     "Block",
@@ -62,6 +63,9 @@ __all__ = [
     "native_message",
     "reasoning_text",
 ]
+
+CONTENT_PLACEHOLDER = "[content omitted]"
+"""The Chat Completions view of a user or system message whose blocks hold nothing it can carry."""
 
 MEDIA_PLACEHOLDER = "[file omitted]"
 """The text a media block stands as in the Chat Completions view where Chat Completions cannot
@@ -89,7 +93,12 @@ def chat_view(blocks: Sequence[Block], *, role: str) -> tuple[Content, tuple[Too
         elif isinstance(b, ToolCallBlock):
             calls.append(ToolCall(b.id, b.name, b.arguments))
     if not parts:
-        return None, tuple(calls)
+        # A question or a prompt is always served (it starts a turn), a tool always returns
+        # something: with nothing Chat Completions can carry, they stand as a placeholder / "".
+        # An answer with only reasoning or opaque blocks has no view (nothing the user saw).
+        if role in ("user", "system") and blocks:
+            return CONTENT_PLACEHOLDER, tuple(calls)
+        return ("" if role == "tool" else None), tuple(calls)
     if len(parts) == 1 and isinstance(parts[0], TextPart):
         return parts[0].text, tuple(calls)
     return tuple(parts), tuple(calls)

@@ -252,6 +252,8 @@ def _check_content(msg: MessageAppended) -> None:
     # An assistant turn may be only tool calls, and a stream may be cut before any text.
     if msg.role == "assistant" and (msg.tool_calls or msg.finish_reason == "interrupted"):
         return
+    if msg.blocks:
+        return  # its content is its blocks (an answer may be only reasoning, a server tool's blocks)
     if msg.role == "tool" and content is not None:
         return  # a tool may legitimately return an empty string
     if not has_text:
