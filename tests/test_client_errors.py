@@ -5,10 +5,14 @@ retriable, bounded, with the same Idempotency-Key; timeouts; the endpoint from t
 from __future__ import annotations
 
 import json
+import os
 import random
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -35,6 +39,7 @@ from convlog.client import (
 from convlog.client.config import endpoint
 from events.errors import ConvlogError, InvalidEventError, InvalidRequestError
 
+REPO = Path(__file__).resolve().parent.parent
 FAST = RetryPolicy(attempts=4, backoff_s=0.001, max_backoff_s=0.002, total_s=5)
 APPENDED = {"event_id": "e1", "message_id": "m1", "partition": 3, "offset": 7}
 CONTEXT = {"messages": [{"role": "user", "content": "hi"}], "format": "chat_completions", "token_count": 8,
@@ -359,3 +364,16 @@ async def test_the_async_client_maps_and_retries_the_same() -> None:
             await c.append("u", "c", USER)
         assert raised.value.field == "user_id"
         assert len(recorder.requests) == 3
+
+
+def test_importing_the_client_loads_no_server_code_and_no_driver() -> None:
+    program = (
+        "import json, sys; import convlog.client; print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    result = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, check=True)
+    loaded = set(json.loads(result.stdout))
+    server = {"query_api", "projectors", "summarizer", "fastapi", "starlette", "uvicorn", "aiokafka", "psycopg",
+              "fastavro", "openai", "pydantic_settings", "tiktoken", "structlog"}  # fmt: skip
+    assert loaded & server == set()
+    assert "httpx" in loaded  # the control: the walk sees what the client does import

@@ -5,12 +5,14 @@ it — retried with the same Idempotency-Key, stored once."""
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import psycopg
@@ -20,6 +22,8 @@ from psycopg.conninfo import make_conninfo
 
 from convlog.client import AsyncConvlogClient, ConvlogClient, NotFoundError, RejectedEventError, UnauthorizedError
 from tests.support import free_port
+
+README = Path(__file__).resolve().parent.parent / "README.md"
 
 pytestmark = pytest.mark.postgres
 
@@ -176,3 +180,15 @@ async def test_the_async_client_serves_a_chat_turn(served: str) -> None:
             conversation]  # fmt: skip
         assert [e.event_type for e in await client.events("u2", conversation)] == ["MessageAppended"]
         assert (await client.erase("u2", conversation)).offset > asked.offset
+
+
+def test_the_readmes_example_runs(
+    served: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    section = README.read_text(encoding="utf-8").split("\n### Python client\n", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"```python\n(.*?)```", section, re.DOTALL)
+    assert block
+    monkeypatch.setenv("CONVLOG_URL", served)
+    monkeypatch.setenv("CONVLOG_TOKEN", TOKEN)
+    exec(block[1], {})  # noqa: S102 -- the README's own example
+    assert "{'role': 'user', 'content': 'Hello!'}" in capsys.readouterr().out
