@@ -4,6 +4,7 @@ retriable, bounded, with the same Idempotency-Key; timeouts; the endpoint from t
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import random
@@ -377,3 +378,28 @@ def test_importing_the_client_loads_no_server_code_and_no_driver() -> None:
               "fastavro", "openai", "pydantic_settings", "tiktoken", "structlog"}  # fmt: skip
     assert loaded & server == set()
     assert "httpx" in loaded  # the control: the walk sees what the client does import
+
+
+def test_the_async_client_has_the_sync_clients_methods_with_the_same_parameters() -> None:
+    def methods(cls: type) -> dict[str, list[tuple[str, Any, Any]]]:
+        return {
+            name: [(p.name, p.kind, p.default) for p in inspect.signature(f).parameters.values()]
+            for name, f in vars(cls).items()
+            if callable(f) and not name.startswith("_") and name not in {"close", "aclose"}
+        }
+
+    sync, aio = methods(ConvlogClient), methods(AsyncConvlogClient)
+    assert sync == aio
+    assert {"append", "context", "messages", "message_pages", "events", "summaries", "conversations",
+            "conversation_pages", "clear", "erase", "healthz", "readyz"} <= set(sync)  # fmt: skip
+    for name in sync:
+        assert inspect.iscoroutinefunction(getattr(AsyncConvlogClient, name)) or inspect.isasyncgenfunction(
+            getattr(AsyncConvlogClient, name)
+        ), name
+
+
+def test_a_base_url_with_a_path_keeps_it() -> None:
+    recorder = Recorder(ok({"status": "ok"}))
+    with ConvlogClient("http://proxy.test/convlog/", transport=httpx.MockTransport(recorder)) as c:
+        c.healthz()
+    assert str(recorder.requests[0].url) == "http://proxy.test/convlog/healthz"

@@ -14,7 +14,7 @@ It imports the ConvlogError tree and nothing else of convlog (no driver, no serv
 from __future__ import annotations
 
 from convlog.client.aio import AsyncConvlogClient
-from convlog.client.calls import CACHEABLE_PREFIX_HEADER, Readiness
+from convlog.client.calls import CACHEABLE_PREFIX_HEADER
 from convlog.client.errors import (
     BudgetExceededError,
     ClientError,
@@ -41,6 +41,7 @@ from convlog.client.types import (
     Dropped,
     LoggedEvent,
     Position,
+    Readiness,
     SummaryEntry,
     TranscriptMessage,
     TranscriptPage,

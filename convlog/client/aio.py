@@ -12,10 +12,18 @@ from typing import Any, Self, TypeVar
 import httpx
 
 from convlog.client import calls
-from convlog.client.calls import Call, Readiness
+from convlog.client.calls import Call
 from convlog.client.config import endpoint, headers
 from convlog.client.retry import RetryPolicy
-from convlog.client.types import AppendResult, Context, ConversationPage, LoggedEvent, SummaryEntry, TranscriptPage
+from convlog.client.types import (
+    AppendResult,
+    Context,
+    ConversationPage,
+    LoggedEvent,
+    Readiness,
+    SummaryEntry,
+    TranscriptPage,
+)
 
 T = TypeVar("T")
 

@@ -35,6 +35,7 @@ from convlog.client.types import (
     Conversation,
     ConversationPage,
     LoggedEvent,
+    Readiness,
     SummaryEntry,
     TranscriptMessage,
     TranscriptPage,
@@ -57,14 +58,6 @@ class Call(Generic[T]):
     headers: Mapping[str, str] | None = None
     appends: bool = False  # a 413/422 answer is a refused event, not a refused request
     answers: frozenset[int] = frozenset({200, 202})  # statuses read as answers, not errors
-
-
-@dataclass(frozen=True, slots=True)
-class Readiness:
-    """``/readyz``: whether the service is ready, and its report (projector, log, Postgres, lag)."""
-
-    ready: bool
-    report: Mapping[str, Any]
 
 
 def _conversation(user_id: str, conversation_id: str) -> str:

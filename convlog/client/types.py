@@ -266,6 +266,14 @@ class Conversation:
 
 
 @dataclass(frozen=True, slots=True)
+class Readiness:
+    """``/readyz``: whether the service is ready, and its report (projector, log, Postgres, lag)."""
+
+    ready: bool
+    report: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
 class ConversationPage:
     """A page of conversations, newest activity first; ``next_before`` is the cursor of the
     next (older) page, None after the last."""
