@@ -58,6 +58,23 @@ list is exactly the classes the packages define, with these parents)::
       * RetentionError — convlog.ops.retention
         * ProjectionBehindError — convlog.ops.retention, retriable
       * ServiceError — convlog.local.processes, also a RuntimeError
+      * ClientError — convlog.client.errors
+        * UnreachableError — convlog.client.errors, retriable
+          * ClientTimeoutError — convlog.client.errors, retriable
+        * ServiceUnavailableError — convlog.client.errors, retriable
+        * UnauthorizedError — convlog.client.errors
+        * NotFoundError — convlog.client.errors
+        * ConflictError — convlog.client.errors
+        * RejectedEventError — convlog.client.errors
+        * RejectedRequestError — convlog.client.errors
+        * BudgetExceededError — convlog.client.errors
+        * ServerError — convlog.client.errors
+        * UnexpectedResponseError — convlog.client.errors
+
+The ``ClientError`` subtree is what the HTTP client (:mod:`convlog.client`) raises: the class by
+the answer's status, the instance's ``code`` the server's own; ``RejectedEventError`` and
+``RejectedRequestError`` are also an ``InvalidEventError`` and an ``InvalidRequestError`` (a
+second parent in the tree), so code that catches the producer's errors catches the client's.
 """
 
 from __future__ import annotations

@@ -1,0 +1,152 @@
+"""``ConvlogClient``: the HTTP API from synchronous code (the twin of ``aio.py``)."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Iterator
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+import httpx
+
+from convlog.client import calls
+from convlog.client.calls import Call
+from convlog.client.config import endpoint, headers
+from convlog.client.retry import RetryPolicy
+from convlog.client.types import (
+    AppendResult,
+    Context,
+    ConversationPage,
+    LoggedEvent,
+    Readiness,
+    SummaryEntry,
+    TranscriptPage,
+)
+
+T = TypeVar("T")
+
+
+class ConvlogClient:
+    """convlog's HTTP API as methods. ``base_url`` and ``token`` default to ``CONVLOG_URL`` and
+    ``CONVLOG_TOKEN``; ``timeout`` (seconds, or an ``httpx.Timeout``) bounds each try, ``retry``
+    the tries (see :mod:`convlog.client.retry`); ``transport`` replaces httpx's (tests, proxies).
+    Failures raise :class:`convlog.client.errors.ClientError` subclasses. Use it as a context
+    manager, or ``close()`` it: it keeps a connection pool."""
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        *,
+        token: str | None = None,
+        timeout: float | httpx.Timeout = 10.0,
+        retry: RetryPolicy | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        url, token = endpoint(base_url, token)
+        self.base_url = url
+        self.retry = retry or RetryPolicy()
+        self._rng = random.Random()  # noqa: S311 -- jitter, not secrets
+        self._http = httpx.Client(base_url=url, headers=headers(token), timeout=timeout, transport=transport)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *_: type[BaseException] | BaseException | TracebackType | None) -> None:
+        self.close()
+
+    def _run(self, call: Call[T]) -> T:
+        started = time.monotonic()
+        retry = 0
+        while True:
+            try:
+                response = self._http.request(call.method, call.path, params=call.params, content=call.body,
+                                              headers=call.headers)  # fmt: skip
+            except httpx.TransportError as e:
+                error, sent = calls.transport_error(e, call)
+                cause: BaseException | None = e
+            else:
+                if response.status_code in call.answers:
+                    return call.read(response)
+                error, sent, cause = calls.response_error(response, call), True, None
+            wait = self.retry.next_wait_s(retry, error, repeat=call.repeat, sent=sent,
+                                          elapsed_s=time.monotonic() - started, rng=self._rng)  # fmt: skip
+            if wait is None:
+                raise error from cause
+            time.sleep(wait)
+            retry += 1
+
+    def append(
+        self, user_id: str, conversation_id: str, message: Any, *, format: str = "chat_completions",  # noqa: A002
+        idempotency_key: str | None = None,
+    ) -> AppendResult:  # fmt: skip
+        """Append a message (a Chat Completions message dict, or a payload in ``format``:
+        ``anthropic``, ``responses``, ``gemini``). Sent with ``idempotency_key`` — made here when
+        None — on every try, so a retried append is stored once."""
+        return self._run(calls.append(user_id, conversation_id, message, format=format,
+                                      idempotency_key=idempotency_key))  # fmt: skip
+
+    def context(
+        self, user_id: str, conversation_id: str, *, model: str, budget_tokens: int, reserve_tokens: int = 0,
+        tools_tokens: int = 0, reasoning: str = "omit", format: str = "chat_completions",  # noqa: A002
+        cache: bool = False, min_offset: int | None = None, as_of: int | None = None,
+        before_message: str | None = None,
+    ) -> Context:  # fmt: skip
+        """The history to send to ``model`` in ``format``, within the budget; ``min_offset`` (an
+        append's ``offset``) waits until it is readable; ``as_of`` / ``before_message`` rebuild
+        the context served then."""
+        return self._run(calls.context(
+            user_id, conversation_id, model=model, budget_tokens=budget_tokens, reserve_tokens=reserve_tokens,
+            tools_tokens=tools_tokens, reasoning=reasoning, format=format, cache=cache, min_offset=min_offset,
+            as_of=as_of, before_message=before_message))  # fmt: skip
+
+    def messages(self, user_id: str, conversation_id: str, *, limit: int = 100,
+                 before: int | None = None) -> TranscriptPage:  # fmt: skip
+        """One page of the audit transcript: the ``limit`` messages before seq ``before``."""
+        return self._run(calls.messages(user_id, conversation_id, limit=limit, before=before))
+
+    def message_pages(self, user_id: str, conversation_id: str, *, limit: int = 100) -> Iterator[TranscriptPage]:
+        """Every page of the transcript, the newest page first (each page oldest first)."""
+        before: int | None = None
+        while True:
+            page = self.messages(user_id, conversation_id, limit=limit, before=before)
+            yield page
+            if page.next_before is None:
+                return
+            before = page.next_before
+
+    def summaries(self, user_id: str, conversation_id: str) -> list[SummaryEntry]:
+        return self._run(calls.summaries(user_id, conversation_id))
+
+    def events(self, user_id: str, conversation_id: str) -> list[LoggedEvent]:
+        return self._run(calls.events(user_id, conversation_id))
+
+    def conversations(self, user_id: str, *, limit: int = 50, before: str | None = None) -> ConversationPage:
+        return self._run(calls.conversations(user_id, limit=limit, before=before))
+
+    def conversation_pages(self, user_id: str, *, limit: int = 50) -> Iterator[ConversationPage]:
+        """Every page of the user's conversations, newest activity first."""
+        before: str | None = None
+        while True:
+            page = self.conversations(user_id, limit=limit, before=before)
+            yield page
+            if page.next_before is None:
+                return
+            before = page.next_before
+
+    def clear(self, user_id: str, conversation_id: str) -> AppendResult:
+        """New chat: the window and summary restart (the audit keeps everything)."""
+        return self._run(calls.clear(user_id, conversation_id))
+
+    def erase(self, user_id: str, conversation_id: str) -> AppendResult:
+        """Right to be forgotten: the content leaves every read model."""
+        return self._run(calls.erase(user_id, conversation_id))
+
+    def healthz(self) -> bool:
+        return self._run(calls.healthz())
+
+    def readyz(self) -> Readiness:
+        return self._run(calls.readyz())
