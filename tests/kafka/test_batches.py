@@ -8,9 +8,11 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-from events.errors import LogError
+from events.errors import InvalidEventError, LogError
 from events.kafka_log import KafkaEventLog
 from events.keys import ConversationKey, partition_for_key
+from events.producer import ConversationProducer
+from events.reading import conversation_events
 from tests.support import unique_topic
 
 pytestmark = [pytest.mark.kafka]
@@ -58,3 +60,26 @@ async def test_a_batch_the_broker_refuses_is_refused_whole(kafka_bootstrap: str,
     assert (await kafka_log.end_offsets())[partition] == before
     [alone] = await kafka_log.append_many(key=KEY, values=values[:1])
     assert alone.offset == before
+
+
+async def test_the_producer_appends_a_list_as_one_batch(kafka_log: KafkaEventLog) -> None:
+    """Through the producer on Kafka: a turn of four messages lands at contiguous offsets and
+    reads back in order; an invalid message in the list appends nothing."""
+    key = ConversationKey("t", "u", "turn")
+    producer = ConversationProducer(kafka_log, producer="test")
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    turn = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "r"},
+        {"role": "assistant", "content": "a"},
+    ]
+    partition = partition_for_key(key.encode(), kafka_log.partition_count)
+    before = (await kafka_log.end_offsets())[partition]
+    with pytest.raises(InvalidEventError):
+        await producer.append_native(key, "chat_completions", [*turn[:3], {"role": "assistant"}])
+    assert (await kafka_log.end_offsets())[partition] == before
+    appended = await producer.append_native(key, "chat_completions", turn, event_id="turn-1")
+    assert [a.offset for a in appended] == list(range(before, before + 4))
+    stored = [(record.offset, event.event_id) async for record, event in conversation_events(kafka_log, key)]
+    assert stored == [(before + i, "turn-1" if i == 0 else f"turn-1/{i}") for i in range(4)]
