@@ -79,6 +79,9 @@ class NativeBatch:
 
     built: tuple[tuple[Event, bytes], ...]
     deterministic: bool
+    # The event id one more message of the payload would have had: a stored batch holding a
+    # record with it right after these is a longer payload, not this one (idempotent repeats).
+    next_event_id: str | None = None
 
     @property
     def events(self) -> tuple[Event, ...]:
@@ -179,7 +182,9 @@ class ConversationProducer:
             parsed = parse(payload, new_id=message_ids_from(first))
         if not parsed.messages:
             raise NativeFormatError("the payload holds no message", field=None, code="empty_payload")
-        ids = batch_event_ids(first, len(parsed.messages), conversation=str(key), format=format, native_id=native_id)
+        *ids, following = batch_event_ids(
+            first, len(parsed.messages) + 1, conversation=str(key), format=format, native_id=native_id
+        )
         occurred_at = self._clock()
         built = []
         for i, (message, message_event_id) in enumerate(zip(parsed.messages, ids, strict=True)):
@@ -194,7 +199,7 @@ class ConversationProducer:
         size = sum(len(data) for _, data in built)
         if len(built) > 1 and size > self._max_event_bytes:
             raise EventTooLargeError(size=size, limit=self._max_event_bytes)
-        return NativeBatch(tuple(built), deterministic=event_id is not None or native_id is not None)
+        return NativeBatch(tuple(built), event_id is not None or native_id is not None, following)
 
     async def append_native(
         self,

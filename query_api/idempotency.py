@@ -47,6 +47,7 @@ from query_api.ports import ReadModels
 REMEMBERED_KEYS = 10_000  # recent appends answered without Postgres or the log
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _Slot = tuple[str, str]  # (conversation key, event id)
+_Count = tuple[int, str | None]  # a batch's size, and the event id one more message would have had
 
 
 class IdempotencyKeyReusedError(ConvlogError):
@@ -126,7 +127,8 @@ class IdempotentAppends:
         """Append the message under ``event_id`` unless the key was used: then the first
         append's answer, or :class:`IdempotencyKeyReusedError` for another body."""
         event, data = self._producer.build_message(key, message, event_id=event_id)
-        return (await self.append_batch(key, NativeBatch(((event, data),), deterministic=True)))[0]
+        batch = NativeBatch(((event, data),), deterministic=True, next_event_id=f"{event.event_id}/1")
+        return (await self.append_batch(key, batch))[0]
 
     async def append_batch(
         self, key: ConversationKey, batch: NativeBatch, *, before_append: Callable[[], Awaitable[None]] | None = None
@@ -136,7 +138,7 @@ class IdempotentAppends:
         ``before_append`` runs only when the batch is about to be appended (a check that a
         repeat, already stored, need not pass again); it refuses by raising."""
         mine = batch_digest([self._codec.decode(data) for _, data in batch.built])  # as they will read back
-        count, event_id = len(batch.built), batch.built[0][0].event_id
+        count, event_id = (len(batch.built), batch.next_event_id), batch.built[0][0].event_id
         slot = (str(key), event_id)
         async with self._locks.hold(slot):
             first = self._recent.get(slot)
@@ -160,21 +162,25 @@ class IdempotentAppends:
         while len(self._recent) > self._limit:
             self._recent.popitem(last=False)
 
-    async def _first(self, record: LogRecord, event: Event, count: int) -> _First:
-        """The first append: ``record`` and, for a batch of ``count``, the records after it."""
-        pairs, p = [(record, event)], record.partition
-        if count > 1:
-            last = min(record.offset + count - 1, (await self._log.end_offsets())[p] - 1)
-            rest = await read_range(self._log, p, record.offset + 1, last) if last > record.offset else []
-            for r in rest:
-                try:
-                    pairs.append((r, self._codec.decode(r.value)))
-                except DecodeError:
-                    break  # no batch of ours holds it: the digests differ
+    async def _first(self, record: LogRecord, event: Event, count: _Count) -> _First:
+        """The first append: ``record`` and the records of its batch after it (a batch is
+        contiguous), as many as this one has — and one more when that one carries the id a
+        longer payload's next message has, so that a prefix of a stored batch does not match."""
+        (n, next_id), p = count, record.partition
+        pairs = [(record, event)]
+        last = min(record.offset + n, (await self._log.end_offsets())[p] - 1)
+        rest = await read_range(self._log, p, record.offset + 1, last) if last > record.offset else []
+        for i, r in enumerate(rest, start=1):
+            try:
+                following = self._codec.decode(r.value)
+            except DecodeError:
+                break  # no batch of ours holds it: the digests differ
+            if i < n or (r.key == record.key and following.event_id == next_id):
+                pairs.append((r, following))
         events = [e for _, e in pairs]
-        return _First(batch_digest(events), tuple(appended_at(e, r.coordinates) for r, e in pairs))
+        return _First(batch_digest(events), tuple(appended_at(e, r.coordinates) for r, e in pairs[:n]))
 
-    async def _look_up(self, key: ConversationKey, event_id: str, count: int) -> tuple[_First | None, int]:
+    async def _look_up(self, key: ConversationKey, event_id: str, count: _Count) -> tuple[_First | None, int]:
         """The first record with ``event_id``, and the log end up to which it was looked for."""
         partition = partition_for_key(key.encode(), self._log.partition_count)
         at = await (await self._reads()).logged_at(key, partition, event_id=event_id)
@@ -191,7 +197,7 @@ class IdempotentAppends:
         return None, end
 
     async def _earlier(
-        self, key: ConversationKey, event_id: str, start: int, mine: Coordinates, count: int
+        self, key: ConversationKey, event_id: str, start: int, mine: Coordinates, count: _Count
     ) -> _First | None:
         """A record with ``event_id`` another instance appended between the look-up (which saw
         the log up to ``start``) and this one's record at ``mine``."""
