@@ -29,6 +29,7 @@ import time
 from array import array
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import structlog
 
@@ -50,9 +51,10 @@ from events.log import Coordinates, LogRecord, ReadBatch
 # errno values that mean "no room": retriable once space is freed, the failed write cut back off.
 _NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 _READ_SLICE = 64  # records read between yields to the event loop: long scans must not stall it
-# One append waiting for the group commit: its partition, file position, the frames' bytes (one
-# frame, or a batch's frames back to back), each frame's length, and the caller's future.
-_Pending = tuple[int, int, bytes, tuple[int, ...], asyncio.Future[list[Coordinates]]]
+# One append waiting for the group commit: its partition, file position, the frame's bytes (or a
+# batch's frames back to back, with each frame's length), and the caller's future (Coordinates;
+# for a batch, the list of them).
+_Pending = tuple[int, int, bytes, tuple[int, ...] | None, asyncio.Future[Any]]
 
 log = structlog.get_logger(__name__)
 
@@ -137,14 +139,15 @@ class EmbeddedEventLog:
         return self._path
 
     async def append(self, *, key: bytes, value: bytes, headers: Sequence[tuple[str, bytes]] = ()) -> Coordinates:
-        return (await self.append_many(key=key, values=[(value, headers)]))[0]
+        self._check_writable()
+        partition = partition_for_key(key, self._partition_count)
+        coordinates: Coordinates = await self._enqueue(partition, encode_frame(partition, key, value, headers), None)
+        return coordinates
 
     async def append_many(
         self, *, key: bytes, values: Sequence[tuple[bytes, Sequence[tuple[str, bytes]]]]
     ) -> list[Coordinates]:
-        self._check_open()
-        if self._read_only:
-            raise LogError(f"{self._path} is open read-only here: appends go through the process that holds it")
+        self._check_writable()
         if not values:
             return []
         partition = partition_for_key(key, self._partition_count)
@@ -153,14 +156,23 @@ class EmbeddedEventLog:
             encode_frame(partition, key, value, [*headers, batch_header(i, count)] if count > 1 else headers)
             for i, (value, headers) in enumerate(values)
         ]
-        data = b"".join(frames)
-        future: asyncio.Future[list[Coordinates]] = asyncio.get_running_loop().create_future()
-        self._pending.append((partition, self._end, data, tuple(len(f) for f in frames), future))
+        coordinates: list[Coordinates] = await self._enqueue(partition, b"".join(frames), tuple(map(len, frames)))
+        return coordinates
+
+    def _check_writable(self) -> None:
+        self._check_open()
+        if self._read_only:
+            raise LogError(f"{self._path} is open read-only here: appends go through the process that holds it")
+
+    def _enqueue(self, partition: int, data: bytes, sizes: tuple[int, ...] | None) -> asyncio.Future[Any]:
+        """Queue ``data`` for the next group commit (one write and fsync for everything queued)."""
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending.append((partition, self._end, data, sizes, future))
         self._end += len(data)
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.create_task(self._flush())
         # shield: a cancelled caller must not cancel the group commit other appends wait on.
-        return await asyncio.shield(future)
+        return asyncio.shield(future)
 
     async def _flush(self) -> None:
         while self._pending:
@@ -184,8 +196,13 @@ class EmbeddedEventLog:
                 self._pending = []
                 return
             for partition, position, _, sizes, future in batch:
-                frames, at = self._index[partition], position
-                first = len(frames)
+                frames = self._index[partition]
+                if sizes is None:  # one record
+                    frames.append(position)
+                    if not future.done():
+                        future.set_result(Coordinates(partition, len(frames) - 1))
+                    continue
+                first, at = len(frames), position
                 for size in sizes:
                     frames.append(at)
                     at += size
