@@ -8,7 +8,7 @@ A payload in a provider's format (:meth:`ConversationProducer.append_native`, an
 ``append_anthropic_message`` / ``append_response`` / ``append_gemini`` helpers) may hold several
 messages: every one is validated first, then all are appended as one atomic batch
 (:meth:`~events.log.EventLog.append_many`) — in order, contiguous, or none. How their event and
-message ids are made is in :mod:`events.batch_ids`.
+message ids are made is in :mod:`events.batches`.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from events.batch_ids import batch_event_ids, message_ids_from, native_event_id
+from events.batches import NativeBatch, parse_payload
 from events.codec import EventCodec, default_codec
-from events.errors import EventTooLargeError, InvalidEventError, NativeFormatError
+from events.errors import EventTooLargeError, InvalidEventError
 from events.event_types import (
     ConversationCleared,
     ConversationErased,
@@ -32,7 +32,7 @@ from events.event_types import (
     MessageAppended,
     MessageRedacted,
 )
-from events.formats.registry import at_path, parser_for
+from events.formats.registry import at_path
 from events.keys import ConversationKey
 from events.log import Coordinates, EventLog
 from events.openai_format import (
@@ -69,23 +69,6 @@ class Appended:
     @property
     def offset(self) -> int:
         return self.coordinates.offset
-
-
-@dataclass(frozen=True, slots=True)
-class NativeBatch:
-    """The events of one payload, validated and encoded, ready to append as one batch.
-    ``deterministic``: their ids follow from the request alone (an explicit event id or the
-    payload's native id), so appending the same payload again makes the same events."""
-
-    built: tuple[tuple[Event, bytes], ...]
-    deterministic: bool
-    # The event id one more message of the payload would have had: a stored batch holding a
-    # record with it right after these is a longer payload, not this one (idempotent repeats).
-    next_event_id: str | None = None
-
-    @property
-    def events(self) -> tuple[Event, ...]:
-        return tuple(event for event, _ in self.built)
 
 
 def appended_at(event: Event, coordinates: Coordinates) -> Appended:
@@ -173,21 +156,10 @@ class ConversationProducer:
         message refuses the payload: :class:`InvalidEventError` with the JSON path — ``[i].field``
         in a Chat Completions list, ``messages[i].field`` for the i-th message of a native payload).
         A batch is limited like one event: its encoded events together at most ``max_event_bytes``."""
-        parse = parser_for(format)
-        first = event_id or self._new_id()
-        parsed = parse(payload, new_id=message_ids_from(first))
-        native_id = None if event_id is not None else parsed.native_id
-        if native_id is not None:  # ids follow from the payload's own id: parse again with those
-            first = native_event_id(str(key), format, native_id, 0)
-            parsed = parse(payload, new_id=message_ids_from(first))
-        if not parsed.messages:
-            raise NativeFormatError("the payload holds no message", field=None, code="empty_payload")
-        *ids, following = batch_event_ids(
-            first, len(parsed.messages) + 1, conversation=str(key), format=format, native_id=native_id
-        )
+        ids = parse_payload(str(key), format, payload, event_id=event_id, new_id=self._new_id)
         occurred_at = self._clock()
         built = []
-        for i, (message, message_event_id) in enumerate(zip(parsed.messages, ids, strict=True)):
+        for i, (message, message_event_id) in enumerate(zip(ids.messages, ids.event_ids, strict=True)):
             try:
                 built.append(self.build(key, message, event_id=message_event_id, occurred_at=occurred_at))
             except InvalidEventError as e:
@@ -199,7 +171,7 @@ class ConversationProducer:
         size = sum(len(data) for _, data in built)
         if len(built) > 1 and size > self._max_event_bytes:
             raise EventTooLargeError(size=size, limit=self._max_event_bytes)
-        return NativeBatch(tuple(built), event_id is not None or native_id is not None, following)
+        return NativeBatch(tuple(built), ids.deterministic, ids.next_event_id)
 
     async def append_native(
         self,

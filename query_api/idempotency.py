@@ -8,7 +8,7 @@ of the read models (then read from the log, the source of truth, and compared), 
 of the log the projection has not reached yet (scanned: the cost of the lag). Bodies are
 compared as events, without ``occurred_at`` (the time of each request).
 
-A payload of several messages (one batch, see :mod:`events.batch_ids`) is looked up by its
+A payload of several messages (one batch, see :mod:`events.batches`) is looked up by its
 first event id; the first append's records are that record and the ones after it (a batch is
 contiguous), compared as a whole: the same payload again answers every message's first
 coordinates and appends nothing; anything else under that key is a 409. A payload whose ids
@@ -34,12 +34,13 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
 
+from events.batches import NativeBatch
 from events.codec import EventCodec, default_codec
 from events.errors import ConvlogError, DecodeError
 from events.event_types import Event
 from events.keys import ConversationKey, partition_for_key
 from events.log import Coordinates, EventLog, LogRecord
-from events.producer import Appended, ConversationProducer, NativeBatch, appended_at
+from events.producer import Appended, ConversationProducer, appended_at
 from events.reading import conversation_events
 from query_api.log_reads import indexed_events, read_range
 from query_api.ports import ReadModels

@@ -1,5 +1,5 @@
 """A payload of several messages is one atomic batch: all validated first, appended in order,
-contiguous, or none; ids per events.batch_ids."""
+contiguous, or none; ids per events.batches."""
 
 from __future__ import annotations
 
