@@ -48,6 +48,7 @@ _U16 = struct.Struct("<H")
 _MIN_PAYLOAD = _PAYLOAD_HEAD.size + _U32.size + _U16.size  # empty key, value and headers
 HOLE_HEADER = "convlog-hole"
 BATCH_HEADER = "convlog-batch"
+_BATCH_NAME = BATCH_HEADER.encode("utf-8")
 
 
 def batch_header(index: int, count: int) -> tuple[str, bytes]:
@@ -67,6 +68,8 @@ def _batch_position(headers: Sequence[tuple[str, bytes]]) -> tuple[int, int] | N
 def unfinished_batch(payload: bytes) -> int | None:
     """For the payload of a batch frame that is not the batch's last: how many frames of the
     batch come before it (None for a batch's last frame and for a frame appended alone)."""
+    if _BATCH_NAME not in payload:  # most frames: no parse (it would copy the value)
+        return None
     try:
         headers = _parse_payload(payload)[4]
         at = _batch_position(headers)
