@@ -75,6 +75,7 @@ async def _raw_producer(bootstrap: str) -> tuple[AIOKafkaProducer, str, int]:
         enable_idempotence=True,
         linger_ms=2,
         max_request_size=2 * 1024 * 1024,
+        max_batch_size=2 * 1024 * 1024,  # as events.kafka_log sets it (an append_many batch fits)
         request_timeout_ms=30000,
     )
     await producer.start()

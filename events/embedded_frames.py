@@ -11,6 +11,14 @@ intact frames* was damaged after it was written (a flipped bit, an overwritten b
 hold an acknowledged record: :func:`survey` reports it as a :class:`CorruptRange`, never as a
 tail to cut. A hole frame (empty key, header :data:`HOLE_HEADER`) is what
 ``convlog log repair`` leaves where a corrupt frame was, so later offsets keep their meaning.
+
+A batch (:meth:`~events.embedded_log.EmbeddedEventLog.append_many`) is several frames written
+by one write, each carrying the header :data:`BATCH_HEADER` = ``b"<i>/<n>"`` (readers never see
+it: :func:`decode_payload` drops it). A crash can cut that write anywhere — also exactly between
+two frames, leaving intact frames of an unfinished batch at the end of the file. Those are part
+of the torn tail: :func:`survey` (so opening for writing cuts them) and :func:`scan` (a
+read-only follower) stop before the batch's first frame unless its last frame is there. The
+writer acknowledges a batch only after its one fsync, so no reader ever sees a part of a batch.
 """
 
 from __future__ import annotations
@@ -39,6 +47,37 @@ _U32 = struct.Struct("<I")
 _U16 = struct.Struct("<H")
 _MIN_PAYLOAD = _PAYLOAD_HEAD.size + _U32.size + _U16.size  # empty key, value and headers
 HOLE_HEADER = "convlog-hole"
+BATCH_HEADER = "convlog-batch"
+_BATCH_NAME = BATCH_HEADER.encode("utf-8")
+
+
+def batch_header(index: int, count: int) -> tuple[str, bytes]:
+    """The header frame ``index`` of a batch of ``count`` frames carries."""
+    return BATCH_HEADER, f"{index}/{count}".encode("ascii")
+
+
+def _batch_position(headers: Sequence[tuple[str, bytes]]) -> tuple[int, int] | None:
+    """``(index, count)`` of a batch frame, None for a frame appended alone."""
+    for name, value in headers:
+        if name == BATCH_HEADER:
+            index, _, count = value.partition(b"/")
+            return int(index), int(count)
+    return None
+
+
+def unfinished_batch(payload: bytes) -> int | None:
+    """For the payload of a batch frame that is not the batch's last: how many frames of the
+    batch come before it (None for a batch's last frame and for a frame appended alone)."""
+    if _BATCH_NAME not in payload:  # most frames: no parse (it would copy the value)
+        return None
+    try:
+        headers = _parse_payload(payload)[4]
+        at = _batch_position(headers)
+    except (struct.error, ValueError):
+        return None
+    if at is None or at[0] + 1 >= at[1]:
+        return None
+    return at[0]
 
 
 def encode_frame(
@@ -67,6 +106,7 @@ def hole_frame(partition: int, info: Mapping[str, object]) -> bytes:
 
 
 def decode_payload(payload: bytes, offset: int) -> LogRecord:
+    """The record a frame's payload holds (without the file format's own :data:`BATCH_HEADER`)."""
     partition, ts_ms, key, value, headers, _ = _parse_payload(payload)
     return LogRecord(
         partition=partition,
@@ -74,7 +114,7 @@ def decode_payload(payload: bytes, offset: int) -> LogRecord:
         key=key,
         value=value,
         timestamp=datetime.fromtimestamp(ts_ms / 1000, UTC),
-        headers=tuple(headers),
+        headers=tuple(h for h in headers if h[0] != BATCH_HEADER),
     )
 
 
@@ -180,7 +220,10 @@ def held_elsewhere(fd: int) -> bool:
 def scan(fd: int, index: list[array[int]], position: int, size: int) -> int:
     """Index the intact frames from ``position`` up to ``size``; where they end. A read-only
     follower uses it (streaming, no mapping: the writer may cut a failed write off meanwhile):
-    a frame the writer is still writing stops the scan until next time."""
+    a frame the writer is still writing stops the scan until next time, and so does a batch
+    whose last frame is not there yet (its frames are indexed all at once)."""
+    batch: list[tuple[int, int]] = []  # (partition, position) of the unfinished batch's frames so far
+    committed = position
     with open(fd, "rb", closefd=False) as f:
         f.seek(position)
         while position < size:
@@ -194,9 +237,13 @@ def scan(fd: int, index: list[array[int]], position: int, size: int) -> int:
             (partition,) = _U16.unpack_from(payload, 0)
             if partition >= len(index):
                 break
-            index[partition].append(position)
+            batch.append((partition, position))
             position += FRAME_HEADER.size + length
-    return position
+            if unfinished_batch(payload) is None:
+                for p, at in batch:
+                    index[p].append(at)
+                batch, committed = [], position
+    return committed
 
 
 def survey(fd: int, partitions: int, *, mapped: bool = True) -> Survey:
@@ -219,17 +266,20 @@ def survey_bytes(buf: bytes | mmap.mmap, partitions: int) -> Survey:
     position = FILE_HEADER.size
     last: Coordinates | None = None
     damaged = [0] * partitions  # per partition, damaged frames so far: they held offsets too
+    last_frame = (-1, -1, -1)  # (partition, start, end) of the last intact frame
     while position < size:
         end = frame_at(buf, position, size, partitions)
         if end is not None:
             partition = _U16.unpack_from(buf, position + FRAME_HEADER.size)[0]
             index[partition].append(position)
             last = Coordinates(partition, len(index[partition]) - 1 + damaged[partition])
+            last_frame = (partition, position, end)
             position = end
             continue
         following = _next_intact_frame(buf, position + 1, size, partitions)
         if following is None and _torn(buf, position, size):
-            return Survey(partitions, index, position, size, corrupt, torn_tail=True)
+            valid_end = _cut_unfinished_batch(buf, index, last_frame, position)
+            return Survey(partitions, index, valid_end, size, corrupt, torn_tail=True)
         stop = size if following is None else following
         frames = _attribute(buf, position, stop, partitions)
         offsets: list[tuple[int, int]] = []
@@ -238,7 +288,27 @@ def survey_bytes(buf: bytes | mmap.mmap, partitions: int) -> Survey:
             damaged[partition] += 1
         corrupt.append(CorruptRange(position, stop, last, frames, tuple(offsets)))
         position = stop
+    if not corrupt or corrupt[-1].end <= last_frame[1]:
+        valid_end = _cut_unfinished_batch(buf, index, last_frame, size)
+        if valid_end < size:  # the file ends between two frames of a batch: a torn tail too
+            return Survey(partitions, index, valid_end, size, corrupt, torn_tail=True)
     return Survey(partitions, index, size, size, corrupt, torn_tail=False)
+
+
+def _cut_unfinished_batch(
+    buf: bytes | mmap.mmap, index: list[array[int]], last_frame: tuple[int, int, int], valid_end: int
+) -> int:
+    """Where the intact part of the file ends once an unfinished batch at its end is taken off
+    ``index`` too: the start of the batch's first frame (else ``valid_end`` as it is)."""
+    partition, start, end = last_frame
+    if start < 0 or end != valid_end:
+        return valid_end
+    before = unfinished_batch(buf[start + FRAME_HEADER.size : end])
+    if before is None or before >= len(index[partition]):
+        return valid_end
+    first = index[partition][-1 - before]
+    del index[partition][-1 - before :]
+    return first
 
 
 def _next_intact_frame(buf: bytes | mmap.mmap, position: int, size: int, partitions: int) -> int | None:

@@ -10,6 +10,13 @@ tail (the last write, incomplete, never acknowledged); damaged frames with intac
 them are refused with :class:`LogCorruptError`, the file untouched (``convlog log check`` /
 ``convlog log repair``). A write that fails (disk full) is cut back off at once, so it leaves
 no half frame behind, and the log goes on taking appends once there is space.
+
+:meth:`EmbeddedEventLog.append_many` writes a batch's frames contiguously in one write with one
+fsync, and acknowledges them together once it returned: all of them or none. A crash during
+that write can leave some of its frames intact on disk; they are never acknowledged, and the
+frames mark themselves as a batch (:data:`~events.embedded_frames.BATCH_HEADER`) so that
+opening the file for writing cuts an unfinished batch off whole, with the torn tail — never a
+prefix of a batch is kept.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import time
 from array import array
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import structlog
 
@@ -29,6 +37,7 @@ from events.embedded_frames import (
     FILE_HEADER,
     FRAME_HEADER,
     MAGIC,
+    batch_header,
     decode_payload,
     encode_frame,
     read_header,
@@ -42,6 +51,10 @@ from events.log import Coordinates, LogRecord, ReadBatch
 # errno values that mean "no room": retriable once space is freed, the failed write cut back off.
 _NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 _READ_SLICE = 64  # records read between yields to the event loop: long scans must not stall it
+# One append waiting for the group commit: its partition, file position, the frame's bytes (or a
+# batch's frames back to back, with each frame's length), and the caller's future (Coordinates;
+# for a batch, the list of them).
+_Pending = tuple[int, int, bytes, tuple[int, ...] | None, asyncio.Future[Any]]
 
 log = structlog.get_logger(__name__)
 
@@ -55,7 +68,7 @@ class EmbeddedEventLog:
         self._partition_count = partition_count
         self._index = index  # per partition: file position of each durable record's frame
         self._end = end  # file size once everything pending is written
-        self._pending: list[tuple[int, int, bytes, asyncio.Future[Coordinates]]] = []
+        self._pending: list[_Pending] = []
         self._flusher: asyncio.Task[None] | None = None
         self._appended = asyncio.Event()
         self._rotation = 0
@@ -126,23 +139,45 @@ class EmbeddedEventLog:
         return self._path
 
     async def append(self, *, key: bytes, value: bytes, headers: Sequence[tuple[str, bytes]] = ()) -> Coordinates:
+        self._check_writable()
+        partition = partition_for_key(key, self._partition_count)
+        coordinates: Coordinates = await self._enqueue(partition, encode_frame(partition, key, value, headers), None)
+        return coordinates
+
+    async def append_many(
+        self, *, key: bytes, values: Sequence[tuple[bytes, Sequence[tuple[str, bytes]]]]
+    ) -> list[Coordinates]:
+        self._check_writable()
+        if not values:
+            return []
+        partition = partition_for_key(key, self._partition_count)
+        count = len(values)
+        frames = [
+            encode_frame(partition, key, value, [*headers, batch_header(i, count)] if count > 1 else headers)
+            for i, (value, headers) in enumerate(values)
+        ]
+        coordinates: list[Coordinates] = await self._enqueue(partition, b"".join(frames), tuple(map(len, frames)))
+        return coordinates
+
+    def _check_writable(self) -> None:
         self._check_open()
         if self._read_only:
             raise LogError(f"{self._path} is open read-only here: appends go through the process that holds it")
-        partition = partition_for_key(key, self._partition_count)
-        frame = encode_frame(partition, key, value, headers)
-        future: asyncio.Future[Coordinates] = asyncio.get_running_loop().create_future()
-        self._pending.append((partition, self._end, frame, future))
-        self._end += len(frame)
+
+    def _enqueue(self, partition: int, data: bytes, sizes: tuple[int, ...] | None) -> asyncio.Future[Any]:
+        """Queue ``data`` for the next group commit (one write and fsync for everything queued)."""
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending.append((partition, self._end, data, sizes, future))
+        self._end += len(data)
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.create_task(self._flush())
         # shield: a cancelled caller must not cancel the group commit other appends wait on.
-        return await asyncio.shield(future)
+        return asyncio.shield(future)
 
     async def _flush(self) -> None:
         while self._pending:
             batch, self._pending = self._pending, []
-            data = b"".join(frame for _, _, frame, _ in batch)
+            data = b"".join(frames for _, _, frames, _, _ in batch)
             good_end = batch[0][1]
             try:
                 await asyncio.to_thread(_write_and_sync, self._fd, data, good_end)
@@ -160,26 +195,33 @@ class EmbeddedEventLog:
                 self._fail(batch + self._pending, failed)
                 self._pending = []
                 return
-            for partition, position, _, future in batch:
-                self._index[partition].append(position)
+            for partition, position, _, sizes, future in batch:
+                frames = self._index[partition]
+                if sizes is None:  # one record
+                    frames.append(position)
+                    if not future.done():
+                        future.set_result(Coordinates(partition, len(frames) - 1))
+                    continue
+                first, at = len(frames), position
+                for size in sizes:
+                    frames.append(at)
+                    at += size
                 if not future.done():
-                    future.set_result(Coordinates(partition, len(self._index[partition]) - 1))
+                    future.set_result([Coordinates(partition, offset) for offset in range(first, len(frames))])
             self._appended.set()
             self._appended = asyncio.Event()
 
     @staticmethod
-    def _fail(batch: Sequence[tuple[int, int, bytes, asyncio.Future[Coordinates]]], error: Exception) -> None:
-        for _, _, _, future in batch:
+    def _fail(batch: Sequence[_Pending], error: Exception) -> None:
+        for _, _, _, _, future in batch:
             if not future.done():
                 future.set_exception(error)
 
-    def _rebased(
-        self, pending: Sequence[tuple[int, int, bytes, asyncio.Future[Coordinates]]], position: int
-    ) -> list[tuple[int, int, bytes, asyncio.Future[Coordinates]]]:
+    def _rebased(self, pending: Sequence[_Pending], position: int) -> list[_Pending]:
         rebased = []
-        for partition, _, frame, future in pending:
-            rebased.append((partition, position, frame, future))
-            position += len(frame)
+        for partition, _, frames, sizes, future in pending:
+            rebased.append((partition, position, frames, sizes, future))
+            position += len(frames)
         self._end = position
         return rebased
 

@@ -5,6 +5,13 @@ replica and the producer's own retries cannot write it twice. The partition is c
 :func:`events.keys.partition_for_key` — the Java client's murmur2 — and passed explicitly,
 so both backends and foreign producers agree by construction.
 
+A batch (:meth:`KafkaEventLog.append_many`) is one Kafka record batch on one partition
+(aiokafka's ``create_batch`` / ``send_batch``): the broker appends a record batch whole, at
+contiguous offsets, or refuses it whole (a batch above the topic's ``max.message.bytes`` is
+refused, never split). The idempotent producer stamps it with its producer id and sequence like
+any batch it sends, so a retry cannot write it twice. The producer's batch size is its
+``max_request_size``: a batch up to that size fits; a larger one is refused before it is sent.
+
 Reader: a group-less consumer with manual assignment and seeks; it never commits offsets
 (positions belong to whoever reads — projectors keep theirs in Postgres). It reads committed
 records only (``read_committed``) and reports the consumer's position after each fetch, which
@@ -18,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -65,8 +72,10 @@ class KafkaEventLog:
         partition_count: int,
         producer: AIOKafkaProducer,
         append_timeout_s: float,
+        max_request_size: int = 2 * 1024 * 1024,
     ) -> None:
         self._bootstrap = bootstrap
+        self._max_request_size = max_request_size
         self._topic = topic
         self._partition_count = partition_count
         self._producer = producer
@@ -106,6 +115,8 @@ class KafkaEventLog:
                 enable_idempotence=True,
                 linger_ms=linger_ms,
                 max_request_size=max_request_size,
+                # append_many builds one record batch of this size at most (create_batch()).
+                max_batch_size=max_request_size,
                 request_timeout_ms=int(append_timeout_s * 1000),
             )
             await producer.start()
@@ -124,6 +135,7 @@ class KafkaEventLog:
             partition_count=partition_count,
             producer=producer,
             append_timeout_s=append_timeout_s,
+            max_request_size=max_request_size,
         )
 
     @property
@@ -137,12 +149,41 @@ class KafkaEventLog:
     async def append(self, *, key: bytes, value: bytes, headers: Sequence[tuple[str, bytes]] = ()) -> Coordinates:
         self._check_open()
         partition = partition_for_key(key, self._partition_count)
+        # send() itself is bounded by request_timeout_ms (metadata and buffer waits); the
+        # acknowledgement is not — aiokafka retries a batch for as long as the broker is away.
+        sending = self._producer.send(self._topic, value, key=key, partition=partition, headers=list(headers))
+        metadata = await self._acknowledged(sending, partition)
+        return Coordinates(metadata.partition, metadata.offset)
+
+    async def append_many(
+        self, *, key: bytes, values: Sequence[tuple[bytes, Sequence[tuple[str, bytes]]]]
+    ) -> list[Coordinates]:
+        self._check_open()
+        if not values:
+            return []
+        partition = partition_for_key(key, self._partition_count)
+        limit = self._max_request_size
+        too_large = LogError(
+            f"appending {len(values)} records to {self._topic}[{partition}] as one batch: together they exceed "
+            f"{limit} bytes (max_request_size); nothing was appended"
+        )
+        batch = self._producer.create_batch()
+        for value, headers in values:
+            if batch.append(timestamp=None, key=key, value=value, headers=list(headers)) is None:
+                raise too_large  # the batch is full (its size is max_request_size)
+        if batch.size() > limit:  # one record alone may overfill it; send_batch does not check
+            raise too_large
+        batch.close()
+        sending = self._producer.send_batch(batch, self._topic, partition=partition)
+        metadata = await self._acknowledged(sending, partition)
+        return [Coordinates(metadata.partition, metadata.offset + i) for i in range(len(values))]
+
+    async def _acknowledged(self, sending: Awaitable[asyncio.Future[Any]], partition: int) -> Any:
+        """The broker's acknowledgement of a send (RecordMetadata; of a batch: its first offset)."""
         try:
-            # send() itself is bounded by request_timeout_ms (metadata and buffer waits); the
-            # acknowledgement is not — aiokafka retries a batch for as long as the broker is away.
-            sent = await self._producer.send(self._topic, value, key=key, partition=partition, headers=list(headers))
+            sent = await sending
             self._deadlines.watch(sent)
-            metadata = await sent
+            return await sent
         except KafkaError as e:
             raise convert_kafka_error(e, action=f"appending to {self._topic}[{partition}]") from e
         except asyncio.CancelledError:
@@ -153,7 +194,6 @@ class KafkaEventLog:
                 f"appending to {self._topic}[{partition}]: no acknowledgement within "
                 f"{self._deadlines.timeout_s:g}s; it may still be written: retry with the same event_id"
             ) from None
-        return Coordinates(metadata.partition, metadata.offset)
 
     async def read(self, positions: Mapping[int, int], *, max_records: int = 1000, timeout_s: float = 1.0) -> ReadBatch:
         self._check_open()

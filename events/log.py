@@ -75,6 +75,20 @@ class EventLog(Protocol):
         """
         ...
 
+    async def append_many(
+        self, *, key: bytes, values: Sequence[tuple[bytes, Sequence[tuple[str, bytes]]]]
+    ) -> list[Coordinates]:
+        """Store ``values`` — ``(value, headers)`` pairs — as one atomic batch on the key's
+        partition: at contiguous offsets, in this order, with no other record between them; all
+        of them or none. Resolves once the whole batch is durable, with each record's coordinates
+        in order (no values: nothing appended, ``[]``).
+
+        A batch too large for the log to take whole raises :class:`~events.errors.LogError` and
+        nothing is appended; :class:`~events.errors.LogUnavailableError` as for :meth:`append`
+        (the outcome unknown: then all of the batch was written or none of it).
+        """
+        ...
+
     async def read(self, positions: Mapping[int, int], *, max_records: int = 1000, timeout_s: float = 1.0) -> ReadBatch:
         """Up to ``max_records`` records at or after ``positions`` (partition -> next offset),
         and where each of those partitions goes on (:attr:`ReadBatch.positions`).

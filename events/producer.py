@@ -3,6 +3,12 @@
 Nothing reaches the log unvalidated: a bad event raises :class:`InvalidEventError` naming the
 field, before any I/O. ``event_id`` is the idempotency key — pass the same one when retrying
 after a :class:`LogUnavailableError` and projections will keep exactly one copy.
+
+A payload in a provider's format (:meth:`ConversationProducer.append_native`, and the
+``append_anthropic_message`` / ``append_response`` / ``append_gemini`` helpers) may hold several
+messages: every one is validated first, then all are appended as one atomic batch
+(:meth:`~events.log.EventLog.append_many`) — in order, contiguous, or none. How their event and
+message ids are made is in :mod:`events.batches`.
 """
 
 from __future__ import annotations
@@ -13,8 +19,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from events.batches import NativeBatch, parse_payload
 from events.codec import EventCodec, default_codec
-from events.errors import EventTooLargeError
+from events.errors import EventTooLargeError, InvalidEventError
 from events.event_types import (
     ConversationCleared,
     ConversationErased,
@@ -25,6 +32,7 @@ from events.event_types import (
     MessageAppended,
     MessageRedacted,
 )
+from events.formats.registry import at_path
 from events.keys import ConversationKey
 from events.log import Coordinates, EventLog
 from events.openai_format import (
@@ -135,6 +143,77 @@ class ConversationProducer:
             key=event.key.encode(), value=data, headers=((EVENT_TYPE_HEADER, event.event_type.encode()),)
         )
         return appended_at(event, coordinates)
+
+    def build_native(
+        self,
+        key: ConversationKey,
+        format: str,  # noqa: A002 - the API's name for it
+        payload: object,
+        *,
+        event_id: str | None = None,
+    ) -> NativeBatch:
+        """The events :meth:`append_native` would append, every one validated and encoded (one bad
+        message refuses the payload: :class:`InvalidEventError` with the JSON path — ``[i].field``
+        in a Chat Completions list, ``messages[i].field`` for the i-th message of a native payload).
+        A batch is limited like one event: its encoded events together at most ``max_event_bytes``."""
+        ids = parse_payload(str(key), format, payload, event_id=event_id, new_id=self._new_id)
+        occurred_at = self._clock()
+        built = []
+        for i, (message, message_event_id) in enumerate(zip(ids.messages, ids.event_ids, strict=True)):
+            try:
+                built.append(self.build(key, message, event_id=message_event_id, occurred_at=occurred_at))
+            except InvalidEventError as e:
+                if format != "chat_completions":
+                    raise at_path(e, f"messages[{i}]") from e
+                if not isinstance(payload, Mapping):
+                    raise at_path(e, f"[{i}]") from e
+                raise
+        size = sum(len(data) for _, data in built)
+        if len(built) > 1 and size > self._max_event_bytes:
+            raise EventTooLargeError(size=size, limit=self._max_event_bytes)
+        return NativeBatch(tuple(built), ids.deterministic, ids.next_event_id)
+
+    async def append_native(
+        self,
+        key: ConversationKey,
+        format: str,  # noqa: A002 - the API's name for it
+        payload: object,
+        *,
+        event_id: str | None = None,
+    ) -> list[Appended]:
+        """Append a payload in ``format`` (``chat_completions``: a message object or a list of
+        them; ``anthropic``, ``responses``, ``gemini``: the provider's JSON, see
+        :mod:`events.formats`) as one atomic batch: every message or none. Returns each stored
+        message, in order. Unknown format: :class:`~events.errors.InvalidRequestError`
+        (code ``unknown_format``); a payload breaking its format: :class:`NativeFormatError`."""
+        return await self.append_batch(self.build_native(key, format, payload, event_id=event_id))
+
+    async def append_batch(self, batch: NativeBatch) -> list[Appended]:
+        """Append what :meth:`build_native` built, as those bytes, as one batch."""
+        if len(batch.built) == 1:
+            return [await self.append_built(*batch.built[0])]
+        events = batch.events
+        values = [(data, ((EVENT_TYPE_HEADER, event.event_type.encode()),)) for event, data in batch.built]
+        coordinates = await self._log.append_many(key=events[0].key.encode(), values=values)
+        return [appended_at(event, at) for event, at in zip(events, coordinates, strict=True)]
+
+    async def append_anthropic_message(
+        self, key: ConversationKey, payload: Mapping[str, Any] | Any, *, event_id: str | None = None
+    ) -> list[Appended]:
+        """An Anthropic ``Message`` response or a ``MessageParam`` (the SDK object or its JSON)."""
+        return await self.append_native(key, "anthropic", payload, event_id=event_id)
+
+    async def append_response(
+        self, key: ConversationKey, payload: Mapping[str, Any] | Sequence[Any] | Any, *, event_id: str | None = None
+    ) -> list[Appended]:
+        """An OpenAI Responses response object, one input/output item, or a list of items."""
+        return await self.append_native(key, "responses", payload, event_id=event_id)
+
+    async def append_gemini(
+        self, key: ConversationKey, payload: Mapping[str, Any] | Any, *, event_id: str | None = None
+    ) -> list[Appended]:
+        """A Gemini ``Content`` or ``GenerateContentResponse`` (the SDK object or its JSON)."""
+        return await self.append_native(key, "gemini", payload, event_id=event_id)
 
     async def start_conversation(
         self,

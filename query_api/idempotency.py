@@ -8,6 +8,13 @@ of the read models (then read from the log, the source of truth, and compared), 
 of the log the projection has not reached yet (scanned: the cost of the lag). Bodies are
 compared as events, without ``occurred_at`` (the time of each request).
 
+A payload of several messages (one batch, see :mod:`events.batches`) is looked up by its
+first event id; the first append's records are that record and the ones after it (a batch is
+contiguous), compared as a whole: the same payload again answers every message's first
+coordinates and appends nothing; anything else under that key is a 409. A payload whose ids
+derive from its provider id (no key given) goes through here too, so a response appended
+twice is appended once.
+
 Two requests with one key: in one process they queue on a lock per (conversation, key), so the
 second waits for the first's answer. In two processes both may find nothing and both append;
 the log orders them, so after appending each one looks at what was appended between its own
@@ -22,11 +29,12 @@ import dataclasses
 import hashlib
 import json
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
 
+from events.batches import NativeBatch
 from events.codec import EventCodec, default_codec
 from events.errors import ConvlogError, DecodeError
 from events.event_types import Event
@@ -40,6 +48,7 @@ from query_api.ports import ReadModels
 REMEMBERED_KEYS = 10_000  # recent appends answered without Postgres or the log
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _Slot = tuple[str, str]  # (conversation key, event id)
+_Count = tuple[int, str | None]  # a batch's size, and the event id one more message would have had
 
 
 class IdempotencyKeyReusedError(ConvlogError):
@@ -58,10 +67,10 @@ class IdempotencyKeyReusedError(ConvlogError):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class _First:
-    """The first append with a key: what it answered and a digest of its event."""
+    """The first append with a key: what it answered (per message) and a digest of its events."""
 
     digest: bytes
-    appended: Appended
+    appended: tuple[Appended, ...]
 
 
 def event_digest(event: Event) -> bytes:
@@ -69,6 +78,13 @@ def event_digest(event: Event) -> bytes:
     doc = dataclasses.asdict(dataclasses.replace(event, occurred_at=_EPOCH))
     text = json.dumps(doc, sort_keys=True, default=str, ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8")).digest()
+
+
+def batch_digest(events: Sequence[Event]) -> bytes:
+    """:func:`event_digest` of one event; of several, a digest of theirs in order."""
+    if len(events) == 1:
+        return event_digest(events[0])
+    return hashlib.sha256(b"".join(event_digest(e) for e in events)).digest()
 
 
 class _SlotLocks:
@@ -112,21 +128,34 @@ class IdempotentAppends:
         """Append the message under ``event_id`` unless the key was used: then the first
         append's answer, or :class:`IdempotencyKeyReusedError` for another body."""
         event, data = self._producer.build_message(key, message, event_id=event_id)
-        mine = event_digest(self._codec.decode(data))  # as it will read back from the log
-        slot = (str(key), event.event_id)
+        batch = NativeBatch(((event, data),), deterministic=True, next_event_id=f"{event.event_id}/1")
+        return (await self.append_batch(key, batch))[0]
+
+    async def append_batch(
+        self, key: ConversationKey, batch: NativeBatch, *, before_append: Callable[[], Awaitable[None]] | None = None
+    ) -> list[Appended]:
+        """Append the batch unless its first event id was used: then the first append's answer
+        (every message's), or :class:`IdempotencyKeyReusedError` for another payload.
+        ``before_append`` runs only when the batch is about to be appended (a check that a
+        repeat, already stored, need not pass again); it refuses by raising."""
+        mine = batch_digest([self._codec.decode(data) for _, data in batch.built])  # as they will read back
+        count, event_id = (len(batch.built), batch.next_event_id), batch.built[0][0].event_id
+        slot = (str(key), event_id)
         async with self._locks.hold(slot):
             first = self._recent.get(slot)
             checked_end = 0
             if first is None:
-                first, checked_end = await self._look_up(key, event.event_id)
+                first, checked_end = await self._look_up(key, event_id, count)
             if first is None:
-                appended = await self._producer.append_built(event, data)
-                first = await self._earlier(key, event.event_id, checked_end, appended.coordinates)
-                first = first or _First(mine, appended)
+                if before_append is not None:
+                    await before_append()
+                appended = await self._producer.append_batch(batch)
+                first = await self._earlier(key, event_id, checked_end, appended[0].coordinates, count)
+                first = first or _First(mine, tuple(appended))
             self._remember(slot, first)
         if first.digest != mine:
-            raise IdempotencyKeyReusedError(first.appended)
-        return first.appended
+            raise IdempotencyKeyReusedError(first.appended[0])
+        return list(first.appended)
 
     def _remember(self, slot: _Slot, first: _First) -> None:
         self._recent[slot] = first
@@ -134,26 +163,43 @@ class IdempotentAppends:
         while len(self._recent) > self._limit:
             self._recent.popitem(last=False)
 
-    def _first(self, record: LogRecord, event: Event) -> _First:
-        return _First(event_digest(event), appended_at(event, record.coordinates))
+    async def _first(self, record: LogRecord, event: Event, count: _Count) -> _First:
+        """The first append: ``record`` and the records of its batch after it (a batch is
+        contiguous), as many as this one has — and one more when that one carries the id a
+        longer payload's next message has, so that a prefix of a stored batch does not match."""
+        (n, next_id), p = count, record.partition
+        pairs = [(record, event)]
+        last = min(record.offset + n, (await self._log.end_offsets())[p] - 1)
+        rest = await read_range(self._log, p, record.offset + 1, last) if last > record.offset else []
+        for i, r in enumerate(rest, start=1):
+            try:
+                following = self._codec.decode(r.value)
+            except DecodeError:
+                break  # no batch of ours holds it: the digests differ
+            if i < n or (r.key == record.key and following.event_id == next_id):
+                pairs.append((r, following))
+        events = [e for _, e in pairs]
+        return _First(batch_digest(events), tuple(appended_at(e, r.coordinates) for r, e in pairs[:n]))
 
-    async def _look_up(self, key: ConversationKey, event_id: str) -> tuple[_First | None, int]:
+    async def _look_up(self, key: ConversationKey, event_id: str, count: _Count) -> tuple[_First | None, int]:
         """The first record with ``event_id``, and the log end up to which it was looked for."""
         partition = partition_for_key(key.encode(), self._log.partition_count)
         at = await (await self._reads()).logged_at(key, partition, event_id=event_id)
         if at.offsets:  # projected: read that record back from the log and compare with it
             for record, event in await indexed_events(self._log, key, at, codec=self._codec):
                 if event.event_id == event_id:
-                    return self._first(record, event), 0
+                    return await self._first(record, event, count), 0
         end = (await self._log.end_offsets())[partition]
         # A record this build cannot decode carries no event id it could match: passed over.
         tail = conversation_events(self._log, key, start_offset=at.projected, codec=self._codec, skip_undecodable=True)
         async for record, event in tail:
             if event.event_id == event_id:  # appended, not projected yet
-                return self._first(record, event), 0
+                return await self._first(record, event, count), 0
         return None, end
 
-    async def _earlier(self, key: ConversationKey, event_id: str, start: int, mine: Coordinates) -> _First | None:
+    async def _earlier(
+        self, key: ConversationKey, event_id: str, start: int, mine: Coordinates, count: _Count
+    ) -> _First | None:
         """A record with ``event_id`` another instance appended between the look-up (which saw
         the log up to ``start``) and this one's record at ``mine``."""
         if mine.offset <= start:
@@ -166,5 +212,5 @@ class IdempotentAppends:
                 except DecodeError:
                     continue  # carries no event id it could match
                 if event.event_id == event_id:
-                    return self._first(record, event)
+                    return await self._first(record, event, count)
         return None

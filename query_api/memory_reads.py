@@ -159,6 +159,10 @@ class InMemoryReadModels:
     async def projection_position(self, partition: int) -> int:
         return self.tables.positions.get(partition, 0)
 
+    async def open_tool_calls(self, key: ConversationKey) -> tuple[str, ...]:
+        state = self.tables.conversations.get(str(key))
+        return () if state is None else state.open_tool_calls
+
 
 def _parsed(row: dict[str, Any]) -> dict[str, Any]:
     """The row with its JSON columns as values, as psycopg hands ``jsonb`` back."""

@@ -121,6 +121,12 @@ class ReadModels(Protocol):
         """The next offset the projection will apply on ``partition`` (0 before the first)."""
         ...
 
+    async def open_tool_calls(self, key: ConversationKey) -> tuple[str, ...]:
+        """The call ids of the conversation's latest assistant message that no tool message has
+        answered yet, as projected (empty for an unknown conversation): what a tool result
+        appended next may answer."""
+        ...
+
 
 def encode_cursor(last_activity_at: datetime | None, conversation_id: str) -> str:
     """An opaque cursor: at most 1,450 characters for a 256-character conversation id."""

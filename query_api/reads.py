@@ -293,6 +293,13 @@ class PostgresReadModels:
                 row = await (await conn.execute(q, [partition])).fetchone()
         return int(row[0]) if row else 0
 
+    async def open_tool_calls(self, key: ConversationKey) -> tuple[str, ...]:
+        with pg_errors(f"read the open tool calls of {key}"):
+            async with self._pool.connection() as conn:
+                q = self._q("SELECT open_tool_calls FROM {s}.conversations WHERE conversation_key = %s")
+                row = await (await conn.execute(q, [str(key)])).fetchone()
+        return () if row is None else tuple(row[0])
+
 
 def _messages(rows: Sequence[tuple[Any, ...]]) -> tuple[StoredMessage, ...]:
     return tuple(_message(list(r)) for r in rows)

@@ -444,6 +444,7 @@ _CONTENT_TYPES = ["application/json", "text/plain", "application/x-www-form-urle
 _BODY = st.one_of(  # (body, content type): mostly messages as JSON, the bodies the API reads
     st.tuples(_messages().map(lambda m: json.dumps(m).encode()), st.just("application/json")),
     st.tuples(_messages().map(lambda m: json.dumps(m).encode()), st.just("application/json")),
+    st.tuples(st.lists(_messages(), max_size=4).map(lambda m: json.dumps(m).encode()), st.just("application/json")),
     st.tuples(_ODD_BODY, st.sampled_from(_CONTENT_TYPES)),
 )
 

@@ -57,6 +57,14 @@ class CountingLog:
             await self.gate.wait()
         return await self.log.append(key=key, value=value, headers=headers)
 
+    async def append_many(
+        self, *, key: bytes, values: Sequence[tuple[bytes, Sequence[tuple[str, bytes]]]]
+    ) -> list[Coordinates]:
+        if self.gate is not None:
+            self.waiting.set()
+            await self.gate.wait()
+        return await self.log.append_many(key=key, values=values)
+
     async def read(self, positions: Mapping[int, int], *, max_records: int = 1000, timeout_s: float = 1.0) -> ReadBatch:
         batch = await self.log.read(positions, max_records=max_records, timeout_s=timeout_s)
         self.records_read += len(batch.records)
@@ -195,6 +203,48 @@ async def test_two_instances_racing_with_one_key_agree_on_the_first_record(api: 
     await api.project()
     page = (await api.client.get(f"{BASE}/c/messages", headers=A)).json()["messages"]
     assert [m["content"] for m in page] == ["first"]
+
+
+TURN = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}, {"role": "user", "content": "q2"}]
+
+
+async def test_a_repeated_list_answers_the_first_batch_on_any_instance(api: Api) -> None:
+    first = await api.client.post(f"{BASE}/c/messages", json=TURN, headers={**A, "Idempotency-Key": "batch"})
+    assert first.status_code == 202, first.text
+    appended = await log_end(api)
+
+    async def check(client: httpx.AsyncClient) -> None:
+        again = await client.post(f"{BASE}/c/messages", json=TURN, headers={**A, "Idempotency-Key": "batch"})
+        assert (again.status_code, again.json()) == (202, first.json())
+        shorter = await client.post(f"{BASE}/c/messages", json=TURN[:2], headers={**A, "Idempotency-Key": "batch"})
+        assert shorter.status_code == 409, shorter.text
+        assert await log_end(api) == appended
+
+    await check(await api.another_instance())  # not projected yet: found in the log's tail
+    await api.project()
+    await check(await api.another_instance())  # projected: the event index, then the records in the log
+
+
+@pytest.mark.parametrize("same_body", [True, False])
+async def test_two_instances_racing_with_one_key_agree_on_the_first_batch(api: Api, same_body: bool) -> None:
+    slow = CountingLog(api.log.log)
+    slow.gate = asyncio.Event()
+    second = await api.another_instance(slow)
+    theirs = TURN if same_body else TURN[:2]
+    late = asyncio.create_task(second.post(f"{BASE}/c/messages", json=theirs, headers={**A, "Idempotency-Key": "r"}))
+    await asyncio.wait_for(slow.waiting.wait(), 10)
+    early = await api.client.post(f"{BASE}/c/messages", json=TURN, headers={**A, "Idempotency-Key": "r"})
+    assert early.status_code == 202
+    slow.gate.set()
+    answer = await late
+    if same_body:
+        assert (answer.status_code, answer.json()) == (202, early.json())
+    else:
+        assert answer.status_code == 409
+        assert answer.json()["error"]["offset"] == early.json()["messages"][0]["offset"]
+    await api.project()
+    page = (await api.client.get(f"{BASE}/c/messages", headers=A)).json()["messages"]
+    assert [m["content"] for m in page] == ["q", "a", "q2"]
 
 
 # --- item 5: erase and clear right after an append --------------------------------------------

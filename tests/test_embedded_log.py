@@ -12,6 +12,7 @@ import pytest
 
 from events.embedded_log import EmbeddedEventLog
 from events.errors import LogCorruptError, LogError, LogLockedError
+from events.log import Coordinates
 
 
 async def test_records_survive_reopening(tmp_path: Path) -> None:
@@ -150,3 +151,47 @@ async def test_a_read_only_opener_reads_beside_the_writer_and_follows_it(tmp_pat
         await writer.close()
     with pytest.raises(LogError, match="no embedded log"):
         EmbeddedEventLog.open(tmp_path / "missing.log", read_only=True)
+
+
+async def _batch_on_disk(path: Path) -> tuple[list[int], int]:
+    """A log holding one record, then a batch of three: the batch's frame positions, the file size."""
+    log = EmbeddedEventLog.open(path, partitions=1)
+    await log.append(key=b"k", value=b"before")
+    await log.append_many(key=b"k", values=[(f"b{i}".encode(), [("h", b"x")]) for i in range(3)])
+    positions = list(log._index[0])
+    await log.close()
+    return positions[1:], path.stat().st_size
+
+
+@pytest.mark.parametrize("cut", ["between_frames", "inside_a_frame", "inside_the_last_frame"])
+async def test_a_crash_mid_batch_leaves_none_of_the_batch(tmp_path: Path, cut: str) -> None:
+    """A write cut anywhere inside a batch — also exactly between two of its frames, where every
+    frame before the cut is intact — keeps none of the batch once the log is opened again."""
+    path = tmp_path / "events.log"
+    frames, size = await _batch_on_disk(path)
+    at = {"between_frames": frames[2], "inside_a_frame": frames[1] + 5, "inside_the_last_frame": size - 3}[cut]
+    os.truncate(path, at)
+    follower = EmbeddedEventLog.open(path, read_only=True)  # an inspector reading the torn file
+    try:
+        assert [r.value for r in (await follower.read({0: 0}, timeout_s=0)).records] == [b"before"]
+    finally:
+        await follower.close()
+    log = EmbeddedEventLog.open(path, partitions=1)
+    try:
+        assert path.stat().st_size == frames[0]
+        assert [r.value for r in (await log.read({0: 0}, timeout_s=0)).records] == [b"before"]
+        assert await log.append_many(key=b"k", values=[(b"again", [])]) == [Coordinates(0, 1)]
+    finally:
+        await log.close()
+
+
+async def test_a_whole_batch_survives_reopening_without_its_marker(tmp_path: Path) -> None:
+    path = tmp_path / "events.log"
+    await _batch_on_disk(path)
+    log = EmbeddedEventLog.open(path, partitions=1)
+    try:
+        records = (await log.read({0: 0}, timeout_s=0)).records
+        expected = [(f"b{i}".encode(), [("h", b"x")]) for i in range(3)]
+        assert [(r.value, list(r.headers)) for r in records[1:]] == expected
+    finally:
+        await log.close()

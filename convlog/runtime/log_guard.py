@@ -87,6 +87,12 @@ class _GuardedLog:
         self._guard.check_appends()
         return await self._inner.append(key=key, value=value, headers=headers)
 
+    async def append_many(
+        self, *, key: bytes, values: Sequence[tuple[bytes, Sequence[tuple[str, bytes]]]]
+    ) -> list[Coordinates]:
+        self._guard.check_appends()
+        return await self._inner.append_many(key=key, values=values)
+
     async def read(self, positions: Mapping[int, int], *, max_records: int = 1000, timeout_s: float = 1.0) -> ReadBatch:
         return await self._inner.read(positions, max_records=max_records, timeout_s=timeout_s)
 

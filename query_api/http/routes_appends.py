@@ -1,16 +1,38 @@
-"""Appends: a message (idempotent with an ``Idempotency-Key``), a clear, an erase. ``202 Accepted``
-with the record's partition and offset (``min_offset`` for read-your-writes)."""
+"""Appends: messages (idempotent with an ``Idempotency-Key``), a clear, an erase. ``202 Accepted``
+with each record's partition and offset (``min_offset`` for read-your-writes).
+
+``POST …/messages?format=<f>`` takes a payload in ``f`` (default ``chat_completions``: today's
+message object, or a list of them) and appends all its messages as one atomic batch, or none.
+A native payload (``anthropic``, ``responses``, ``gemini``) whose tool result answers no open
+call is refused (422 ``orphan_tool_result``, see query_api/orphans.py)."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Header
+from fastapi import APIRouter, Body, Header, Query
 from fastapi.responses import JSONResponse
 
+from events.errors import InvalidRequestError, NativeFormatError
+from events.event_types import MessageAppended
+from events.formats.registry import APPEND_FORMATS, NATIVE_FORMATS
+from events.keys import ConversationKey, partition_for_key
+from events.producer import Appended
 from query_api.http.deps import PREFIX, ApiDeps, ApiError, AuthHeader, Requests, accepted
 from query_api.http.strict_json import StrictJsonRoute
 from query_api.idempotency import IdempotencyKeyReusedError, IdempotentAppends
+from query_api.orphans import first_orphan, needs_conversation_calls
+
+FormatQuery = Annotated[
+    str,
+    Query(
+        description="The payload's format: a Chat Completions message (or a list of them), or a provider's native "
+        "JSON. Every message of it is appended as one atomic batch.",
+        json_schema_extra={"enum": list(APPEND_FORMATS)},
+    ),
+]
 
 
 def append_routes(deps: ApiDeps) -> APIRouter:
@@ -18,19 +40,55 @@ def append_routes(deps: ApiDeps) -> APIRouter:
     requests = Requests(deps)
     idempotent = IdempotentAppends(deps.producer, deps.log, deps.reads)
 
+    async def refuse_orphans(key: ConversationKey, messages: tuple[MessageAppended, ...]) -> None:
+        """422 ``orphan_tool_result`` for a result whose call is neither earlier in the payload nor
+        open in the conversation. The projection may lag the log — a call appended a moment ago
+        not open yet, or answered a moment ago still open — so first wait (bounded, like
+        ``min_offset``) until it reached the partition's end as of now."""
+        calls: tuple[str, ...] = ()
+        if needs_conversation_calls(messages):
+            reads = await deps.reads()
+            partition = partition_for_key(key.encode(), deps.log.partition_count)
+            end = (await deps.log.end_offsets())[partition]
+            deadline = time.monotonic() + deps.wait_for_offset_s
+            while await reads.projection_position(partition) < end:
+                if time.monotonic() > deadline:
+                    raise ApiError(503, "not_caught_up", "the read models have not caught up with the log, "
+                                   "so the tool calls this payload answers cannot be checked yet",
+                                   partition=partition)  # fmt: skip
+                await asyncio.sleep(0.02)
+            calls = await reads.open_tool_calls(key)
+        orphan = first_orphan(messages, calls)
+        if orphan is not None:
+            raise NativeFormatError(f"answers tool call {messages[orphan].tool_call_id!r}, which is neither in this "
+                                    "payload nor open in the conversation", field=f"messages[{orphan}]",
+                                    code="orphan_tool_result")  # fmt: skip
+
     @router.post(PREFIX + "/{conversation_id}/messages", status_code=202)
     async def post_message(
         user_id: str,
         conversation_id: str,
-        message: Annotated[dict[str, Any], Body()],
+        message: Annotated[dict[str, Any] | list[Any], Body()],
         authorization: AuthHeader = None,
         idempotency_key: Annotated[str | None, Header()] = None,
+        format: FormatQuery = "chat_completions",  # noqa: A002 - the query parameter's name
     ) -> JSONResponse:
         key = requests.key_of(authorization, user_id, conversation_id)
-        if not idempotency_key:
-            return accepted(await deps.producer.append_message(key, message))
         try:
-            return accepted(await idempotent.append_message(key, message, event_id=idempotency_key))
+            batch = deps.producer.build_native(key, format, message, event_id=idempotency_key or None)
+        except InvalidRequestError as e:  # unknown_format
+            raise ApiError(422, e.code, str(e), field="format") from e
+        messages = tuple(e.body for e in batch.events if isinstance(e.body, MessageAppended))
+
+        async def check() -> None:
+            if format in NATIVE_FORMATS:
+                await refuse_orphans(key, messages)
+
+        if not batch.deterministic:
+            await check()
+            return _answer(format, message, await deps.producer.append_batch(batch))
+        try:
+            return _answer(format, message, await idempotent.append_batch(key, batch, before_append=check))
         except IdempotencyKeyReusedError as e:
             raise ApiError(409, e.code, str(e), event_id=e.first.event_id, partition=e.first.partition,
                            offset=e.first.offset) from e  # fmt: skip
@@ -48,3 +106,14 @@ def append_routes(deps: ApiDeps) -> APIRouter:
         return accepted(await deps.producer.erase(key, reason="erased through the API"))
 
     return router
+
+
+def _answer(format: str, payload: object, appended: list[Appended]) -> JSONResponse:  # noqa: A002
+    """Every stored message under ``messages``, and the last one's partition and offset (its
+    ``min_offset``). One Chat Completions message object: the body it always had, plus the list."""
+    listed = [{"event_id": a.event_id, "message_id": a.message_id, "partition": a.partition, "offset": a.offset}
+              for a in appended]  # fmt: skip
+    if format == "chat_completions" and isinstance(payload, dict):
+        return JSONResponse({**listed[0], "messages": listed}, status_code=202)
+    last = appended[-1]
+    return JSONResponse({"messages": listed, "partition": last.partition, "offset": last.offset}, status_code=202)

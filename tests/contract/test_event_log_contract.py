@@ -10,7 +10,7 @@ import pytest
 
 from events.errors import LogClosedError, LogError
 from events.keys import ConversationKey, partition_for_key
-from events.log import EventLog, LogRecord
+from events.log import Coordinates, EventLog, LogRecord
 
 
 def _key(conversation: int) -> bytes:
@@ -169,3 +169,78 @@ async def test_a_closed_log_refuses_work(event_log: EventLog) -> None:
     with pytest.raises(LogClosedError):
         await event_log.append(key=_key(1), value=b"x")
     await event_log.close()  # closing twice is harmless
+
+
+def _batch(label: str, n: int) -> list[tuple[bytes, list[tuple[str, bytes]]]]:
+    return [(f"{label}-{i}".encode(), [("convlog.event_type", b"MessageAppended"), ("i", str(i).encode())])
+            for i in range(n)]  # fmt: skip
+
+
+async def test_append_many_lands_contiguously_in_order_on_the_keys_partition(event_log: EventLog) -> None:
+    key = _key(11)
+    partition = partition_for_key(key, event_log.partition_count)
+    await event_log.append(key=key, value=b"before")
+    start = (await event_log.end_offsets())[partition]
+    values = _batch("b", 5)
+    coordinates = await event_log.append_many(key=key, values=values)
+    assert coordinates == [Coordinates(partition, start + i) for i in range(5)]
+    assert (await event_log.end_offsets())[partition] == start + 5
+    after = await event_log.append(key=key, value=b"after")
+    assert after.offset == start + 5
+    records = await _read_all(event_log, expected=7)
+    assert [r.value for r in records] == [b"before", *(v for v, _ in values), b"after"]
+    assert [r.coordinates for r in records[1:6]] == coordinates
+    assert [list(r.headers) for r in records[1:6]] == [h for _, h in values]  # the headers as given, nothing added
+    assert all(r.key == key for r in records)
+
+
+async def test_append_many_of_nothing_appends_nothing(event_log: EventLog) -> None:
+    before = await event_log.end_offsets()
+    assert await event_log.append_many(key=_key(12), values=[]) == []
+    assert await event_log.end_offsets() == before
+
+
+async def test_a_batch_of_one_is_an_append(event_log: EventLog) -> None:
+    key = _key(13)
+    [at] = await event_log.append_many(key=key, values=[(b"only", [("h", b"1")])])
+    [record] = await _read_all(event_log, expected=1)
+    assert (record.coordinates, record.value, list(record.headers)) == (at, b"only", [("h", b"1")])
+
+
+async def test_concurrent_appends_never_land_inside_a_batch(event_log: EventLog) -> None:
+    """Batches and single appends to one conversation at once: each batch's records stay
+    contiguous and in order, and every record is there exactly once."""
+    key = _key(14)
+
+    async def batch(b: int) -> list[Coordinates]:
+        return await event_log.append_many(key=key, values=_batch(f"batch{b}", 4))
+
+    async def single(s: int) -> list[Coordinates]:
+        return [await event_log.append(key=key, value=f"single{s}".encode())]
+
+    results = await asyncio.gather(*(batch(i) if i % 2 else single(i) for i in range(20)))
+    records = await _read_all(event_log, expected=10 * 4 + 10)
+    assert len(records) == 50
+    by_offset = {r.offset: r.value for r in records}
+    for i, coordinates in enumerate(results):
+        if i % 2:
+            offsets = [c.offset for c in coordinates]
+            assert offsets == list(range(offsets[0], offsets[0] + 4))
+            assert [by_offset[o] for o in offsets] == [f"batch{i}-{j}".encode() for j in range(4)]
+
+
+async def test_readers_see_a_whole_batch(event_log: EventLog) -> None:
+    """A reader waiting at the partition's end gets the batch's records, all of them, in order."""
+    key = _key(15)
+    partition = partition_for_key(key, event_log.partition_count)
+    start = (await event_log.end_offsets())[partition]
+    task = asyncio.create_task(event_log.append_many(key=key, values=_batch("w", 6)))
+    records: list[LogRecord] = []
+    deadline = time.monotonic() + 30
+    position = start
+    while len(records) < 6 and time.monotonic() < deadline:
+        batch = await event_log.read({partition: position}, timeout_s=0.5)
+        records.extend(batch.records)
+        position = batch.positions[partition]
+    await task
+    assert [r.value for r in records] == [f"w-{i}".encode() for i in range(6)]

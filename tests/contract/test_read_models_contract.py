@@ -219,6 +219,21 @@ async def test_a_repeated_event_id_is_applied_once(
     assert [m.content for m in (await inputs_of(side, OA)).messages] == ["once"]
 
 
+async def test_open_tool_calls_are_the_latest_assistant_calls_not_answered_yet(
+    side: ReadSide, log: EmbeddedEventLog, producer: ConversationProducer
+) -> None:
+    calls = [{"id": c, "type": "function", "function": {"name": "f", "arguments": "{}"}} for c in ("c1", "c2")]
+    await producer.append_user(TOOLS, "look both up")
+    await producer.append_assistant(TOOLS, None, tool_calls=calls)
+    await producer.append_tool_result(TOOLS, tool_call_id="c1", content="one")
+    await project_all(log, side.store)
+    assert await side.reads.open_tool_calls(TOOLS) == ("c2",)
+    assert await side.reads.open_tool_calls(UNKNOWN) == ()
+    await producer.append_user(TOOLS, "never mind")
+    await project_all(log, side.store)
+    assert await side.reads.open_tool_calls(TOOLS) == ()
+
+
 async def test_the_list_pages_by_latest_user_activity_never_active_last(
     side: ReadSide, log: EmbeddedEventLog, producer: ConversationProducer
 ) -> None:
