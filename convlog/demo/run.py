@@ -1,4 +1,4 @@
-"""``make demo`` / ``convlog demo``: append two conversations to the log and print them back."""
+"""``make demo`` / ``convlog demo``: append three conversations to the log and print them back."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from convlog.demo.data import (
     TOOLS_SYSTEM_PROMPT,
     TOOLS_USER_QUESTION,
 )
+from convlog.demo.claude import append_claude_conversation, print_claude_contexts
 from convlog.render import preview, print_conversation_events
 from convlog.runtime.serve import Service, running_service
 from convlog.settings import Settings
@@ -62,6 +63,7 @@ async def run_demo(settings: Settings) -> None:
     run = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     oa_key = ConversationKey("acme", "employee-42", f"oa-overtime-{run}")
     tools_key = ConversationKey("acme", "employee-42", f"hr-tools-{run}")
+    claude_key = ConversationKey("acme", "employee-42", f"travel-claude-{run}")
     where = settings.kafka_bootstrap or str(settings.embedded_log_path)
     print(f"convlog demo — log: {where}; read models: {settings.database_url or 'embedded Postgres'}\n")
     if settings.api_tokens is None:  # the demo's token, unless the operator configured their own
@@ -70,13 +72,15 @@ async def run_demo(settings: Settings) -> None:
         producer = service.deps.producer
         event_log = service.deps.log
         written = [(oa_key, await append_oa_conversation(producer, oa_key)),
-                   (tools_key, await append_tools_conversation(producer, tools_key))]  # fmt: skip
+                   (tools_key, await append_tools_conversation(producer, tools_key)),
+                   (claude_key, await append_claude_conversation(producer, claude_key))]  # fmt: skip
         for key, appended in written:
             await print_conversation_events(event_log, key, start_offset=appended[0].offset)
         await _caught_up(service, {a.partition: a.offset for _, appended in written for a in appended})
         await print_summary(service, oa_key)
         await print_context(service, oa_key, model="gpt-4o-mini", budget_tokens=1200)
         await print_context(service, tools_key, model="deepseek-v4", budget_tokens=4000, reasoning="tool_turns")
+        await print_claude_contexts(service, claude_key)
     print_try_it(oa_key)
     print_stop_hint(settings)
 
