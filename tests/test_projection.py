@@ -3,12 +3,15 @@ poison handling, erasure and rebuilds."""
 
 from __future__ import annotations
 
+import io
+import json
 from pathlib import Path
 
 import pytest
 
 from convlog.demo.run import append_oa_conversation, append_tools_conversation
-from events.blocks import blocks_to_json, reasoning_text
+from convlog.ops.export import ExportFilter, export_transcripts
+from events.blocks import blocks_from_json, blocks_to_json, reasoning_text
 from events.codec import EventCodec
 from events.embedded_log import EmbeddedEventLog
 from events.keys import ConversationKey
@@ -274,3 +277,20 @@ async def test_a_rebuild_of_native_messages_equals_the_live_tables_and_a_tampere
     await projection.execute(tamper, str(NATIVE))
     async with projection.pool.connection() as conn:
         assert await compare(conn, projection.version.schema, rebuilt.schema) == [("transcript", str(NATIVE))]
+
+
+async def test_the_export_keeps_a_native_messages_blocks_and_origin(
+    projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer
+) -> None:
+    """Retention archives are exports: a native message leaves the read models losslessly."""
+    with carrying_v4():
+        await _native_conversation(producer)
+        await project_all(log, projection.store())
+    out = io.StringIO()
+    written = await export_transcripts(projection.pool, projection.version.schema, ExportFilter(tenant="acme"), out,
+                                       progress=False)  # fmt: skip
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert written == len(lines) == 4
+    assert lines[0]["blocks"] is None
+    assert blocks_from_json(lines[1]["blocks"]) == thinking_answer().blocks
+    assert (lines[1]["provider"], lines[1]["api"], lines[3]["is_error"]) == ("anthropic", "anthropic", True)
