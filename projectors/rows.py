@@ -14,6 +14,8 @@ from projectors.state import (
     ConversationState,
     SummaryRow,
     TranscriptRow,
+    blocks_text,
+    countable_reasoning,
     countable_text,
     image_count,
     to_json,
@@ -30,7 +32,7 @@ TRANSCRIPT_COLUMNS = (
     "conversation_key", "seq", "partition", "offset", "event_id", "message_id", "role", "content", "name",
     "tool_calls", "tool_call_id", "reasoning_content", "thinking_duration_ms", "finish_reason", "model",
     "usage", "metadata", "occurred_at", "epoch", "turn", "flag", "image_count", "tokens_o200k",
-    "tokens_cl100k", "reasoning_tokens_o200k", "reasoning_tokens_cl100k",
+    "tokens_cl100k", "reasoning_tokens_o200k", "reasoning_tokens_cl100k", "blocks", "provider", "api", "is_error",
 )  # fmt: skip
 
 SUMMARY_COLUMNS = (
@@ -65,7 +67,7 @@ def column_list(columns: Sequence[str]) -> str:
 def transcript_copy_rows(rows: Sequence[TranscriptRow], counter: TokenCounting) -> list[tuple[Any, ...]]:
     """Rows for COPY, with token counts computed here, once, for the whole batch."""
     texts = [countable_text(r) for r in rows]
-    reasoning = [r.reasoning_content or "" for r in rows]
+    reasoning = [countable_reasoning(r) for r in rows]
     counts = zip(*(counter.count_many(t, encoding) for t in (texts, reasoning) for encoding in ENCODINGS), strict=True)
     return [_transcript_row(r, c) for r, c in zip(rows, counts, strict=True)]
 
@@ -75,7 +77,8 @@ def _transcript_row(r: TranscriptRow, counts: tuple[int, ...]) -> tuple[Any, ...
         r.conversation_key, r.seq, r.partition, r.offset, r.event_id, r.message_id, r.role,
         to_json(r.content), r.name, to_json(r.tool_calls), r.tool_call_id, r.reasoning_content,
         r.thinking_duration_ms, r.finish_reason, r.model, to_json(r.usage), to_json(r.metadata),
-        r.occurred_at, r.epoch, r.turn, r.flag, image_count(r), *counts,
+        r.occurred_at, r.epoch, r.turn, r.flag, image_count(r), *counts, blocks_text(r), r.provider, r.api,
+        r.is_error,
     )  # fmt: skip
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, NamedTuple, Protocol, TypeAlias
 
+from events.blocks import Block, blocks_to_json, reasoning_text
 from events.event_types import (
     ConversationCleared,
     ConversationErased,
@@ -82,6 +83,12 @@ class TranscriptRow:
     epoch: int
     turn: int  # number of user messages up to and including this message's turn
     flag: str | None
+    # Schema v4 (events/blocks.py): a native message's lossless blocks (None: a Chat Completions
+    # message, or cleared by a redaction or an erasure), who made it, and a tool result's error.
+    blocks: tuple[Block, ...] | None = None
+    provider: str | None = None
+    api: str | None = None
+    is_error: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,8 +147,10 @@ class SummaryWithdrawal:
 # What a redaction and an erasure take from a transcript row (metadata becomes {}): the
 # projection's UPDATEs (projectors/writes.py) and the in-memory application
 # (projectors/applied.py) are both made from these.
-REDACTION_CLEARS = ("content", "reasoning_content", "tool_calls")
-ERASURE_CLEARS = ("content", "reasoning_content", "tool_calls", "name", "usage")
+# blocks hold the same content losslessly, and more that must not outlive it either: reasoning
+# signatures, redacted thinking, encrypted reasoning, opaque provider blocks.
+REDACTION_CLEARS = ("content", "reasoning_content", "tool_calls", "blocks")
+ERASURE_CLEARS = ("content", "reasoning_content", "tool_calls", "blocks", "name", "usage")
 
 
 class MessageAt(NamedTuple):
@@ -318,7 +327,8 @@ def _apply_message(
         name=msg.name, tool_calls=tool_calls_json(msg), tool_call_id=msg.tool_call_id,
         reasoning_content=msg.reasoning_content, thinking_duration_ms=msg.thinking_duration_ms,
         finish_reason=msg.finish_reason, model=msg.model, usage=usage_json(msg), metadata=dict(msg.metadata),
-        occurred_at=event.occurred_at, epoch=state.epoch, turn=turn_count, flag=flag,
+        occurred_at=event.occurred_at, epoch=state.epoch, turn=turn_count, flag=flag, blocks=msg.blocks or None,
+        provider=msg.provider, api=msg.api, is_error=msg.is_error,
     )  # fmt: skip
     # Spelled out rather than dataclasses.replace(): this runs once per message and replace()
     # costs twice as much (it reads every field back through getattr first).
@@ -363,6 +373,7 @@ def usage_json(msg: MessageAppended) -> Any:
             ("completion_tokens", u.completion_tokens),
             ("cached_tokens", u.cached_tokens),
             ("reasoning_tokens", u.reasoning_tokens),
+            ("cache_write_tokens", u.cache_write_tokens),
         )
         if v is not None
     }
@@ -371,6 +382,19 @@ def usage_json(msg: MessageAppended) -> Any:
 def countable_text(row: TranscriptRow) -> str:
     """The text whose tokens the row's content and tool calls cost (projectors.tokens owns the rule)."""
     return tokens.countable_text(row.content, row.tool_calls or ())
+
+
+def countable_reasoning(row: TranscriptRow) -> str:
+    """The reasoning text whose tokens the row's reasoning costs: a native message's visible
+    reasoning in its blocks (events.blocks.reasoning_text), else its ``reasoning_content``."""
+    if row.blocks:
+        return reasoning_text(row.blocks)
+    return row.reasoning_content or ""
+
+
+def blocks_text(row: TranscriptRow) -> str | None:
+    """The ``blocks`` column: compact JSON (events.blocks.blocks_to_json), NULL without blocks."""
+    return None if not row.blocks else compact_json(blocks_to_json(row.blocks))
 
 
 def image_count(row: TranscriptRow) -> int:

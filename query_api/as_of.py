@@ -25,7 +25,7 @@ from events.log import EventLog, LogRecord
 from events.reading import conversation_events
 from projectors.applied import apply_decisions
 from projectors.fold import BatchInputs, decode_batch, fold_batch
-from projectors.state import TranscriptRow, countable_text, image_count
+from projectors.state import TranscriptRow, countable_reasoning, countable_text, image_count
 from projectors.tokens import text_counter
 from projectors.window import WindowPolicy
 from query_api.context import context_start
@@ -99,7 +99,9 @@ async def context_inputs_as_of(
             name=row.name, tool_calls=tuple(row.tool_calls or ()), tool_call_id=row.tool_call_id,
             reasoning_content=row.reasoning_content, finish_reason=row.finish_reason, flag=row.flag,
             redacted=m.redacted, erased=m.erased, tokens=count(countable_text(original)),
-            reasoning_tokens=count(original.reasoning_content or ""), image_count=image_count(original),
+            reasoning_tokens=count(countable_reasoning(original)), image_count=image_count(original),
+            blocks=row.blocks or (), api=row.api, provider=row.provider, model=row.model, is_error=row.is_error,
+            prompt_tokens=(row.usage or {}).get("prompt_tokens"),
         )  # fmt: skip
 
     rows = out.transcript

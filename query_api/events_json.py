@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
+from events.blocks import blocks_to_json
 from events.event_types import Event, MessageAppended, SummaryRecorded
 from events.log import LogRecord
 from projectors.applied import apply_decisions
@@ -58,8 +59,15 @@ def _body(body: Any, *, withhold: bool) -> dict[str, Any]:
             "model": body.model, "usage": usage_json(body), "finish_reason": body.finish_reason,
             "metadata": dict(body.metadata),
         }  # fmt: skip
+        # Schema v4, when set (a native message's): its blocks as the transcript stores them.
+        if body.blocks:
+            data["blocks"] = blocks_to_json(body.blocks)
+        data.update((k, v) for k, v in (("provider", body.provider), ("api", body.api), ("is_error", body.is_error))
+                    if v is not None)  # fmt: skip
         if withhold:
             data.update(content=_WITHHELD, reasoning_content=None, tool_calls=None, name=None, metadata={})
+            if "blocks" in data:  # signatures and encrypted reasoning are content too
+                data["blocks"] = None
         return data
     data = asdict(body)
     if withhold and isinstance(body, SummaryRecorded):

@@ -14,6 +14,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+from events.blocks import blocks_from_json
 from events.errors import InvalidRequestError
 from events.keys import ConversationKey
 from projectors.memory_tables import MemoryTables, covered_seq
@@ -35,7 +36,7 @@ from query_api.ports import (
 __all__ = ["InMemoryReadModels"]
 
 _SUFFIX = {"o200k_base": "o200k", "cl100k_base": "cl100k"}
-_JSON_COLUMNS = ("content", "tool_calls", "usage", "metadata")
+_JSON_COLUMNS = ("content", "tool_calls", "usage", "metadata", "blocks")
 _NEVER = datetime.min.replace(tzinfo=UTC)  # not reached: a stored conversation has started
 
 
@@ -178,4 +179,6 @@ def _message(row: dict[str, Any], encoding: str) -> StoredMessage:
         reasoning_content=r["reasoning_content"], finish_reason=r["finish_reason"], flag=r["flag"],
         redacted=r["redacted_at"] is not None, erased=r["erased_at"] is not None, tokens=r[f"tokens_{suffix}"],
         reasoning_tokens=r[f"reasoning_tokens_{suffix}"], image_count=r["image_count"],
+        blocks=blocks_from_json(r["blocks"]), api=r["api"], provider=r["provider"], model=r["model"],
+        is_error=r["is_error"], prompt_tokens=(r["usage"] or {}).get("prompt_tokens"),
     )  # fmt: skip

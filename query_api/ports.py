@@ -172,6 +172,7 @@ _ENTRY_FIELDS = (
     "seq", "partition", "offset", "event_id", "message_id", "role", "content", "name", "tool_calls", "tool_call_id",
     "reasoning_content", "thinking_duration_ms", "finish_reason", "model", "usage", "metadata", "epoch", "flag",
 )  # fmt: skip
+_V4_ENTRY_FIELDS = ("blocks", "provider", "api", "is_error")  # blocks: events.blocks.blocks_to_json's form
 _SUMMARY_FIELDS = ("seq", "partition", "offset", "event_id", "summary_id", "epoch", "text", "covers_through_message_id",
                    "model", "prompt_version", "input_tokens", "output_tokens", "summary_tokens")  # fmt: skip
 
@@ -184,6 +185,9 @@ def transcript_entry(r: Mapping[str, Any]) -> dict[str, Any]:
     redacted_at, erased_at = r["redacted_at"], r["erased_at"]
     entry["redacted"] = {"at": redacted_at.isoformat(), "reason": r["redaction_reason"]} if redacted_at else None
     entry["erased_at"] = erased_at.isoformat() if erased_at else None
+    for f in _V4_ENTRY_FIELDS:  # a native message's (schema v4): only when set, as most rows have none
+        if r[f] is not None:
+            entry[f] = r[f]
     return entry
 
 

@@ -20,6 +20,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
+from events.blocks import blocks_from_json
 from events.errors import InvalidRequestError
 from events.keys import ConversationKey
 from events.validation import unstorable_char
@@ -62,10 +63,11 @@ _RANGE = (
     "WHEN h.window_start IS NULL THEN h.covers + 1 ELSE LEAST(h.window_start, h.covers + 1) END AS start FROM h) "
 )
 _IN_RANGE = "AND seq >= (SELECT start FROM r) AND epoch = (SELECT epoch FROM r) AND role <> 'system' "
-# StoredMessage's fields, in its order (tool_calls is made a tuple in Python).
+# StoredMessage's fields, in its order (tool_calls is made a tuple in Python, blocks Blocks).
 _MESSAGE = (
     "SELECT seq, epoch, message_id, role, content, name, tool_calls, tool_call_id, reasoning_content, "
-    "finish_reason, flag, redacted_at IS NOT NULL, erased_at IS NOT NULL, {tokens}, {reasoning}, image_count "
+    "finish_reason, flag, redacted_at IS NOT NULL, erased_at IS NOT NULL, {tokens}, {reasoning}, image_count, "
+    "blocks, api, provider, model, is_error, (usage ->> 'prompt_tokens')::bigint "
     "FROM {s}.transcript WHERE conversation_key = %(k)s "
 )
 _SYSTEM = _MESSAGE + "AND role = 'system' ORDER BY seq"  # the partial index transcript_system_messages
@@ -86,7 +88,8 @@ _TRANSCRIPT = """
 SELECT t.* FROM {s}.conversations c LEFT JOIN LATERAL (
     SELECT seq, partition, "offset", event_id, message_id, role, content, name, tool_calls, tool_call_id,
            reasoning_content, thinking_duration_ms, finish_reason, model, usage, metadata, occurred_at, epoch,
-           flag, tokens_o200k, tokens_cl100k, redacted_at, redaction_reason, erased_at
+           flag, tokens_o200k, tokens_cl100k, redacted_at, redaction_reason, erased_at, blocks, provider, api,
+           is_error
       FROM {s}.transcript WHERE conversation_key = c.conversation_key AND seq < %s ORDER BY seq DESC LIMIT %s
 ) t ON true
 WHERE c.conversation_key = %s ORDER BY t.seq DESC"""
@@ -307,4 +310,8 @@ def _messages(rows: Sequence[tuple[Any, ...]]) -> tuple[StoredMessage, ...]:
 
 def _message(fields: list[Any]) -> StoredMessage:
     fields[6] = tuple(fields[6] or ())  # tool_calls: a JSON list (or NULL) -> tuple of dicts
+    if fields[16] is None:  # blocks: NULL for a Chat Completions message, most rows
+        fields[16] = ()
+    else:
+        fields[16] = blocks_from_json(fields[16])
     return StoredMessage(*fields)

@@ -17,11 +17,13 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from psycopg import sql
 
 from convlog.runtime.serve import Service, running_service
 from convlog.settings import Settings
+from events.blocks import TextBlock, native_message
 from events.embedded_log import EmbeddedEventLog
-from events.event_types import SummaryRecorded
+from events.event_types import MessageAppended, SummaryRecorded
 from events.keys import ConversationKey
 from events.producer import Appended, ConversationProducer
 from projectors.versions import compare, json_forms_differ
@@ -30,6 +32,7 @@ from query_api.as_of import context_inputs_as_of
 from query_api.http import create_app
 from query_api.http import routes_context as http_module
 from query_api.reads import PostgresReadModels
+from tests.native_support import carrying_v4, thinking_answer, tool_result
 from tests.projection_support import Projection, project_all, temporary_database
 
 pytestmark = pytest.mark.postgres
@@ -76,6 +79,9 @@ replies = st.one_of(
     st.tuples(st.just("tools"), st.integers(1, 3), st.integers(0, 3)),  # calls made, calls answered
     st.tuples(st.just("interrupted"), words, st.booleans()),  # with a half-made tool call or not
     st.tuples(st.just("stray_tool"), words),  # answers no call: kept for audit, never served
+    # Schema v4, appended natively: thinking (signed, redacted, encrypted), an opaque block, text,
+    # calls made and answered (the last answer an error), or interrupted.
+    st.tuples(st.just("native"), words, st.integers(0, 3), st.integers(0, 3), st.booleans()),
 )
 events = st.one_of(
     st.tuples(st.just("redact"), st.integers(0, 1000)),
@@ -150,6 +156,8 @@ class Script:
                                 **({"tool_calls": calls} if calls else {})})  # fmt: skip
         elif kind == "reuse" and self.message_ids:
             await self.message({"role": "user", "content": step[2]}, self.message_ids[step[1] % len(self.message_ids)])
+        elif kind == "native":
+            await self.native(step[1], calls=step[2], answered=step[3], interrupted=step[4])
         elif kind == "stray_tool":
             await self.message({"role": "tool", "tool_call_id": "nobody-called", "content": step[1]})
         elif kind == "redact" and self.message_ids:
@@ -175,6 +183,23 @@ class Script:
             self._done(appended, ("erase", only_if, event_id))
         elif kind == "duplicate" and self.last is not None:
             await self.again(self.last)
+
+    async def native(self, text: str, *, calls: int, answered: int, interrupted: bool) -> None:
+        call_ids = tuple(self._id("toolu") for _ in range(calls))
+        answer = thinking_answer(self._id("m"), call_ids=call_ids)
+        blocks = (*(b for b in answer.blocks if not isinstance(b, TextBlock)), TextBlock(text))
+        finish = "interrupted" if interrupted else "tool_calls" if calls else "stop"
+        body = native_message(message_id=answer.message_id, role="assistant", blocks=blocks, api="anthropic",
+                              provider="anthropic", model=answer.model, usage=answer.usage,
+                              finish_reason=finish)  # fmt: skip
+        await self._message_event(body)
+        for i, call_id in enumerate(call_ids[:answered]):
+            await self._message_event(tool_result(call_id, f"result {call_id}", message_id=self._id("m"),
+                                                  is_error=True if i == answered - 1 else None))  # fmt: skip
+
+    async def _message_event(self, body: MessageAppended) -> None:
+        await self._event(body)
+        self.message_ids.append(body.message_id)
 
     async def _event(self, body: Any) -> None:
         event_id = self._id("e")
@@ -203,22 +228,31 @@ async def test_live_context_equals_the_as_of_context_byte_for_byte(
     newest_first: int,
 ) -> None:  # fmt: skip
     conversation = f"c-{uuid.uuid4().hex[:12]}"
-    history = Script(service.deps.producer, ConversationKey("acme", "u1", conversation))
-    for step in script:
-        await history.step(step)
-    if not history.offsets:
-        return
-    last = history.offsets[-1]
-    url = f"/v1/users/u1/conversations/{conversation}/context"
-    # With 3, the live path reads the newest rows first (query_api/http.py) whenever it can.
-    monkeypatch.setattr(http_module, "NEWEST_FIRST", newest_first)
-    for reasoning in POLICIES:
-        for budget in BUDGETS:
-            params = {"model": "gpt-4o", "budget_tokens": budget, "reasoning": reasoning}
-            live = await client.get(url, params=params | {"min_offset": last}, headers=A)
-            rebuilt = await client.get(url, params=params | {"as_of": last}, headers=A)
-            assert live.status_code in (200, 422), live.text
-            assert (rebuilt.status_code, rebuilt.content) == (live.status_code, live.content), (reasoning, budget)
+    key = ConversationKey("acme", "u1", conversation)
+    with carrying_v4():
+        history = Script(service.deps.producer, key)
+        for step in script:
+            await history.step(step)
+        if not history.offsets:
+            return
+        last = history.offsets[-1]
+        url = f"/v1/users/u1/conversations/{conversation}/context"
+        # With 3, the live path reads the newest rows first (query_api/http.py) whenever it can.
+        monkeypatch.setattr(http_module, "NEWEST_FIRST", newest_first)
+        for reasoning in POLICIES:
+            for budget in BUDGETS:
+                params = {"model": "gpt-4o", "budget_tokens": budget, "reasoning": reasoning}
+                live = await client.get(url, params=params | {"min_offset": last}, headers=A)
+                rebuilt = await client.get(url, params=params | {"as_of": last}, headers=A)
+                assert live.status_code in (200, 422), live.text
+                assert (rebuilt.status_code, rebuilt.content) == (live.status_code, live.content), (reasoning, budget)
+        # And what every format renders from: the stored messages, native blocks included.
+        deps = service.deps
+        for encoding in ("o200k_base", "cl100k_base"):
+            stored = await (await deps.reads()).context_inputs(key, encoding=encoding)
+            as_of = await context_inputs_as_of(deps.log, key, last, encoding=encoding, policy=deps.policy,
+                                               max_event_bytes=deps.max_event_bytes)  # fmt: skip
+            assert stored == as_of, encoding
 
 
 async def test_content_parts_are_served_in_the_order_the_producer_sent_them(client: httpx.AsyncClient) -> None:
@@ -242,6 +276,27 @@ async def test_content_parts_are_served_in_the_order_the_producer_sent_them(clie
     served = '{"messages":[' + user + ',{"role":"assistant","content":null,' + calls + "}," + served_tool + "],"
     assert live.content.startswith(served.encode()), live.text
     assert rebuilt.content == live.content
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(script=steps, live_batch=st.sampled_from([1, 3, 500]))
+async def test_a_rebuild_equals_the_live_version_row_for_row(
+    projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer, script: list[tuple[Any, ...]],
+    live_batch: int,
+) -> None:  # fmt: skip
+    """The same random histories (native messages among them), projected live in small batches
+    and rebuilt from offset 0 in one: every checked table equal as stored, byte for byte."""
+    key = ConversationKey("acme", "u1", f"c-{uuid.uuid4().hex[:12]}")
+    with carrying_v4():
+        history = Script(producer, key)
+        for step in script:
+            await history.step(step)
+        await project_all(log, projection.store(), batch_size=live_batch)
+        rebuilt = await projection.new_version()
+        await project_all(log, projection.store(schema=rebuilt.schema, fail_fast=True), batch_size=1000)
+    async with projection.pool.connection() as conn:
+        assert await compare(conn, projection.version.schema, rebuilt.schema) == []
+        await conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(rebuilt.schema)))
 
 
 async def test_a_version_made_with_jsonb_keeps_working_and_a_rebuild_compares_equal_to_it(

@@ -6,11 +6,12 @@ import asyncio
 import io
 import re
 from collections.abc import AsyncIterator
+from importlib import resources
 from pathlib import Path
 
 import psycopg
 import pytest
-from psycopg import errors
+from psycopg import errors, sql
 
 from projectors.errors import MigrationError, StoreUnavailableError
 from projectors.migrate import (
@@ -21,6 +22,7 @@ from projectors.migrate import (
     migrate_command,
     schema_version,
 )
+from projectors.versions import compare, create_version
 from tests.projection_support import temporary_database
 from tests.support import free_port
 from tests.test_pg import admin_url
@@ -287,3 +289,40 @@ async def test_migrate_command_prints_what_it_did(db_url: str) -> None:
 async def test_migrate_command_writes_to_stdout(db_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     await migrate_command(db_url)
     assert "applied 0001_core" in capsys.readouterr().out
+
+
+_V4_COLUMN = re.compile(r"^\s+(blocks|provider|api|is_error)\s.*\n", re.MULTILINE)
+
+
+async def _columns(conn: psycopg.AsyncConnection[tuple[object, ...]], schema: str) -> list[tuple[object, ...]]:
+    cur = await conn.execute(
+        "SELECT column_name, data_type FROM information_schema.columns "
+        "WHERE table_schema = %s AND table_name = 'transcript' ORDER BY ordinal_position",
+        [schema],
+    )
+    return await cur.fetchall()
+
+
+@pg
+async def test_0004_gives_versions_made_before_it_the_transcript_columns_a_new_version_has(db_url: str) -> None:
+    """A version made before 0004 (read_models.sql without the schema v4 columns) gets them, in
+    the order a version made from today's read_models.sql has them, so their rows compare alike."""
+    assert await migrate(db_url, target=3) == [1, 2, 3]
+    ddl = (resources.files("projectors") / "sql/read_models.sql").read_text(encoding="utf-8")
+    old_ddl = _V4_COLUMN.sub("", ddl)
+    assert old_ddl.count("\n") == ddl.count("\n") - 4
+    async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
+        await conn.execute(sql.SQL(old_ddl).format(schema=sql.Identifier("convlog_read_models_v1")))
+        await conn.execute(
+            "INSERT INTO convlog.projection_versions (projection, version, schema_name, status) "
+            "VALUES ('read_models', 1, 'convlog_read_models_v1', 'live')"
+        )
+        before = await _columns(conn, "convlog_read_models_v1")
+        assert "blocks" not in [name for name, _ in before]
+        assert await migrate(db_url) == [4]
+        new = await create_version(conn)
+        assert await _columns(conn, "convlog_read_models_v1") == await _columns(conn, new.schema)
+        assert (await _columns(conn, new.schema))[-4:] == [
+            ("blocks", "json"), ("provider", "text"), ("api", "text"), ("is_error", "boolean"),
+        ]  # fmt: skip
+        assert await compare(conn, "convlog_read_models_v1", new.schema) == []

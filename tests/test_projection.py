@@ -3,18 +3,24 @@ poison handling, erasure and rebuilds."""
 
 from __future__ import annotations
 
+import io
+import json
 from pathlib import Path
 
 import pytest
 
 from convlog.demo.run import append_oa_conversation, append_tools_conversation
+from convlog.ops.export import ExportFilter, export_transcripts
+from events.blocks import blocks_from_json, blocks_to_json, reasoning_text
 from events.codec import EventCodec
 from events.embedded_log import EmbeddedEventLog
 from events.keys import ConversationKey
 from events.producer import ConversationProducer
+from events.strict_json import compact_json
 from projectors.errors import PositionConflictError, ProjectionError
 from projectors.tokens import get_encoding
 from projectors.versions import compare
+from tests.native_support import NATIVE_SECRETS, carrying_v4, thinking_answer, tool_result
 from tests.projection_support import Projection, project_all
 from tests.test_schema_evolution import future_schema_dir
 
@@ -211,3 +217,80 @@ async def _checksums(projection: Projection) -> object:
 
     async with projection.pool.connection() as conn:
         return await checksums(conn, projection.version.schema)
+
+
+NATIVE = ConversationKey("acme", "employee-42", "native")
+
+
+async def _native_conversation(producer: ConversationProducer) -> None:
+    await producer.append_user(NATIVE, "Weather in Paris and Oslo?", message_id="q1")
+    await producer.append(NATIVE, thinking_answer("a1"))
+    await producer.append(NATIVE, tool_result("toolu_1", "sunny", message_id="r1"))
+    await producer.append(NATIVE, tool_result("toolu_2", "no such city", message_id="r2", is_error=True))
+
+
+async def test_a_native_messages_blocks_are_stored_compact_and_a_chat_message_has_none(
+    projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer
+) -> None:
+    with carrying_v4():
+        await _native_conversation(producer)
+        await project_all(log, projection.store())
+    rows = await projection.rows(
+        "SELECT blocks::text, provider, api, is_error, usage, reasoning_tokens_o200k FROM {s}.transcript ORDER BY seq"
+    )
+    assert rows[0] == (None, None, None, None, None, 0)  # the user's Chat Completions message: NULLs, small
+    blocks, provider, api, is_error, usage, reasoning_tokens = rows[1]
+    assert blocks == compact_json(blocks_to_json(thinking_answer().blocks))  # compact, only the fields set
+    assert (provider, api, is_error, usage["cache_write_tokens"]) == ("anthropic", "anthropic", None, 150)
+    assert reasoning_tokens == len(get_encoding("o200k_base").encode_ordinary(reasoning_text(thinking_answer().blocks)))
+    assert rows[3][:4] == ('[{"type":"text","text":"no such city"}]', "anthropic", "anthropic", True)
+
+
+async def test_a_redacted_native_message_keeps_no_signature_or_encrypted_reasoning_in_its_row(
+    projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer
+) -> None:
+    with carrying_v4():
+        await _native_conversation(producer)
+        await producer.redact(NATIVE, "a1", reason="pii")
+        await project_all(log, projection.store())
+    [(row,)] = await projection.rows("SELECT t::text FROM {s}.transcript t WHERE message_id = 'a1'")
+    assert [s for s in NATIVE_SECRETS if s in row] == []
+    assert await projection.rows("SELECT blocks IS NULL, redaction_reason FROM {s}.transcript WHERE seq = 1") == [
+        (True, "pii")
+    ]
+
+
+async def test_a_rebuild_of_native_messages_equals_the_live_tables_and_a_tampered_block_is_found(
+    projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer
+) -> None:
+    with carrying_v4():
+        await _native_conversation(producer)
+        await producer.redact(NATIVE, "r1", reason="pii")
+        await append_tools_conversation(producer, TOOLS)
+        await project_all(log, projection.store(), batch_size=2)
+        rebuilt = await projection.new_version()
+        await project_all(log, projection.store(schema=rebuilt.schema, fail_fast=True), batch_size=1000)
+    async with projection.pool.connection() as conn:
+        assert await compare(conn, projection.version.schema, rebuilt.schema) == []
+    tamper = """UPDATE {s}.transcript SET blocks = '[{{"type":"text","text":"x"}}]' """
+    tamper += "WHERE seq = 3 AND conversation_key = %s"
+    await projection.execute(tamper, str(NATIVE))
+    async with projection.pool.connection() as conn:
+        assert await compare(conn, projection.version.schema, rebuilt.schema) == [("transcript", str(NATIVE))]
+
+
+async def test_the_export_keeps_a_native_messages_blocks_and_origin(
+    projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer
+) -> None:
+    """Retention archives are exports: a native message leaves the read models losslessly."""
+    with carrying_v4():
+        await _native_conversation(producer)
+        await project_all(log, projection.store())
+    out = io.StringIO()
+    written = await export_transcripts(projection.pool, projection.version.schema, ExportFilter(tenant="acme"), out,
+                                       progress=False)  # fmt: skip
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert written == len(lines) == 4
+    assert lines[0]["blocks"] is None
+    assert blocks_from_json(lines[1]["blocks"]) == thinking_answer().blocks
+    assert (lines[1]["provider"], lines[1]["api"], lines[3]["is_error"]) == ("anthropic", "anthropic", True)

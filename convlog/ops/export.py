@@ -26,7 +26,7 @@ _COLUMNS = sql.SQL(
     't.conversation_key, c.tenant_id, c.user_id, c.conversation_id, t.seq, t.partition, t."offset", t.event_id, '
     "t.message_id, t.role, t.content, t.name, t.tool_calls, t.tool_call_id, t.reasoning_content, "
     "t.thinking_duration_ms, t.finish_reason, t.model, t.usage, t.metadata, t.occurred_at, t.epoch, t.turn, t.flag, "
-    "t.redacted_at, t.redaction_reason, t.erased_at"
+    "t.redacted_at, t.redaction_reason, t.erased_at, t.blocks, t.provider, t.api, t.is_error"
 )
 _WHERE = sql.SQL(
     "(%(tenant)s::text IS NULL OR c.tenant_id = %(tenant)s) AND (%(user)s::text IS NULL OR c.user_id = %(user)s) "

@@ -78,6 +78,14 @@ CREATE TABLE {schema}.transcript (
     redacted_at             timestamptz,
     redaction_reason        text,
     erased_at               timestamptz,
+    -- Schema v4 (events/blocks.py), last: migration 0004 adds them to versions made before, and
+    -- a rebuild must lay its rows out alike (verify compares rows as text). blocks: the lossless
+    -- content of a message appended in a native format (events.blocks.blocks_to_json, compact;
+    -- NULL for a Chat Completions message — most rows — whose content is content/tool_calls).
+    blocks                  json,
+    provider                text,
+    api                     text,
+    is_error                boolean,
     PRIMARY KEY (conversation_key, seq)
 );
 CREATE INDEX transcript_by_message_id ON {schema}.transcript (conversation_key, message_id);

@@ -5,6 +5,7 @@ The last test projects one mixed history into both and compares every answer."""
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -14,9 +15,10 @@ import pytest
 
 from convlog.demo.data import OA_SYSTEM_PROMPT, OA_TURNS
 from convlog.demo.run import append_oa_conversation
+from events.blocks import TextBlock, blocks_to_json, reasoning_text
 from events.codec import default_codec
 from events.embedded_log import EmbeddedEventLog
-from events.event_types import SummaryRecorded
+from events.event_types import MessageAppended, SummaryRecorded
 from events.keys import ConversationKey
 from events.producer import ConversationProducer
 from projectors.errors import PositionConflictError
@@ -28,6 +30,7 @@ from projectors.window import WindowPolicy
 from query_api.memory_reads import InMemoryReadModels
 from query_api.ports import ReadModels
 from query_api.reads import PostgresReadModels
+from tests.native_support import NATIVE_SECRETS, carrying_v4, thinking_answer, tool_result
 from tests.projection_support import COUNTER, Projection, project_all, projection_database
 
 OA = ConversationKey("acme", "employee-42", "oa")
@@ -154,6 +157,74 @@ async def test_a_redaction_empties_the_message_and_withdraws_the_summaries_that_
     assert [(e["seq"], e["content"], e["redacted"] and e["redacted"]["reason"]) for e in page[0]] == [
         (0, OA_SYSTEM_PROMPT, None), (1, None, "pii"),
     ]  # fmt: skip
+
+
+NATIVE = ConversationKey("acme", "employee-42", "native")
+
+
+async def _native_turn(producer: ConversationProducer, key: ConversationKey = NATIVE) -> MessageAppended:
+    await producer.append_user(key, "Weather in Paris and Oslo?", message_id="q1")
+    answer = thinking_answer("a1")
+    await producer.append(key, answer)
+    await producer.append(key, tool_result("toolu_1", "sunny", message_id="r1"))
+    await producer.append(key, tool_result("toolu_2", "no such city", message_id="r2", is_error=True))
+    return answer
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+async def test_a_native_message_keeps_its_blocks_its_origin_and_its_usage(
+    side: ReadSide, log: EmbeddedEventLog, producer: ConversationProducer, encoding: str
+) -> None:
+    with carrying_v4():
+        answer = await _native_turn(producer)
+        await project_all(log, side.store)
+    inputs = await inputs_of(side, NATIVE, encoding)
+    question, stored, ok, failed = inputs.messages
+    assert (question.blocks, question.api, question.provider, question.is_error) == ((), None, None, None)
+    assert stored.blocks == answer.blocks  # every block, in order, byte for byte
+    assert (stored.api, stored.provider, stored.model, stored.prompt_tokens) == (
+        "anthropic", "anthropic", "claude-sonnet-4-5", 1200,
+    )  # fmt: skip
+    # content and tool calls are the Chat Completions view; reasoning never enters it
+    assert stored.content == "Let me check both cities."
+    assert [c["id"] for c in stored.tool_calls] == ["toolu_1", "toolu_2"]
+    assert stored.reasoning_content is None
+    assert stored.reasoning_tokens == count(encoding, reasoning_text(answer.blocks)) > 0
+    assert (ok.blocks, ok.is_error, ok.tool_call_id) == ((TextBlock("sunny"),), None, "toolu_1")
+    assert (failed.is_error, failed.content) == (True, "no such city")
+
+    page = await side.reads.transcript(NATIVE)
+    assert page is not None
+    entries = page[0]
+    assert not {"blocks", "provider", "api", "is_error"} & entries[0].keys()  # a Chat Completions message
+    assert entries[1]["blocks"] == blocks_to_json(answer.blocks)
+    assert (entries[1]["provider"], entries[1]["api"]) == ("anthropic", "anthropic")
+    assert entries[1]["usage"] == {"prompt_tokens": 1200, "completion_tokens": 80, "cached_tokens": 1000,
+                                   "cache_write_tokens": 150}  # fmt: skip
+    assert entries[3]["is_error"] is True
+
+
+async def test_a_redaction_and_an_erasure_leave_no_signature_or_encrypted_reasoning_behind(
+    side: ReadSide, log: EmbeddedEventLog, producer: ConversationProducer
+) -> None:
+    erased_key = ConversationKey("acme", "employee-42", "native-erased")
+    with carrying_v4():
+        await _native_turn(producer)
+        await _native_turn(producer, erased_key)
+        await producer.redact(NATIVE, "a1", reason="pii")
+        await producer.erase(erased_key, reason="gdpr")
+        await project_all(log, side.store)
+    for key in (NATIVE, erased_key):
+        inputs = await side.reads.context_inputs(key, encoding="o200k_base")
+        transcript = await side.reads.transcript(key)
+        everything = repr(inputs) + json.dumps(transcript, default=str)
+        assert [s for s in NATIVE_SECRETS if s in everything] == [], key
+    redacted = (await inputs_of(side, NATIVE)).messages[1]
+    assert (redacted.blocks, redacted.content, redacted.tool_calls, redacted.redacted) == ((), None, (), True)
+    page = await side.reads.transcript(NATIVE)
+    assert page is not None
+    assert "blocks" not in page[0][1]
+    assert page[0][2]["blocks"] == [{"type": "text", "text": "sunny"}]  # the results are not redacted
 
 
 async def test_a_summary_after_a_redaction_that_leaves_it_out_stays_and_the_first_reason_stays(
@@ -338,6 +409,12 @@ async def _mixed_history(producer: ConversationProducer, log: EmbeddedEventLog, 
             condition = rng.choice([None, last.get(key, 0), 0])  # applies, or is void: the conversation moved on
             last[key] = (await producer.erase(key, reason="gdpr", only_if_last_offset=condition)).offset
             continue
+        elif roll < 0.94:  # native (schema v4): thinking, opaque blocks, parallel calls, an error result
+            calls = (f"toolu-{step}-a", f"toolu-{step}-b")
+            await producer.append(key, thinking_answer(f"native-{step}", call_ids=calls))
+            await producer.append(key, tool_result(calls[0], "sunny", message_id=f"result-{step}-a"))
+            done = await producer.append(key, tool_result(calls[1], "no such city", message_id=f"result-{step}-b",
+                                                          is_error=True))  # fmt: skip
         else:
             done = await producer.append_user(key, "twice", event_id=f"dup-{step % 3}-{key.conversation_id}")
         ids[key].append(done.message_id or "")
@@ -352,10 +429,11 @@ async def _mixed_history(producer: ConversationProducer, log: EmbeddedEventLog, 
 async def test_both_adapters_answer_every_read_alike(
     projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer, seed: int
 ) -> None:
-    keys = await _mixed_history(producer, log, seed)
-    sides = [in_memory(), in_postgres(projection)]
-    for s in sides:
-        await project_all(log, s.store, batch_size=7)  # many batches: rules across batch boundaries
+    with carrying_v4():
+        keys = await _mixed_history(producer, log, seed)
+        sides = [in_memory(), in_postgres(projection)]
+        for s in sides:
+            await project_all(log, s.store, batch_size=7)  # many batches: rules across batch boundaries
 
     async def answers(reads: ReadModels) -> list[Any]:
         out: list[Any] = []
