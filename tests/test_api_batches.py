@@ -154,7 +154,7 @@ async def test_a_native_payload_is_one_batch_and_its_id_makes_it_idempotent(
     assert (refused.json()["error"]["code"], refused.json()["error"]["field"]) == ("unknown_role", "messages[0].role")
     invalid = await _post(client, "native", _native({"role": "user", "text": "q"}, {"role": "assistant",
                                                     "calls": ["c9"], "bad": True}), "anthropic")  # fmt: skip
-    assert (invalid.status_code, invalid.json()["error"]["field"]) == (422, "messages[1].tool_calls[0].name")
+    assert (invalid.status_code, invalid.json()["error"]["field"]) == (422, "messages[1].blocks[0].name")
     assert await _end(service, "native") == end
 
 

@@ -28,7 +28,7 @@ from query_api.memory_reads import InMemoryReadModels
 from query_api.metrics import Metrics
 from query_api.ports import ReadModels
 from query_api.rules import violations
-from tests.native_support import NATIVE_SECRETS, carrying_v4, thinking_answer, tool_result
+from tests.native_support import NATIVE_SECRETS, thinking_answer, tool_result
 from tests.projection_support import COUNTER
 
 A = {"Authorization": "Bearer token-a"}
@@ -115,35 +115,34 @@ async def test_the_audit_shows_a_native_messages_blocks_and_origin_until_it_is_r
 ) -> None:
     producer = ConversationProducer(log, producer="test")
     key = ConversationKey("acme", "u1", "native")
-    with carrying_v4():
-        await producer.append_user(key, "Weather in Paris and Oslo?", message_id="q1")
-        await producer.append(key, thinking_answer("a1"))
-        await producer.append(key, tool_result("toolu_1", "sunny", message_id="r1"))
-        last = await producer.append(key, tool_result("toolu_2", "no such city", message_id="r2", is_error=True))
+    await producer.append_user(key, "Weather in Paris and Oslo?", message_id="q1")
+    await producer.append(key, thinking_answer("a1"))
+    await producer.append(key, tool_result("toolu_1", "sunny", message_id="r1"))
+    last = await producer.append(key, tool_result("toolu_2", "no such city", message_id="r2", is_error=True))
 
-        async def audit() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-            context = await client.get(f"{BASE}/native/context", params={"model": "gpt-4o", "budget_tokens": 4000,
-                                       "min_offset": last.offset}, headers=A)  # fmt: skip
-            assert context.status_code == 200, context.text
-            messages = await client.get(f"{BASE}/native/messages", headers=A)
-            events = await client.get(f"{BASE}/native/events", headers=A)
-            assert (messages.status_code, events.status_code) == (200, 200)
-            return messages.json()["messages"], [e["body"] for e in events.json()["events"]]
+    async def audit() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        context = await client.get(f"{BASE}/native/context", params={"model": "gpt-4o", "budget_tokens": 4000,
+                                   "min_offset": last.offset}, headers=A)  # fmt: skip
+        assert context.status_code == 200, context.text
+        messages = await client.get(f"{BASE}/native/messages", headers=A)
+        events = await client.get(f"{BASE}/native/events", headers=A)
+        assert (messages.status_code, events.status_code) == (200, 200)
+        return messages.json()["messages"], [e["body"] for e in events.json()["events"]]
 
-        messages, events = await audit()
-        answer = blocks_to_json(thinking_answer().blocks)
-        for entries in (messages, events):
-            assert not {"blocks", "provider", "api", "is_error"} & entries[0].keys()  # a Chat Completions message
-            assert (entries[1]["blocks"], entries[1]["provider"], entries[1]["api"]) == (
-                answer,
-                "anthropic",
-                "anthropic",
-            )
-            assert entries[1]["usage"]["cache_write_tokens"] == 150
-            assert (entries[3]["is_error"], entries[3]["blocks"]) == (True, [{"type": "text", "text": "no such city"}])
-        last = await producer.redact(key, "a1", reason="pii")
-        messages, events = await audit()
-        text = json.dumps([messages, events])
-        assert [s for s in NATIVE_SECRETS if s in text] == []
-        assert "blocks" not in messages[1]
-        assert (events[1]["blocks"], events[1]["content"]) == (None, "[withheld]")
+    messages, events = await audit()
+    answer = blocks_to_json(thinking_answer().blocks)
+    for entries in (messages, events):
+        assert not {"blocks", "provider", "api", "is_error"} & entries[0].keys()  # a Chat Completions message
+        assert (entries[1]["blocks"], entries[1]["provider"], entries[1]["api"]) == (
+            answer,
+            "anthropic",
+            "anthropic",
+        )
+        assert entries[1]["usage"]["cache_write_tokens"] == 150
+        assert (entries[3]["is_error"], entries[3]["blocks"]) == (True, [{"type": "text", "text": "no such city"}])
+    last = await producer.redact(key, "a1", reason="pii")
+    messages, events = await audit()
+    text = json.dumps([messages, events])
+    assert [s for s in NATIVE_SECRETS if s in text] == []
+    assert "blocks" not in messages[1]
+    assert (events[1]["blocks"], events[1]["content"]) == (None, "[withheld]")

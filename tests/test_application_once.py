@@ -32,7 +32,7 @@ from query_api.as_of import context_inputs_as_of
 from query_api.http import create_app
 from query_api.http import routes_context as http_module
 from query_api.reads import PostgresReadModels
-from tests.native_support import carrying_v4, thinking_answer, tool_result
+from tests.native_support import thinking_answer, tool_result
 from tests.projection_support import Projection, project_all, temporary_database
 
 pytestmark = pytest.mark.postgres
@@ -229,30 +229,29 @@ async def test_live_context_equals_the_as_of_context_byte_for_byte(
 ) -> None:  # fmt: skip
     conversation = f"c-{uuid.uuid4().hex[:12]}"
     key = ConversationKey("acme", "u1", conversation)
-    with carrying_v4():
-        history = Script(service.deps.producer, key)
-        for step in script:
-            await history.step(step)
-        if not history.offsets:
-            return
-        last = history.offsets[-1]
-        url = f"/v1/users/u1/conversations/{conversation}/context"
-        # With 3, the live path reads the newest rows first (query_api/http.py) whenever it can.
-        monkeypatch.setattr(http_module, "NEWEST_FIRST", newest_first)
-        for reasoning in POLICIES:
-            for budget in BUDGETS:
-                params = {"model": "gpt-4o", "budget_tokens": budget, "reasoning": reasoning}
-                live = await client.get(url, params=params | {"min_offset": last}, headers=A)
-                rebuilt = await client.get(url, params=params | {"as_of": last}, headers=A)
-                assert live.status_code in (200, 422), live.text
-                assert (rebuilt.status_code, rebuilt.content) == (live.status_code, live.content), (reasoning, budget)
-        # And what every format renders from: the stored messages, native blocks included.
-        deps = service.deps
-        for encoding in ("o200k_base", "cl100k_base"):
-            stored = await (await deps.reads()).context_inputs(key, encoding=encoding)
-            as_of = await context_inputs_as_of(deps.log, key, last, encoding=encoding, policy=deps.policy,
-                                               max_event_bytes=deps.max_event_bytes)  # fmt: skip
-            assert stored == as_of, encoding
+    history = Script(service.deps.producer, key)
+    for step in script:
+        await history.step(step)
+    if not history.offsets:
+        return
+    last = history.offsets[-1]
+    url = f"/v1/users/u1/conversations/{conversation}/context"
+    # With 3, the live path reads the newest rows first (query_api/http.py) whenever it can.
+    monkeypatch.setattr(http_module, "NEWEST_FIRST", newest_first)
+    for reasoning in POLICIES:
+        for budget in BUDGETS:
+            params = {"model": "gpt-4o", "budget_tokens": budget, "reasoning": reasoning}
+            live = await client.get(url, params=params | {"min_offset": last}, headers=A)
+            rebuilt = await client.get(url, params=params | {"as_of": last}, headers=A)
+            assert live.status_code in (200, 422), live.text
+            assert (rebuilt.status_code, rebuilt.content) == (live.status_code, live.content), (reasoning, budget)
+    # And what every format renders from: the stored messages, native blocks included.
+    deps = service.deps
+    for encoding in ("o200k_base", "cl100k_base"):
+        stored = await (await deps.reads()).context_inputs(key, encoding=encoding)
+        as_of = await context_inputs_as_of(deps.log, key, last, encoding=encoding, policy=deps.policy,
+                                           max_event_bytes=deps.max_event_bytes)  # fmt: skip
+        assert stored == as_of, encoding
 
 
 async def test_content_parts_are_served_in_the_order_the_producer_sent_them(client: httpx.AsyncClient) -> None:
@@ -287,13 +286,12 @@ async def test_a_rebuild_equals_the_live_version_row_for_row(
     """The same random histories (native messages among them), projected live in small batches
     and rebuilt from offset 0 in one: every checked table equal as stored, byte for byte."""
     key = ConversationKey("acme", "u1", f"c-{uuid.uuid4().hex[:12]}")
-    with carrying_v4():
-        history = Script(producer, key)
-        for step in script:
-            await history.step(step)
-        await project_all(log, projection.store(), batch_size=live_batch)
-        rebuilt = await projection.new_version()
-        await project_all(log, projection.store(schema=rebuilt.schema, fail_fast=True), batch_size=1000)
+    history = Script(producer, key)
+    for step in script:
+        await history.step(step)
+    await project_all(log, projection.store(), batch_size=live_batch)
+    rebuilt = await projection.new_version()
+    await project_all(log, projection.store(schema=rebuilt.schema, fail_fast=True), batch_size=1000)
     async with projection.pool.connection() as conn:
         assert await compare(conn, projection.version.schema, rebuilt.schema) == []
         await conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(rebuilt.schema)))

@@ -149,7 +149,7 @@ async def test_a_native_message_the_validator_refuses_names_its_index(
     payload = fake_native.payload({"role": "user", "text": "q"}, {"role": "assistant", "calls": ["c1"], "bad": True})
     with pytest.raises(InvalidEventError) as refused:
         await producer.append_native(KEY, "anthropic", payload)
-    assert refused.value.field == "messages[1].tool_calls[0].name"
+    assert refused.value.field == "messages[1].blocks[0].name"
     with pytest.raises(NativeFormatError) as broken:
         await producer.append_native(KEY, "anthropic", fake_native.payload({"role": "nonsense"}))
     assert (broken.value.code, broken.value.field) == ("unknown_role", "messages[0].role")

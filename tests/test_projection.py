@@ -20,7 +20,7 @@ from events.strict_json import compact_json
 from projectors.errors import PositionConflictError, ProjectionError
 from projectors.tokens import get_encoding
 from projectors.versions import compare
-from tests.native_support import NATIVE_SECRETS, carrying_v4, thinking_answer, tool_result
+from tests.native_support import NATIVE_SECRETS, thinking_answer, tool_result
 from tests.projection_support import Projection, project_all
 from tests.test_schema_evolution import future_schema_dir
 
@@ -232,9 +232,8 @@ async def _native_conversation(producer: ConversationProducer) -> None:
 async def test_a_native_messages_blocks_are_stored_compact_and_a_chat_message_has_none(
     projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer
 ) -> None:
-    with carrying_v4():
-        await _native_conversation(producer)
-        await project_all(log, projection.store())
+    await _native_conversation(producer)
+    await project_all(log, projection.store())
     rows = await projection.rows(
         "SELECT blocks::text, provider, api, is_error, usage, reasoning_tokens_o200k FROM {s}.transcript ORDER BY seq"
     )
@@ -249,10 +248,9 @@ async def test_a_native_messages_blocks_are_stored_compact_and_a_chat_message_ha
 async def test_a_redacted_native_message_keeps_no_signature_or_encrypted_reasoning_in_its_row(
     projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer
 ) -> None:
-    with carrying_v4():
-        await _native_conversation(producer)
-        await producer.redact(NATIVE, "a1", reason="pii")
-        await project_all(log, projection.store())
+    await _native_conversation(producer)
+    await producer.redact(NATIVE, "a1", reason="pii")
+    await project_all(log, projection.store())
     [(row,)] = await projection.rows("SELECT t::text FROM {s}.transcript t WHERE message_id = 'a1'")
     assert [s for s in NATIVE_SECRETS if s in row] == []
     assert await projection.rows("SELECT blocks IS NULL, redaction_reason FROM {s}.transcript WHERE seq = 1") == [
@@ -263,13 +261,12 @@ async def test_a_redacted_native_message_keeps_no_signature_or_encrypted_reasoni
 async def test_a_rebuild_of_native_messages_equals_the_live_tables_and_a_tampered_block_is_found(
     projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer
 ) -> None:
-    with carrying_v4():
-        await _native_conversation(producer)
-        await producer.redact(NATIVE, "r1", reason="pii")
-        await append_tools_conversation(producer, TOOLS)
-        await project_all(log, projection.store(), batch_size=2)
-        rebuilt = await projection.new_version()
-        await project_all(log, projection.store(schema=rebuilt.schema, fail_fast=True), batch_size=1000)
+    await _native_conversation(producer)
+    await producer.redact(NATIVE, "r1", reason="pii")
+    await append_tools_conversation(producer, TOOLS)
+    await project_all(log, projection.store(), batch_size=2)
+    rebuilt = await projection.new_version()
+    await project_all(log, projection.store(schema=rebuilt.schema, fail_fast=True), batch_size=1000)
     async with projection.pool.connection() as conn:
         assert await compare(conn, projection.version.schema, rebuilt.schema) == []
     tamper = """UPDATE {s}.transcript SET blocks = '[{{"type":"text","text":"x"}}]' """
@@ -283,9 +280,8 @@ async def test_the_export_keeps_a_native_messages_blocks_and_origin(
     projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer
 ) -> None:
     """Retention archives are exports: a native message leaves the read models losslessly."""
-    with carrying_v4():
-        await _native_conversation(producer)
-        await project_all(log, projection.store())
+    await _native_conversation(producer)
+    await project_all(log, projection.store())
     out = io.StringIO()
     written = await export_transcripts(projection.pool, projection.version.schema, ExportFilter(tenant="acme"), out,
                                        progress=False)  # fmt: skip

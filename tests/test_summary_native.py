@@ -20,7 +20,7 @@ from summarizer.openai_model import OpenAISummaryModel
 from summarizer.plan import plan
 from summarizer.store import PostgresSummaryStore
 from tests.fake_llm import FakeLLM
-from tests.native_support import NATIVE_SECRETS, carrying_v4, thinking_answer, tool_result
+from tests.native_support import NATIVE_SECRETS, thinking_answer, tool_result
 from tests.projection_support import Projection, project_all
 
 pytestmark = pytest.mark.postgres
@@ -41,14 +41,13 @@ def leaked(text: str) -> list[str]:
 async def test_no_reasoning_signature_encrypted_content_or_opaque_block_reaches_the_summary_model(
     projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer, fake: FakeLLM
 ) -> None:
-    with carrying_v4():
-        for t in range(1, 11):  # ten turns: the first ones leave the window (8, then 6)
-            await producer.append_user(KEY, f"Q{t}: weather in Paris and Oslo?", message_id=f"u{t}")
-            calls = (f"toolu_{t}a", f"toolu_{t}b")
-            await producer.append(KEY, thinking_answer(f"a{t}", call_ids=calls))
-            await producer.append(KEY, tool_result(calls[0], f"sunny {t}", message_id=f"ra{t}"))
-            await producer.append(KEY, tool_result(calls[1], f"no such city {t}", message_id=f"rb{t}", is_error=True))
-        await project_all(log, projection.store())
+    for t in range(1, 11):  # ten turns: the first ones leave the window (8, then 6)
+        await producer.append_user(KEY, f"Q{t}: weather in Paris and Oslo?", message_id=f"u{t}")
+        calls = (f"toolu_{t}a", f"toolu_{t}b")
+        await producer.append(KEY, thinking_answer(f"a{t}", call_ids=calls))
+        await producer.append(KEY, tool_result(calls[0], f"sunny {t}", message_id=f"ra{t}"))
+        await producer.append(KEY, tool_result(calls[1], f"no such city {t}", message_id=f"rb{t}", is_error=True))
+    await project_all(log, projection.store())
     store = PostgresSummaryStore(projection.pool, consumer="test")
     inputs = await store.summary_inputs(projection.version.schema, KEY, max_rows=1000)
     assert inputs is not None

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 
 from pydantic import SecretStr
 
+from convlog.demo.claude import append_claude_conversation, print_claude_contexts
 from convlog.demo.data import (
     INTERRUPTED_ANSWER,
     INTERRUPTED_QUESTION,
@@ -18,7 +19,6 @@ from convlog.demo.data import (
     TOOLS_SYSTEM_PROMPT,
     TOOLS_USER_QUESTION,
 )
-from convlog.demo.claude import append_claude_conversation, print_claude_contexts
 from convlog.render import preview, print_conversation_events
 from convlog.runtime.serve import Service, running_service
 from convlog.settings import Settings

@@ -30,7 +30,7 @@ from projectors.window import WindowPolicy
 from query_api.memory_reads import InMemoryReadModels
 from query_api.ports import ReadModels
 from query_api.reads import PostgresReadModels
-from tests.native_support import NATIVE_SECRETS, carrying_v4, thinking_answer, tool_result
+from tests.native_support import NATIVE_SECRETS, thinking_answer, tool_result
 from tests.projection_support import COUNTER, Projection, project_all, projection_database
 
 OA = ConversationKey("acme", "employee-42", "oa")
@@ -175,9 +175,8 @@ async def _native_turn(producer: ConversationProducer, key: ConversationKey = NA
 async def test_a_native_message_keeps_its_blocks_its_origin_and_its_usage(
     side: ReadSide, log: EmbeddedEventLog, producer: ConversationProducer, encoding: str
 ) -> None:
-    with carrying_v4():
-        answer = await _native_turn(producer)
-        await project_all(log, side.store)
+    answer = await _native_turn(producer)
+    await project_all(log, side.store)
     inputs = await inputs_of(side, NATIVE, encoding)
     question, stored, ok, failed = inputs.messages
     assert (question.blocks, question.api, question.provider, question.is_error) == ((), None, None, None)
@@ -208,12 +207,11 @@ async def test_a_redaction_and_an_erasure_leave_no_signature_or_encrypted_reason
     side: ReadSide, log: EmbeddedEventLog, producer: ConversationProducer
 ) -> None:
     erased_key = ConversationKey("acme", "employee-42", "native-erased")
-    with carrying_v4():
-        await _native_turn(producer)
-        await _native_turn(producer, erased_key)
-        await producer.redact(NATIVE, "a1", reason="pii")
-        await producer.erase(erased_key, reason="gdpr")
-        await project_all(log, side.store)
+    await _native_turn(producer)
+    await _native_turn(producer, erased_key)
+    await producer.redact(NATIVE, "a1", reason="pii")
+    await producer.erase(erased_key, reason="gdpr")
+    await project_all(log, side.store)
     for key in (NATIVE, erased_key):
         inputs = await side.reads.context_inputs(key, encoding="o200k_base")
         transcript = await side.reads.transcript(key)
@@ -429,11 +427,10 @@ async def _mixed_history(producer: ConversationProducer, log: EmbeddedEventLog, 
 async def test_both_adapters_answer_every_read_alike(
     projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer, seed: int
 ) -> None:
-    with carrying_v4():
-        keys = await _mixed_history(producer, log, seed)
-        sides = [in_memory(), in_postgres(projection)]
-        for s in sides:
-            await project_all(log, s.store, batch_size=7)  # many batches: rules across batch boundaries
+    keys = await _mixed_history(producer, log, seed)
+    sides = [in_memory(), in_postgres(projection)]
+    for s in sides:
+        await project_all(log, s.store, batch_size=7)  # many batches: rules across batch boundaries
 
     async def answers(reads: ReadModels) -> list[Any]:
         out: list[Any] = []
