@@ -193,7 +193,8 @@ def assemble(
         if turn is not None:
             turns.append(turn)
     budget = request.budget_tokens - request.reserve_tokens - request.tools_tokens
-    estimate = estimate_for(spec, target, fixed, [s for t in turns for s in t.messages()])
+    estimate = estimate_for(spec, target, fixed, [s for t in turns for s in t.messages()],
+                            tools_tokens=request.tools_tokens)  # fmt: skip
     available = budget if estimate is None else estimate.tokens_available(budget)
     if not complete and not turns:
         raise NeedOlderMessagesError  # the newest usable question is older than what was read

@@ -10,8 +10,9 @@ message's recorded prompt tokens (``usage.prompt_tokens``: the whole prompt, cac
 writes included) are the true size of the context that produced it. The newest such answer of
 the same format and model in the context's range gives ``factor = reported / estimated``,
 where ``estimated`` is this estimate of everything before that answer (the system prompts, the
-summary and the messages in range ahead of it; the tool definitions it was sent with are in the
-reported figure too, so the factor errs on the large side). Without such an answer the format's
+summary and the messages in range ahead of it) and ``reported`` leaves out the request's own
+``tools_tokens`` (the tool definitions that answer was sent with are in its figure; an app sends
+the same tools every turn — if it sent more then, the factor errs on the large side). Without such an answer the format's
 default factor applies. The factor is clamped to ``[0.25, 4]`` so one odd usage report cannot
 make a context absurd. Pure: the same inputs give the same estimate (``as_of`` reproduces it).
 """
@@ -76,7 +77,9 @@ class Estimate:
         }
 
 
-def estimate_for(spec: ModelSpec, target: Target, fixed: int, candidates: Sequence[_Costed]) -> Estimate | None:
+def estimate_for(
+    spec: ModelSpec, target: Target, fixed: int, candidates: Sequence[_Costed], *, tools_tokens: int = 0
+) -> Estimate | None:
     """None when ``spec`` counts exactly (an OpenAI model); else the calibrated estimate.
     ``candidates``: every message the context could serve, in order, with its raw cost;
     ``fixed``: the raw cost of the system prompts, the summary and the reply priming."""
@@ -99,5 +102,5 @@ def estimate_for(spec: ModelSpec, target: Target, fixed: int, candidates: Sequen
     if found is None:
         return Estimate(DEFAULT_FACTORS.get(target.format, 1.0), SAFETY_MARGIN)
     message_id, reported, estimated = found
-    factor = round(min(max(reported / estimated, _CLAMP[0]), _CLAMP[1]), 4)
+    factor = round(min(max(max(reported - tools_tokens, 1) / estimated, _CLAMP[0]), _CLAMP[1]), 4)
     return Estimate(factor, SAFETY_MARGIN, message_id, reported, estimated)

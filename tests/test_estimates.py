@@ -116,3 +116,15 @@ def test_chat_completions_serves_a_native_message_as_its_view_and_says_what_it_d
     assert "thinking" not in str(ctx.fragment)
     assert [(d.message_id, d.what, d.reason) for d in ctx.dropped] == [
         ("m1", "reasoning", "other_provider"), ("m1", "opaque", "unsupported")]  # fmt: skip
+
+
+def test_the_tool_definitions_of_the_request_are_not_taken_for_conversation() -> None:
+    plain = conversation(3)
+    before = assemble(system=[], summary=None, messages=plain.messages[:5],
+                      request=ContextRequest("deepseek-chat", 10**6), spec=SPEC, count=count)  # fmt: skip
+    assert before.estimate is not None
+    b = conversation(3, reported=2 * before.estimate.raw_tokens + 300)
+    request = ContextRequest("deepseek-chat", 10**6, tools_tokens=300)
+    ctx = assemble(system=[], summary=None, messages=b.messages, request=request, spec=SPEC, count=count)
+    assert ctx.estimate is not None
+    assert ctx.estimate.factor == 2.0

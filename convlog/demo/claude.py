@@ -32,7 +32,7 @@ PAYLOADS: list[dict[str, Any]] = [
             {"type": "tool_use", "id": "toolu_01Shanghai", "name": "get_weather", "input": {"city": "上海"}},
         ],
         "stop_reason": "tool_use", "stop_sequence": None,
-        "usage": {"input_tokens": 612, "output_tokens": 148, "cache_read_input_tokens": 0,
+        "usage": {"input_tokens": 70, "output_tokens": 148, "cache_read_input_tokens": 0,
                   "cache_creation_input_tokens": 0},
     },
     {"role": "user", "content": [
@@ -47,7 +47,7 @@ PAYLOADS: list[dict[str, Any]] = [
             {"type": "text", "text": "北京明天晴，-2°C 到 6°C，带厚外套；上海小雨，7°C 到 11°C，记得带伞。"},
         ],
         "stop_reason": "end_turn", "stop_sequence": None,
-        "usage": {"input_tokens": 845, "output_tokens": 96, "cache_read_input_tokens": 612,
+        "usage": {"input_tokens": 96, "output_tokens": 96, "cache_read_input_tokens": 64,
                   "cache_creation_input_tokens": 0},
     },
     {"role": "user", "content": "那上海后天呢？"},
@@ -70,11 +70,25 @@ async def print_claude_contexts(service: Service, key: ConversationKey) -> None:
         request = ContextRequest(target.model, 8000, reserve_tokens=1000, format=target.format, cache=target.cache)
         ctx = assemble(system=inputs.system, summary=inputs.summary, messages=inputs.messages, request=request,
                        spec=spec, count=cached_counter(spec.encoding))  # fmt: skip
-        estimated = f", estimated ×{ctx.estimate.factor}" if ctx.estimate else ""
+        e = ctx.estimate
+        estimated = (
+            ""
+            if e is None
+            else f", estimated: o200k_base × {e.factor}"
+            + (
+                f" (calibrated: the last answer reported {e.reported_prompt_tokens} prompt tokens where the"
+                f" estimate said {e.estimated_prompt_tokens})"
+                if e.calibrated_by
+                else " (uncalibrated)"
+            )
+        )
         print(f"context for the next turn of {key} — format={target.format}, model {target.model}: "
               f"{ctx.token_count} tokens{estimated}")  # fmt: skip
-        for line in json.dumps(ctx.fragment, ensure_ascii=False, indent=1).splitlines():
-            print(f"  {line if len(line) <= _WIDTH else line[: _WIDTH - 1] + '…'}")
+        for name, value in ctx.fragment.items():
+            print(f"  {name}:")
+            for item in value if isinstance(value, list) else [value]:
+                line = json.dumps(item, ensure_ascii=False, separators=(",", ":"))
+                print(f"    {line if len(line) <= _WIDTH else line[: _WIDTH - 1] + '…'}")
         for d in ctx.dropped:
             print(f"  dropped: {d.what} of {d.message_id} ({d.reason})")
         print()

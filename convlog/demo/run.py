@@ -152,6 +152,8 @@ def print_try_it(key: ConversationKey) -> None:
     print(f"  curl -s {auth} -H 'Content-Type: application/json' -X POST '{base}/messages' \\")
     print('       -d \'{"role": "user", "content": "审批通过后多久能调休？"}\'')
     print(f"  curl -s {auth} '{base}/messages?limit=5' | python3 -m json.tool")
+    print(f"  curl -s {auth} '{base}/context?model=claude-sonnet-4-5&budget_tokens=1200&format=anthropic&cache=true'"
+          " | python3 -m json.tool")  # fmt: skip
     print(f"  curl -s {auth} 'http://127.0.0.1:8080/v1/users/{key.user_id}/conversations' | python3 -m json.tool")
 
 
