@@ -6,7 +6,10 @@ Every item is a real request whose reported size is public: Anthropic's ``usage.
 system prompt and messages that produced it. ``source`` says where each was published (a
 provider's documentation page, a cookbook notebook's recorded output, or a VCR cassette that a
 public test suite recorded against the live API, with the commit). Only text requests without
-tool definitions are kept: convlog's estimate covers the served context, not the caller's tools.
+tool definitions, structured-output schemas, images or documents are kept: convlog's estimate
+covers the served context, not the caller's tools. A cassette whose response names another
+model than its request (a hand-edited recording) is left out; a request that several sources
+or recordings repeat for the same model is kept once.
 Items marked ``extended_thinking`` enabled Anthropic's extended thinking, which adds a fixed
 prompt overhead of about 30 tokens that no ratio captures; they are measured apart.
 
