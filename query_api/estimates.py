@@ -12,8 +12,8 @@ the same format and model in the context's range gives ``factor = reported / est
 where ``estimated`` is this estimate of everything before that answer (the system prompts, the
 summary and the messages in range ahead of it) and ``reported`` leaves out the request's own
 ``tools_tokens`` (the tool definitions that answer was sent with are in its figure; an app sends
-the same tools every turn — if it sent more then, the factor errs on the large side). Without such an answer the format's
-default factor applies. The factor is clamped to ``[0.25, 4]`` so one odd usage report cannot
+the same tools every turn — if it sent more then, the factor errs on the large side). Without
+such an answer the format's default factor applies. The factor is clamped to ``[0.25, 4]`` so one odd usage report cannot
 make a context absurd. Pure: the same inputs give the same estimate (``as_of`` reproduces it).
 """
 
