@@ -14,7 +14,8 @@ summary and the messages in range ahead of it) and ``reported`` leaves out the r
 ``tools_tokens`` (the tool definitions that answer was sent with are in its figure; an app sends
 the same tools every turn — if it sent more then, the factor errs on the large side). Without
 such an answer the format's default factor applies. The factor is clamped to ``[0.25, 4]`` so
-one odd usage report cannot make a context absurd. Pure: the same inputs give the same estimate (``as_of`` reproduces it).
+one odd usage report cannot make a context absurd. Pure: the same inputs give the same
+estimate (``as_of`` reproduces it).
 """
 
 from __future__ import annotations
