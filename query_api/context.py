@@ -196,8 +196,10 @@ def assemble(
     estimate = estimate_for(spec, target, fixed, [s for t in turns for s in t.messages()],
                             tools_tokens=request.tools_tokens)  # fmt: skip
     available = budget if estimate is None else estimate.tokens_available(budget)
-    if not complete and not turns:
-        raise NeedOlderMessagesError  # the newest usable question is older than what was read
+    if not complete and (not turns or estimate is not None):
+        # The newest usable question is older than what was read; or the estimate's calibration
+        # weighs everything in range ahead of the answer it calibrates from (as_of reads it all).
+        raise NeedOlderMessagesError
     try:
         kept, skip_groups = _fit(turns, fixed, available)
     except ContextBudgetExceededError as e:

@@ -245,6 +245,13 @@ async def test_live_context_equals_the_as_of_context_byte_for_byte(
             rebuilt = await client.get(url, params=params | {"as_of": last}, headers=A)
             assert live.status_code in (200, 422), live.text
             assert (rebuilt.status_code, rebuilt.content) == (live.status_code, live.content), (reasoning, budget)
+    for fmt, model in (("anthropic", "claude-sonnet-4-5"), ("responses", "gpt-5"), ("gemini", "gemini-2.5-pro")):
+        for budget in BUDGETS:
+            params = {"model": model, "budget_tokens": budget, "format": fmt}
+            live = await client.get(url, params=params | {"min_offset": last}, headers=A)
+            rebuilt = await client.get(url, params=params | {"as_of": last}, headers=A)
+            assert live.status_code in (200, 422), live.text
+            assert (rebuilt.status_code, rebuilt.content) == (live.status_code, live.content), (fmt, budget)
     # And what every format renders from: the stored messages, native blocks included.
     deps = service.deps
     for encoding in ("o200k_base", "cl100k_base"):

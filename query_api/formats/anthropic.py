@@ -148,10 +148,10 @@ class _Rendering:
         out: list[dict[str, Any]] = []
         for b in blocks:
             if isinstance(b, ReasoningBlock):
-                if why_not is None:
+                if why_not is None and (b.redacted_data is not None or b.signature):
                     out.append(_reasoning(b))
-                else:
-                    self.drop(m.message_id, "reasoning", why_not)
+                else:  # another's, or one Anthropic cannot take back (no signature: a foreign record's)
+                    self.drop(m.message_id, "reasoning", why_not or "unsupported")
             elif isinstance(b, ToolCallBlock):
                 if b.id in calls:
                     out.append(_tool_use(b, own=own))

@@ -33,8 +33,10 @@ def violations(fragment: Mapping[str, Any]) -> list[str]:
     out = [f"unexpected key {key!r}" for key in fragment if key not in ("system", "messages")]
     out.extend(_system_rules(fragment))
     messages = fragment.get("messages")
-    if not isinstance(messages, list) or not messages:
-        return [*out, "messages: must be a non-empty list"]
+    if not isinstance(messages, list):
+        return [*out, "messages: must be a list"]
+    if not messages:
+        return out  # no question yet (a new or cleared chat): the app's new message goes here
     out.extend(_message_rules(messages))
     breakpoints = _count(fragment, "cache_control")
     if breakpoints > MAX_BREAKPOINTS:

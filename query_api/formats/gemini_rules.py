@@ -55,8 +55,10 @@ def violations(fragment: Mapping[str, Any]) -> list[str]:
     if "system_instruction" in fragment:
         out.extend(_system(fragment["system_instruction"]))
     contents = fragment.get("contents")
-    if not isinstance(contents, list) or not contents:
-        return [*out, "contents: must be a non-empty list"]
+    if not isinstance(contents, list):
+        return [*out, "contents: must be a list"]
+    if not contents:
+        return out  # no question yet (a new or cleared chat): the app's new content goes here
     for i, content in enumerate(contents):
         out.extend(_content(content, f"contents[{i}]"))
     if out:
