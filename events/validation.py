@@ -7,18 +7,13 @@ refusing the record in the projector, which no retry can fix.
 
 from __future__ import annotations
 
-import dataclasses
-import operator
 import re
-from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime
-from typing import cast
+from collections.abc import Mapping
 
 from events.blocks import chat_view
 from events.errors import InvalidEventError
 from events.event_types import (
     API_FORMATS,
-    BODY_TYPES,
     FINISH_REASONS,
     ROLES,
     ConversationCleared,
@@ -34,26 +29,12 @@ from events.event_types import (
     SummaryRecorded,
     TextBlock,
     TextPart,
-    ToolCall,
     ToolCallBlock,
-    Usage,
 )
-from events.keys import ConversationKey
+from events.storable import check_storable, storable, unstorable_char
 from events.strict_json import NotJsonError, parse_json
 
-# Every dataclass an event is made of, besides the envelope.
-MODEL_CLASSES: tuple[type, ...] = (
-    *BODY_TYPES,
-    TextPart,
-    ImagePart,
-    ToolCall,
-    Usage,
-    TextBlock,
-    MediaBlock,
-    ToolCallBlock,
-    ReasoningBlock,
-    OpaqueBlock,
-)
+__all__ = ["MAX_ID_LENGTH", "unstorable_char", "validate_event", "validate_message"]
 
 MAX_ID_LENGTH = 128
 # OpenAI accepts this for function names and for the `name` of a message.
@@ -61,28 +42,10 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _IMAGE_URL_PREFIXES = ("https://", "http://", "data:image/")
 # The read models are Postgres bigint columns and the log Avro longs.
 _MAX_COUNT = (1 << 63) - 1
-# What Postgres text and jsonb cannot hold in a UTF-8 database (tests/test_api_edge.py checks
-# every code point against a real server): U+0000, as a character in text or as the escape
-# \u0000 json.dumps writes for jsonb (SQLSTATE 22P05); and lone surrogates, which are not
-# Unicode scalar values and cannot even be encoded to UTF-8. Every other code point is stored.
-_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
-# Per model class, the fields to walk and the name each has in an error's field path: the body's
-# and the key's fields are named as they are in the HTTP API (``content``, not ``body.content``).
-_WALKED: dict[type, tuple[tuple[str, str], ...]] = {
-    Event: (("event_id", "event_id"), ("key", ""), ("producer", "producer"), ("body", "")),
-    ConversationKey: tuple((part, part) for part in ("tenant_id", "user_id", "conversation_id")),
-    **{cls: tuple((f.name, f.name) for f in dataclasses.fields(cls)) for cls in MODEL_CLASSES},
-}
-
-
-def unstorable_char(value: str) -> str | None:
-    """The first character of ``value`` a Postgres text or jsonb value cannot hold, if any."""
-    found = _UNSTORABLE.search(value)
-    return None if found is None else found.group()
 
 
 def validate_event(event: Event) -> None:
-    _check_storable(event)
+    check_storable(event)
     _require_id(event.event_id, "event_id")
     if event.occurred_at.tzinfo is None:
         raise InvalidEventError("must be timezone-aware", field="occurred_at")
@@ -290,7 +253,7 @@ def _check_json_text(text: object, field: str, *, object_only: bool = False) -> 
         raise InvalidEventError("must be a JSON object", field=field)
     # Parsed (as renderers to object-typed tool inputs do), an escaped \u0000 or lone
     # surrogate is the character itself: Postgres jsonb refuses both escapes too.
-    if not _storable(parsed):
+    if not storable(parsed):
         raise InvalidEventError(
             "holds an escaped U+0000 or lone surrogate, which Postgres jsonb cannot store", field=field
         )
@@ -327,103 +290,3 @@ def _check_metadata(metadata: Mapping[str, str]) -> None:
     for k, v in metadata.items():
         if not isinstance(k, str) or not isinstance(v, str):
             raise InvalidEventError("keys and values must be strings", field=f"metadata.{k}")
-
-
-def _check_storable(event: Event) -> None:
-    """Every string of the event, at any depth, must be one the read models can hold."""
-    if _storable(event):  # the fast walk (the projector validates every record it reads)
-        return
-    path = _unstorable_path(event)
-    if path is None:  # pragma: no cover - both walks visit the same strings
-        return
-    where, text = path
-    field = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in where if p != "").lstrip(".")
-    char = unstorable_char(text) or ""
-    what = "U+0000 (NUL)" if char == "\x00" else f"a lone surrogate U+{ord(char):04X}"
-    raise InvalidEventError(f"contains {what}, which Postgres text and jsonb cannot store", field=field or None)
-
-
-def _bad(text: str) -> bool:
-    # An ASCII string holds no surrogate: a NUL is all to look for (memchr, not a regex).
-    return ("\x00" in text) if text.isascii() else _UNSTORABLE.search(text) is not None
-
-
-_LEAVES = frozenset({type(None), bool, int, float, datetime})
-# All of an object's walked fields in one C call (attrgetter of one name returns no tuple:
-# name it twice).
-_GETTERS: dict[type, Callable[[object], tuple[object, ...]]] = {
-    cls: operator.attrgetter(*[attr for attr, _ in fields] * (1 if len(fields) > 1 else 2))
-    for cls, fields in _WALKED.items()
-}
-
-
-def _storable(value: object) -> bool:
-    """True when no string of ``value`` is unstorable. The projector validates every record it
-    reads, so this is the fast walk (about a microsecond an event): the event model's own
-    shapes by exact type, each object's fields fetched in one call, empty ones skipped, the
-    checks of :func:`_bad` inlined; the general walk for any other type."""
-    kind = type(value)  # exact types: `type(x) is` does not narrow, hence the casts
-    if kind is str:
-        return not _bad(cast("str", value))
-    if kind in _LEAVES:
-        return True
-    items: Sequence[object]
-    getter = _GETTERS.get(kind)
-    if getter is not None:
-        items = getter(value)
-    elif kind is tuple or kind is list:
-        items = cast("Sequence[object]", value)
-    elif kind is dict:
-        mapping = cast("dict[object, object]", value)
-        items = (*mapping, *mapping.values())
-    else:
-        return _unstorable_path(value) is None
-    for item in items:
-        if not item:  # None, "", 0 and empty containers: most optional fields, nothing to look at
-            continue
-        kind = type(item)
-        if kind is str:
-            text = cast("str", item)
-            if ("\x00" in text) if text.isascii() else _UNSTORABLE.search(text):
-                return False
-        elif kind not in _LEAVES and not _storable(item):
-            return False
-    return True
-
-
-def _unstorable_path(value: object) -> tuple[list[str | int], str] | None:
-    """Where the first unstorable string is (a path of field names, keys and indexes) and the
-    string; built only on the way back from a find, so a valid event costs no path strings.
-    A bad mapping key is reported at the mapping (its name is the bad string itself)."""
-    if isinstance(value, str):
-        return ([], value) if _UNSTORABLE.search(value) else None
-    if value is None or isinstance(value, int | float | bytes | datetime):
-        return None
-    fields = _WALKED.get(type(value))
-    if fields is not None or dataclasses.is_dataclass(value):
-        for attr, label in fields or _walked_fields(type(value)):
-            found = _unstorable_path(getattr(value, attr))
-            if found is not None:
-                found[0].insert(0, label)
-                return found
-    elif isinstance(value, Mapping):
-        for k, v in value.items():
-            if isinstance(k, str) and _UNSTORABLE.search(k):
-                return [], k
-            found = _unstorable_path(v)
-            if found is not None:
-                found[0].insert(0, str(k))
-                return found
-    elif isinstance(value, Sequence):
-        for i, item in enumerate(value):
-            found = _unstorable_path(item)
-            if found is not None:
-                found[0].insert(0, i)
-                return found
-    return None
-
-
-def _walked_fields(cls: type) -> tuple[tuple[str, str], ...]:
-    """Every field of a model dataclass, named as itself (computed once per class)."""
-    fields = _WALKED[cls] = tuple((f.name, f.name) for f in dataclasses.fields(cls))
-    return fields

@@ -213,7 +213,7 @@ def _content(
     if role is None:
         raise NativeFormatError("a Content in a history needs its role (user or model)", field=path,
                                 code="missing_role")  # fmt: skip
-    if role not in _ROLES:
+    if not isinstance(role, str) or role not in _ROLES:
         raise NativeFormatError(f"unknown role {role!r} (user, model)", field=path, code="unknown_role")
     if response and role != "model":
         raise NativeFormatError("a candidate's content is the model's", field=path, code="unknown_role")

@@ -143,7 +143,7 @@ class _Rendering:
         if form == "string" and text:
             self._append(role, text, m.message_id)
             return
-        why_not = _reasoning_drop(m, self.target)
+        why_not = reasoning_served(m, self.target)
         calls = set(sel.call_ids)
         out: list[dict[str, Any]] = []
         for b in blocks:
@@ -228,12 +228,6 @@ class _Rendering:
                 if b.get("type") in _THINKING:
                     self.drop(o, "reasoning", "unsupported")
             msg.content, msg.origins = [b for b, _ in kept], [o for _, o in kept]
-
-
-def _reasoning_drop(m: StoredMessage, target: Target) -> DropReason | None:
-    if m.api == "anthropic" and target.format == "anthropic" and not m.model:
-        return "other_model"  # no model recorded: the signature cannot be shown to match
-    return reasoning_served(m, target)
 
 
 def _form(blocks: Sequence[Block]) -> tuple[str | None, str]:

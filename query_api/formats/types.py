@@ -10,11 +10,10 @@ it could not carry (:class:`Dropped`). Pure functions over frozen dataclasses.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypeAlias
 
-from events.blocks import ApiFormat, Block, MediaBlock, ReasoningBlock, TextBlock, ToolCallBlock
+from events.blocks import ApiFormat, Block, MediaBlock, TextBlock, ToolCallBlock
 from events.event_types import ImagePart, TextPart
 from projectors.tokens import normalize_model_name
 from query_api.context_types import StoredMessage
@@ -28,10 +27,8 @@ __all__ = [
     "Selected",
     "Target",
     "extras_served",
-    "is_reasoning",
     "reasoning_served",
     "same_model",
-    "served_calls",
     "stored_blocks",
 ]
 
@@ -150,13 +147,3 @@ def stored_blocks(message: StoredMessage) -> tuple[Block, ...]:
                 out.append(MediaBlock("image", url=image["url"], detail=image.get("detail")))
     out.extend(ToolCallBlock(c["id"], c["function"]["name"], c["function"]["arguments"]) for c in message.tool_calls)
     return tuple(out)
-
-
-def served_calls(blocks: Sequence[Block], call_ids: Sequence[str]) -> list[ToolCallBlock]:
-    """The tool call blocks the assembler serves, in the message's order."""
-    wanted = set(call_ids)
-    return [b for b in blocks if isinstance(b, ToolCallBlock) and b.id in wanted]
-
-
-def is_reasoning(block: Block) -> bool:
-    return isinstance(block, ReasoningBlock)
