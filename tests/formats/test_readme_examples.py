@@ -21,8 +21,7 @@ def _commands() -> list[list[str]]:
     out = []
     for block in re.findall(r"```bash\n(.*?)```", SECTION, re.S):
         text = re.sub(r"\n\s*#.*", "", block)  # the comments showing answers
-        for command in re.split(r"\n(?=curl )", text.strip()):
-            out.append(shlex.split(command.replace("\n", " ")))
+        out.extend(shlex.split(c.replace("\n", " ")) for c in re.split(r"\n(?=curl )", text.strip()))
     return out
 
 
