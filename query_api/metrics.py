@@ -19,6 +19,14 @@ class Metrics:
             "convlog_context_tokens", "Prompt tokens of served contexts", registry=self.registry,
             buckets=(256, 1024, 4096, 16384, 65536, 262144),
         )  # fmt: skip
+        # What the window and summary policy does to a user's bill: providers charge a repeated
+        # prefix at a fraction of the price (query_api/cache_prefix.py).
+        self._prefix_tokens = Counter("convlog_context_cacheable_prefix_tokens_total",
+                                      "Leading tokens of served contexts equal to the previous context's",
+                                      ["format"], registry=self.registry)  # fmt: skip
+        self._prefix_total = Counter("convlog_context_compared_tokens_total",
+                                     "Tokens of served contexts that had a previous one to compare with",
+                                     ["format"], registry=self.registry)  # fmt: skip
         self.projection_lag = Gauge("convlog_projection_lag", "Records not yet projected", ["partition"],
                                     registry=self.registry)  # fmt: skip
         self.dead_letters = Gauge("convlog_dead_letters", "Records dead-lettered by this process",
@@ -31,6 +39,12 @@ class Metrics:
 
     def context_served(self, tokens: int) -> None:
         self._context_tokens.observe(tokens)
+
+    def cacheable_prefix(self, fmt: str, *, prefix: int, tokens: int) -> None:
+        """A context with ``prefix`` of its ``tokens`` equal to the previous one's: the two
+        counters' ratio is the share of prompt tokens a provider's cache could serve."""
+        self._prefix_tokens.labels(fmt).inc(prefix)
+        self._prefix_total.labels(fmt).inc(tokens)
 
     def render(self) -> str:
         return generate_latest(self.registry).decode()

@@ -98,6 +98,7 @@ def context_routes(deps: ApiDeps) -> APIRouter:
         prefix = deps.prefixes.served((str(key), format, model), ctx.units) if live else None
         if prefix is not None:
             response.headers[CACHEABLE_PREFIX_HEADER] = str(prefix)
+            deps.metrics.cacheable_prefix(format, prefix=prefix, tokens=sum(tokens for _, tokens in ctx.units))
         return response
 
     return router

@@ -108,6 +108,8 @@ async def test_a_native_conversation_comes_back_as_it_was_and_as_of_rebuilds_it(
     validate_with_sdk(fmt, body)
     again = await client.get(f"{BASE}/c/context", params=params, headers=A)
     assert int(again.headers[CACHEABLE_PREFIX_HEADER]) > 0  # the same context again: all of it repeats
+    metrics = (await client.get("/metrics")).text
+    assert f'convlog_context_cacheable_prefix_tokens_total{{format="{fmt}"}}' in metrics
     rebuilt = await client.get(f"{BASE}/c/context", params={**params, "as_of": offset}, headers=A)
     assert rebuilt.text == live.text
     # The same conversation for an OpenAI model: no reasoning blob of this provider, tool pairs kept.
