@@ -24,8 +24,10 @@ langchain-deepseek keeps it) and its ``{"type": "reasoning"}`` content blocks ar
 ``reasoning_content`` and come back in ``additional_kwargs`` as the ``reasoning`` policy allows
 (default ``tool_turns``: where a reasoning model needs it back). Chat Completions has no place
 for a signed thinking block or a tool result's error flag: Anthropic ``thinking`` blocks are
-stored as reasoning text without their signature, and a ``ToolMessage``'s ``status="error"`` is
-recorded in the event's metadata (``langchain.status``) but served back as a plain result.
+stored as reasoning text without their signature; a ``ToolMessage``'s ``status="error"`` is
+recorded in the event's metadata (``langchain.status``), and a read whose context holds tool
+results takes the statuses from the newest page of the transcript (one more request), where an
+``is_error`` result appended natively counts too.
 
 Reads see this process's own writes: each append's offset is remembered per conversation (for
 every instance, as ``RunnableWithMessageHistory`` makes a new history per call) and passed as
@@ -37,7 +39,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
@@ -51,7 +53,7 @@ from langchain_core.messages import (
     convert_to_openai_messages,
 )
 
-from convlog.client import AppendResult, AsyncConvlogClient, Context, ConvlogClient, NotFoundError
+from convlog.client import AppendResult, AsyncConvlogClient, Context, ConvlogClient, NotFoundError, TranscriptPage
 
 __all__ = ["ConvlogChatMessageHistory"]
 
@@ -150,7 +152,10 @@ class ConvlogChatMessageHistory(BaseChatMessageHistory):
                 context = client.context(self.user_id, self.session_id, **self._context_options(client))
             except NotFoundError:
                 return []  # no message yet
-        return messages_from_context(context)
+            messages = messages_from_context(context)
+            if _tool_results(messages):
+                mark_errors(messages, client.messages(self.user_id, self.session_id, limit=_page(messages)))
+        return messages
 
     async def aget_messages(self) -> list[BaseMessage]:
         async with self._async() as client:
@@ -160,7 +165,10 @@ class ConvlogChatMessageHistory(BaseChatMessageHistory):
                 context = await client.context(self.user_id, self.session_id, **self._context_options(client))
             except NotFoundError:
                 return []
-        return messages_from_context(context)
+            messages = messages_from_context(context)
+            if _tool_results(messages):
+                mark_errors(messages, await client.messages(self.user_id, self.session_id, limit=_page(messages)))
+        return messages
 
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
         if not messages:
@@ -273,3 +281,28 @@ def messages_from_context(context: Context) -> list[BaseMessage]:
                 messages[i] = SystemMessage(summary.text, id=SUMMARY_ID_PREFIX + summary.summary_id)
                 break
     return messages
+
+
+def _tool_results(messages: list[BaseMessage]) -> list[ToolMessage]:
+    return [m for m in messages if isinstance(m, ToolMessage)]
+
+
+def _page(messages: list[BaseMessage]) -> int:
+    """The newest transcript messages to read for the statuses: the window is the newest part
+    of the conversation, so as many as the context holds, and some slack for what it dropped."""
+    return min(1000, len(messages) + 100)
+
+
+def _is_error(raw: Mapping[str, Any]) -> bool:
+    return raw.get("is_error") is True or (raw.get("metadata") or {}).get("langchain.status") == "error"
+
+
+def mark_errors(messages: list[BaseMessage], transcript: TranscriptPage) -> None:
+    """``status="error"`` on the served tool results the transcript records as errors — an
+    ``is_error`` result (appended natively, e.g. an Anthropic ``tool_result``) or one this
+    history stored with ``langchain.status: error`` — which the Chat Completions context cannot
+    say. Results older than the page read stay ``success``."""
+    errors = {m.tool_call_id for m in transcript.messages if m.role == "tool" and _is_error(m.raw)}
+    for m in _tool_results(messages):
+        if m.tool_call_id in errors:
+            m.status = "error"

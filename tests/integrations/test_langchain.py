@@ -138,12 +138,28 @@ def test_tool_calls_and_results_round_trip_with_the_reasoning(client: ConvlogCli
     served_back = history.messages
     assert _plain(served_back) == _plain(TOOL_TURN)
     assert served_back[1].additional_kwargs == {"reasoning_content": "Two sums: call the tool twice."}
-    assert all(isinstance(m, ToolMessage) for m in served_back[2:4])
-    # Chat Completions has no error flag on a tool result: the status is in the audit's metadata.
+    assert [getattr(m, "status", None) for m in served_back] == [None, None, "success", "error", None]
+    # Chat Completions has no error flag on a tool result: the status is in the event's metadata.
     bodies = [e.body for e in client.events("lc", session)]
     assert [b["metadata"].get("langchain.status") for b in bodies[2:4]] == ["success", "error"]
     # Reasoning served per policy: omitted when asked.
     assert _history(client, session, reasoning="omit").messages[1].additional_kwargs == {}
+
+
+def test_a_native_tool_result_with_is_error_is_an_error_status(client: ConvlogClient) -> None:
+    session = _conversation()
+    call = {"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {"city": "Paris"}}
+    result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": "timeout", "is_error": True}
+    turn = [
+        {"role": "user", "content": "Weather?"},
+        {"role": "assistant", "model": "claude-sonnet-4-5", "content": [call]},
+        {"role": "user", "content": [result]},
+    ]
+    last = client.append("lc", session, turn, format="anthropic")
+    client.context("lc", session, model="gpt-4o", budget_tokens=1000, min_offset=last.offset)  # projected
+    served_back = _history(client, session).messages[-1]
+    assert isinstance(served_back, ToolMessage)
+    assert (served_back.tool_call_id, served_back.content, served_back.status) == ("toolu_1", "timeout", "error")
 
 
 def test_reasoning_content_blocks_are_kept_as_reasoning(client: ConvlogClient) -> None:
