@@ -277,8 +277,9 @@ def messages_from_context(context: Context) -> list[BaseMessage]:
     summary = context.summary
     if summary is not None:
         for i, m in enumerate(messages):
-            if isinstance(m, SystemMessage) and m.content == summary.text:
-                messages[i] = SystemMessage(summary.text, id=SUMMARY_ID_PREFIX + summary.summary_id)
+            # served as a header, then the summary's text (the header is the service's wording)
+            if isinstance(m, SystemMessage) and isinstance(m.content, str) and m.content.endswith(summary.text):
+                messages[i] = SystemMessage(m.content, id=SUMMARY_ID_PREFIX + summary.summary_id)
                 break
     return messages
 

@@ -7,10 +7,18 @@ README's example."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import psycopg
 import pytest
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
 
 pytest.importorskip("langchain_core")
 
@@ -29,7 +37,8 @@ from langchain_core.runnables.history import RunnableWithMessageHistory
 
 from convlog.client import AsyncConvlogClient, ConvlogClient, RejectedEventError
 from convlog.integrations.langchain import ConvlogChatMessageHistory
-from tests.test_client_live import TOKEN, _conversation, served  # noqa: F401 -- the live-service fixture
+from tests.support import free_port
+from tests.test_client_live import TOKEN, _conversation, _ready, served  # noqa: F401 -- the live-service fixture
 
 pytestmark = [
     pytest.mark.postgres,
@@ -328,3 +337,59 @@ def test_the_readme_example_runs(
     monkeypatch.setenv("CONVLOG_TOKEN", TOKEN)
     exec(README_EXAMPLE, {})  # noqa: S102 -- the README's own example
     assert capsys.readouterr().out == "You are Ada.\n[\"Hi, I'm Ada.\", 'Hi Ada!', 'Who am I?', 'You are Ada.']\n"
+
+
+# -- the summary, as a SystemMessage ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def summarising(pg_admin_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A ``convlog serve`` with the (offline) summarizer on and a window of at most 4 turns."""
+    name = f"convlog_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    data = tmp_path_factory.mktemp("serve-summaries")
+    port = free_port()
+    env = {**os.environ, "CONVLOG_DATABASE_URL": make_conninfo(pg_admin_url, dbname=name),
+           "CONVLOG_DATA_DIR": str(data), "CONVLOG_HTTP_PORT": str(port), "CONVLOG_SUMMARIZER": "on",
+           "CONVLOG_WINDOW_MAX_TURNS": "4", "CONVLOG_WINDOW_KEEP_TURNS": "2",
+           "CONVLOG_API_TOKENS": f"acme:{TOKEN}"}  # fmt: skip
+    for key in ("CONVLOG_KAFKA_BOOTSTRAP", "CONVLOG_LLM_BASE_URL", "OPENAI_BASE_URL"):  # the offline summarizer
+        env.pop(key, None)
+    with (data / "serve.err").open("wb") as errors:
+        process = subprocess.Popen([sys.executable, "-m", "convlog.cli.main", "serve"], env=env,
+                                   stdout=subprocess.DEVNULL, stderr=errors)  # fmt: skip
+        try:
+            deadline = time.monotonic() + 60
+            while not _ready(port):
+                assert process.poll() is None, (data / "serve.err").read_text()
+                assert time.monotonic() < deadline, "convlog serve did not start"
+                time.sleep(0.1)
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            process.terminate()
+            process.wait(30)
+            with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+                conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+def test_the_summary_of_the_turns_that_left_the_window_is_a_system_message(summarising: str) -> None:
+    with ConvlogClient(summarising, token=TOKEN) as client:
+        session = _conversation()
+        history = _history(client, session)
+        for t in range(8):
+            history.add_messages([HumanMessage(f"My favourite number is {t}."), AIMessage(f"Noted: {t}.")])
+        deadline = time.monotonic() + 30
+        while not (served_back := history.messages)[0].id:
+            assert time.monotonic() < deadline, "no summary was served"
+            time.sleep(0.2)
+        recorded = {s.summary_id: s for s in client.summaries("lc", session)}
+    summary, rest = served_back[0], served_back[1:]
+    assert isinstance(summary, SystemMessage)
+    assert str(summary.id).startswith("convlog-summary-")
+    text = recorded[str(summary.id).removeprefix("convlog-summary-")].text  # the summary convlog recorded
+    assert text
+    assert str(summary.content).endswith(text)
+    assert 2 <= len(rest) < 16  # the turns the summary covers left the window
+    assert isinstance(rest[0], HumanMessage)
+    assert _plain(rest[-2:]) == _plain([HumanMessage("My favourite number is 7."), AIMessage("Noted: 7.")])
