@@ -155,6 +155,22 @@ def test_tool_calls_and_results_round_trip_with_the_reasoning(client: ConvlogCli
     assert _history(client, session, reasoning="omit").messages[1].additional_kwargs == {}
 
 
+def test_images_names_and_text_beside_calls_round_trip(client: ConvlogClient) -> None:
+    image = {"type": "image_url", "image_url": {"url": "https://example.com/cat.png", "detail": "auto"}}
+    turn: list[BaseMessage] = [
+        HumanMessage([{"type": "text", "text": "What is this?"}, image], name="ada"),
+        AIMessage("Let me look.", tool_calls=[{"id": "c1", "name": "vision", "args": {"detail": "high"}}]),
+        ToolMessage([{"type": "text", "text": "a cat"}], tool_call_id="c1"),
+        AIMessage("A cat."),
+    ]
+    history = _history(client)
+    history.add_messages(turn)
+    served_back = history.messages
+    assert _plain(served_back[:2]) == _plain(turn[:2])
+    assert served_back[0].name == "ada"
+    assert _plain(served_back[2:]) == _plain([ToolMessage("a cat", tool_call_id="c1"), AIMessage("A cat.")])
+
+
 def test_a_native_tool_result_with_is_error_is_an_error_status(client: ConvlogClient) -> None:
     session = _conversation()
     call = {"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {"city": "Paris"}}
@@ -199,6 +215,18 @@ def test_the_same_messages_added_again_are_stored_once(client: ConvlogClient) ->
     _history(client, session).add_messages(turn)  # a retry by the app after an unknown outcome
     assert _plain(history.messages) == _plain(turn)
     assert len(client.events("lc", session)) == 2
+
+
+def test_an_interrupted_tool_call_is_served_only_once_answered(client: ConvlogClient) -> None:
+    session = _conversation()
+    history = _history(client, session)
+    asked = [HumanMessage("Weather?"), AIMessage("", tool_calls=[{"id": "w1", "name": "weather", "args": {}}])]
+    history.add_messages(asked)  # the app stopped before the tool answered
+    assert _plain(history.messages) == _plain(asked[:1])  # never a call without its result
+    history.add_messages([ToolMessage("sunny", tool_call_id="w1"), AIMessage("Sunny.")])
+    assert _plain(history.messages) == _plain([*asked, ToolMessage("sunny", tool_call_id="w1"), AIMessage("Sunny.")])
+    history.add_messages([ToolMessage("stray", tool_call_id="nobody")])
+    assert _plain(history.messages)[-1] == _plain([AIMessage("Sunny.")])[0]  # never a result without its call
 
 
 def test_a_tight_budget_never_splits_a_call_from_its_results(client: ConvlogClient) -> None:
