@@ -39,6 +39,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
@@ -63,15 +64,20 @@ _REASONING_TYPES = frozenset({"reasoning", "thinking"})
 
 class _Offsets:
     """The newest offset this process appended per conversation: the ``min_offset`` of the
-    next read, so a new history object for the same session reads its predecessor's writes."""
+    next read, so a new history object for the same session reads its predecessor's writes.
+    The least recently written are forgotten past ``keep`` conversations (a read of one of
+    those may then lag its write by the projection's latency)."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep: int = 100_000) -> None:
         self._lock = threading.Lock()
-        self._newest: dict[tuple[str, str, str], int] = {}
+        self._keep = keep
+        self._newest: OrderedDict[tuple[str, str, str], int] = OrderedDict()
 
     def seen(self, key: tuple[str, str, str], result: AppendResult) -> None:
         with self._lock:
-            self._newest[key] = max(self._newest.get(key, -1), result.offset)
+            self._newest[key] = max(self._newest.pop(key, -1), result.offset)
+            while len(self._newest) > self._keep:
+                self._newest.popitem(last=False)
 
     def get(self, key: tuple[str, str, str]) -> int | None:
         with self._lock:
