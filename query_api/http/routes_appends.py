@@ -105,8 +105,9 @@ def append_routes(deps: ApiDeps) -> APIRouter:
         """``MessageRedacted``: the message's content leaves every read model and every context
         served from now on; the audit keeps that it existed. Body ``{"reason": "..."}``
         (optional). ``message_id`` may hold ``/`` (a native payload's second message is
-        ``<first>/1``), percent-encoded or not. Redacting a message twice, or one the conversation does not hold, changes
-        nothing; the ``Idempotency-Key`` makes a retried redaction one event."""
+        ``<first>/1``), percent-encoded or not. Redacting a message twice, or one the
+        conversation does not hold, changes nothing; the ``Idempotency-Key`` makes a retried
+        redaction one event."""
         key = requests.key_of(authorization, user_id, conversation_id)
         reason = (body or {}).get("reason", "redacted through the API")
         if not isinstance(reason, str) or not reason:

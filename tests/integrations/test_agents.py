@@ -25,7 +25,7 @@ Items = list[TResponseInputItem]
 
 
 def _items(*pairs: tuple[str, str]) -> Items:
-    return cast(Items, [{"role": role, "content": content} for role, content in pairs])
+    return cast("Items", [{"role": role, "content": content} for role, content in pairs])
 
 
 async def _run(agent: Agent[Any], input_data: Any, *, streamed: bool, **kwargs: Any) -> Any:
@@ -101,7 +101,8 @@ async def test_pop_item_affects_only_its_session(client: AsyncConvlogClient) -> 
     await one.add_items(_items(("user", "Session 1 message")))
     await two.add_items(_items(("user", "Session 2 message 1"), ("user", "Session 2 message 2")))
     popped = await two.pop_item()
-    assert popped is not None and popped.get("content") == "Session 2 message 2"
+    assert popped is not None
+    assert popped.get("content") == "Session 2 message 2"
     assert [i.get("content") for i in await one.get_items()] == ["Session 1 message"]
     assert [i.get("content") for i in await two.get_items()] == ["Session 2 message 1"]
 
@@ -203,7 +204,7 @@ async def test_the_run_config_session_settings_override_the_sessions(client: Asy
     assert [i.get("content") for i in history] == ["Turn 8", "Turn 9"]
 
 
-TOOL_PAIR_HISTORY = cast(Items, [
+TOOL_PAIR_HISTORY = cast("Items", [
     {"role": "user", "content": "What is the weather?"},
     {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": "{}"},
     {"type": "function_call_output", "call_id": "call_1", "output": "sunny"},
@@ -264,7 +265,7 @@ async def test_a_retried_add_items_is_stored_once_and_a_repeated_one_twice(serve
 
 async def test_popping_one_item_of_a_several_item_message_keeps_the_others(client: AsyncConvlogClient) -> None:
     session = session_on(client)
-    items = cast(Items, [
+    items = cast("Items", [
         {"role": "user", "content": "Tell me two things"},
         {"type": "message", "role": "assistant", "id": "msg_1",
          "content": [{"type": "output_text", "text": "First.", "annotations": []}]},
@@ -292,7 +293,7 @@ async def test_popping_an_output_hides_its_call_for_good(client: AsyncConvlogCli
     assert await session.get_items() == TOOL_PAIR_HISTORY[:1]  # never a call without its output
     for orphan in (TOOL_PAIR_HISTORY[2], {"type": "function_call_output", "call_id": "nope", "output": "x"}):
         with pytest.raises(RejectedEventError) as refused:
-            await session.add_items(cast(Items, [orphan]))
+            await session.add_items(cast("Items", [orphan]))
         assert refused.value.code == "orphan_tool_result"
     assert await session.get_items() == TOOL_PAIR_HISTORY[:1]
 
@@ -309,7 +310,7 @@ async def test_the_instructions_lead_the_items(client: AsyncConvlogClient) -> No
 
 async def test_reasoning_is_kept_and_never_cut_from_its_item(client: AsyncConvlogClient) -> None:
     session = session_on(client)
-    items = cast(Items, [
+    items = cast("Items", [
         {"role": "user", "content": "Think first"},
         {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "hmm"}],
          "encrypted_content": "opaque-blob"},
