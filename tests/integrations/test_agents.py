@@ -13,7 +13,14 @@ import pytest
 from agents import Agent, RunConfig, Runner, SessionSettings, TResponseInputItem
 from agents.testing import ScriptedModel, assistant_message
 
-from convlog.client import NO_RETRY, AsyncConvlogClient, ClientTimeoutError, RejectedEventError
+from convlog.client import (
+    NO_RETRY,
+    AsyncConvlogClient,
+    ClientTimeoutError,
+    NotFoundError,
+    RejectedEventError,
+    RejectedRequestError,
+)
 from convlog.integrations.agents import ConvlogSession
 from tests.integrations.agents_support import TOKEN, USER, client, new_id, served, session_on
 
@@ -321,3 +328,24 @@ async def test_reasoning_is_kept_and_never_cut_from_its_item(client: AsyncConvlo
     assert await session.get_items() == items
     assert await session.get_items(limit=2) == items[1:]
     assert await session.get_items(limit=1) == []  # the message without its reasoning: not served
+
+
+async def test_the_redaction_route_keeps_the_audit_and_refuses_what_it_cannot_do(client: AsyncConvlogClient) -> None:
+    conversation = new_id("c")
+    pair = [{"role": "user", "content": "secret"}, {"role": "assistant", "content": "noted"}]
+    sent = await client.append(USER, conversation, pair, format="responses")
+    second = sent.messages[1].message_id
+    assert second is not None
+    assert "/" in second  # a native payload's second message: <first>/1, in the path as it is
+    redacted = await client.redact(USER, conversation, second, reason="pii")
+    context = await client.context(USER, conversation, model="gpt-4o", budget_tokens=1000, format="responses",
+                                   min_offset=redacted.offset)  # fmt: skip
+    assert context.input == [{"role": "user", "content": "secret"}]
+    transcript = (await client.messages(USER, conversation)).messages
+    assert [(m.message_id, m.redacted, m.content) for m in transcript][1] == (second, True, None)
+    assert transcript[1].raw["redacted"]["reason"] == "pii"
+    with pytest.raises(NotFoundError):
+        await client.redact(USER, new_id("never"), second)
+    with pytest.raises(RejectedRequestError) as refused:
+        await client.redact(USER, conversation, second, reason="")
+    assert refused.value.code == "invalid_reason"
