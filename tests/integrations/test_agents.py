@@ -22,9 +22,9 @@ from convlog.client import (
     RejectedRequestError,
 )
 from convlog.integrations.agents import ConvlogSession
-from tests.integrations.agents_support import TOKEN, USER, client, new_id, served, session_on
+from tests.integrations.agents_support import TOKEN, USER, client, new_id, served, session_on, summarising
 
-__all__ = ["client", "served"]  # the fixtures, imported for pytest
+__all__ = ["client", "served", "summarising"]  # the fixtures, imported for pytest
 
 pytestmark = pytest.mark.postgres
 
@@ -349,3 +349,26 @@ async def test_the_redaction_route_keeps_the_audit_and_refuses_what_it_cannot_do
     with pytest.raises(RejectedRequestError) as refused:
         await client.redact(USER, conversation, second, reason="")
     assert refused.value.code == "invalid_reason"
+
+
+async def test_the_summary_leads_the_items_and_is_never_popped(summarising: str) -> None:
+    async with AsyncConvlogClient(summarising, token=TOKEN) as convlog:
+        session = ConvlogSession(new_id(), client=convlog, user_id=USER)
+        for t in range(8):
+            await session.add_items(_items(("user", f"My favourite number is {t}."), ("assistant", f"Noted: {t}.")))
+        deadline = asyncio.get_running_loop().time() + 30
+        while (items := await session.get_items())[0].get("role") != "system":
+            assert asyncio.get_running_loop().time() < deadline, "no summary was served"
+            await asyncio.sleep(0.2)
+        summaries = [s for s in await convlog.summaries(USER, session.session_id) if s.status == "current"]
+        assert len(summaries) == 1
+        lead, rest = items[0], items[1:]
+        assert str(lead.get("content")).endswith(str(summaries[0].text))
+        assert 2 <= len(rest) < 16  # the turns the summary covers left the window
+        assert rest[-2:] == _items(("user", "My favourite number is 7."), ("assistant", "Noted: 7."))
+        assert await session.get_items(limit=len(items)) == items  # the summary counts as an item
+        assert await session.get_items(limit=2) == rest[-2:]
+        for _ in rest:
+            assert (await session.pop_item()) is not None
+        assert await session.pop_item() is None  # only the summary is left: nothing stored to pop
+        assert (await session.get_items())[0] == lead
