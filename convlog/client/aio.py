@@ -140,6 +140,15 @@ class AsyncConvlogClient:
                 return
             before = page.next_before
 
+    async def redact(
+        self, user_id: str, conversation_id: str, message_id: str, *, reason: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> AppendResult:  # fmt: skip
+        """Redact one message (``MessageRedacted``): its content leaves the read models and every
+        context served from now on; the audit keeps that it existed."""
+        return await self._run(calls.redact(user_id, conversation_id, message_id, reason=reason,
+                                      idempotency_key=idempotency_key))  # fmt: skip
+
     async def clear(self, user_id: str, conversation_id: str) -> AppendResult:
         """New chat: the window and summary restart (the audit keeps everything)."""
         return await self._run(calls.clear(user_id, conversation_id))

@@ -147,6 +147,16 @@ def conversations(user_id: str, *, limit: int, before: str | None) -> Call[Conve
                 params=_params(limit=limit, before=before))  # fmt: skip
 
 
+def redact(
+    user_id: str, conversation_id: str, message_id: str, *, reason: str | None, idempotency_key: str | None
+) -> Call[AppendResult]:
+    key = idempotency_key or str(uuid.uuid4())  # once: a retried redaction is the same event
+    body = json.dumps({} if reason is None else {"reason": reason}, ensure_ascii=False).encode()
+    path = _conversation(user_id, conversation_id) + f"/messages/{quote(message_id, safe='')}/redact"
+    return Call("POST", path, _reader(AppendResult.from_json), body=body,
+                headers={"Idempotency-Key": key, "Content-Type": "application/json"})  # fmt: skip
+
+
 def clear(user_id: str, conversation_id: str) -> Call[AppendResult]:
     return Call("POST", _conversation(user_id, conversation_id) + "/clear", _reader(AppendResult.from_json),
                 repeat=Repeat.UNSENT, appends=False)  # fmt: skip

@@ -1,4 +1,4 @@
-"""Appends: messages (idempotent with an ``Idempotency-Key``), a clear, an erase. ``202 Accepted``
+"""Appends: messages (idempotent with an ``Idempotency-Key``), a redaction, a clear, an erase. ``202 Accepted``
 with each record's partition and offset (``min_offset`` for read-your-writes).
 
 ``POST …/messages?format=<f>`` takes a payload in ``f`` (default ``chat_completions``: today's
@@ -92,6 +92,28 @@ def append_routes(deps: ApiDeps) -> APIRouter:
         except IdempotencyKeyReusedError as e:
             raise ApiError(409, e.code, str(e), event_id=e.first.event_id, partition=e.first.partition,
                            offset=e.first.offset) from e  # fmt: skip
+
+    @router.post(PREFIX + "/{conversation_id}/messages/{message_id:path}/redact", status_code=202)
+    async def redact(
+        user_id: str,
+        conversation_id: str,
+        message_id: str,
+        body: Annotated[dict[str, Any] | None, Body()] = None,
+        authorization: AuthHeader = None,
+        idempotency_key: Annotated[str | None, Header()] = None,
+    ) -> JSONResponse:
+        """``MessageRedacted``: the message's content leaves every read model and every context
+        served from now on; the audit keeps that it existed. Body ``{"reason": "..."}``
+        (optional). ``message_id`` may hold ``/`` (a native payload's second message is
+        ``<first>/1``), percent-encoded or not. Redacting a message twice, or one the
+        conversation does not hold, changes nothing; the ``Idempotency-Key`` makes a retried
+        redaction one event."""
+        key = requests.key_of(authorization, user_id, conversation_id)
+        reason = (body or {}).get("reason", "redacted through the API")
+        if not isinstance(reason, str) or not reason:
+            raise ApiError(422, "invalid_reason", "reason must be a non-empty string", field="reason")
+        await requests.held_by_log(key)
+        return accepted(await deps.producer.redact(key, message_id, reason=reason, event_id=idempotency_key or None))
 
     @router.post(PREFIX + "/{conversation_id}/clear", status_code=202)
     async def clear(user_id: str, conversation_id: str, authorization: AuthHeader = None) -> JSONResponse:
