@@ -29,6 +29,7 @@ from convlog.client import AsyncConvlogClient
 from convlog.integrations.agents import ConvlogSession
 from query_api.formats.responses import violations
 from tests.integrations.agents_support import TOKEN, USER, client, new_id, served
+from tests.integrations.readme import readme_example
 
 __all__ = ["client", "served"]  # the fixtures, imported for pytest
 
@@ -168,28 +169,7 @@ async def test_switching_from_sqlite_to_convlog_is_one_line(served: str) -> None
     assert model.inputs == default_model.inputs  # the model is sent the very same items
 
 
-README_EXAMPLE = """
-import asyncio
-
-from agents import Agent, Runner
-from convlog.client import AsyncConvlogClient
-from convlog.integrations.agents import ConvlogSession
-
-
-async def main() -> None:
-    async with AsyncConvlogClient("http://127.0.0.1:8080", token="token_a") as client:
-        # was: session = SQLiteSession("conversation-1")
-        session = ConvlogSession("conversation-1", client=client, user_id="u1", model="gpt-4o", budget_tokens=16_000)
-        agent = Agent(name="Assistant", instructions="Reply very concisely.")
-        result = await Runner.run(agent, "What city is the Golden Gate Bridge in?", session=session)
-        print(result.final_output)
-        result = await Runner.run(agent, "What state is it in?", session=session)  # it remembers
-        print(result.final_output)
-        print(await session.get_items(limit=2))  # the newest items, never a call cut from its output
-
-
-asyncio.run(main())
-"""
+README_EXAMPLE = readme_example("OpenAI Agents SDK")
 
 
 async def test_the_readme_example_runs(served: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -37,6 +37,7 @@ from langchain_core.runnables.history import RunnableWithMessageHistory
 
 from convlog.client import AsyncConvlogClient, ConvlogClient, RejectedEventError
 from convlog.integrations.langchain import ConvlogChatMessageHistory
+from tests.integrations.readme import readme_example
 from tests.support import free_port
 from tests.test_client_live import TOKEN, _conversation, _ready, served  # noqa: F401 -- the live-service fixture
 
@@ -333,27 +334,7 @@ def test_the_same_app_switched_from_in_memory_to_convlog_by_one_line(client: Con
 
 # -- the README's example --------------------------------------------------------------------------
 
-README_EXAMPLE = """
-from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
-from langchain_core.messages import AIMessage
-from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
-from langchain_core.runnables.history import RunnableWithMessageHistory
-
-from convlog.integrations.langchain import ConvlogChatMessageHistory
-
-model = FakeMessagesListChatModel(responses=[AIMessage("Hi Ada!"), AIMessage("You are Ada.")])  # any chat model
-prompt = ChatPromptTemplate.from_messages(
-    [("system", "Be brief."), MessagesPlaceholder("history"), ("human", "{question}")])
-chat = RunnableWithMessageHistory(
-    prompt | model,
-    lambda session_id: ConvlogChatMessageHistory(session_id, user_id="u1", model="gpt-4o", budget_tokens=8000),
-    input_messages_key="question", history_messages_key="history")
-
-config = {"configurable": {"session_id": "langchain-demo"}}
-chat.invoke({"question": "Hi, I'm Ada."}, config)
-print(chat.invoke({"question": "Who am I?"}, config).content)
-print([m.content for m in ConvlogChatMessageHistory("langchain-demo", user_id="u1").messages])
-"""
+README_EXAMPLE = readme_example("LangChain")
 
 
 def test_the_readme_example_runs(

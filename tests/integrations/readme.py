@@ -1,0 +1,17 @@
+"""The README's framework examples, read from the README itself so that what users copy is what
+the tests run."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+README = Path(__file__).parents[2] / "README.md"
+
+
+def readme_example(heading: str) -> str:
+    """The first ```python block under ``### <heading>``."""
+    text = README.read_text().split(f"\n### {heading}\n", 1)[1]
+    found = re.search(r"```python\n(.*?)```", text, re.S)
+    assert found is not None, heading
+    return found.group(1)
