@@ -1,0 +1,358 @@
+"""Pydantic AI messages <-> convlog's append payloads and served fragments (no I/O here).
+
+Saving: each ``ModelMessage`` becomes one append (one atomic batch) in the format that keeps
+the most of it:
+
+- a ``ModelResponse`` carrying Anthropic thinking (a ``ThinkingPart`` with a ``signature`` and
+  ``provider_name="anthropic"``, or redacted thinking) or made by Anthropic is an Anthropic
+  ``Message`` (``format=anthropic``): thinking with its signature, redacted thinking, text and
+  ``tool_use`` blocks, the model (thinking is bound to it) and the usage;
+- any other ``ModelResponse`` is a Chat Completions assistant message: text, tool calls,
+  unsigned thinking as ``reasoning_content``, model, usage, finish reason;
+- a ``ModelRequest`` is a list of Chat Completions messages: system prompts, user prompts (text
+  and images), tool returns and retry prompts as tool messages (their text as the model sees it:
+  ``model_response_str()`` / ``model_response()``), a retry prompt without a tool as user text.
+
+Loading: a served fragment (``anthropic`` or ``chat_completions``) back to ``ModelMessage``\\ s:
+system text (the summary included) as ``SystemPromptPart``\\ s at the head of the first request,
+each tool return named after the call it answers (the fragment keeps them together), Anthropic
+thinking with its signature marked ``provider_name="anthropic"`` so Pydantic AI's Anthropic model
+sends it back. Every loaded message carries ``metadata[LOADED_KEY]``, so saving it again (an
+app saving ``all_messages()``) stores nothing twice.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic_ai.messages import (
+    BinaryContent,
+    ImageUrl,
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelRequestPart,
+    ModelResponse,
+    ModelResponsePart,
+    RetryPromptPart,
+    SystemPromptPart,
+    TextContent,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserContent,
+    UserPromptPart,
+)
+
+__all__ = [
+    "LOADED_KEY",
+    "Append",
+    "UnsupportedPartError",
+    "append_for",
+    "from_anthropic",
+    "from_chat_completions",
+    "idempotency_key",
+    "is_loaded",
+]
+
+LOADED_KEY = "convlog.loaded"
+"""The ``metadata`` key of a message that came from convlog (``load``): never stored again."""
+
+ANTHROPIC = "anthropic"
+REDACTED_THINKING_ID = "redacted_thinking"  # Pydantic AI's id for Anthropic's redacted thinking
+_STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_call": "tool_use", "content_filter": "refusal"}
+_FINISH_REASONS = {"stop": "stop", "length": "length", "tool_call": "tool_calls", "content_filter": "content_filter"}
+
+Format = Literal["anthropic", "chat_completions"]
+
+
+class UnsupportedPartError(ValueError):
+    """A part this adapter cannot store without losing it (audio, documents, server-side tools)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Append:
+    """One convlog append: the payload in ``format``."""
+
+    format: Format
+    payload: Any
+
+
+def is_loaded(message: ModelMessage) -> bool:
+    return bool(message.metadata and message.metadata.get(LOADED_KEY))
+
+
+def idempotency_key(message: ModelMessage) -> str:
+    """Derived from the whole message as Pydantic AI serialises it (parts, timestamps, run id):
+    the same message saved twice is one append, two equal texts sent at two times are two."""
+    digest = hashlib.sha256(ModelMessagesTypeAdapter.dump_json([message])).hexdigest()
+    return f"pydantic-ai-{digest[:40]}"
+
+
+def append_for(message: ModelMessage) -> Append | None:
+    """The append storing ``message`` (None: nothing in it is history, e.g. only instructions)."""
+    if isinstance(message, ModelResponse):
+        if _is_anthropic(message):
+            return Append("anthropic", _anthropic_response(message))
+        return Append("chat_completions", _chat_response(message))
+    rows = [row for part in message.parts if (row := _request_row(part)) is not None]
+    return Append("chat_completions", rows) if rows else None
+
+
+# --- saving -------------------------------------------------------------------------------
+
+
+def _is_anthropic(message: ModelResponse) -> bool:
+    if message.provider_name == ANTHROPIC:
+        return True
+    return any(isinstance(p, ThinkingPart) and p.signature and p.provider_name == ANTHROPIC for p in message.parts)
+
+
+def _request_row(part: ModelRequestPart) -> dict[str, Any] | None:
+    if isinstance(part, SystemPromptPart):
+        return {"role": "system", "content": part.content}
+    if isinstance(part, UserPromptPart):
+        return {"role": "user", "content": _user_content(part.content)}
+    if isinstance(part, ToolReturnPart):
+        return {"role": "tool", "tool_call_id": part.tool_call_id, "content": part.model_response_str()}
+    if isinstance(part, RetryPromptPart):
+        if part.tool_name is None:
+            return {"role": "user", "content": part.model_response()}
+        return {"role": "tool", "tool_call_id": part.tool_call_id, "content": part.model_response()}
+    # Instructions, deltas and other bookkeeping parts are recomputed by the agent on every run.
+    return None
+
+
+def _user_content(content: str | Sequence[UserContent]) -> str | list[dict[str, Any]]:
+    if isinstance(content, str):
+        return content
+    parts: list[dict[str, Any]] = []
+    for item in content:
+        if isinstance(item, str):
+            parts.append({"type": "text", "text": item})
+        elif isinstance(item, TextContent):
+            parts.append({"type": "text", "text": item.content})
+        elif isinstance(item, ImageUrl):
+            parts.append({"type": "image_url", "image_url": {"url": item.url}})
+        elif isinstance(item, BinaryContent) and item.is_image:
+            parts.append({"type": "image_url", "image_url": {"url": item.data_uri}})
+        else:
+            raise UnsupportedPartError(f"a user prompt's {type(item).__name__} cannot be stored by convlog yet")
+    return parts
+
+
+def _usage_counts(message: ModelResponse) -> tuple[int, int, int, int] | None:
+    u = message.usage
+    if not (u.input_tokens or u.output_tokens):
+        return None
+    return u.input_tokens, u.output_tokens, u.cache_read_tokens, u.cache_write_tokens
+
+
+def _anthropic_response(message: ModelResponse) -> dict[str, Any]:
+    blocks: list[dict[str, Any]] = []
+    for part in message.parts:
+        if isinstance(part, ThinkingPart):
+            if part.signature and part.provider_name == ANTHROPIC:
+                if part.id == REDACTED_THINKING_ID:
+                    blocks.append({"type": "redacted_thinking", "data": part.signature})
+                else:
+                    blocks.append({"type": "thinking", "thinking": part.content, "signature": part.signature})
+            # Unsigned thinking cannot go back to Anthropic as thinking; Pydantic AI would replay it
+            # as text, which is not history the model wrote: it is not stored.
+        else:
+            blocks.extend(_anthropic_block(part))
+    doc: dict[str, Any] = {"type": "message", "role": "assistant", "model": message.model_name or ANTHROPIC,
+                           "content": blocks or [{"type": "text", "text": ""}]}  # fmt: skip
+    if message.finish_reason in _STOP_REASONS:
+        doc["stop_reason"] = _STOP_REASONS[message.finish_reason]
+    counts = _usage_counts(message)
+    if counts is not None:
+        total, out, read, write = counts
+        # Pydantic AI's input_tokens include the cache reads and writes; Anthropic's do not.
+        doc["usage"] = {"input_tokens": max(total - read - write, 0), "output_tokens": out,
+                        "cache_read_input_tokens": read, "cache_creation_input_tokens": write}  # fmt: skip
+    return doc
+
+
+def _anthropic_block(part: ModelResponsePart) -> list[dict[str, Any]]:
+    if isinstance(part, TextPart):
+        return [{"type": "text", "text": part.content}] if part.content else []
+    if isinstance(part, ToolCallPart):
+        return [{"type": "tool_use", "id": part.tool_call_id, "name": part.tool_name, "input": part.args_as_dict()}]
+    raise UnsupportedPartError(f"a response's {type(part).__name__} cannot be stored by convlog yet")
+
+
+def _chat_response(message: ModelResponse) -> dict[str, Any]:
+    texts: list[str] = []
+    thinking: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for part in message.parts:
+        if isinstance(part, TextPart):
+            texts.append(part.content)
+        elif isinstance(part, ThinkingPart):
+            if part.content:
+                thinking.append(part.content)
+        elif isinstance(part, ToolCallPart):
+            calls.append({"id": part.tool_call_id, "type": "function",
+                          "function": {"name": part.tool_name, "arguments": part.args_as_json_str()}})  # fmt: skip
+        else:
+            raise UnsupportedPartError(f"a response's {type(part).__name__} cannot be stored by convlog yet")
+    # Pydantic AI's OpenAI model joins several text parts the same way.
+    doc: dict[str, Any] = {"role": "assistant", "content": "\n\n".join(texts) if texts else None}
+    if calls:
+        doc["tool_calls"] = calls
+    if thinking:
+        doc["reasoning_content"] = "\n\n".join(thinking)
+    if message.model_name:
+        doc["model"] = message.model_name
+    if message.finish_reason in _FINISH_REASONS:
+        doc["finish_reason"] = _FINISH_REASONS[message.finish_reason]
+    counts = _usage_counts(message)
+    if counts is not None:
+        doc["usage"] = {"prompt_tokens": counts[0], "completion_tokens": counts[1]}
+    return doc
+
+
+# --- loading ------------------------------------------------------------------------------
+
+
+class _Builder:
+    """Served messages, in order, into alternating requests and responses."""
+
+    def __init__(self) -> None:
+        self.messages: list[ModelMessage] = []
+        self.request: list[ModelRequestPart] = []
+        self.call_names: dict[str, str] = {}
+
+    def system(self, text: str) -> None:
+        self.request.append(SystemPromptPart(text))
+
+    def user(self, content: str | list[UserContent]) -> None:
+        self.request.append(UserPromptPart(content))
+
+    def tool(self, call_id: str, text: str) -> None:
+        self.request.append(ToolReturnPart(self.call_names.get(call_id, ""), text, tool_call_id=call_id))
+
+    def response(self, parts: list[ModelResponsePart], *, provider_name: str | None = None) -> None:
+        self._flush()
+        for p in parts:
+            if isinstance(p, ToolCallPart):
+                self.call_names[p.tool_call_id] = p.tool_name
+        self.messages.append(ModelResponse(parts, provider_name=provider_name, metadata={LOADED_KEY: True}))
+
+    def _flush(self) -> None:
+        if self.request:
+            self.messages.append(ModelRequest(self.request, metadata={LOADED_KEY: True}))
+            self.request = []
+
+    def done(self) -> list[ModelMessage]:
+        self._flush()
+        return self.messages
+
+
+def _image(url: str) -> UserContent:
+    if url.startswith("data:") and ";base64," in url:
+        head, data = url[5:].split(";base64,", 1)
+        return BinaryContent(base64.b64decode(data), media_type=head)
+    return ImageUrl(url)
+
+
+def _text_of(content: Any) -> str:
+    """A tool result's or system message's content as text (a string, or text parts joined)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(b.get("text", "")) for b in content if isinstance(b, Mapping))
+    return "" if content is None else json.dumps(content)
+
+
+def from_chat_completions(messages: Sequence[Mapping[str, Any]]) -> list[ModelMessage]:
+    b = _Builder()
+    for m in messages:
+        role, content = m.get("role"), m.get("content")
+        if role in ("system", "developer"):
+            b.system(_text_of(content))
+        elif role == "user":
+            b.user(_chat_user_content(content))
+        elif role == "tool":
+            b.tool(str(m["tool_call_id"]), _text_of(content))
+        elif role == "assistant":
+            parts: list[ModelResponsePart] = []
+            if m.get("reasoning_content"):
+                parts.append(ThinkingPart(str(m["reasoning_content"])))
+            if content:
+                parts.append(TextPart(_text_of(content)))
+            for call in m.get("tool_calls") or ():
+                fn = call["function"]
+                parts.append(ToolCallPart(fn["name"], fn["arguments"], tool_call_id=call["id"]))
+            b.response(parts)
+    return b.done()
+
+
+def _chat_user_content(content: Any) -> str | list[UserContent]:
+    if isinstance(content, str):
+        return content
+    out: list[UserContent] = []
+    for part in content or ():
+        if part.get("type") == "image_url":
+            out.append(_image(part["image_url"]["url"]))
+        else:
+            out.append(str(part.get("text", "")))
+    return out
+
+
+def from_anthropic(system: Any, messages: Sequence[Mapping[str, Any]]) -> list[ModelMessage]:
+    b = _Builder()
+    if isinstance(system, str) and system:
+        b.system(system)
+    for block in system if isinstance(system, list) else ():
+        b.system(str(block.get("text", "")))
+    for m in messages:
+        content = m.get("content")
+        blocks: list[Mapping[str, Any]] = (
+            [{"type": "text", "text": content}] if isinstance(content, str) else list(content or ())
+        )
+        if m.get("role") == "assistant":
+            parts, provider = _anthropic_parts(blocks)
+            b.response(parts, provider_name=provider)
+            continue
+        prompt: list[UserContent] = []
+        for block in blocks:
+            kind = block.get("type")
+            if kind == "tool_result":
+                b.tool(str(block["tool_use_id"]), _text_of(block.get("content")))
+            elif kind == "image":
+                source = block["source"]
+                url = source.get("url") or f"data:{source['media_type']};base64,{source['data']}"
+                prompt.append(_image(url))
+            elif kind == "text":
+                prompt.append(str(block["text"]))
+        if prompt:
+            b.user(prompt[0] if len(prompt) == 1 and isinstance(prompt[0], str) else prompt)
+    return b.done()
+
+
+def _anthropic_parts(blocks: Sequence[Mapping[str, Any]]) -> tuple[list[ModelResponsePart], str | None]:
+    parts: list[ModelResponsePart] = []
+    signed = False
+    for block in blocks:
+        kind = block.get("type")
+        if kind == "thinking":
+            parts.append(ThinkingPart(str(block.get("thinking", "")), signature=block.get("signature"),
+                                      provider_name=ANTHROPIC))  # fmt: skip
+            signed = True
+        elif kind == "redacted_thinking":
+            parts.append(ThinkingPart("", id=REDACTED_THINKING_ID, signature=block["data"], provider_name=ANTHROPIC))
+            signed = True
+        elif kind == "text":
+            parts.append(TextPart(str(block["text"])))
+        elif kind == "tool_use":
+            parts.append(ToolCallPart(block["name"], dict(block.get("input") or {}), tool_call_id=block["id"]))
+    # Pydantic AI sends signed thinking back only to the provider named on the response.
+    return parts, (ANTHROPIC if signed else None)

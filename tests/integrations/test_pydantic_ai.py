@@ -1,0 +1,351 @@
+"""convlog as a Pydantic AI agent's message history, against a real ``convlog serve``: agents
+with tools on scripted models (``FunctionModel``, ``TestModel``; no network) for several turns,
+the history loaded as ``message_history`` and saved from ``new_messages()`` every turn."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import uuid
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from pydantic_ai import Agent
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelResponse,
+    SystemPromptPart,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+from pydantic_ai.models.anthropic import AnthropicModel  # the anthropic SDK is in the dev extra
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.test import TestModel
+from pydantic_ai.providers.anthropic import AnthropicProvider
+
+from convlog.client import AsyncConvlogClient, ConvlogClient
+from convlog.integrations.pydantic_ai import ConvlogHistory, format_for
+from tests.test_client_live import TOKEN, served
+
+__all__ = ["served"]  # the live-service fixture, shared with the client's tests
+
+pytestmark = pytest.mark.postgres
+
+_counter = iter(range(1_000_000))
+
+
+@pytest.fixture(autouse=True)
+def _close_the_loop_run_sync_leaves(request: pytest.FixtureRequest) -> Iterator[None]:
+    """``Agent.run_sync`` keeps the event loop it made set as the thread's current loop (to reuse
+    it); close it after a sync test, or its sockets are reported unclosed in a later test."""
+    yield
+    if inspect.iscoroutinefunction(request.function):
+        return
+    policy = asyncio.get_event_loop_policy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        loop = policy.get_event_loop()
+    if not loop.is_running():
+        loop.close()
+        policy.set_event_loop(None)
+
+
+@pytest.fixture
+def conversation() -> str:
+    return f"pai-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def client(served: str) -> Iterator[ConvlogClient]:
+    with ConvlogClient(served, token=TOKEN) as c:
+        yield c
+
+
+def weather_agent(model_name: str = "function:weather", thinking: bool = False) -> tuple[Agent[None, str], list[Any]]:
+    """An agent whose scripted model asks the ``weather`` tool for the city in the question,
+    then answers from the tool's return; ``seen`` records every request's messages."""
+    seen: list[list[ModelMessage]] = []
+
+    def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        seen.append(list(messages))
+        last = messages[-1]
+        assert isinstance(last, ModelRequest)
+        returns = [p for p in last.parts if isinstance(p, ToolReturnPart)]
+        if returns:
+            return ModelResponse([TextPart(f"It is {returns[0].content}.")])
+        (prompt,) = [p for p in last.parts if isinstance(p, UserPromptPart)]
+        city = str(prompt.content).rsplit(" ", 1)[-1].rstrip("?")
+        parts: list[Any] = []
+        if thinking:
+            parts.append(ThinkingPart(f"look up {city}", signature=f"sig-{city}", provider_name="anthropic"))
+        parts.append(ToolCallPart("weather", {"city": city}, tool_call_id=f"call_{next(_counter)}"))
+        return ModelResponse(parts, provider_name="anthropic" if thinking else None)
+
+    agent: Agent[None, str] = Agent(FunctionModel(script, model_name=model_name), system_prompt="Be brief.")
+
+    @agent.tool_plain
+    def weather(city: str) -> str:
+        return f"sunny in {city}"
+
+    return agent, seen
+
+
+def _pairs_whole(messages: list[ModelMessage]) -> None:
+    """Every tool call answered by the next request, every return answering a call before it."""
+    open_calls: dict[str, str] = {}
+    for m in messages:
+        for p in m.parts:
+            if isinstance(p, ToolCallPart):
+                open_calls[p.tool_call_id] = p.tool_name
+            elif isinstance(p, ToolReturnPart):
+                assert open_calls.pop(p.tool_call_id) == p.tool_name
+    assert not open_calls
+
+
+def _stored(client: ConvlogClient, conversation: str, history: ConvlogHistory) -> int:
+    """How many messages the audit transcript holds, once the history's saves are readable."""
+    history.load()
+    return len(client.messages("u1", conversation).messages)
+
+
+def _round_trip(messages: list[ModelMessage]) -> None:
+    dumped = ModelMessagesTypeAdapter.dump_json(messages)
+    assert ModelMessagesTypeAdapter.dump_json(ModelMessagesTypeAdapter.validate_json(dumped)) == dumped
+
+
+def test_an_agent_with_tools_for_six_turns_through_convlog(client: ConvlogClient, conversation: str) -> None:
+    agent, seen = weather_agent()
+    cities = ["Paris", "Oslo", "Lima", "Rome", "Kyiv", "Quito"]
+    offset = None
+    for turn, city in enumerate(cities):
+        # A new history each turn, as a web app makes one per request, carrying the offset over.
+        history = ConvlogHistory(conversation, user_id="u1", client=client, budget_tokens=4000, min_offset=offset)
+        loaded = history.load()
+        _round_trip(loaded)
+        result = agent.run_sync(f"Weather in {city}?", message_history=loaded)
+        assert result.output == f"It is sunny in {city}."
+        history.save(result.new_messages())
+        offset = history.offset
+        # The model saw every earlier turn whole: the prompt once, each call with its return.
+        first_request = seen[-2]
+        prompts = [p.content for m in first_request for p in m.parts if isinstance(p, UserPromptPart)]
+        assert prompts == [f"Weather in {c}?" for c in cities[: turn + 1]]
+        assert sum(isinstance(p, SystemPromptPart) for m in first_request for p in m.parts) == 1
+        _pairs_whole(first_request[:-1])
+    final = ConvlogHistory(conversation, user_id="u1", client=client, min_offset=offset).load()
+    _round_trip(final)
+    _pairs_whole(final)
+    assert [type(m).__name__ for m in final] == ["ModelRequest", "ModelResponse", "ModelRequest", "ModelResponse"] * 6
+    assert final[-1].parts == [TextPart("It is sunny in Quito.")]
+    returns = [p for m in final for p in m.parts if isinstance(p, ToolReturnPart)]
+    assert [(r.tool_name, r.content) for r in returns] == [("weather", f"sunny in {c}") for c in cities]
+
+
+def test_a_small_budget_drops_the_oldest_turns_and_never_splits_a_call_from_its_return(
+    client: ConvlogClient, conversation: str
+) -> None:
+    agent, _ = weather_agent()
+    history = ConvlogHistory(conversation, user_id="u1", client=client, budget_tokens=4000)
+    for city in ["Paris", "Oslo", "Lima", "Rome", "Kyiv", "Quito", "Bern", "Baku"]:
+        history.save(agent.run_sync(f"Weather in {city}?", message_history=history.load()).new_messages())
+    small = ConvlogHistory(conversation, user_id="u1", client=client, budget_tokens=160, min_offset=history.offset)
+    loaded = small.load()
+    assert small.last_context is not None
+    assert small.last_context.dropped_turns > 0
+    assert small.last_context.token_count <= 160
+    _pairs_whole(loaded)
+    first = loaded[0]
+    assert isinstance(first, ModelRequest)
+    assert isinstance(first.parts[0], SystemPromptPart)
+    assert any(isinstance(p, UserPromptPart) for p in first.parts)
+    assert loaded[-1].parts == [TextPart("It is sunny in Baku.")]
+
+
+def test_saving_the_same_messages_twice_stores_them_once(client: ConvlogClient, conversation: str) -> None:
+    agent, _ = weather_agent()
+    history = ConvlogHistory(conversation, user_id="u1", client=client)
+    first = agent.run_sync("Weather in Paris?", message_history=history.load())
+    history.save(first.new_messages())
+    stored = _stored(client, conversation, history)
+    history.save(first.new_messages())
+    history.save(ModelMessagesTypeAdapter.validate_json(ModelMessagesTypeAdapter.dump_json(first.new_messages())))
+    assert _stored(client, conversation, history) == stored == 5  # system, user, call, return, answer
+    # all_messages() holds what load() gave: those are not stored again either.
+    second = agent.run_sync("Weather in Oslo?", message_history=history.load())
+    history.save(second.all_messages())
+    assert _stored(client, conversation, history) == stored + 4
+    # The same words asked again later are a new message.
+    third = agent.run_sync("Weather in Paris?", message_history=history.load())
+    history.save(third.new_messages())
+    assert _stored(client, conversation, history) == stored + 8
+
+
+def test_signed_anthropic_thinking_comes_back_for_the_model_that_wrote_it_only(
+    client: ConvlogClient, conversation: str
+) -> None:
+    agent, _ = weather_agent(model_name="claude-sonnet-4-5", thinking=True)
+    history = ConvlogHistory(conversation, user_id="u1", client=client, model="anthropic:claude-sonnet-4-5")
+    for city in ["Paris", "Oslo"]:
+        history.save(agent.run_sync(f"Weather in {city}?", message_history=history.load()).new_messages())
+
+    same = history.load()
+    _round_trip(same)
+    thinking = [(m, p) for m in same for p in m.parts if isinstance(p, ThinkingPart)]
+    assert [(p.content, p.signature, p.provider_name) for _, p in thinking] == [
+        ("look up Paris", "sig-Paris", "anthropic"),
+        ("look up Oslo", "sig-Oslo", "anthropic"),
+    ]
+    assert all(isinstance(m, ModelResponse) and m.provider_name == "anthropic" for m, _ in thinking)
+    # Thinking is in the Anthropic response before its tool call, as Claude wrote it.
+    response = same[1]
+    assert isinstance(response, ModelResponse)
+    assert [type(p) for p in response.parts] == [ThinkingPart, ToolCallPart]
+
+    for other in ["openai:gpt-4o", "claude-opus-4-1"]:  # another provider; another Claude model
+        switched = history.load(model=other)
+        assert not [p for m in switched for p in m.parts if isinstance(p, ThinkingPart)]
+        _pairs_whole(switched)
+        assert history.last_context is not None
+        assert any("reasoning" in d.what or "thinking" in d.what for d in history.last_context.dropped)
+        prompts = [p.content for m in switched for p in m.parts if isinstance(p, UserPromptPart)]
+        assert prompts == ["Weather in Paris?", "Weather in Oslo?"]
+
+
+def test_loaded_anthropic_thinking_is_what_pydantic_ais_anthropic_model_sends_back(
+    client: ConvlogClient, conversation: str
+) -> None:
+    agent, _ = weather_agent(model_name="claude-sonnet-4-5", thinking=True)
+    history = ConvlogHistory(conversation, user_id="u1", client=client, model="anthropic:claude-sonnet-4-5")
+    history.save(agent.run_sync("Weather in Paris?", message_history=history.load()).new_messages())
+    claude = AnthropicModel("claude-sonnet-4-5", provider=AnthropicProvider(api_key="not-used"))
+    assert format_for(claude) == ("anthropic", "claude-sonnet-4-5")
+    response = history.load(model=claude)[1]
+    assert isinstance(response, ModelResponse)
+    thinking = response.parts[0]
+    assert isinstance(thinking, ThinkingPart)
+    assert claude.accepts_stateless_artifacts(response, thinking)
+
+
+def test_plain_thinking_is_kept_as_reasoning_and_history_has_no_provider_blobs(
+    client: ConvlogClient, conversation: str
+) -> None:
+    def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse([ThinkingPart("hmm"), TextPart("Hi!")])
+
+    agent = Agent(FunctionModel(script, model_name="deepseek-chat"))
+    history = ConvlogHistory(conversation, user_id="u1", client=client, model="deepseek-chat")
+    history.save(agent.run_sync("Hello", message_history=history.load()).new_messages())
+    loaded = history.load()
+    (event,) = [e for e in client.events("u1", conversation) if e.body.get("role") == "assistant"]
+    assert event.body["reasoning_content"] == "hmm"
+    assert loaded[-1].parts == [TextPart("Hi!")]  # reasoning_content is served per reasoning=omit
+
+
+async def test_the_async_twins(served: str, conversation: str) -> None:
+    agent, _ = weather_agent()
+    async with AsyncConvlogClient(served, token=TOKEN) as aclient:
+        history = ConvlogHistory(conversation, user_id="u1", client=aclient)
+        for city in ["Paris", "Oslo"]:
+            result = await agent.run(f"Weather in {city}?", message_history=await history.aload())
+            await history.asave(result.new_messages())
+        loaded = await history.aload()
+        with pytest.raises(TypeError):
+            history.load()
+    _pairs_whole(loaded)
+    assert loaded[-1].parts == [TextPart("It is sunny in Oslo.")]
+    assert len(loaded) == 8
+
+
+def test_clear_starts_a_new_chat(client: ConvlogClient, conversation: str) -> None:
+    agent, _ = weather_agent()
+    history = ConvlogHistory(conversation, user_id="u1", client=client)
+    history.save(agent.run_sync("Weather in Paris?", message_history=history.load()).new_messages())
+    history.clear()
+    # The system prompt stays (convlog keeps system prompts across a new chat); the turns are gone.
+    (request,) = history.load()
+    assert isinstance(request, ModelRequest)
+    assert [type(p) for p in request.parts] == [SystemPromptPart]
+    assert _stored(client, conversation, history) == 5  # the audit keeps them
+    result = agent.run_sync("Weather in Oslo?", message_history=history.load())
+    assert result.output == "It is sunny in Oslo."
+    history.save(result.new_messages())
+    assert [p.content for m in history.load() for p in m.parts if isinstance(p, UserPromptPart)] == ["Weather in Oslo?"]
+
+
+# --- the one-line switch ----------------------------------------------------------------
+
+
+def chat_app(questions: list[str], history: Any = None) -> tuple[list[str], list[ModelMessage]]:
+    """A chat app as Pydantic AI's docs write it: its memory is the list of messages."""
+    agent = Agent(TestModel(), system_prompt="Be brief.")
+
+    @agent.tool_plain
+    def weather(city: str) -> str:
+        return f"sunny in {city}"
+
+    messages: list[ModelMessage] = [] if history is None else history  # the one line switched
+    answers = []
+    for question in questions:
+        result = agent.run_sync(question, message_history=messages)
+        messages.extend(result.new_messages())
+        answers.append(result.output)
+    return answers, list(messages)
+
+
+def test_a_chat_app_switched_from_its_list_to_convlog_by_one_line_keeps_working(
+    client: ConvlogClient, conversation: str
+) -> None:
+    questions = ["Weather in Paris?", "And Oslo?", "Thanks!"]
+    answers, in_memory = chat_app(questions)
+    history = ConvlogHistory(conversation, user_id="u1", client=client)
+    answers_convlog, loaded = chat_app(questions, history)
+    assert answers_convlog == answers
+    assert any(isinstance(p, ToolReturnPart) for m in loaded for p in m.parts)  # TestModel called the tool
+    _pairs_whole(loaded)
+    assert _what_the_model_reads(loaded) == _what_the_model_reads(in_memory)
+    assert _stored(client, conversation, history) == sum(len(m.parts) for m in in_memory)
+
+
+def _what_the_model_reads(messages: list[ModelMessage]) -> list[tuple[str, ...]]:
+    """The messages without what is not history (timestamps, run ids, usage)."""
+    out: list[tuple[str, ...]] = []
+    for m in messages:
+        for p in m.parts:
+            if isinstance(p, ToolCallPart):
+                out.append(("call", p.tool_name, p.args_as_json_str(), p.tool_call_id))
+            elif isinstance(p, ToolReturnPart):
+                out.append(("return", p.tool_name, p.model_response_str(), p.tool_call_id))
+            elif isinstance(p, SystemPromptPart | UserPromptPart | TextPart):
+                out.append((type(p).__name__, str(p.content)))
+    return out
+
+
+README_EXAMPLE = """
+from pydantic_ai import Agent
+from convlog.integrations.pydantic_ai import ConvlogHistory
+
+agent = Agent("anthropic:claude-sonnet-4-5", system_prompt="Be brief.")
+history = ConvlogHistory("c-42", user_id="u1", model="anthropic:claude-sonnet-4-5", budget_tokens=8000)
+
+result = agent.run_sync("Weather in Paris?", message_history=history.load())
+history.save(result.new_messages())  # stored once, even if saved again
+"""
+
+
+def test_the_readme_example_runs(served: str, conversation: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CONVLOG_URL", served)
+    monkeypatch.setenv("CONVLOG_TOKEN", TOKEN)
+    code = README_EXAMPLE.replace('"c-42"', repr(conversation))
+    code = code.replace('"anthropic:claude-sonnet-4-5", system', "TestModel(), system")
+    namespace: dict[str, Any] = {"TestModel": TestModel}
+    exec(code, namespace)  # noqa: S102 -- the README's own example, run as written
+    history = namespace["history"]
+    assert [type(m) for m in history.load()] == [ModelRequest, ModelResponse]
+    history.close()
