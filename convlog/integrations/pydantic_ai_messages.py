@@ -10,8 +10,11 @@ the most of it:
 - any other ``ModelResponse`` is a Chat Completions assistant message: text, tool calls,
   unsigned thinking as ``reasoning_content``, model, usage, finish reason;
 - a ``ModelRequest`` is a list of Chat Completions messages: system prompts, user prompts (text
-  and images), tool returns and retry prompts as tool messages (their text as the model sees it:
-  ``model_response_str()`` / ``model_response()``), a retry prompt without a tool as user text.
+  and images), tool returns as tool messages (their text as the model sees it:
+  ``model_response_str()``), retry feedback without a tool as user text; a request with a failed
+  or retried tool return is an Anthropic user message instead, whose ``tool_result`` keeps
+  ``is_error`` (Chat Completions has no such flag) with the ``{"error": ...}`` text an OpenAI
+  model reads.
 
 Loading: a served fragment (``anthropic`` or ``chat_completions``) back to ``ModelMessage``\\ s:
 system text (the summary included) as ``SystemPromptPart``\\ s at the head of the first request,
@@ -31,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic_ai.messages import (
+    ERROR_OUTCOMES,
     BinaryContent,
     ImageUrl,
     ModelMessage,
@@ -39,6 +43,7 @@ from pydantic_ai.messages import (
     ModelRequestPart,
     ModelResponse,
     ModelResponsePart,
+    RetryFeedbackPart,
     RetryPromptPart,
     SystemPromptPart,
     TextContent,
@@ -101,6 +106,8 @@ def append_for(message: ModelMessage) -> Append | None:
         if _is_anthropic(message):
             return Append("anthropic", _anthropic_response(message))
         return Append("chat_completions", _chat_response(message))
+    if any(_is_error(p) for p in message.parts) and not any(isinstance(p, SystemPromptPart) for p in message.parts):
+        return Append("anthropic", {"role": "user", "content": _anthropic_request_blocks(message.parts)})
     rows = [row for part in message.parts if (row := _request_row(part)) is not None]
     return Append("chat_completions", rows) if rows else None
 
@@ -114,6 +121,40 @@ def _is_anthropic(message: ModelResponse) -> bool:
     return any(isinstance(p, ThinkingPart) and p.signature and p.provider_name == ANTHROPIC for p in message.parts)
 
 
+def _is_error(part: ModelRequestPart) -> bool:
+    if isinstance(part, ToolReturnPart):
+        return part.outcome in ERROR_OUTCOMES
+    return isinstance(part, RetryPromptPart) and part.tool_name is not None
+
+
+def _anthropic_request_blocks(parts: Sequence[ModelRequestPart]) -> list[dict[str, Any]]:
+    """Tool results first (Anthropic's rule), then the prompts, as Chat Completions rows would be."""
+    results: list[dict[str, Any]] = []
+    rest: list[dict[str, Any]] = []
+    for part in parts:
+        row = _request_row(part)
+        if row is None:
+            continue
+        if row["role"] == "tool":
+            results.append({"type": "tool_result", "tool_use_id": row["tool_call_id"], "content": row["content"],
+                            "is_error": _is_error(part)})  # fmt: skip
+        elif isinstance(row["content"], str):
+            rest.append({"type": "text", "text": row["content"]})
+        else:
+            rest.extend(_anthropic_user_block(p) for p in row["content"])
+    return results + rest
+
+
+def _anthropic_user_block(part: Mapping[str, Any]) -> dict[str, Any]:
+    if part["type"] != "image_url":
+        return dict(part)
+    url = str(part["image_url"]["url"])
+    if url.startswith("data:") and ";base64," in url:
+        media_type, data = url[5:].split(";base64,", 1)
+        return {"type": "image", "source": {"type": "base64", "media_type": media_type, "data": data}}
+    return {"type": "image", "source": {"type": "url", "url": url}}
+
+
 def _request_row(part: ModelRequestPart) -> dict[str, Any] | None:
     if isinstance(part, SystemPromptPart):
         return {"role": "system", "content": part.content}
@@ -125,6 +166,8 @@ def _request_row(part: ModelRequestPart) -> dict[str, Any] | None:
         if part.tool_name is None:
             return {"role": "user", "content": part.model_response()}
         return {"role": "tool", "tool_call_id": part.tool_call_id, "content": part.model_response()}
+    if isinstance(part, RetryFeedbackPart):  # output validation feedback, sent as user text
+        return {"role": "user", "content": part.model_response()}
     # Instructions, deltas and other bookkeeping parts are recomputed by the agent on every run.
     return None
 
@@ -236,8 +279,18 @@ class _Builder:
     def user(self, content: str | list[UserContent]) -> None:
         self.request.append(UserPromptPart(content))
 
-    def tool(self, call_id: str, text: str) -> None:
-        self.request.append(ToolReturnPart(self.call_names.get(call_id, ""), text, tool_call_id=call_id))
+    def tool(self, call_id: str, text: str, *, is_error: bool = False) -> None:
+        name = self.call_names.get(call_id, "")
+        if not is_error:
+            self.request.append(ToolReturnPart(name, text, tool_call_id=call_id))
+            return
+        # Stored as an OpenAI model reads it ({"error": ...}); Pydantic AI wraps a failed return
+        # itself for models without an error flag, so the part holds what is inside.
+        try:
+            error = json.loads(text)["error"]
+        except (ValueError, TypeError, KeyError):
+            error = text
+        self.request.append(ToolReturnPart(name, error, tool_call_id=call_id, outcome="failed"))
 
     def response(self, parts: list[ModelResponsePart], *, provider_name: str | None = None) -> None:
         self._flush()
@@ -326,7 +379,7 @@ def from_anthropic(system: Any, messages: Sequence[Mapping[str, Any]]) -> list[M
         for block in blocks:
             kind = block.get("type")
             if kind == "tool_result":
-                b.tool(str(block["tool_use_id"]), _text_of(block.get("content")))
+                b.tool(str(block["tool_use_id"]), _text_of(block.get("content")), is_error=bool(block.get("is_error")))
             elif kind == "image":
                 source = block["source"]
                 url = source.get("url") or f"data:{source['media_type']};base64,{source['data']}"

@@ -6,13 +6,20 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import os
+import subprocess
+import sys
+import time
 import uuid
 import warnings
 from collections.abc import Iterator
 from typing import Any
 
+import psycopg
 import pytest
-from pydantic_ai import Agent
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+from pydantic_ai import Agent, ModelRetry
 from pydantic_ai.messages import (
     ModelMessage,
     ModelMessagesTypeAdapter,
@@ -32,7 +39,8 @@ from pydantic_ai.providers.anthropic import AnthropicProvider
 
 from convlog.client import AsyncConvlogClient, ConvlogClient
 from convlog.integrations.pydantic_ai import ConvlogHistory, format_for
-from tests.test_client_live import TOKEN, served
+from tests.support import free_port
+from tests.test_client_live import TOKEN, _ready, served
 
 __all__ = ["served"]  # the live-service fixture, shared with the client's tests
 
@@ -60,6 +68,39 @@ def _close_the_loop_run_sync_leaves(request: pytest.FixtureRequest) -> Iterator[
 @pytest.fixture
 def conversation() -> str:
     return f"pai-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(scope="module")
+def summarising(pg_admin_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A ``convlog serve`` as ``served`` (tests/test_client_live.py) but with the (offline)
+    summarizer on and a window of at most 4 turns, keeping 2."""
+    name = f"convlog_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    data = tmp_path_factory.mktemp("serve-summaries")
+    port = free_port()
+    env = {**os.environ, "CONVLOG_DATABASE_URL": make_conninfo(pg_admin_url, dbname=name),
+           "CONVLOG_DATA_DIR": str(data), "CONVLOG_HTTP_PORT": str(port), "CONVLOG_SUMMARIZER": "on",
+           "CONVLOG_WINDOW_MAX_TURNS": "4", "CONVLOG_WINDOW_KEEP_TURNS": "2",
+           "CONVLOG_API_TOKENS": f"acme:{TOKEN}"}  # fmt: skip
+    env.pop("CONVLOG_KAFKA_BOOTSTRAP", None)
+    env.pop("CONVLOG_SUMMARY_URL", None)
+    errors = (data / "serve.err").open("wb")
+    process = subprocess.Popen([sys.executable, "-m", "convlog.cli.main", "serve"], env=env,
+                               stdout=subprocess.DEVNULL, stderr=errors)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not _ready(port):
+            assert process.poll() is None, (data / "serve.err").read_text()
+            assert time.monotonic() < deadline, "convlog serve did not start"
+            time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        process.wait(30)
+        errors.close()
+        with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
 @pytest.fixture
@@ -166,6 +207,78 @@ def test_a_small_budget_drops_the_oldest_turns_and_never_splits_a_call_from_its_
     assert isinstance(first.parts[0], SystemPromptPart)
     assert any(isinstance(p, UserPromptPart) for p in first.parts)
     assert loaded[-1].parts == [TextPart("It is sunny in Baku.")]
+
+
+def test_turns_that_left_the_window_come_back_as_the_summary_a_system_prompt_part(
+    summarising: str, conversation: str
+) -> None:
+    agent, seen = weather_agent()
+    cities = ["Paris", "Oslo", "Lima", "Rome", "Kyiv", "Quito"]
+    with ConvlogClient(summarising, token=TOKEN) as client:
+        history = ConvlogHistory(conversation, user_id="u1", client=client)
+        for city in cities:
+            history.save(agent.run_sync(f"Weather in {city}?", message_history=history.load()).new_messages())
+        deadline = time.monotonic() + 30
+        while True:
+            loaded = history.load()
+            assert history.last_context is not None
+            if history.last_context.summary is not None:
+                break
+            assert time.monotonic() < deadline, "no summary within 30 s"
+            time.sleep(0.2)
+        summary = history.last_context.summary.text
+        first = loaded[0]
+        assert isinstance(first, ModelRequest)
+        system = [p.content for p in first.parts if isinstance(p, SystemPromptPart)]
+        assert system[0] == "Be brief."
+        assert len(system) == 2
+        assert summary in system[1]
+        prompts = [p.content for m in loaded for p in m.parts if isinstance(p, UserPromptPart)]
+        assert prompts == [f"Weather in {c}?" for c in cities[-len(prompts) :]]
+        assert len(prompts) < len(cities)
+        _pairs_whole(loaded)
+        _round_trip(loaded)
+        # The agent runs on it: its model gets the summary as a system prompt, the window whole.
+        result = agent.run_sync("Weather in Bern?", message_history=loaded)
+        assert result.output == "It is sunny in Bern."
+        sent = seen[-2]
+        assert system[1] in [p.content for m in sent for p in m.parts if isinstance(p, SystemPromptPart)]
+
+
+def test_a_tool_retry_is_history_the_model_reads_back(client: ConvlogClient, conversation: str) -> None:
+    def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        last = messages[-1]
+        returns = [p for p in last.parts if isinstance(p, ToolReturnPart)]
+        if returns and returns[0].outcome == "success":
+            return ModelResponse([TextPart("Booked.")])
+        day = "monday" if returns else "someday"
+        return ModelResponse([ToolCallPart("book", {"day": day}, tool_call_id=f"call_{next(_counter)}")])
+
+    agent = Agent(FunctionModel(script))
+
+    @agent.tool_plain
+    def book(day: str) -> str:
+        if day == "someday":
+            raise ModelRetry("name a weekday")
+        return f"booked for {day}"
+
+    history = ConvlogHistory(conversation, user_id="u1", client=client)
+    result = agent.run_sync("Book me in", message_history=history.load())
+    assert result.output == "Booked."
+    history.save(result.new_messages())
+    (retried,) = [p for m in result.new_messages() for p in m.parts if isinstance(p, ToolReturnPart) and p.retry]
+    for model, outcome in [("claude-sonnet-4-5", "failed"), ("gpt-4o", "success")]:
+        loaded = history.load(model=model)
+        _pairs_whole(loaded)
+        _round_trip(loaded)
+        returns = [p for m in loaded for p in m.parts if isinstance(p, ToolReturnPart)]
+        assert [(r.tool_name, r.outcome) for r in returns] == [("book", outcome), ("book", "success")]
+        # What each model reads of the failed call is what it read when it was made.
+        assert returns[0].model_response_str() == retried.model_response_str()
+        assert returns[0].model_response_str(wrap_if_error=False) == (
+            "name a weekday" if outcome == "failed" else retried.model_response_str()
+        )
+        assert returns[1].content == "booked for monday"
 
 
 def test_saving_the_same_messages_twice_stores_them_once(client: ConvlogClient, conversation: str) -> None:
@@ -328,7 +441,10 @@ def _what_the_model_reads(messages: list[ModelMessage]) -> list[tuple[str, ...]]
 
 
 README_EXAMPLE = """
-from pydantic_ai import Agent
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+from pydantic_ai import Agent, ModelRetry
 from convlog.integrations.pydantic_ai import ConvlogHistory
 
 agent = Agent("anthropic:claude-sonnet-4-5", system_prompt="Be brief.")
