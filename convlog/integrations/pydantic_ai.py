@@ -36,6 +36,7 @@ from convlog.integrations.pydantic_ai_messages import (
     append_for,
     from_anthropic,
     from_chat_completions,
+    from_responses,
     idempotency_key,
     is_loaded,
 )
@@ -43,19 +44,26 @@ from convlog.integrations.pydantic_ai_messages import (
 __all__ = ["ConvlogHistory", "UnsupportedPartError", "format_for"]
 
 _ANTHROPIC_SYSTEMS = frozenset({"anthropic", "bedrock", "google-vertex-anthropic"})
+# Pydantic AI's model strings that name the Responses API ("openai:" is Responses since 2.x).
+_RESPONSES_KINDS = frozenset({"openai", "openai-responses", "azure-responses"})
 
 
 def format_for(model: str | Model) -> tuple[Format, str]:
     """The format to load in and the model name convlog budgets for, from a Pydantic AI model
     or model string (``"anthropic:claude-sonnet-4-5"``, ``"claude-sonnet-4-5"``, ``"openai:gpt-4o"``).
-    Claude gets the Anthropic fragment (its signed thinking comes back); every other model the
-    Chat Completions one (text, tool calls and returns; reasoning blobs of other providers never)."""
+    Claude gets the Anthropic fragment (its signed thinking comes back), an OpenAI Responses model
+    (``"openai:…"``, ``OpenAIResponsesModel``) the Responses one (its reasoning items come back),
+    every other model the Chat Completions one (text, tool calls and returns; reasoning blobs of
+    other providers never)."""
     if isinstance(model, Model):
-        system, name = model.system, model.model_name
+        name = model.model_name
+        kind = "openai-responses" if type(model).__name__ == "OpenAIResponsesModel" else model.system
     else:
-        system, _, name = model.rpartition(":")
-    if system in _ANTHROPIC_SYSTEMS or name.startswith("claude"):
+        kind, _, name = model.rpartition(":")
+    if kind in _ANTHROPIC_SYSTEMS or name.startswith("claude"):
         return "anthropic", name
+    if kind in _RESPONSES_KINDS:
+        return "responses", name
     return "chat_completions", name
 
 
@@ -226,6 +234,8 @@ class ConvlogHistory(Sequence[ModelMessage]):
             loaded: list[ModelMessage] = []
         elif ctx.format == "anthropic":
             loaded = from_anthropic(ctx.system, ctx.messages or [])
+        elif ctx.format == "responses":
+            loaded = from_responses(ctx.instructions, ctx.input or [])
         else:
             loaded = from_chat_completions(ctx.messages or [])
         self._snapshot = loaded

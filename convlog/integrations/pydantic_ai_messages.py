@@ -7,6 +7,10 @@ the most of it:
   ``provider_name="anthropic"``, or redacted thinking) or made by Anthropic is an Anthropic
   ``Message`` (``format=anthropic``): thinking with its signature, redacted thinking, text and
   ``tool_use`` blocks, the model (thinking is bound to it) and the usage;
+- a ``ModelResponse`` of the Responses API (OpenAI parts with item ids ``rs_…``/``msg_…``/``fc_…``,
+  or a ``ThinkingPart`` whose ``signature`` is the encrypted content) is a Responses ``Response``
+  (``format=responses``): the reasoning item (summaries, ``encrypted_content``), assistant
+  messages and ``function_call`` items with their ids, model and usage;
 - any other ``ModelResponse`` is a Chat Completions assistant message: text, tool calls,
   unsigned thinking as ``reasoning_content``, model, usage, finish reason;
 - a ``ModelRequest`` is a list of Chat Completions messages: system prompts, user prompts (text
@@ -16,7 +20,7 @@ the most of it:
   ``is_error`` (Chat Completions has no such flag) with the ``{"error": ...}`` text an OpenAI
   model reads.
 
-Loading: a served fragment (``anthropic`` or ``chat_completions``) back to ``ModelMessage``\\ s:
+Loading: a served fragment (``anthropic``, ``responses`` or ``chat_completions``) back to ``ModelMessage``\\ s:
 system text (the summary included) as ``SystemPromptPart``\\ s at the head of the first request,
 each tool return named after the call it answers (the fragment keeps them together), Anthropic
 thinking with its signature marked ``provider_name="anthropic"`` so Pydantic AI's Anthropic model
@@ -62,6 +66,7 @@ __all__ = [
     "append_for",
     "from_anthropic",
     "from_chat_completions",
+    "from_responses",
     "idempotency_key",
     "is_loaded",
 ]
@@ -74,7 +79,8 @@ REDACTED_THINKING_ID = "redacted_thinking"  # Pydantic AI's id for Anthropic's r
 _STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_call": "tool_use", "content_filter": "refusal"}
 _FINISH_REASONS = {"stop": "stop", "length": "length", "tool_call": "tool_calls", "content_filter": "content_filter"}
 
-Format = Literal["anthropic", "chat_completions"]
+OPENAI = "openai"
+Format = Literal["anthropic", "responses", "chat_completions"]
 
 
 class UnsupportedPartError(ValueError):
@@ -105,6 +111,8 @@ def append_for(message: ModelMessage) -> Append | None:
     if isinstance(message, ModelResponse):
         if _is_anthropic(message):
             return Append("anthropic", _anthropic_response(message))
+        if _is_openai_responses(message):
+            return Append("responses", _responses_response(message))
         return Append("chat_completions", _chat_response(message))
     if any(_is_error(p) for p in message.parts) and not any(isinstance(p, SystemPromptPart) for p in message.parts):
         return Append("anthropic", {"role": "user", "content": _anthropic_request_blocks(message.parts)})
@@ -119,6 +127,59 @@ def _is_anthropic(message: ModelResponse) -> bool:
     if message.provider_name == ANTHROPIC:
         return True
     return any(isinstance(p, ThinkingPart) and p.signature and p.provider_name == ANTHROPIC for p in message.parts)
+
+
+# The ids Pydantic AI's Chat Completions model gives its parts: not Responses item ids.
+_CHAT_IDS = frozenset({None, "content", "reasoning", "reasoning_content"})
+
+
+def _is_openai_responses(message: ModelResponse) -> bool:
+    """Made by the Responses API: OpenAI parts carrying item ids (``rs_…``, ``msg_…``, ``fc_…``) or
+    encrypted reasoning."""
+    return any(
+        isinstance(p, ThinkingPart | TextPart | ToolCallPart)
+        and p.provider_name == OPENAI
+        and (p.id not in _CHAT_IDS or (isinstance(p, ThinkingPart) and bool(p.signature)))
+        for p in message.parts
+    )
+
+
+def _responses_response(message: ModelResponse) -> dict[str, Any]:
+    """A Response object: Pydantic AI's parts back to the output items they were read from (the
+    summaries of one reasoning item share its id; the first carries the encrypted content)."""
+    items: list[dict[str, Any]] = []
+    reasoning: dict[str, Any] | None = None
+    for part in message.parts:
+        if isinstance(part, ThinkingPart):
+            if reasoning is None or (part.id and part.id != reasoning["id"]):
+                reasoning = {"type": "reasoning", "id": part.id or "rs_convlog", "summary": []}
+                items.append(reasoning)
+            if part.signature:
+                reasoning["encrypted_content"] = part.signature
+            if part.content:
+                reasoning["summary"].append({"type": "summary_text", "text": part.content})
+            continue
+        reasoning = None
+        if isinstance(part, TextPart):
+            text = {"type": "output_text", "text": part.content, "annotations": []}
+            item: dict[str, Any] = {"type": "message", "role": "assistant", "status": "completed", "content": [text]}
+        elif isinstance(part, ToolCallPart):
+            item = {"type": "function_call", "call_id": part.tool_call_id, "name": part.tool_name,
+                    "arguments": part.args_as_json_str(), "status": "completed"}  # fmt: skip
+        else:
+            raise UnsupportedPartError(f"a response's {type(part).__name__} cannot be stored by convlog yet")
+        if part.id:
+            item["id"] = part.id
+        items.append(item)
+    doc: dict[str, Any] = {"object": "response", "status": "completed", "output": items}
+    if message.model_name:
+        doc["model"] = message.model_name
+    if message.provider_response_id:
+        doc["id"] = message.provider_response_id
+    counts = _usage_counts(message)
+    if counts is not None:
+        doc["usage"] = {"input_tokens": counts[0], "output_tokens": counts[1]}
+    return doc
 
 
 def _is_error(part: ModelRequestPart) -> bool:
@@ -358,6 +419,57 @@ def _chat_user_content(content: Any) -> str | list[UserContent]:
         else:
             out.append(str(part.get("text", "")))
     return out
+
+
+def from_responses(instructions: Any, items: Sequence[Mapping[str, Any]]) -> list[ModelMessage]:
+    b = _Builder()
+    if isinstance(instructions, str) and instructions:
+        b.system(instructions)
+    output: list[ModelResponsePart] = []
+    signed = False
+
+    def flush() -> None:
+        nonlocal output, signed
+        if output:
+            b.response(output, provider_name=OPENAI if signed else None)
+            output, signed = [], False
+
+    for item in items:
+        kind, role = item.get("type", "message"), item.get("role")
+        if kind == "reasoning":
+            summaries = [str(s.get("text", "")) for s in item.get("summary") or ()] or [""]
+            for i, text in enumerate(summaries):
+                output.append(ThinkingPart(text, id=item.get("id"), provider_name=OPENAI,
+                                           signature=item.get("encrypted_content") if i == 0 else None))  # fmt: skip
+            signed = True
+        elif kind == "function_call":
+            output.append(ToolCallPart(item["name"], item["arguments"], tool_call_id=item["call_id"], id=item.get("id"),
+                                       provider_name=OPENAI if item.get("id") else None))  # fmt: skip
+        elif kind == "message" and role == "assistant":
+            text = _text_of(item.get("content"))
+            output.append(TextPart(text, id=item.get("id"), provider_name=OPENAI if item.get("id") else None))
+        else:
+            flush()
+            if kind == "function_call_output":
+                b.tool(str(item["call_id"]), _text_of(item.get("output")))
+            elif role in ("system", "developer"):
+                b.system(_text_of(item.get("content")))
+            elif role == "user":
+                b.user(_responses_user_content(item.get("content")))
+    flush()
+    return b.done()
+
+
+def _responses_user_content(content: Any) -> str | list[UserContent]:
+    if isinstance(content, str):
+        return content
+    out: list[UserContent] = []
+    for part in content or ():
+        if part.get("type") == "input_image" and part.get("image_url"):
+            out.append(_image(str(part["image_url"])))
+        else:
+            out.append(str(part.get("text", "")))
+    return out[0] if len(out) == 1 and isinstance(out[0], str) else out
 
 
 def from_anthropic(system: Any, messages: Sequence[Mapping[str, Any]]) -> list[ModelMessage]:

@@ -34,8 +34,10 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.anthropic import AnthropicModel  # the anthropic SDK is in the dev extra
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.openai import OpenAIResponsesModel
 from pydantic_ai.models.test import TestModel
 from pydantic_ai.providers.anthropic import AnthropicProvider
+from pydantic_ai.providers.openai import OpenAIProvider
 
 from convlog.client import AsyncConvlogClient, ConvlogClient
 from convlog.integrations.pydantic_ai import ConvlogHistory, format_for
@@ -344,6 +346,63 @@ def test_loaded_anthropic_thinking_is_what_pydantic_ais_anthropic_model_sends_ba
     thinking = response.parts[0]
     assert isinstance(thinking, ThinkingPart)
     assert claude.accepts_stateless_artifacts(response, thinking)
+
+
+def test_openai_reasoning_items_come_back_for_the_model_that_wrote_them_only(
+    client: ConvlogClient, conversation: str
+) -> None:
+    def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        last = messages[-1]
+        if any(isinstance(p, ToolReturnPart) for p in last.parts):
+            return ModelResponse([TextPart("Done.", id=f"msg_{next(_counter)}", provider_name="openai")],
+                                 provider_name="openai")  # fmt: skip
+        n = next(_counter)
+        return ModelResponse(
+            [
+                ThinkingPart("plan", id=f"rs_{n}", signature=f"gAAAA-{n}", provider_name="openai"),
+                ThinkingPart("more", id=f"rs_{n}", provider_name="openai"),
+                ToolCallPart("lookup", {"q": "x"}, tool_call_id=f"call_{n}", id=f"fc_{n}", provider_name="openai"),
+            ],
+            provider_name="openai",
+        )
+
+    agent = Agent(FunctionModel(script, model_name="gpt-5"))
+
+    @agent.tool_plain
+    def lookup(q: str) -> str:
+        return "found"
+
+    history = ConvlogHistory(conversation, user_id="u1", client=client, model="openai:gpt-5")
+    for question in ["First?", "Second?"]:
+        result = agent.run_sync(question, message_history=history.load())
+        history.save(result.new_messages())
+    written = [p for m in result.new_messages() for p in m.parts if isinstance(p, ThinkingPart)]
+    history.load()
+    apis = {e.body.get("api") for e in client.events("u1", conversation) if e.body.get("role") == "assistant"}
+    assert apis == {"responses"}  # stored as Response objects, reasoning items whole
+
+    loaded = history.load()
+    _round_trip(loaded)
+    _pairs_whole(loaded)
+    thinking = [p for m in loaded for p in m.parts if isinstance(p, ThinkingPart)]
+    assert len(thinking) == 4
+    assert [(p.content, p.id, p.signature, p.provider_name) for p in thinking[2:]] == [
+        (p.content, p.id, p.signature, p.provider_name) for p in written
+    ]
+    for kind in (ToolCallPart, TextPart):  # the item ids (fc_…, msg_…) too
+        ids = [p.id for m in loaded for p in m.parts if isinstance(p, kind)]
+        assert ids == [p.id for m in result.all_messages() for p in m.parts if isinstance(p, kind)]
+        assert all(ids)
+    responses = OpenAIResponsesModel("gpt-5", provider=OpenAIProvider(api_key="not-used"))
+    assert format_for(responses) == ("responses", "gpt-5")
+    response = next(m for m in history.load(model=responses) if isinstance(m, ModelResponse))
+    assert responses.accepts_stateless_artifacts(response, response.parts[0])
+
+    for other in ["anthropic:claude-sonnet-4-5", "gpt-4o", "openai:gpt-4.1"]:  # another provider, API, model
+        switched = history.load(model=other)
+        assert not [p for m in switched for p in m.parts if isinstance(p, ThinkingPart)], other
+        _pairs_whole(switched)
+        assert [p.content for m in switched for p in m.parts if isinstance(p, UserPromptPart)] == ["First?", "Second?"]
 
 
 def test_plain_thinking_is_kept_as_reasoning_and_history_has_no_provider_blobs(
