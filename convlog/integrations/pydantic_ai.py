@@ -12,7 +12,8 @@ summary a ``SystemPromptPart``, Anthropic thinking with its signature back only 
 that wrote it. ``save(messages)`` appends what Pydantic AI produced, idempotently: the same
 messages saved twice are stored once, and messages that came from ``load()`` are never stored
 again (so ``save(result.all_messages())`` is fine too). How parts map onto convlog's formats:
-:mod:`convlog.integrations.pydantic_ai_messages`.
+:mod:`convlog.integrations.pydantic_ai_messages` (saving) and
+:mod:`convlog.integrations.pydantic_ai_served` (loading).
 
 It talks to convlog through :mod:`convlog.client` only (``CONVLOG_URL`` / ``CONVLOG_TOKEN``
 unless a client is given); ``aload`` / ``asave`` are the asyncio twins.
@@ -34,12 +35,10 @@ from convlog.integrations.pydantic_ai_messages import (
     Format,
     UnsupportedPartError,
     append_for,
-    from_anthropic,
-    from_chat_completions,
-    from_responses,
     idempotency_key,
     is_loaded,
 )
+from convlog.integrations.pydantic_ai_served import from_anthropic, from_chat_completions, from_responses
 
 __all__ = ["ConvlogHistory", "UnsupportedPartError", "format_for"]
 

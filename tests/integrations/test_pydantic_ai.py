@@ -21,6 +21,9 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from pydantic_ai import Agent, ModelRetry
 from pydantic_ai.messages import (
+    AudioUrl,
+    BinaryContent,
+    ImageUrl,
     ModelMessage,
     ModelMessagesTypeAdapter,
     ModelRequest,
@@ -38,9 +41,10 @@ from pydantic_ai.models.openai import OpenAIResponsesModel
 from pydantic_ai.models.test import TestModel
 from pydantic_ai.providers.anthropic import AnthropicProvider
 from pydantic_ai.providers.openai import OpenAIProvider
+from pydantic_core import to_jsonable_python
 
 from convlog.client import AsyncConvlogClient, ConvlogClient
-from convlog.integrations.pydantic_ai import ConvlogHistory, format_for
+from convlog.integrations.pydantic_ai import ConvlogHistory, UnsupportedPartError, format_for
 from tests.support import free_port
 from tests.test_client_live import TOKEN, _ready, served
 
@@ -159,8 +163,12 @@ def _stored(client: ConvlogClient, conversation: str, history: ConvlogHistory) -
 
 
 def _round_trip(messages: list[ModelMessage]) -> None:
+    """Stored and loaded the two ways Pydantic AI's docs do (JSON, and JSON-able Python)."""
+    # Compared as JSON: validating turns a BinaryContent image into the equal BinaryImage.
     dumped = ModelMessagesTypeAdapter.dump_json(messages)
     assert ModelMessagesTypeAdapter.dump_json(ModelMessagesTypeAdapter.validate_json(dumped)) == dumped
+    from_python = ModelMessagesTypeAdapter.validate_python(to_jsonable_python(messages))
+    assert ModelMessagesTypeAdapter.dump_json(from_python) == dumped
 
 
 def test_an_agent_with_tools_for_six_turns_through_convlog(client: ConvlogClient, conversation: str) -> None:
@@ -189,6 +197,26 @@ def test_an_agent_with_tools_for_six_turns_through_convlog(client: ConvlogClient
     assert final[-1].parts == [TextPart("It is sunny in Quito.")]
     returns = [p for m in final for p in m.parts if isinstance(p, ToolReturnPart)]
     assert [(r.tool_name, r.content) for r in returns] == [("weather", f"sunny in {c}") for c in cities]
+
+
+def test_what_pydantic_ais_docs_promise_of_a_message_history(client: ConvlogClient, conversation: str) -> None:
+    """docs/message-history.md: a non-empty history gets no new system prompt, ``all_messages()``
+    is the history then ``new_messages()``, and messages from one model continue on another."""
+    agent, seen = weather_agent()
+    history = ConvlogHistory(conversation, user_id="u1", client=client)
+    first = agent.run_sync("Weather in Paris?", message_history=history.load())
+    assert isinstance(first.new_messages()[0].parts[0], SystemPromptPart)  # empty history: the agent's prompt
+    history.save(first.new_messages())
+    loaded = history.load()
+    second = agent.run_sync("Weather in Oslo?", message_history=loaded)
+    assert second.all_messages()[: len(loaded)] == loaded
+    assert second.all_messages()[len(loaded) :] == second.new_messages()
+    assert not [p for m in second.new_messages() for p in m.parts if isinstance(p, SystemPromptPart)]
+    assert seen[-2][: len(loaded)] == loaded  # the model got the history as loaded, then the question
+    other = Agent(TestModel(), system_prompt="Ignored: the history has one.")
+    third = other.run_sync("Summarise", message_history=loaded)
+    history.save(third.new_messages())
+    assert [p.content for m in history.load() for p in m.parts if isinstance(p, SystemPromptPart)] == ["Be brief."]
 
 
 def test_a_small_budget_drops_the_oldest_turns_and_never_splits_a_call_from_its_return(
@@ -418,6 +446,31 @@ def test_plain_thinking_is_kept_as_reasoning_and_history_has_no_provider_blobs(
     (event,) = [e for e in client.events("u1", conversation) if e.body.get("role") == "assistant"]
     assert event.body["reasoning_content"] == "hmm"
     assert loaded[-1].parts == [TextPart("Hi!")]  # reasoning_content is served per reasoning=omit
+
+
+def test_hand_made_messages_images_an_empty_answer_and_a_part_convlog_cannot_store(
+    client: ConvlogClient, conversation: str
+) -> None:
+    png = BinaryContent(b"\x89PNG\r\n\x1a\n-tiny", media_type="image/png")
+    asked = ModelRequest([UserPromptPart(["What is on these?", ImageUrl("https://example.com/cat.png"), png])])
+    empty = ModelResponse([TextPart("")], provider_name="anthropic", model_name="claude-sonnet-4-5")
+    history = ConvlogHistory(conversation, user_id="u1", client=client, model="claude-sonnet-4-5")
+    history.save([asked, empty])
+    for model in ["claude-sonnet-4-5", "gpt-4o", "openai:gpt-5"]:
+        loaded = history.load(model=model)
+        _round_trip(loaded)
+        (prompt,) = loaded[0].parts
+        assert isinstance(prompt, UserPromptPart)
+        assert prompt.content == ["What is on these?", ImageUrl("https://example.com/cat.png"), png], model
+        # An answer with no text is nothing a model reads: served as nothing, or as an empty text.
+        assert not [p for m in loaded[1:] for p in m.parts if not (isinstance(p, TextPart) and not p.content)]
+        assert Agent(TestModel()).run_sync("Again?", message_history=loaded).output
+
+    stored = _stored(client, conversation, history)
+    audio = ModelRequest([UserPromptPart(["Listen", AudioUrl("https://example.com/a.mp3")])])
+    with pytest.raises(UnsupportedPartError, match="AudioUrl"):
+        history.save([ModelRequest([UserPromptPart("Before")]), audio])
+    assert _stored(client, conversation, history) == stored  # nothing of the refused batch
 
 
 async def test_the_async_twins(served: str, conversation: str) -> None:
