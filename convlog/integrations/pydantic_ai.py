@@ -33,14 +33,13 @@ from convlog.client.types import AppendResult, Context
 from convlog.integrations.pydantic_ai_messages import (
     Append,
     Format,
-    UnsupportedPartError,
     append_for,
     idempotency_key,
     is_loaded,
 )
 from convlog.integrations.pydantic_ai_served import from_anthropic, from_chat_completions, from_responses
 
-__all__ = ["ConvlogHistory", "UnsupportedPartError", "format_for"]
+__all__ = ["ConvlogHistory", "format_for"]
 
 _ANTHROPIC_SYSTEMS = frozenset({"anthropic", "bedrock", "google-vertex-anthropic"})
 # Pydantic AI's model strings that name the Responses API ("openai:" is Responses since 2.x).
@@ -159,7 +158,9 @@ class ConvlogHistory(Sequence[ModelMessage]):
         return self._messages(ctx)
 
     def save(self, messages: Sequence[ModelMessage]) -> None:
-        """Store ``messages`` (``result.new_messages()``), each once, in order."""
+        """Store ``messages`` (``result.new_messages()``), each once, in order. A part convlog
+        cannot store yet (audio, documents, server-side tool parts) raises ``InvalidEventError``
+        before anything is sent; the client's errors (:mod:`convlog.client.errors`) otherwise."""
         client = self._sync_client()
         for message, append in self._appends(messages):
             self._stored(client.append(self.user_id, self.conversation_id, append.payload, format=append.format,

@@ -51,6 +51,8 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
+from events.errors import InvalidEventError
+
 __all__ = [
     "ANTHROPIC",
     "LOADED_KEY",
@@ -58,10 +60,10 @@ __all__ = [
     "REDACTED_THINKING_ID",
     "Append",
     "Format",
-    "UnsupportedPartError",
     "append_for",
     "idempotency_key",
     "is_loaded",
+    "unsupported",
 ]
 
 LOADED_KEY = "convlog.loaded"
@@ -76,8 +78,10 @@ OPENAI = "openai"
 Format = Literal["anthropic", "responses", "chat_completions"]
 
 
-class UnsupportedPartError(ValueError):
-    """A part this adapter cannot store without losing it (audio, documents, server-side tools)."""
+def unsupported(part: object, where: str) -> InvalidEventError:
+    """A part this adapter cannot store without losing it (audio, documents, server-side tools):
+    refused before anything of the save is sent, as the producer refuses an invalid event."""
+    return InvalidEventError(f"{where} {type(part).__name__} cannot be stored by convlog yet", field="parts")
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +164,7 @@ def _responses_response(message: ModelResponse) -> dict[str, Any]:
             item = {"type": "function_call", "call_id": part.tool_call_id, "name": part.tool_name,
                     "arguments": part.args_as_json_str(), "status": "completed"}  # fmt: skip
         else:
-            raise UnsupportedPartError(f"a response's {type(part).__name__} cannot be stored by convlog yet")
+            raise unsupported(part, "a response's")
         if part.id:
             item["id"] = part.id
         items.append(item)
@@ -240,7 +244,7 @@ def _user_content(content: str | Sequence[UserContent]) -> str | list[dict[str, 
         elif isinstance(item, BinaryContent) and item.is_image:
             parts.append({"type": "image_url", "image_url": {"url": item.data_uri}})
         else:
-            raise UnsupportedPartError(f"a user prompt's {type(item).__name__} cannot be stored by convlog yet")
+            raise unsupported(item, "a user prompt's")
     return parts
 
 
@@ -282,7 +286,7 @@ def _anthropic_block(part: ModelResponsePart) -> list[dict[str, Any]]:
         return [{"type": "text", "text": part.content}] if part.content else []
     if isinstance(part, ToolCallPart):
         return [{"type": "tool_use", "id": part.tool_call_id, "name": part.tool_name, "input": part.args_as_dict()}]
-    raise UnsupportedPartError(f"a response's {type(part).__name__} cannot be stored by convlog yet")
+    raise unsupported(part, "a response's")
 
 
 def _chat_response(message: ModelResponse) -> dict[str, Any]:
@@ -299,7 +303,7 @@ def _chat_response(message: ModelResponse) -> dict[str, Any]:
             calls.append({"id": part.tool_call_id, "type": "function",
                           "function": {"name": part.tool_name, "arguments": part.args_as_json_str()}})  # fmt: skip
         else:
-            raise UnsupportedPartError(f"a response's {type(part).__name__} cannot be stored by convlog yet")
+            raise unsupported(part, "a response's")
     # Pydantic AI's OpenAI model joins several text parts the same way.
     doc: dict[str, Any] = {"role": "assistant", "content": "\n\n".join(texts) if texts else None}
     if calls:

@@ -44,7 +44,8 @@ from pydantic_ai.providers.openai import OpenAIProvider
 from pydantic_core import to_jsonable_python
 
 from convlog.client import AsyncConvlogClient, ConvlogClient
-from convlog.integrations.pydantic_ai import ConvlogHistory, UnsupportedPartError, format_for
+from convlog.integrations.pydantic_ai import ConvlogHistory, format_for
+from events.errors import InvalidEventError
 from tests.support import free_port
 from tests.test_client_live import TOKEN, _ready, served
 
@@ -468,7 +469,7 @@ def test_hand_made_messages_images_an_empty_answer_and_a_part_convlog_cannot_sto
 
     stored = _stored(client, conversation, history)
     audio = ModelRequest([UserPromptPart(["Listen", AudioUrl("https://example.com/a.mp3")])])
-    with pytest.raises(UnsupportedPartError, match="AudioUrl"):
+    with pytest.raises(InvalidEventError, match="AudioUrl"):
         history.save([ModelRequest([UserPromptPart("Before")]), audio])
     assert _stored(client, conversation, history) == stored  # nothing of the refused batch
 
