@@ -71,7 +71,8 @@ class ConvlogHistory(Sequence[ModelMessage]):
     It is also a drop-in for the plain list of messages an app keeps by default: pass it as
     ``message_history=history`` (a sequence: the context loaded on the first read after a write,
     then kept until the next write, :meth:`load` or :meth:`refresh`) and
-    ``history.extend(result.new_messages())`` (that is :meth:`save`).
+    ``history.extend(result.new_messages())`` (that is :meth:`save`). That view reads through a
+    sync client; with an :class:`AsyncConvlogClient` pass ``message_history=await history.aload()``.
 
     ``model`` (a Pydantic AI model or model string) decides the format and the token counting of
     ``load()``; ``budget_tokens`` bounds it (``reserve_tokens`` kept free for the answer,

@@ -588,17 +588,19 @@ def _what_the_model_reads(messages: list[ModelMessage]) -> list[tuple[str, ...]]
 
 
 README_EXAMPLE = """
-import psycopg
-from psycopg import sql
-from psycopg.conninfo import make_conninfo
-from pydantic_ai import Agent, ModelRetry
+from pydantic_ai import Agent
 from convlog.integrations.pydantic_ai import ConvlogHistory
 
 agent = Agent("anthropic:claude-sonnet-4-5", system_prompt="Be brief.")
 history = ConvlogHistory("c-42", user_id="u1", model="anthropic:claude-sonnet-4-5", budget_tokens=8000)
 
 result = agent.run_sync("Weather in Paris?", message_history=history.load())
-history.save(result.new_messages())  # stored once, even if saved again
+history.save(result.new_messages())  # each message stored once, even if saved again
+
+# Or where the app kept its own list (messages = []): the same two lines work on the history.
+messages = history
+result = agent.run_sync("And in Oslo?", message_history=messages)
+messages.extend(result.new_messages())
 """
 
 
@@ -606,9 +608,16 @@ def test_the_readme_example_runs(served: str, conversation: str, monkeypatch: py
     monkeypatch.setenv("CONVLOG_URL", served)
     monkeypatch.setenv("CONVLOG_TOKEN", TOKEN)
     code = README_EXAMPLE.replace('"c-42"', repr(conversation))
-    code = code.replace('"anthropic:claude-sonnet-4-5", system', "TestModel(), system")
+    # Run as written but for the model: Claude itself would need the network and a key.
+    code = code.replace('Agent("anthropic:claude-sonnet-4-5", system', "Agent(TestModel(), system")
+    assert code.count("TestModel()") == 1
     namespace: dict[str, Any] = {"TestModel": TestModel}
-    exec(code, namespace)  # noqa: S102 -- the README's own example, run as written
+    exec(code, namespace)  # noqa: S102 -- the README's own example
     history = namespace["history"]
-    assert [type(m) for m in history.load()] == [ModelRequest, ModelResponse]
+    loaded = history.load()
+    assert [type(m) for m in loaded] == [ModelRequest, ModelResponse] * 2
+    assert [p.content for m in loaded for p in m.parts if isinstance(p, UserPromptPart)] == [
+        "Weather in Paris?",
+        "And in Oslo?",
+    ]
     history.close()
