@@ -1,3 +1,3 @@
 """Drop-in convlog history for the chat frameworks apps already use: one module per framework
-(``convlog.integrations.<name>``), each an optional extra; it imports only ``convlog.client`` and
-its framework, and the core never imports it."""
+(``convlog.integrations.<name>``), each an optional extra (``convlog[agents]``, ``[pydantic-ai]``,
+``[langchain]``); it imports only ``convlog.client`` and its framework, and the core never imports it."""
