@@ -32,7 +32,7 @@ from query_api.context_types import (
     StoredMessage,
     StoredSummary,
 )
-from query_api.estimates import estimate_for
+from query_api.estimates import CALIBRATION_MESSAGES, estimate_for
 from query_api.formats import checker_for, renderer_for
 from query_api.formats.types import RenderRequest, Selected, Target, extras_served, reasoning_served
 
@@ -193,12 +193,14 @@ def assemble(
         if turn is not None:
             turns.append(turn)
     budget = request.budget_tokens - request.reserve_tokens - request.tools_tokens
-    estimate = estimate_for(spec, target, fixed, [s for t in turns for s in t.messages()],
-                            tools_tokens=request.tools_tokens)  # fmt: skip
+    recent = {m.message_id for m in messages[-CALIBRATION_MESSAGES:]}
+    estimate = estimate_for(
+        spec, target, [s for t in turns for s in t.messages() if s.selected.message.message_id in recent]
+    )
     available = budget if estimate is None else estimate.tokens_available(budget)
-    if not complete and (not turns or estimate is not None):
-        # The newest usable question is older than what was read; or the estimate's calibration
-        # weighs everything in range ahead of the answer it calibrates from (as_of reads it all).
+    if not complete and (not turns or (estimate is not None and len(messages) < CALIBRATION_MESSAGES)):
+        # The newest usable question is older than what was read; or fewer rows were read than
+        # calibration looks at (as_of, from the whole range, would see more of them).
         raise NeedOlderMessagesError
     try:
         kept, skip_groups = _fit(turns, fixed, available)

@@ -7,15 +7,16 @@ stated safety margin.
 
 The factor is **calibrated per conversation** from what the provider reported: an assistant
 message's recorded prompt tokens (``usage.prompt_tokens``: the whole prompt, cache reads and
-writes included) are the true size of the context that produced it. The newest such answer of
-the same format and model in the context's range gives ``factor = reported / estimated``,
-where ``estimated`` is this estimate of everything before that answer (the system prompts, the
-summary and the messages in range ahead of it) and ``reported`` leaves out the request's own
-``tools_tokens`` (the tool definitions that answer was sent with are in its figure; an app sends
-the same tools every turn — if it sent more then, the factor errs on the large side). Without
-such an answer the format's default factor applies. The factor is clamped to ``[0.25, 4]`` so
-one odd usage report cannot make a context absurd. Pure: the same inputs give the same
-estimate (``as_of`` reproduces it).
+writes included) are the true size of the context that produced it. Between two answers of the
+same format and model, the prompt grew by exactly what came between them (the first answer, the
+tool results, the next question) — the system prompts, the summary and the tool definitions are
+in both figures and cancel out. So the newest such pair among the range's newest
+:data:`CALIBRATION_MESSAGES` gives ``factor = (reported_2 - reported_1) / (estimate of what came
+between)``, provided the prompt grew (a window move or a new summary in between shrinks it: that
+pair is skipped) by at least 32 raw tokens. Without such a pair the format's default factor
+applies. The factor is clamped to ``[0.25, 4]`` so one odd usage report cannot make a context
+absurd. Pure, and it looks only at the range's newest messages: a live read of the newest rows
+calibrates exactly as ``as_of`` does from the whole range.
 """
 
 from __future__ import annotations
@@ -23,12 +24,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any, Final, Protocol
 
 from projectors.tokens import ModelSpec
 from query_api.formats.types import Selected, Target, same_model
 
-__all__ = ["DEFAULT_FACTORS", "SAFETY_MARGIN", "Estimate", "estimate_for"]
+__all__ = ["CALIBRATION_MESSAGES", "DEFAULT_FACTORS", "SAFETY_MARGIN", "Estimate", "estimate_for"]
 
 SAFETY_MARGIN: Final = 0.10
 """The share of the budget an estimated context leaves unused, on top of the calibrated factor."""
@@ -45,6 +47,11 @@ fixed ~30 tokens that no factor models. Gemini 1.0: the ratio is at most 1.06 (a
 gpt-4o's per-message overheads over-count short prompts)."""
 
 _CLAMP: Final = (0.25, 4.0)
+_MIN_GROWTH: Final = 32  # raw tokens between two answers below which their usage says too little
+
+CALIBRATION_MESSAGES: Final = 64
+"""How far back calibration looks: the range's newest messages (a live read of the newest rows
+holds them, so it calibrates exactly as ``as_of``, which reads the whole range)."""
 
 
 class _Costed(Protocol):
@@ -58,9 +65,9 @@ class _Costed(Protocol):
 class Estimate:
     factor: float
     margin: float
-    calibrated_by: str | None = None  # the message whose reported usage set the factor
-    reported_prompt_tokens: int | None = None
-    estimated_prompt_tokens: int | None = None
+    calibrated_by: str | None = None  # the newer of the two answers whose reported usage set the factor
+    reported_growth: int | None = None  # how much the reported prompt grew between them
+    estimated_growth: int | None = None  # the raw estimate of what came between them
     raw_tokens: int = 0  # the o200k_base estimate of the served context, before the factor
 
     def tokens_available(self, budget: int) -> int:
@@ -80,22 +87,20 @@ class Estimate:
             if self.calibrated_by is None
             else {
                 "message_id": self.calibrated_by,
-                "reported_prompt_tokens": self.reported_prompt_tokens,
-                "estimated_prompt_tokens": self.estimated_prompt_tokens,
+                "reported_growth": self.reported_growth,
+                "estimated_growth": self.estimated_growth,
             },
         }
 
 
-def estimate_for(
-    spec: ModelSpec, target: Target, fixed: int, candidates: Sequence[_Costed], *, tools_tokens: int = 0
-) -> Estimate | None:
+def estimate_for(spec: ModelSpec, target: Target, candidates: Sequence[_Costed]) -> Estimate | None:
     """None when ``spec`` counts exactly (an OpenAI model); else the calibrated estimate.
-    ``candidates``: every message the context could serve, in order, with its raw cost;
-    ``fixed``: the raw cost of the system prompts, the summary and the reply priming."""
+    ``candidates``: the messages the context could serve among the range's newest
+    :data:`CALIBRATION_MESSAGES`, in order, with their raw costs."""
     if not spec.estimated:
         return None
-    before = fixed
-    found: tuple[str, int, int] | None = None
+    before = 0  # raw cost of the candidates ahead of the current one
+    answers: list[tuple[str, int, int]] = []  # (message id, reported prompt, raw cost before it)
     for c in candidates:
         m = c.selected.message
         if (
@@ -104,12 +109,12 @@ def estimate_for(
             and (m.api or "chat_completions") == target.format
             and m.model
             and same_model(m.model, target.model)
-            and before > 0
         ):
-            found = (m.message_id, m.prompt_tokens, before)
+            answers.append((m.message_id, m.prompt_tokens, before))
         before += c.cost
-    if found is None:
-        return Estimate(DEFAULT_FACTORS.get(target.format, 1.0), SAFETY_MARGIN)
-    message_id, reported, estimated = found
-    factor = round(min(max(max(reported - tools_tokens, 1) / estimated, _CLAMP[0]), _CLAMP[1]), 4)
-    return Estimate(factor, SAFETY_MARGIN, message_id, reported, estimated)
+    for (_, reported_1, before_1), (message_id, reported_2, before_2) in reversed(list(pairwise(answers))):
+        grown, estimated = reported_2 - reported_1, before_2 - before_1
+        if grown > 0 and estimated >= _MIN_GROWTH:
+            factor = round(min(max(grown / estimated, _CLAMP[0]), _CLAMP[1]), 4)
+            return Estimate(factor, SAFETY_MARGIN, message_id, grown, estimated)
+    return Estimate(DEFAULT_FACTORS.get(target.format, 1.0), SAFETY_MARGIN)

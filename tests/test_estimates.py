@@ -4,6 +4,7 @@ format reports it dropped."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -19,16 +20,26 @@ SPEC = model_spec("deepseek-chat")  # a model the table does not know: estimated
 ENCODING = get_encoding("o200k_base")
 
 
-def conversation(turns: int, *, reported: int | None = None, model: str = "deepseek-chat") -> Builder:
+def conversation(turns: int, *, reported: dict[int, int] | None = None, model: str = "deepseek-chat") -> Builder:
+    """``turns`` question-answer turns and a last question; ``reported``: per turn, the prompt
+    size its answer's usage reported."""
     b = Builder()
     for t in range(turns):
         b.add("user", f"question {t} " * 10)
         answer = b.add("assistant", f"answer {t} " * 10)
-        if reported is not None and t == turns - 1:
-            b.messages[-1] = type(answer)(**{**{f: getattr(answer, f) for f in answer.__slots__},
-                                             "model": model, "prompt_tokens": reported})  # fmt: skip
+        if reported and t in reported:
+            b.messages[-1] = replace(answer, model=model, prompt_tokens=reported[t])
     b.add("user", "the question now")
     return b
+
+
+def _between(b: Builder, first: int, second: int) -> int:
+    """The raw estimate of what came between the answers of two turns: the first answer and the
+    question after it (2 units a turn: question, answer)."""
+    ctx = assemble(system=[], summary=None, messages=b.messages, request=ContextRequest("deepseek-chat", 10**6),
+                   spec=SPEC, count=count)  # fmt: skip
+    costs = [tokens for _, tokens in ctx.units]
+    return sum(costs[2 * first + 1 : 2 * second + 1])
 
 
 def test_an_uncalibrated_estimate_keeps_the_safety_margin_free() -> None:
@@ -48,29 +59,38 @@ def test_an_uncalibrated_estimate_keeps_the_safety_margin_free() -> None:
     assert tight.token_count * (1 + SAFETY_MARGIN) <= raw + 1
 
 
-def test_the_reported_prompt_of_the_last_answer_calibrates_the_estimate() -> None:
-    plain = conversation(3)
-    before = assemble(system=[], summary=None, messages=plain.messages[:5],
-                      request=ContextRequest("deepseek-chat", 10**6), spec=SPEC, count=count)  # fmt: skip
-    assert before.estimate is not None
-    estimated_before = before.estimate.raw_tokens - SPEC.reply_priming  # what preceded the third answer
-    b = conversation(3, reported=2 * (estimated_before + SPEC.reply_priming))
+def test_the_growth_of_the_reported_prompt_between_two_answers_calibrates_the_estimate() -> None:
+    between = _between(conversation(3), 1, 2)
+    # 300: what the system prompt and the tool definitions add to both figures; it cancels out.
+    b = conversation(3, reported={1: 300 + 1000, 2: 300 + 1000 + 2 * between})
     ctx = assemble(system=[], summary=None, messages=b.messages, request=ContextRequest("deepseek-chat", 10**6),
                    spec=SPEC, count=count)  # fmt: skip
     assert ctx.estimate is not None
     assert ctx.estimate.calibrated_by == b.messages[5].message_id
     assert ctx.estimate.factor == 2.0
     assert ctx.token_count == math.ceil(ctx.estimate.raw_tokens * 2.0)
-    # Another model's usage says nothing about this model's tokenizer.
-    other = conversation(3, reported=999, model="qwen-max")
-    ctx = assemble(system=[], summary=None, messages=other.messages, request=ContextRequest("deepseek-chat", 10**6),
+    # One answer with usage says nothing yet; another model's usage says nothing about this one's.
+    for other in (conversation(3, reported={2: 999}),
+                  conversation(3, reported={1: 100, 2: 999}, model="qwen-max")):  # fmt: skip
+        ctx = assemble(system=[], summary=None, messages=other.messages,
+                       request=ContextRequest("deepseek-chat", 10**6), spec=SPEC, count=count)  # fmt: skip
+        assert ctx.estimate is not None
+        assert ctx.estimate.calibrated_by is None
+
+
+def test_a_prompt_that_shrank_between_two_answers_is_not_taken_for_a_factor() -> None:
+    """The window moved or a summary replaced turns between them: the older pair decides."""
+    between = _between(conversation(4), 1, 2)
+    b = conversation(4, reported={1: 1000, 2: 1000 + 3 * between, 3: 500})
+    ctx = assemble(system=[], summary=None, messages=b.messages, request=ContextRequest("deepseek-chat", 10**6),
                    spec=SPEC, count=count)  # fmt: skip
     assert ctx.estimate is not None
-    assert ctx.estimate.calibrated_by is None
+    assert ctx.estimate.calibrated_by == b.messages[5].message_id
+    assert ctx.estimate.factor == 3.0
 
 
 def test_a_budget_error_counts_in_calibrated_tokens() -> None:
-    b = conversation(1, reported=10_000)
+    b = conversation(2, reported={0: 100, 1: 10_000})
     with pytest.raises(ContextBudgetExceededError) as raised:
         assemble(system=[], summary=None, messages=b.messages, request=ContextRequest("deepseek-chat", 5),
                  spec=SPEC, count=count)  # fmt: skip
@@ -116,15 +136,3 @@ def test_chat_completions_serves_a_native_message_as_its_view_and_says_what_it_d
     assert "thinking" not in str(ctx.fragment)
     assert [(d.message_id, d.what, d.reason) for d in ctx.dropped] == [
         ("m1", "reasoning", "other_provider"), ("m1", "opaque", "unsupported")]  # fmt: skip
-
-
-def test_the_tool_definitions_of_the_request_are_not_taken_for_conversation() -> None:
-    plain = conversation(3)
-    before = assemble(system=[], summary=None, messages=plain.messages[:5],
-                      request=ContextRequest("deepseek-chat", 10**6), spec=SPEC, count=count)  # fmt: skip
-    assert before.estimate is not None
-    b = conversation(3, reported=2 * before.estimate.raw_tokens + 300)
-    request = ContextRequest("deepseek-chat", 10**6, tools_tokens=300)
-    ctx = assemble(system=[], summary=None, messages=b.messages, request=request, spec=SPEC, count=count)
-    assert ctx.estimate is not None
-    assert ctx.estimate.factor == 2.0

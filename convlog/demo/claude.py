@@ -76,8 +76,8 @@ async def print_claude_contexts(service: Service, key: ConversationKey) -> None:
             if e is None
             else f", estimated: o200k_base × {e.factor}"
             + (
-                f" (calibrated: the last answer reported {e.reported_prompt_tokens} prompt tokens where the"
-                f" estimate said {e.estimated_prompt_tokens})"
+                f" (calibrated: between the last two answers the prompt Claude reported grew by"
+                f" {e.reported_growth} tokens where the estimate said {e.estimated_growth})"
                 if e.calibrated_by
                 else " (uncalibrated)"
             )
