@@ -46,6 +46,7 @@ from pydantic_core import to_jsonable_python
 from convlog.client import AsyncConvlogClient, ConvlogClient
 from convlog.integrations.pydantic_ai import ConvlogHistory, format_for
 from events.errors import InvalidEventError
+from tests.integrations.readme import readme_example
 from tests.support import free_port
 from tests.test_client_live import TOKEN, _ready, served
 
@@ -587,21 +588,7 @@ def _what_the_model_reads(messages: list[ModelMessage]) -> list[tuple[str, ...]]
     return out
 
 
-README_EXAMPLE = """
-from pydantic_ai import Agent
-from convlog.integrations.pydantic_ai import ConvlogHistory
-
-agent = Agent("anthropic:claude-sonnet-4-5", system_prompt="Be brief.")
-history = ConvlogHistory("c-42", user_id="u1", model="anthropic:claude-sonnet-4-5", budget_tokens=8000)
-
-result = agent.run_sync("Weather in Paris?", message_history=history.load())
-history.save(result.new_messages())  # each message stored once, even if saved again
-
-# Or where the app kept its own list (messages = []): the same two lines work on the history.
-messages = history
-result = agent.run_sync("And in Oslo?", message_history=messages)
-messages.extend(result.new_messages())
-"""
+README_EXAMPLE = readme_example("Pydantic AI")
 
 
 def test_the_readme_example_runs(served: str, conversation: str, monkeypatch: pytest.MonkeyPatch) -> None:
