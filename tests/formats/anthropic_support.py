@@ -9,11 +9,12 @@ from typing import Any
 import pydantic
 from anthropic.types import MessageParam, TextBlockParam
 
-from events.event_types import ImagePart, MessageAppended, TextPart, ToolCallBlock
+from events.event_types import MessageAppended, ToolCallBlock
 from events.formats.anthropic import parse
 from query_api.context_types import StoredMessage
 from query_api.formats.anthropic import render, violations
 from query_api.formats.types import Rendered, RenderRequest, Selected, Target
+from tests.formats.every_format import stored  # noqa: F401 -- re-exported for the tests of this format
 
 _MESSAGES = pydantic.TypeAdapter(list[MessageParam])
 _SYSTEM = pydantic.TypeAdapter(list[TextBlockParam])
@@ -22,28 +23,6 @@ _SYSTEM = pydantic.TypeAdapter(list[TextBlockParam])
 def ids(prefix: str = "m") -> Callable[[], str]:
     counter = itertools.count(1)
     return lambda: f"{prefix}{next(counter)}"
-
-
-def stored(msg: MessageAppended, seq: int) -> StoredMessage:
-    """The transcript row a projected MessageAppended reads back as (content in Chat Completions form)."""
-    content: Any = msg.content
-    if isinstance(content, tuple):
-        content = [
-            {"type": "text", "text": p.text}
-            if isinstance(p, TextPart)
-            else {"type": "image_url", "image_url": {"url": p.url, "detail": p.detail}}
-            for p in content
-            if isinstance(p, TextPart | ImagePart)
-        ]
-    calls = tuple(
-        {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in msg.tool_calls
-    )
-    return StoredMessage(
-        seq=seq, epoch=0, message_id=msg.message_id, role=msg.role, content=content, name=msg.name,
-        tool_calls=calls, tool_call_id=msg.tool_call_id, finish_reason=msg.finish_reason, blocks=msg.blocks,
-        api=msg.api, provider=msg.provider, model=msg.model, is_error=msg.is_error,
-        prompt_tokens=msg.usage.prompt_tokens if msg.usage else None,
-    )  # fmt: skip
 
 
 def parse_all(payloads: Iterable[object]) -> list[MessageAppended]:

@@ -16,7 +16,16 @@ from openai.types.chat import ChatCompletionMessageParam
 from openai.types.responses import ResponseInputParam
 from pydantic import TypeAdapter
 
-from events.blocks import Block, ReasoningBlock, TextBlock, ToolCallBlock, native_message, reasoning_text
+from events.blocks import (
+    Block,
+    ReasoningBlock,
+    TextBlock,
+    ToolCallBlock,
+    blocks_from_json,
+    blocks_to_json,
+    native_message,
+    reasoning_text,
+)
 from events.event_types import MessageAppended, ToolCall
 from projectors.state import content_json, tool_calls_json
 from projectors.tokens import countable_text, image_parts, text_counter
@@ -35,7 +44,7 @@ TARGETS: tuple[tuple[str, str], ...] = (
 
 
 def stored(msg: MessageAppended, seq: int) -> StoredMessage:
-    """A message as the transcript row the projector writes reads back."""
+    """A message as the transcript row the projector writes reads back (blocks through their JSON column)."""
     content, calls = content_json(msg), tuple(tool_calls_json(msg) or ())
     reasoning = msg.reasoning_content if not msg.blocks else reasoning_text(msg.blocks)
     return StoredMessage(
@@ -43,7 +52,8 @@ def stored(msg: MessageAppended, seq: int) -> StoredMessage:
         tool_calls=calls, tool_call_id=msg.tool_call_id, reasoning_content=msg.reasoning_content,
         finish_reason=msg.finish_reason, tokens=count(countable_text(content, calls)),
         reasoning_tokens=count(reasoning) if reasoning else 0, image_count=image_parts(content),
-        blocks=msg.blocks, api=msg.api, provider=msg.provider, model=msg.model, is_error=msg.is_error,
+        blocks=blocks_from_json(blocks_to_json(msg.blocks)), api=msg.api, provider=msg.provider, model=msg.model,
+        is_error=msg.is_error,
         prompt_tokens=None if msg.usage is None else msg.usage.prompt_tokens,
     )  # fmt: skip
 

@@ -9,12 +9,13 @@ from typing import Any
 import pydantic
 from openai.types.responses import ResponseInputParam
 
-from events.blocks import ToolCallBlock, blocks_from_json, blocks_to_json
-from events.event_types import ImagePart, MessageAppended, TextPart
+from events.blocks import ToolCallBlock
+from events.event_types import MessageAppended
 from events.formats.responses import parse
 from query_api.context_types import StoredMessage
 from query_api.formats.responses import render, violations
 from query_api.formats.types import Rendered, RenderRequest, Selected, Target
+from tests.formats.every_format import stored
 
 # extra="forbid": a key the SDK's param types do not know is an error, not silently ignored.
 _INPUT = pydantic.TypeAdapter(ResponseInputParam, config=pydantic.ConfigDict(extra="forbid"))
@@ -28,30 +29,6 @@ def ids(prefix: str = "m") -> Iterator[str]:
 def parse_items(payload: object) -> list[MessageAppended]:
     counter = ids()
     return list(parse(payload, new_id=lambda: next(counter)).messages)
-
-
-def stored(message: MessageAppended, seq: int) -> StoredMessage:
-    """The transcript row of ``message``, its blocks through their JSON column form."""
-    content: Any = message.content
-    if isinstance(content, tuple):
-        content = [
-            {"type": "text", "text": p.text}
-            if isinstance(p, TextPart)
-            else {"type": "image_url", "image_url": {"url": p.url, "detail": p.detail}}
-            for p in content
-            if isinstance(p, TextPart | ImagePart)
-        ]
-    calls = tuple(
-        {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-        for c in message.tool_calls
-    )
-    return StoredMessage(
-        seq=seq, epoch=0, message_id=message.message_id, role=message.role, content=content,
-        tool_calls=calls, tool_call_id=message.tool_call_id, finish_reason=message.finish_reason,
-        blocks=blocks_from_json(blocks_to_json(message.blocks)), api=message.api, provider=message.provider,
-        model=message.model, is_error=message.is_error,
-        prompt_tokens=message.usage.prompt_tokens if message.usage else None,
-    )  # fmt: skip
 
 
 def selected(rows: Sequence[StoredMessage], *, keep_images: bool = True) -> tuple[Selected, ...]:

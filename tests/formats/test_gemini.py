@@ -17,13 +17,14 @@ from hypothesis import strategies as st
 
 from events.blocks import MediaBlock, OpaqueBlock, ReasoningBlock, TextBlock, ToolCallBlock
 from events.errors import NativeFormatError
-from events.event_types import ImagePart, MessageAppended, TextPart, Usage
+from events.event_types import MessageAppended, Usage
 from events.formats.gemini import SNAKE, parse
 from events.strict_json import compact_json
 from events.validation import validate_message
 from query_api.context_types import StoredMessage
 from query_api.formats.gemini import SKIP_SIGNATURE, render, violations
 from query_api.formats.types import Dropped, Rendered, RenderRequest, Selected, Target
+from tests.formats.every_format import stored
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "formats" / "gemini"
 
@@ -34,29 +35,6 @@ FIXTURES = Path(__file__).parent.parent / "fixtures" / "formats" / "gemini"
 def ids() -> Callable[[], str]:
     counter = itertools.count(1)
     return lambda: f"m{next(counter)}"
-
-
-def stored(message: MessageAppended, seq: int) -> StoredMessage:
-    """The transcript row a projection makes of ``message`` (Chat Completions view + blocks)."""
-    content: Any = message.content
-    if isinstance(content, tuple):
-        content = [
-            {"type": "text", "text": p.text}
-            if isinstance(p, TextPart)
-            else {"type": "image_url", "image_url": {"url": p.url, "detail": p.detail}}
-            for p in content
-            if isinstance(p, TextPart | ImagePart)
-        ]
-    calls = tuple(
-        {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-        for c in message.tool_calls
-    )
-    return StoredMessage(
-        seq=seq, epoch=0, message_id=message.message_id, role=message.role, content=content,
-        tool_calls=calls, tool_call_id=message.tool_call_id, finish_reason=message.finish_reason,
-        blocks=message.blocks, api=message.api, provider=message.provider, model=message.model,
-        is_error=message.is_error, name=message.name,
-    )  # fmt: skip
 
 
 def select(messages: Sequence[StoredMessage]) -> tuple[Selected, ...]:

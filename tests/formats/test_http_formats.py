@@ -4,59 +4,22 @@ another provider without them, and rebuilt ``as_of`` byte for byte."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from events.codec import default_codec
-from events.embedded_log import EmbeddedEventLog
-from events.producer import ConversationProducer
-from projectors.log_source import LogSource
-from projectors.memory_store import InMemoryProjectionStore
-from projectors.memory_tables import MemoryTables
-from projectors.runner import Projector
-from projectors.window import WindowPolicy
-from query_api.http import ApiDeps, create_app
 from query_api.http.routes_context import CACHEABLE_PREFIX_HEADER
-from query_api.memory_reads import InMemoryReadModels
-from query_api.metrics import Metrics
-from query_api.ports import ReadModels
 from tests.formats.every_format import validate_with_sdk
-from tests.projection_support import COUNTER
+from tests.test_api_in_memory import client
+
+__all__ = ["client"]  # the fixture (the API over the in-memory read models, a projector beside it)
 
 A = {"Authorization": "Bearer token-a"}
 BASE = "/v1/users/u1/conversations"
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "formats"
-
-
-@pytest.fixture
-async def client(log: EmbeddedEventLog) -> AsyncIterator[httpx.AsyncClient]:
-    tables = MemoryTables()
-    store = InMemoryProjectionStore(tables, codec=default_codec(), counter=COUNTER, policy=WindowPolicy(),
-                                    max_event_bytes=1 << 20)  # fmt: skip
-    reads = InMemoryReadModels(tables, counter=COUNTER)
-
-    async def live_reads() -> ReadModels:
-        return reads
-
-    async def readiness() -> dict[str, Any]:
-        return {"ready": True}
-
-    deps = ApiDeps(tokens={"token-a": "acme"}, producer=ConversationProducer(log, producer="test"), log=log,
-                   reads=live_reads, readiness=readiness, metrics=Metrics())  # fmt: skip
-    stop = asyncio.Event()
-    projecting = asyncio.create_task(Projector(LogSource(log), store, fetch_timeout_s=0.05).run(stop))
-    try:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(deps)), base_url="http://c") as c:
-            yield c
-    finally:
-        stop.set()
-        await projecting
 
 
 def _anthropic(name: str) -> tuple[str, list[Any], list[Any]]:

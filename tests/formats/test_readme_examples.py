@@ -11,7 +11,9 @@ from pathlib import Path
 
 import httpx
 
-from tests.formats.test_http_formats import A, client  # noqa: F401 -- the fixture
+from tests.test_api_in_memory import A, client
+
+__all__ = ["client"]  # the fixture
 
 SECTION = Path(__file__).parents[2].joinpath("README.md").read_text().split("## Provider formats", 1)[1]
 SECTION = SECTION.split("\n## ", 1)[0]
@@ -25,7 +27,7 @@ def _commands() -> list[list[str]]:
     return out
 
 
-async def test_the_readmes_format_examples_run(client: httpx.AsyncClient) -> None:  # noqa: F811
+async def test_the_readmes_format_examples_run(client: httpx.AsyncClient) -> None:
     commands = _commands()
     assert len(commands) >= 8
     for args in commands:

@@ -1,8 +1,21 @@
-"""The framework adapters' tests run without network: the Agents SDK's tracing (which exports
-to OpenAI by default) is off."""
+"""The framework adapters' tests: a summarising ``convlog serve`` they share, and no network (the
+Agents SDK's tracing, which exports to OpenAI by default, is off)."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+
+import pytest
+
+from tests.live_server import convlog_serve
 
 os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "true")
+
+
+@pytest.fixture(scope="module")
+def summarising(pg_admin_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A ``convlog serve`` with the (offline) summarizer on and a window of at most 4 turns."""
+    with convlog_serve(pg_admin_url, tmp_path_factory.mktemp("serve-summaries"), CONVLOG_SUMMARIZER="on",
+                       CONVLOG_WINDOW_MAX_TURNS="4", CONVLOG_WINDOW_KEEP_TURNS="2") as url:  # fmt: skip
+        yield url

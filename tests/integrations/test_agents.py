@@ -22,9 +22,9 @@ from convlog.client import (
     RejectedRequestError,
 )
 from convlog.integrations.agents import ConvlogSession
-from tests.integrations.agents_support import TOKEN, USER, client, new_id, served, session_on, summarising
+from tests.integrations.agents_support import TOKEN, USER, client, new_id, served, session_on
 
-__all__ = ["client", "served", "summarising"]  # the fixtures, imported for pytest
+__all__ = ["client", "served"]  # the fixtures, imported for pytest
 
 pytestmark = pytest.mark.postgres
 

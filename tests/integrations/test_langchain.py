@@ -7,18 +7,11 @@ README's example."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import psycopg
 import pytest
-from psycopg import sql
-from psycopg.conninfo import make_conninfo
 
 pytest.importorskip("langchain_core")
 
@@ -38,8 +31,7 @@ from langchain_core.runnables.history import RunnableWithMessageHistory
 from convlog.client import AsyncConvlogClient, ConvlogClient, RejectedEventError
 from convlog.integrations.langchain import ConvlogChatMessageHistory
 from tests.integrations.readme import readme_example
-from tests.support import free_port
-from tests.test_client_live import TOKEN, _conversation, _ready, served  # noqa: F401 -- the live-service fixture
+from tests.test_client_live import TOKEN, _conversation, served  # noqa: F401 -- the live-service fixture
 
 pytestmark = [
     pytest.mark.postgres,
@@ -349,37 +341,6 @@ def test_the_readme_example_runs(
 
 
 # -- the summary, as a SystemMessage ---------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def summarising(pg_admin_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A ``convlog serve`` with the (offline) summarizer on and a window of at most 4 turns."""
-    name = f"convlog_test_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    data = tmp_path_factory.mktemp("serve-summaries")
-    port = free_port()
-    env = {**os.environ, "CONVLOG_DATABASE_URL": make_conninfo(pg_admin_url, dbname=name),
-           "CONVLOG_DATA_DIR": str(data), "CONVLOG_HTTP_PORT": str(port), "CONVLOG_SUMMARIZER": "on",
-           "CONVLOG_WINDOW_MAX_TURNS": "4", "CONVLOG_WINDOW_KEEP_TURNS": "2",
-           "CONVLOG_API_TOKENS": f"acme:{TOKEN}"}  # fmt: skip
-    for key in ("CONVLOG_KAFKA_BOOTSTRAP", "CONVLOG_LLM_BASE_URL", "OPENAI_BASE_URL"):  # the offline summarizer
-        env.pop(key, None)
-    with (data / "serve.err").open("wb") as errors:
-        process = subprocess.Popen([sys.executable, "-m", "convlog.cli.main", "serve"], env=env,
-                                   stdout=subprocess.DEVNULL, stderr=errors)  # fmt: skip
-        try:
-            deadline = time.monotonic() + 60
-            while not _ready(port):
-                assert process.poll() is None, (data / "serve.err").read_text()
-                assert time.monotonic() < deadline, "convlog serve did not start"
-                time.sleep(0.1)
-            yield f"http://127.0.0.1:{port}"
-        finally:
-            process.terminate()
-            process.wait(30)
-            with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-                conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
 def test_the_summary_of_the_turns_that_left_the_window_is_a_system_message(summarising: str) -> None:

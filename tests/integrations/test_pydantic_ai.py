@@ -6,19 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import os
-import subprocess
-import sys
 import time
 import uuid
 import warnings
 from collections.abc import Iterator
 from typing import Any
 
-import psycopg
 import pytest
-from psycopg import sql
-from psycopg.conninfo import make_conninfo
 from pydantic_ai import Agent, ModelRetry
 from pydantic_ai.messages import (
     AudioUrl,
@@ -47,8 +41,7 @@ from convlog.client import AsyncConvlogClient, ConvlogClient
 from convlog.integrations.pydantic_ai import ConvlogHistory, format_for
 from events.errors import InvalidEventError
 from tests.integrations.readme import readme_example
-from tests.support import free_port
-from tests.test_client_live import TOKEN, _ready, served
+from tests.test_client_live import TOKEN, served
 
 __all__ = ["served"]  # the live-service fixture, shared with the client's tests
 
@@ -79,39 +72,6 @@ def _close_the_loop_run_sync_leaves(request: pytest.FixtureRequest) -> Iterator[
 @pytest.fixture
 def conversation() -> str:
     return f"pai-{uuid.uuid4().hex[:10]}"
-
-
-@pytest.fixture(scope="module")
-def summarising(pg_admin_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A ``convlog serve`` as ``served`` (tests/test_client_live.py) but with the (offline)
-    summarizer on and a window of at most 4 turns, keeping 2."""
-    name = f"convlog_test_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    data = tmp_path_factory.mktemp("serve-summaries")
-    port = free_port()
-    env = {**os.environ, "CONVLOG_DATABASE_URL": make_conninfo(pg_admin_url, dbname=name),
-           "CONVLOG_DATA_DIR": str(data), "CONVLOG_HTTP_PORT": str(port), "CONVLOG_SUMMARIZER": "on",
-           "CONVLOG_WINDOW_MAX_TURNS": "4", "CONVLOG_WINDOW_KEEP_TURNS": "2",
-           "CONVLOG_API_TOKENS": f"acme:{TOKEN}"}  # fmt: skip
-    env.pop("CONVLOG_KAFKA_BOOTSTRAP", None)
-    env.pop("CONVLOG_SUMMARY_URL", None)
-    errors = (data / "serve.err").open("wb")
-    process = subprocess.Popen([sys.executable, "-m", "convlog.cli.main", "serve"], env=env,
-                               stdout=subprocess.DEVNULL, stderr=errors)  # fmt: skip
-    try:
-        deadline = time.monotonic() + 60
-        while not _ready(port):
-            assert process.poll() is None, (data / "serve.err").read_text()
-            assert time.monotonic() < deadline, "convlog serve did not start"
-            time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        process.terminate()
-        process.wait(30)
-        errors.close()
-        with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
 @pytest.fixture
