@@ -29,6 +29,7 @@ from events.errors import ConfigurationError
 from events.log import EventLog
 from projectors.migrate import migrate
 from projectors.pg import PgPool, open_pool, retrying
+from projectors.positions_watch import PositionsWatch
 from projectors.tokens import model_spec
 from projectors.versions import live_version
 from query_api.http import ApiDeps, create_app
@@ -80,7 +81,9 @@ async def running_service(settings: Settings) -> AsyncIterator[Service]:
     try:
         # Kafka: a group member of its own; embedded: the log this process already opened.
         # It follows ``convlog rebuild --switch`` to the new live version.
-        projector = LiveProjector(settings, pool, event_log)
+        # The projector's commits wake read-your-writes requests of this process (no polling).
+        watch = PositionsWatch()
+        projector = LiveProjector(settings, pool, event_log, on_committed=watch.committed)
         await projector.start_version()
         metrics = Metrics()
         metrics.registry.register(ProjectorCollector(projector))
@@ -107,6 +110,7 @@ async def running_service(settings: Settings) -> AsyncIterator[Service]:
             policy=settings.window_policy(),
             max_event_bytes=settings.max_event_bytes,
             log_behind=guard.check_read,
+            positions=watch,
         )
         summarizer = None
         if settings.summarizer == "on":

@@ -1,0 +1,55 @@
+"""Wake-ups for readers waiting on the projection: the projector says which positions it just
+committed, and a read-your-writes request waiting for an offset wakes at once instead of
+polling Postgres.
+
+Pure asyncio, one event loop. The positions here are a hint, never the answer: a waiter that
+wakes still confirms the position from the read models (a switch to another version, or a
+notification lost with a listener connection, must not confirm an offset the live version has
+not applied), and waits at most ``fallback_s`` for a wake-up before looking again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Mapping
+
+__all__ = ["PositionsWatch"]
+
+
+class PositionsWatch:
+    """The newest committed next-offset per partition, and an event set on every commit."""
+
+    def __init__(self) -> None:
+        self._positions: dict[int, int] = {}
+        self._committed = asyncio.Event()
+        self.met = 0  # waits answered True (so a test sees the signal was used, not polling)
+
+    def committed(self, positions: Mapping[int, int]) -> None:
+        """A batch committed: ``positions`` are the partitions' new next offsets."""
+        moved = False
+        for p, o in positions.items():
+            if o != self._positions.get(p):
+                self._positions[p], moved = o, True
+        if moved:
+            # Every waiter wakes and checks its own partition: a few waiters per process, and a
+            # fresh event per commit means none misses one between its check and its wait.
+            self._committed.set()
+            self._committed = asyncio.Event()
+
+    def passed(self, partition: int, offset: int) -> bool:
+        """Whether a commit this process heard of moved ``partition`` past ``offset``."""
+        return self._positions.get(partition, 0) > offset
+
+    async def wait_past(self, partition: int, offset: int, timeout_s: float) -> bool:
+        """Until a commit moves ``partition`` past ``offset`` (True), or ``timeout_s`` (False)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while not self.passed(partition, offset):
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._committed.wait(), remaining)
+        self.met += 1
+        return True
