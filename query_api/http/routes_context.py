@@ -160,7 +160,7 @@ async def _wait_for(
         if remaining <= 0:
             raise ApiError(503, "not_caught_up", f"the read models have not reached offset {offset} yet",
                            partition=partition)  # fmt: skip
-        if watch is None:
+        if watch is None or watch.passed(partition, offset):  # no hint, or one the live version disagrees with
             await asyncio.sleep(min(POLL_S, remaining))
         else:
             await watch.wait_past(partition, offset, min(FALLBACK_S, remaining))
