@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 from collections.abc import Mapping
 
-__all__ = ["PositionsWatch"]
+__all__ = ["PositionsWatch", "parse_positions", "positions_channel", "positions_payload"]
 
 
 class PositionsWatch:
@@ -24,6 +24,9 @@ class PositionsWatch:
         self._positions: dict[int, int] = {}
         self._committed = asyncio.Event()
         self.met = 0  # waits answered True (so a test sees the signal was used, not polling)
+        # A listener hears every projector's commits (Postgres NOTIFY): waits may rely on the
+        # wake-ups. Without one only this process's projector tells its own; waits look again often.
+        self.listening = False
 
     def committed(self, positions: Mapping[int, int]) -> None:
         """A batch committed: ``positions`` are the partitions' new next offsets."""
@@ -53,3 +56,22 @@ class PositionsWatch:
                 await asyncio.wait_for(self._committed.wait(), remaining)
         self.met += 1
         return True
+
+
+def positions_channel(schema: str) -> str:
+    """The ``LISTEN`` channel of a version's committed positions: its schema's name (a valid
+    channel name by construction: both are Postgres identifiers)."""
+    return schema
+
+
+def positions_payload(positions: Mapping[int, int]) -> str:
+    """``partition:next_offset`` pairs, comma separated (:func:`parse_positions` reads them)."""
+    return ",".join(f"{p}:{o}" for p, o in sorted(positions.items()))
+
+
+def parse_positions(payload: str) -> dict[int, int]:
+    """The positions of a :func:`positions_payload`; ``{}`` for anything else (never raises)."""
+    try:
+        return {int(p): int(o) for p, _, o in (pair.partition(":") for pair in payload.split(",") if pair)}
+    except ValueError:
+        return {}

@@ -14,15 +14,20 @@ import pytest
 
 from convlog.runtime.serve import running_service
 from convlog.settings import Settings
+from events.codec import default_codec
 from events.embedded_log import EmbeddedEventLog
 from events.keys import ConversationKey, partition_for_key
 from events.producer import ConversationProducer
-from projectors.positions_watch import PositionsWatch
+from projectors.positions_watch import PositionsWatch, parse_positions, positions_payload
+from projectors.store import PostgresProjectionStore
+from projectors.tokens import TokenCounter
+from projectors.window import WindowPolicy
 from query_api.http import create_app
 from query_api.http.deps import ApiError
 from query_api.http.routes_context import _wait_for
 from query_api.ports import ReadModels
-from tests.projection_support import temporary_database
+from query_api.positions_listener import PositionsListener
+from tests.projection_support import Projection, temporary_database
 
 KEY = ConversationKey("acme", "u", "c")
 
@@ -49,6 +54,7 @@ async def test_the_wait_ends_at_the_commit_not_at_the_next_poll(
 ) -> None:
     partition, offset = await appended(producer, log)
     positions, watch = Positions(), PositionsWatch()
+    watch.listening = True  # as while the Postgres listener is up: every commit is heard
     waiting = asyncio.create_task(_wait_for(cast("ReadModels", positions), log, partition, offset, 5.0, watch))
     await asyncio.sleep(0.25)  # long enough for a dozen polls
     assert not waiting.done()
@@ -123,3 +129,65 @@ async def test_serve_answers_a_min_offset_context_at_the_projectors_commit(pg_ad
                 metrics = (await client.get("/metrics")).text
             assert service.deps.positions.met >= 1  # woken by the projector's commit, not found by a poll
     assert "convlog_freshness_seconds_count 5.0" in metrics
+
+
+def test_a_positions_payload_reads_back_and_a_foreign_one_reads_as_nothing() -> None:
+    assert parse_positions(positions_payload({3: 40, 0: 12})) == {0: 12, 3: 40}
+    assert parse_positions("") == {}
+    assert parse_positions("hello") == {}
+
+
+@pytest.mark.postgres
+async def test_a_commit_of_another_process_wakes_a_listening_watch(
+    projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer
+) -> None:
+    """Across processes: the store NOTIFYs a batch's positions in its transaction; the API's
+    listener hears them at the commit. (The store here has a pool of its own, as another
+    process would: only Postgres connects the two.)"""
+    partition, offset = await appended(producer, log)
+    schema = projection.version.schema
+    store = PostgresProjectionStore(projection.pool, schema=schema, codec=default_codec(), counter=TokenCounter(),
+                                    policy=WindowPolicy(), max_event_bytes=1 << 20, notify_positions=True)  # fmt: skip
+
+    async def live_schema() -> str:
+        return schema
+
+    watch, stop = PositionsWatch(), asyncio.Event()
+    listening = asyncio.create_task(PositionsListener(projection.url, watch, live_schema).run(stop))
+    try:
+        for _ in range(100):
+            if watch.listening:
+                break
+            await asyncio.sleep(0.02)
+        assert watch.listening
+        waiting = asyncio.create_task(watch.wait_past(partition, offset, 5.0))
+        await asyncio.sleep(0.05)
+        assert not waiting.done()  # nothing committed yet
+        records = (await log.read({partition: 0}, max_records=10, timeout_s=0)).records
+        expected = await store.positions([partition])
+        await store.apply(records, expected)
+        committed = time.perf_counter()
+        assert await asyncio.wait_for(waiting, 1.0) is True
+        assert time.perf_counter() - committed < 0.05
+        assert watch.passed(partition, offset)
+    finally:
+        stop.set()
+        await asyncio.wait_for(listening, 5)
+    assert not watch.listening  # a stopped listener: waits poll again
+
+
+async def test_without_a_listener_the_local_commit_still_wakes_the_wait_at_once(
+    log: EmbeddedEventLog, producer: ConversationProducer
+) -> None:
+    """Listener down: the wait looks at the read models every 20 ms again (a projector of
+    another process is heard no other way), and this process's projector still wakes it."""
+    partition, offset = await appended(producer, log)
+    positions, watch = Positions(), PositionsWatch()
+    waiting = asyncio.create_task(_wait_for(cast("ReadModels", positions), log, partition, offset, 5.0, watch))
+    await asyncio.sleep(0.2)
+    assert positions.reads >= 8  # polling
+    positions.next_offset = offset + 1
+    committed = time.perf_counter()
+    watch.committed({partition: offset + 1})
+    await waiting
+    assert time.perf_counter() - committed < 0.005

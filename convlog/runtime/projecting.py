@@ -59,6 +59,7 @@ def build_projector(
         counter=TokenCounter(),
         policy=settings.window_policy(),
         max_event_bytes=settings.max_event_bytes,
+        notify_positions=True,  # API processes elsewhere wake read-your-writes waits on it
     )
     return Projector(source, store, on_committed=on_committed)
 

@@ -34,6 +34,7 @@ from projectors.tokens import model_spec
 from projectors.versions import live_version
 from query_api.http import ApiDeps, create_app
 from query_api.metrics import Metrics
+from query_api.positions_listener import PositionsListener
 from query_api.reads import PostgresReadModels
 from summarizer.runner import Summarizer
 
@@ -69,6 +70,10 @@ class _LiveReads:
                 self._reads = PostgresReadModels(self._pool, schema=live.schema)
             self._at = time.monotonic()
         return self._reads
+
+
+async def _schema_of(reads: _LiveReads) -> str:
+    return (await reads()).schema
 
 
 @asynccontextmanager
@@ -122,10 +127,16 @@ async def running_service(settings: Settings) -> AsyncIterator[Service]:
             background["retention"] = task
         for task in background.values():
             task.add_done_callback(_report_crash)
+        # Every projector's commits (other processes' too: a Kafka group shares the partitions).
+        listener = PositionsListener(url, watch, lambda: _schema_of(reads))
+        listening = asyncio.create_task(listener.run(stop), name="positions-listener")
         try:
             yield Service(deps, projector, summarizer, pool, event_log)
         finally:
             stop.set()
+            listening.cancel()  # it may sit in a wait for notifications; nothing to finish
+            with contextlib.suppress(asyncio.CancelledError):
+                await listening
             for task in background.values():
                 with contextlib.suppress(asyncio.CancelledError):
                     await asyncio.wait_for(task, 30)

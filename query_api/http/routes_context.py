@@ -136,8 +136,8 @@ async def _assemble(
         return ctx, inputs
 
 
-POLL_S = 0.02  # between looks at the projection position when no projector of this process tells its commits
-FALLBACK_S = 0.1  # with one: the longest a wake-up it missed (a version switch) delays the answer
+POLL_S = 0.02  # between looks at the projection position when nothing tells every commit
+FALLBACK_S = 0.1  # when a listener does: the longest a wake-up it missed (a version switch) delays the answer
 
 
 async def _wait_for(
@@ -147,8 +147,9 @@ async def _wait_for(
     """Read-your-writes: wait (bounded) until the projection applied ``offset``. An offset the
     log does not hold can never be reached: 422 at once, instead of polling Postgres for the
     whole wait (the log's end is asked only when the projection is not there yet). With
-    ``watch`` (the projector runs in this process) the wait ends at the commit that passes
-    ``offset``; the read models confirm it, so a hint never serves a version that lacks it."""
+    ``watch`` (told the commits of this process's projector, and of every projector while its
+    Postgres listener is up) the wait ends at the commit that passes ``offset``; the read
+    models confirm it, so a hint never serves a version that lacks it."""
     if await reads.projection_position(partition) > offset:
         return
     if offset >= (await log.end_offsets())[partition]:
@@ -163,4 +164,4 @@ async def _wait_for(
         if watch is None or watch.passed(partition, offset):  # no hint, or one the live version disagrees with
             await asyncio.sleep(min(POLL_S, remaining))
         else:
-            await watch.wait_past(partition, offset, min(FALLBACK_S, remaining))
+            await watch.wait_past(partition, offset, min(FALLBACK_S if watch.listening else POLL_S, remaining))
