@@ -6,7 +6,7 @@ assistant append. Prints p50/p99 of the append, of the read-your-writes context,
 context again (already projected), and the freshness wait the server measured
 (``convlog_freshness_seconds``).
 
-    CONVLOG_DATABASE_URL=... python bench/turn.py [--turns N]
+    CONVLOG_DATABASE_URL=... python bench/turn.py [--turns N] [--kafka BOOTSTRAP]
 """
 
 from __future__ import annotations
@@ -63,14 +63,15 @@ async def turns(client: httpx.AsyncClient, n: int) -> dict[str, list[float]]:
     return times
 
 
-async def main(admin: str, n: int) -> None:
+async def main(admin: str, n: int, kafka: str | None = None) -> None:
     name = f"convlog_bench_{uuid.uuid4().hex[:12]}"
     async with await psycopg.AsyncConnection.connect(admin, autocommit=True) as conn:
         await conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     try:
         with tempfile.TemporaryDirectory() as tmp:
             settings = Settings(database_url=make_conninfo(admin, dbname=name), data_dir=Path(tmp), partitions=4,
-                                api_tokens=f"bench:{TOKEN}", summarizer="off")  # fmt: skip
+                                api_tokens=f"bench:{TOKEN}", summarizer="off", kafka_bootstrap=kafka,
+                                topic=f"convlog.bench.turn.{uuid.uuid4().hex[:8]}")  # fmt: skip
             async with running_service(settings) as service:
                 transport = httpx.ASGITransport(app=create_app(service.deps))
                 async with httpx.AsyncClient(transport=transport, base_url="http://convlog") as client:
@@ -95,7 +96,9 @@ async def main(admin: str, n: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=50)
+    parser.add_argument("--kafka", help="Kafka bootstrap servers (default: the embedded log)")
     admin_url = os.environ.get("CONVLOG_DATABASE_URL")
     if not admin_url:
         raise SystemExit("set CONVLOG_DATABASE_URL (make services-up)")
-    asyncio.run(main(admin_url, parser.parse_args().turns))
+    args = parser.parse_args()
+    asyncio.run(main(admin_url, args.turns, args.kafka))
