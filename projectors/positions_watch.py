@@ -14,7 +14,19 @@ import asyncio
 import contextlib
 from collections.abc import Mapping
 
-__all__ = ["PositionsWatch", "parse_positions", "positions_channel", "positions_payload"]
+__all__ = [
+    "FALLBACK_S",
+    "POLL_S",
+    "PositionsWatch",
+    "next_look",
+    "parse_positions",
+    "positions_channel",
+    "positions_payload",
+]
+
+
+POLL_S = 0.02  # between looks at the projection position when nothing tells every commit
+FALLBACK_S = 0.1  # when a listener does: the longest a wake-up it missed (a version switch) delays the answer
 
 
 class PositionsWatch:
@@ -56,6 +68,17 @@ class PositionsWatch:
                 await asyncio.wait_for(self._committed.wait(), remaining)
         self.met += 1
         return True
+
+
+async def next_look(watch: PositionsWatch | None, partition: int, offset: int, remaining_s: float) -> None:
+    """Until it is worth reading the projection position again, for a reader waiting until it
+    passes ``offset``: the commit that passes it, or the fallback interval; ``POLL_S`` without a
+    watch, or when the watch already says passed but the read models did not (another version's
+    commit: a wake-up would return at once, and the wait would spin)."""
+    if watch is None or watch.passed(partition, offset):
+        await asyncio.sleep(min(POLL_S, remaining_s))
+    else:
+        await watch.wait_past(partition, offset, min(FALLBACK_S if watch.listening else POLL_S, remaining_s))
 
 
 def positions_channel(schema: str) -> str:

@@ -3,7 +3,6 @@ rebuilt from the log exactly as it was served at ``as_of`` or ``before_message``
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Annotated
 
@@ -14,7 +13,7 @@ from events.blocks import ApiFormat
 from events.errors import InvalidRequestError
 from events.keys import ConversationKey, partition_for_key
 from events.log import EventLog
-from projectors.positions_watch import PositionsWatch
+from projectors.positions_watch import PositionsWatch, next_look
 from projectors.tokens import cached_counter as _counter
 from projectors.tokens import model_spec
 from query_api.as_of import BeforeMessage, UnknownMessageError
@@ -136,10 +135,6 @@ async def _assemble(
         return ctx, inputs
 
 
-POLL_S = 0.02  # between looks at the projection position when nothing tells every commit
-FALLBACK_S = 0.1  # when a listener does: the longest a wake-up it missed (a version switch) delays the answer
-
-
 async def _wait_for(
     reads: ReadModels, log: EventLog, partition: int, offset: int, timeout_s: float,
     watch: PositionsWatch | None = None,
@@ -161,7 +156,4 @@ async def _wait_for(
         if remaining <= 0:
             raise ApiError(503, "not_caught_up", f"the read models have not reached offset {offset} yet",
                            partition=partition)  # fmt: skip
-        if watch is None or watch.passed(partition, offset):  # no hint, or one the live version disagrees with
-            await asyncio.sleep(min(POLL_S, remaining))
-        else:
-            await watch.wait_past(partition, offset, min(FALLBACK_S if watch.listening else POLL_S, remaining))
+        await next_look(watch, partition, offset, remaining)
