@@ -12,7 +12,7 @@ import asyncio
 import bisect
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -70,8 +70,11 @@ class Projector:
         batch_size: int = 2000,
         fetch_timeout_s: float = 0.5,
         retry_max_delay_s: float = 5.0,
+        on_committed: Callable[[Mapping[int, int]], None] | None = None,
     ) -> None:
         self._source = source
+        # Told each committed batch's new positions (a PositionsWatch wakes read-your-writes waiters).
+        self._on_committed = on_committed
         self._store = store
         self._batch_size = batch_size
         self._fetch_timeout_s = fetch_timeout_s
@@ -157,6 +160,8 @@ class Projector:
         for p, o in report.positions.items():
             if p in self._expected:
                 self._expected[p] = o
+        if self._on_committed is not None:
+            self._on_committed({p: o for p, o in report.positions.items() if p in self._expected})
         s = self.stats
         s.applied += report.applied
         s.duplicates += report.duplicates

@@ -29,6 +29,7 @@ from projectors.fold import BatchInputs, BatchOutcome, Decoded, decode_batch, fo
 from projectors.isolation import as_refused, first_refused
 from projectors.pg import convert_pg_error
 from projectors.ports import UNREADABLE_BATCH, BatchReport
+from projectors.positions_watch import positions_channel, positions_payload
 from projectors.read_sql import SUMMARY_COVERED_SEQ
 from projectors.rows import TokenCounting, record_from_row, state_from_row
 from projectors.state import ConversationState, MessageAt, SummaryAt
@@ -71,9 +72,13 @@ class PostgresProjectionStore:
         max_event_bytes: int,
         fail_fast: bool = False,
         skips: Mapping[tuple[int, int], str] | None = None,
+        notify_positions: bool = False,
     ) -> None:
         """``skips``: (partition, offset) -> reason of poison records an operator skipped in the
-        version this one rebuilds or verifies (:func:`skip_decisions`): skipped here too."""
+        version this one rebuilds or verifies (:func:`skip_decisions`): skipped here too.
+        ``notify_positions``: each batch's transaction also ``NOTIFY``s its new positions on the
+        channel :func:`positions_channel` names, delivered at its commit (API processes of
+        other hosts wake their read-your-writes waits on it); the live projector sets it."""
         self._pool = pool
         self.schema = schema
         self._codec = codec
@@ -82,6 +87,7 @@ class PostgresProjectionStore:
         self._max_event_bytes = max_event_bytes
         self._fail_fast = fail_fast
         self._skips = dict(skips or {})
+        self._notify = notify_positions
         self._indexed = False  # ensure_event_index ran (a version older than the index gets it)
 
     @property
@@ -229,14 +235,18 @@ class PostgresProjectionStore:
 
     async def _move_positions(self, cur: Cursor, expected: Mapping[int, int], new: Mapping[int, int]) -> None:
         parts = sorted(new)
-        await cur.execute(
-            self._q(
-                "UPDATE {s}.positions AS p SET next_offset = v.next FROM unnest(%s::int[], %s::bigint[], "
-                "%s::bigint[]) AS v(partition, next, expected) "
-                "WHERE p.partition = v.partition AND p.next_offset = v.expected RETURNING p.partition"
-            ),
-            [parts, [new[p] for p in parts], [expected[p] for p in parts]],
+        update: LiteralString = (
+            "UPDATE {s}.positions AS p SET next_offset = v.next FROM unnest(%s::int[], %s::bigint[], "
+            "%s::bigint[]) AS v(partition, next, expected) "
+            "WHERE p.partition = v.partition AND p.next_offset = v.expected RETURNING p.partition"
         )
+        params: list[Any] = [parts, [new[p] for p in parts], [expected[p] for p in parts]]
+        if self._notify:
+            # In the same statement, no extra round trip: Postgres delivers one notification for
+            # identical ones of a transaction, and only at its commit.
+            update = "WITH moved AS (" + update + ") SELECT partition, pg_notify(%s, %s) FROM moved"
+            params += [positions_channel(self.schema), positions_payload(new)]
+        await cur.execute(self._q(update), params)
         if len(await cur.fetchall()) != len(parts):  # cannot happen under FOR UPDATE; guards a bug
             raise PositionConflictError("a position changed inside the batch transaction")
 

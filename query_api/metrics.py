@@ -27,6 +27,12 @@ class Metrics:
         self._prefix_total = Counter("convlog_context_compared_tokens_total",
                                      "Tokens of served contexts that had a previous one to compare with",
                                      ["format"], registry=self.registry)  # fmt: skip
+        # Read-your-writes: how long a context asked for with ``min_offset`` waited for the projection
+        # to make that append readable (0 when it already was) -- the wait an app adds to a turn.
+        self._freshness = Histogram("convlog_freshness_seconds",
+                                    "Wait of a min_offset context until the projection applied the offset",
+                                    registry=self.registry,
+                                    buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0, 5.0))  # fmt: skip
         self.projection_lag = Gauge("convlog_projection_lag", "Records not yet projected", ["partition"],
                                     registry=self.registry)  # fmt: skip
         self.dead_letters = Gauge("convlog_dead_letters", "Records dead-lettered by this process",
@@ -39,6 +45,9 @@ class Metrics:
 
     def context_served(self, tokens: int) -> None:
         self._context_tokens.observe(tokens)
+
+    def freshness(self, seconds: float) -> None:
+        self._freshness.observe(seconds)
 
     def cacheable_prefix(self, fmt: str, *, prefix: int, tokens: int) -> None:
         """A context with ``prefix`` of its ``tokens`` equal to the previous one's: the two

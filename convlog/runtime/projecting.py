@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import structlog
 from prometheus_client import CollectorRegistry
@@ -30,9 +30,13 @@ from projectors.versions import ensure_live_version, live_version
 log = structlog.get_logger(__name__)
 
 
-def build_projector(settings: Settings, pool: PgPool, schema: str, event_log: EventLog | None) -> Projector:
+def build_projector(
+    settings: Settings, pool: PgPool, schema: str, event_log: EventLog | None,
+    *, on_committed: Callable[[Mapping[int, int]], None] | None = None,
+) -> Projector:  # fmt: skip
     """A projector for ``schema``: a Kafka consumer group member when Kafka is configured, else a
-    reader of ``event_log`` (the embedded log, which only one process may open)."""
+    reader of ``event_log`` (the embedded log, which only one process may open). ``on_committed``
+    hears each committed batch's positions (``convlog serve`` wakes read-your-writes waiters)."""
     source: RecordSource
     if settings.kafka_bootstrap:
         source = KafkaGroupSource(
@@ -55,8 +59,9 @@ def build_projector(settings: Settings, pool: PgPool, schema: str, event_log: Ev
         counter=TokenCounter(),
         policy=settings.window_policy(),
         max_event_bytes=settings.max_event_bytes,
+        notify_positions=True,  # API processes elsewhere wake read-your-writes waits on it
     )
-    return Projector(source, store)
+    return Projector(source, store, on_committed=on_committed)
 
 
 class LiveProjector:
@@ -70,9 +75,11 @@ class LiveProjector:
     """
 
     def __init__(
-        self, settings: Settings, pool: PgPool, event_log: EventLog | None, *, poll_s: float | None = None
-    ) -> None:
+        self, settings: Settings, pool: PgPool, event_log: EventLog | None, *, poll_s: float | None = None,
+        on_committed: Callable[[Mapping[int, int]], None] | None = None,
+    ) -> None:  # fmt: skip
         self._settings, self._pool, self._event_log = settings, pool, event_log
+        self._on_committed = on_committed
         self._poll_s = poll_s if poll_s is not None else settings.version_poll_s
         self.current: Projector | None = None
         self.schema: str | None = None
@@ -94,7 +101,8 @@ class LiveProjector:
         version = await retrying(lambda: ensure_live_version(self._pool), action="finding the live version")
         # Its positions are offsets of one topic: refuse to run it on another (a clear error at start).
         await retrying(lambda: claim_topic(self._pool, version, self._settings.topic), action="checking the topic")
-        self.current = build_projector(self._settings, self._pool, version.schema, self._event_log)
+        self.current = build_projector(self._settings, self._pool, version.schema, self._event_log,
+                                       on_committed=self._on_committed)  # fmt: skip
         self.schema = version.schema
         return version.schema
 

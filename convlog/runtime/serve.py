@@ -29,10 +29,12 @@ from events.errors import ConfigurationError
 from events.log import EventLog
 from projectors.migrate import migrate
 from projectors.pg import PgPool, open_pool, retrying
+from projectors.positions_watch import PositionsWatch
 from projectors.tokens import model_spec
 from projectors.versions import live_version
 from query_api.http import ApiDeps, create_app
 from query_api.metrics import Metrics
+from query_api.positions_listener import PositionsListener
 from query_api.reads import PostgresReadModels
 from summarizer.runner import Summarizer
 
@@ -70,6 +72,10 @@ class _LiveReads:
         return self._reads
 
 
+async def _schema_of(reads: _LiveReads) -> str:
+    return (await reads()).schema
+
+
 @asynccontextmanager
 async def running_service(settings: Settings) -> AsyncIterator[Service]:
     url = await asyncio.to_thread(database_url, settings)
@@ -80,7 +86,9 @@ async def running_service(settings: Settings) -> AsyncIterator[Service]:
     try:
         # Kafka: a group member of its own; embedded: the log this process already opened.
         # It follows ``convlog rebuild --switch`` to the new live version.
-        projector = LiveProjector(settings, pool, event_log)
+        # The projector's commits wake read-your-writes requests of this process (no polling).
+        watch = PositionsWatch()
+        projector = LiveProjector(settings, pool, event_log, on_committed=watch.committed)
         await projector.start_version()
         metrics = Metrics()
         metrics.registry.register(ProjectorCollector(projector))
@@ -107,6 +115,7 @@ async def running_service(settings: Settings) -> AsyncIterator[Service]:
             policy=settings.window_policy(),
             max_event_bytes=settings.max_event_bytes,
             log_behind=guard.check_read,
+            positions=watch,
         )
         summarizer = None
         if settings.summarizer == "on":
@@ -118,10 +127,16 @@ async def running_service(settings: Settings) -> AsyncIterator[Service]:
             background["retention"] = task
         for task in background.values():
             task.add_done_callback(_report_crash)
+        # Every projector's commits (other processes' too: a Kafka group shares the partitions).
+        listener = PositionsListener(url, watch, lambda: _schema_of(reads))
+        listening = asyncio.create_task(listener.run(stop), name="positions-listener")
         try:
             yield Service(deps, projector, summarizer, pool, event_log)
         finally:
             stop.set()
+            listening.cancel()  # it may sit in a wait for notifications; nothing to finish
+            with contextlib.suppress(asyncio.CancelledError):
+                await listening
             for task in background.values():
                 with contextlib.suppress(asyncio.CancelledError):
                     await asyncio.wait_for(task, 30)

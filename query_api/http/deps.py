@@ -17,6 +17,7 @@ from events.event_types import Event
 from events.keys import ConversationKey
 from events.log import EventLog, LogRecord
 from events.producer import Appended, ConversationProducer
+from projectors.positions_watch import PositionsWatch
 from projectors.window import WindowPolicy
 from query_api.cache_prefix import PrefixMemory
 from query_api.log_reads import conversation_records, log_holds
@@ -55,6 +56,7 @@ class ApiDeps:
     max_event_bytes: int = 1024 * 1024
     log_behind: Callable[[int], None] | None = None  # raises for a partition whose records the log lost
     prefixes: PrefixMemory = field(default_factory=PrefixMemory)  # the last context served, for its cacheable prefix
+    positions: PositionsWatch | None = None  # the projector's commits, when it runs in this process; else polling
 
 
 def tenant_of(tokens: Mapping[str, str], authorization: str | None) -> str | None:

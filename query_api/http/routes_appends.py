@@ -8,7 +8,6 @@ call is refused (422 ``orphan_tool_result``, see query_api/orphans.py)."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Annotated, Any
 
@@ -20,6 +19,7 @@ from events.event_types import MessageAppended
 from events.formats.registry import APPEND_FORMATS, NATIVE_FORMATS
 from events.keys import ConversationKey, partition_for_key
 from events.producer import Appended
+from projectors.positions_watch import next_look
 from query_api.http.deps import PREFIX, ApiDeps, ApiError, AuthHeader, Requests, accepted
 from query_api.http.strict_json import StrictJsonRoute
 from query_api.idempotency import IdempotencyKeyReusedError, IdempotentAppends
@@ -52,11 +52,12 @@ def append_routes(deps: ApiDeps) -> APIRouter:
             end = (await deps.log.end_offsets())[partition]
             deadline = time.monotonic() + deps.wait_for_offset_s
             while await reads.projection_position(partition) < end:
-                if time.monotonic() > deadline:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
                     raise ApiError(503, "not_caught_up", "the read models have not caught up with the log, "
                                    "so the tool calls this payload answers cannot be checked yet",
                                    partition=partition)  # fmt: skip
-                await asyncio.sleep(0.02)
+                await next_look(deps.positions, partition, end - 1, remaining)  # woken by the commit
             calls = await reads.open_tool_calls(key)
         orphan = first_orphan(messages, calls)
         if orphan is not None:

@@ -3,7 +3,6 @@ rebuilt from the log exactly as it was served at ``as_of`` or ``before_message``
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Annotated
 
@@ -14,6 +13,7 @@ from events.blocks import ApiFormat
 from events.errors import InvalidRequestError
 from events.keys import ConversationKey, partition_for_key
 from events.log import EventLog
+from projectors.positions_watch import PositionsWatch, next_look
 from projectors.tokens import cached_counter as _counter
 from projectors.tokens import model_spec
 from query_api.as_of import BeforeMessage, UnknownMessageError
@@ -88,7 +88,9 @@ def context_routes(deps: ApiDeps) -> APIRouter:
             if min_offset is not None:
                 if deps.log_behind is not None:  # never confirm an offset the projection did not take from this log
                     deps.log_behind(partition)
-                await _wait_for(reads, deps.log, partition, min_offset, deps.wait_for_offset_s)
+                waited = time.perf_counter()
+                await _wait_for(reads, deps.log, partition, min_offset, deps.wait_for_offset_s, deps.positions)
+                deps.metrics.freshness(time.perf_counter() - waited)
             ctx, inputs = await _assemble(reads, key, spec, request)
         deps.metrics.context_served(ctx.token_count)
         # Plain JSON types already: skip FastAPI's encoder and response validation on the hot path.
@@ -133,10 +135,16 @@ async def _assemble(
         return ctx, inputs
 
 
-async def _wait_for(reads: ReadModels, log: EventLog, partition: int, offset: int, timeout_s: float) -> None:
+async def _wait_for(
+    reads: ReadModels, log: EventLog, partition: int, offset: int, timeout_s: float,
+    watch: PositionsWatch | None = None,
+) -> None:  # fmt: skip
     """Read-your-writes: wait (bounded) until the projection applied ``offset``. An offset the
     log does not hold can never be reached: 422 at once, instead of polling Postgres for the
-    whole wait (the log's end is asked only when the projection is not there yet)."""
+    whole wait (the log's end is asked only when the projection is not there yet). With
+    ``watch`` (told the commits of this process's projector, and of every projector while its
+    Postgres listener is up) the wait ends at the commit that passes ``offset``; the read
+    models confirm it, so a hint never serves a version that lacks it."""
     if await reads.projection_position(partition) > offset:
         return
     if offset >= (await log.end_offsets())[partition]:
@@ -144,7 +152,8 @@ async def _wait_for(reads: ReadModels, log: EventLog, partition: int, offset: in
                        field="min_offset", partition=partition)  # fmt: skip
     deadline = time.monotonic() + timeout_s
     while await reads.projection_position(partition) <= offset:
-        if time.monotonic() > deadline:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
             raise ApiError(503, "not_caught_up", f"the read models have not reached offset {offset} yet",
                            partition=partition)  # fmt: skip
-        await asyncio.sleep(0.02)
+        await next_look(watch, partition, offset, remaining)

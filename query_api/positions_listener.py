@@ -1,0 +1,62 @@
+"""The API's ear on every projector's commits: one Postgres connection ``LISTEN``ing on the
+live version's positions channel (the projection store ``NOTIFY``s a batch's positions in its
+transaction, delivered at its commit), feeding a :class:`~projectors.positions_watch.PositionsWatch`.
+
+While it is down (Postgres restarting, say) the watch says so and read-your-writes waits poll
+again; it reconnects with backoff and follows a switch of the live version.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+
+import psycopg
+import structlog
+from psycopg import sql
+
+from events.errors import ConvlogError
+from projectors.positions_watch import PositionsWatch, parse_positions, positions_channel
+
+log = structlog.get_logger(__name__)
+
+
+class PositionsListener:
+    """``run`` until ``stop``: LISTEN on ``live_schema()``'s channel, tell ``watch`` every payload."""
+
+    def __init__(
+        self, url: str, watch: PositionsWatch, live_schema: Callable[[], Awaitable[str]], *,
+        check_s: float = 1.0, retry_max_s: float = 5.0,
+    ) -> None:  # fmt: skip
+        self._url, self._watch, self._live_schema = url, watch, live_schema
+        self._check_s, self._retry_max_s = check_s, retry_max_s  # check_s: how often the live version is looked up
+
+    async def run(self, stop: asyncio.Event) -> None:
+        delay = 0.2
+        while not stop.is_set():
+            try:
+                await self._listen(stop)
+                delay = 0.2
+            except (psycopg.Error, OSError, ConvlogError) as e:
+                log.warning("positions_listener.down", error=str(e), retry_in_s=delay)
+            finally:
+                self._watch.listening = False
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), delay)
+            delay = min(delay * 2, self._retry_max_s)
+
+    async def _listen(self, stop: asyncio.Event) -> None:
+        async with await psycopg.AsyncConnection.connect(self._url, autocommit=True,
+                                                         application_name="convlog-positions") as conn:  # fmt: skip
+            channel: str | None = None
+            while not stop.is_set():
+                live = positions_channel(await self._live_schema())
+                if live != channel:
+                    if channel is not None:
+                        await conn.execute(sql.SQL("UNLISTEN {}").format(sql.Identifier(channel)))
+                    await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(live)))
+                    channel, self._watch.listening = live, True
+                    log.info("positions_listener.listening", channel=channel)
+                async for notify in conn.notifies(timeout=self._check_s):
+                    self._watch.committed(parse_positions(notify.payload))

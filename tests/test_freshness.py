@@ -1,0 +1,193 @@
+"""Read-your-writes without polling: a ``min_offset`` context ends its wait at the projector's
+commit (``convlog serve`` wires the projector's commits to the API in one process), the read
+models still confirm it, and the bounded wait still ends in a 503."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import cast
+
+import httpx
+import pytest
+
+from convlog.runtime.serve import running_service
+from convlog.settings import Settings
+from events.codec import default_codec
+from events.embedded_log import EmbeddedEventLog
+from events.keys import ConversationKey, partition_for_key
+from events.producer import ConversationProducer
+from projectors.positions_watch import PositionsWatch, parse_positions, positions_payload
+from projectors.store import PostgresProjectionStore
+from projectors.tokens import TokenCounter
+from projectors.window import WindowPolicy
+from query_api.http import create_app
+from query_api.http.deps import ApiError
+from query_api.http.routes_context import _wait_for
+from query_api.ports import ReadModels
+from query_api.positions_listener import PositionsListener
+from tests.projection_support import Projection, temporary_database
+
+KEY = ConversationKey("acme", "u", "c")
+
+
+class Positions:
+    """The read models' projection position, set by the test; counts how often it is read."""
+
+    def __init__(self) -> None:
+        self.next_offset = 0
+        self.reads = 0
+
+    async def projection_position(self, partition: int) -> int:
+        self.reads += 1
+        return self.next_offset
+
+
+async def appended(producer: ConversationProducer, log: EmbeddedEventLog) -> tuple[int, int]:
+    at = await producer.append_user(KEY, "hi", message_id="m1")
+    return partition_for_key(KEY.encode(), log.partition_count), at.offset
+
+
+async def test_the_wait_ends_at_the_commit_not_at_the_next_poll(
+    log: EmbeddedEventLog, producer: ConversationProducer
+) -> None:
+    partition, offset = await appended(producer, log)
+    positions, watch = Positions(), PositionsWatch()
+    watch.listening = True  # as while the Postgres listener is up: every commit is heard
+    waiting = asyncio.create_task(_wait_for(cast("ReadModels", positions), log, partition, offset, 5.0, watch))
+    await asyncio.sleep(0.25)  # long enough for a dozen polls
+    assert not waiting.done()
+    positions.next_offset = offset + 1  # the batch committed ...
+    committed = time.perf_counter()
+    watch.committed({partition: offset + 1})  # ... and the projector says so
+    await waiting
+    assert time.perf_counter() - committed < 0.005
+    assert watch.met == 1
+    # Polling every 20 ms would have read the position a dozen times; the wait woke on the
+    # commit, or looked again after the fallback interval (0.1 s) at most.
+    assert positions.reads <= 5
+
+
+async def test_a_commit_the_read_models_do_not_confirm_keeps_the_wait_going(
+    log: EmbeddedEventLog, producer: ConversationProducer
+) -> None:
+    """A hint is not the answer: after a switch to another version, say, the live read models
+    may not hold the offset yet; the answer comes when they do (the fallback looks again)."""
+    partition, offset = await appended(producer, log)
+    positions, watch = Positions(), PositionsWatch()
+    watch.committed({partition: offset + 1})  # another version's commit
+    waiting = asyncio.create_task(_wait_for(cast("ReadModels", positions), log, partition, offset, 5.0, watch))
+    await asyncio.sleep(0.05)
+    assert not waiting.done()
+    positions.next_offset = offset + 1
+    await asyncio.wait_for(waiting, 0.5)
+
+
+async def test_the_wait_is_bounded_with_a_watch_too(log: EmbeddedEventLog, producer: ConversationProducer) -> None:
+    partition, offset = await appended(producer, log)
+    started = time.monotonic()
+    with pytest.raises(ApiError) as raised:
+        await _wait_for(cast("ReadModels", Positions()), log, partition, offset, 0.2, PositionsWatch())
+    assert raised.value.status == 503
+    assert raised.value.code == "not_caught_up"
+    assert 0.2 <= time.monotonic() - started < 0.5
+
+
+async def test_wait_past_answers_false_at_its_timeout_and_true_for_a_commit_past_the_offset() -> None:
+    watch = PositionsWatch()
+    assert await watch.wait_past(0, 3, 0.01) is False
+    waiting = asyncio.create_task(watch.wait_past(0, 3, 1.0))
+    watch.committed({0: 3})  # not past offset 3 yet
+    watch.committed({1: 9})  # another partition
+    await asyncio.sleep(0.01)
+    assert not waiting.done()
+    watch.committed({0: 4})
+    assert await asyncio.wait_for(waiting, 0.1) is True
+
+
+@pytest.mark.postgres
+async def test_serve_answers_a_min_offset_context_at_the_projectors_commit(pg_admin_url: str, tmp_path: Path) -> None:
+    """The whole process: ``convlog serve``'s projector wakes the API's read-your-writes wait,
+    and the wait is in convlog_freshness_seconds."""
+    async with temporary_database(pg_admin_url) as url:
+        settings = Settings(database_url=url, data_dir=tmp_path, partitions=2, api_tokens="acme:token-a",
+                            summarizer="off")  # fmt: skip
+        async with running_service(settings) as service:
+            assert service.deps.positions is not None
+            transport = httpx.ASGITransport(app=create_app(service.deps))
+            headers = {"Authorization": "Bearer token-a"}
+            base = "/v1/users/u/conversations/c"
+            async with httpx.AsyncClient(transport=transport, base_url="http://convlog", headers=headers) as client:
+                for i in range(5):
+                    posted = await client.post(f"{base}/messages", json={"role": "user", "content": f"turn {i}"})
+                    assert posted.status_code == 202
+                    context = await client.get(f"{base}/context", params={
+                        "model": "gpt-4o", "budget_tokens": 1000, "min_offset": posted.json()["offset"]})  # fmt: skip
+                    assert context.status_code == 200, context.text
+                    assert context.json()["messages"][-1]["content"] == f"turn {i}"
+                metrics = (await client.get("/metrics")).text
+            assert service.deps.positions.met >= 1  # woken by the projector's commit, not found by a poll
+    assert "convlog_freshness_seconds_count 5.0" in metrics
+
+
+def test_a_positions_payload_reads_back_and_a_foreign_one_reads_as_nothing() -> None:
+    assert parse_positions(positions_payload({3: 40, 0: 12})) == {0: 12, 3: 40}
+    assert parse_positions("") == {}
+    assert parse_positions("hello") == {}
+
+
+@pytest.mark.postgres
+async def test_a_commit_of_another_process_wakes_a_listening_watch(
+    projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer
+) -> None:
+    """Across processes: the store NOTIFYs a batch's positions in its transaction; the API's
+    listener hears them at the commit. (The store here has a pool of its own, as another
+    process would: only Postgres connects the two.)"""
+    partition, offset = await appended(producer, log)
+    schema = projection.version.schema
+    store = PostgresProjectionStore(projection.pool, schema=schema, codec=default_codec(), counter=TokenCounter(),
+                                    policy=WindowPolicy(), max_event_bytes=1 << 20, notify_positions=True)  # fmt: skip
+
+    async def live_schema() -> str:
+        return schema
+
+    watch, stop = PositionsWatch(), asyncio.Event()
+    listening = asyncio.create_task(PositionsListener(projection.url, watch, live_schema).run(stop))
+    try:
+        for _ in range(100):
+            if watch.listening:
+                break
+            await asyncio.sleep(0.02)
+        assert watch.listening
+        waiting = asyncio.create_task(watch.wait_past(partition, offset, 5.0))
+        await asyncio.sleep(0.05)
+        assert not waiting.done()  # nothing committed yet
+        records = (await log.read({partition: 0}, max_records=10, timeout_s=0)).records
+        expected = await store.positions([partition])
+        await store.apply(records, expected)
+        committed = time.perf_counter()
+        assert await asyncio.wait_for(waiting, 1.0) is True
+        assert time.perf_counter() - committed < 0.05
+        assert watch.passed(partition, offset)
+    finally:
+        stop.set()
+        await asyncio.wait_for(listening, 5)
+    assert not watch.listening  # a stopped listener: waits poll again
+
+
+async def test_without_a_listener_the_local_commit_still_wakes_the_wait_at_once(
+    log: EmbeddedEventLog, producer: ConversationProducer
+) -> None:
+    """Listener down: the wait looks at the read models every 20 ms again (a projector of
+    another process is heard no other way), and this process's projector still wakes it."""
+    partition, offset = await appended(producer, log)
+    positions, watch = Positions(), PositionsWatch()
+    waiting = asyncio.create_task(_wait_for(cast("ReadModels", positions), log, partition, offset, 5.0, watch))
+    await asyncio.sleep(0.2)
+    assert positions.reads >= 8  # polling
+    positions.next_offset = offset + 1
+    committed = time.perf_counter()
+    watch.committed({partition: offset + 1})
+    await waiting
+    assert time.perf_counter() - committed < 0.005
