@@ -96,3 +96,26 @@ def test_idle_and_slow_connections_are_closed(server: int) -> None:
         ok.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
         ok.settimeout(5)
         assert ok.recv(4096).startswith(b"HTTP/1.1 200")
+
+
+def test_an_oversized_request_head_is_refused(server: int) -> None:
+    """llhttp bounds no head: more than 16 KiB of it is answered 400, streamed or whole."""
+    big = b"X-Big: " + b"a" * (17 * 1024) + b"\r\n"
+    with socket.create_connection(("127.0.0.1", server)) as whole:
+        whole.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + big + b"\r\n")
+        whole.settimeout(5)
+        assert whole.recv(4096).startswith(b"HTTP/1.1 400")
+    with socket.create_connection(("127.0.0.1", server)) as streamed:  # a header that never ends
+        streamed.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Endless: ")
+        try:
+            for _ in range(40):
+                streamed.sendall(b"a" * 1024)
+                time.sleep(0.005)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # refused while sending
+        streamed.settimeout(5)
+        assert _closed_after(streamed, limit_s=HEAD_TIMEOUT_S * 0.5) < HEAD_TIMEOUT_S * 0.5
+    with socket.create_connection(("127.0.0.1", server)) as fitting:  # a large head within the bound
+        fitting.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (12 * 1024) + b"\r\n\r\n")
+        fitting.settimeout(5)
+        assert fitting.recv(4096).startswith(b"HTTP/1.1 200")

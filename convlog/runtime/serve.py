@@ -16,6 +16,7 @@ from typing import Any
 
 import structlog
 import uvicorn
+import uvloop
 
 from convlog.local.embedded_pg import database_url
 from convlog.runtime.http_server import server_config
@@ -243,4 +244,6 @@ def main(settings: Settings) -> None:
                 loop.add_signal_handler(sig, lambda: setattr(server, "should_exit", True))
             await server.serve()
 
-    asyncio.run(run())
+    # uvloop: the same asyncio API on libuv, a cheaper loop for every socket the service serves.
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(run())

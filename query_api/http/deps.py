@@ -20,6 +20,7 @@ from events.producer import Appended, ConversationProducer
 from projectors.positions_watch import PositionsWatch
 from projectors.window import WindowPolicy
 from query_api.cache_prefix import PrefixMemory
+from query_api.http.fast_json import FastJSONResponse
 from query_api.log_reads import conversation_records, log_holds
 from query_api.metrics import Metrics
 from query_api.ports import ReadModels
@@ -74,7 +75,7 @@ def error_response(status: int, code: str, message: str, **extra: Any) -> JSONRe
 
 
 def accepted(appended: Appended) -> JSONResponse:
-    return JSONResponse(
+    return FastJSONResponse(
         {"event_id": appended.event_id, "message_id": appended.message_id,
          "partition": appended.partition, "offset": appended.offset},
         status_code=202,

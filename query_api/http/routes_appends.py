@@ -21,6 +21,7 @@ from events.keys import ConversationKey, partition_for_key
 from events.producer import Appended
 from projectors.positions_watch import next_look
 from query_api.http.deps import PREFIX, ApiDeps, ApiError, AuthHeader, Requests, accepted
+from query_api.http.fast_json import FastJSONResponse
 from query_api.http.strict_json import StrictJsonRoute
 from query_api.idempotency import IdempotencyKeyReusedError, IdempotentAppends
 from query_api.orphans import first_orphan, needs_conversation_calls
@@ -137,6 +138,6 @@ def _answer(format: str, payload: object, appended: list[Appended]) -> JSONRespo
     listed = [{"event_id": a.event_id, "message_id": a.message_id, "partition": a.partition, "offset": a.offset}
               for a in appended]  # fmt: skip
     if format == "chat_completions" and isinstance(payload, dict):
-        return JSONResponse({**listed[0], "messages": listed}, status_code=202)
+        return FastJSONResponse({**listed[0], "messages": listed}, status_code=202)
     last = appended[-1]
-    return JSONResponse({"messages": listed, "partition": last.partition, "offset": last.offset}, status_code=202)
+    return FastJSONResponse({"messages": listed, "partition": last.partition, "offset": last.offset}, status_code=202)

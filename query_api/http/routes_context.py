@@ -7,7 +7,6 @@ import time
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import JSONResponse
 
 from events.blocks import ApiFormat
 from events.errors import InvalidRequestError
@@ -21,6 +20,7 @@ from query_api.context import NeedOlderMessagesError, assemble
 from query_api.context_types import Context, ContextRequest, ModelSpec, ReasoningPolicy
 from query_api.disconnects import unless_disconnected
 from query_api.http.deps import PREFIX, ApiDeps, ApiError, AuthHeader, Requests
+from query_api.http.fast_json import FastJSONResponse
 from query_api.http.strict_json import StrictJsonRoute
 from query_api.ports import ContextInputs, ReadModels
 from query_api.served import context_as_of, context_body
@@ -69,7 +69,7 @@ def context_routes(deps: ApiDeps) -> APIRouter:
         as_of: Annotated[int | None, Query(ge=0)] = None,
         before_message: Annotated[str | None, Query(min_length=1, max_length=128)] = None,
         authorization: AuthHeader = None,
-    ) -> JSONResponse:
+    ) -> FastJSONResponse:
         key = requests.key_of(authorization, user_id, conversation_id)
         try:
             spec = model_spec(model, default_encoding=deps.default_encoding)
@@ -94,7 +94,7 @@ def context_routes(deps: ApiDeps) -> APIRouter:
             ctx, inputs = await _assemble(reads, key, spec, request)
         deps.metrics.context_served(ctx.token_count)
         # Plain JSON types already: skip FastAPI's encoder and response validation on the hot path.
-        response = JSONResponse(context_body(ctx, inputs, spec))
+        response = FastJSONResponse(context_body(ctx, inputs, spec))
         # A header, so that the body stays what as_of rebuilds byte for byte; a context rebuilt for
         # an audit is not one a model was sent again.
         prefix = deps.prefixes.served((str(key), format, model), ctx.units) if live else None
