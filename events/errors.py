@@ -58,6 +58,7 @@ list is exactly the classes the packages define, with these parents)::
       * RetentionError — convlog.ops.retention
         * ProjectionBehindError — convlog.ops.retention, retriable
       * ServiceError — convlog.local.processes, also a RuntimeError
+      * _HeadTooLargeError — convlog.runtime.http_server, also a ValueError
       * ClientError — convlog.client.errors
         * UnreachableError — convlog.client.errors, retriable
           * ClientTimeoutError — convlog.client.errors, retriable

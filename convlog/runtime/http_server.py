@@ -25,11 +25,16 @@ import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from convlog.settings import Settings
+from events.errors import ConvlogError
 
 MAX_HEAD_BYTES = 16 * 1024  # h11's default bound, kept with llhttp
 
 
-class _HeadTooLargeError(ValueError):
+class _HeadTooLargeError(ConvlogError, ValueError):
+    """Raised inside the HTTP parser's callback: the parser fails, and uvicorn answers 400."""
+
+    code = "request_head_too_large"
+
     def __init__(self, limit: int) -> None:
         super().__init__(f"a request head may be at most {limit} bytes")
 
