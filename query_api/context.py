@@ -223,7 +223,6 @@ def assemble(
     if broken:  # a bug, never a request problem: refuse rather than serve an invalid array
         raise AssertionError(f"assembled an invalid {target.format} context: {broken}")
     return Context(
-        messages=tuple(rendered.fragment.get("messages", ())) if target.format == "chat_completions" else (),
         token_count=total if estimate is None else estimate.scaled(total, margin=False),
         encoding=spec.encoding,
         dropped_turns=(len(turns) if complete or usable_turns is None else usable_turns) - len(kept),

@@ -73,7 +73,6 @@ class ContextRequest:
 
 @dataclass(frozen=True, slots=True)
 class Context:
-    messages: tuple[dict[str, Any], ...]
     token_count: int
     encoding: str
     dropped_turns: int
@@ -86,6 +85,11 @@ class Context:
     dropped: tuple[Dropped, ...] = ()  # what the format could not carry, and why
     estimate: Estimate | None = None  # set when the model has no tokenizer here (query_api/estimates.py)
     units: tuple[tuple[str, int], ...] = ()  # (what, tokens) in order: query_api.cache_prefix compares them
+
+    @property
+    def messages(self) -> tuple[dict[str, Any], ...]:
+        """The Chat Completions ``messages`` array (empty in another format: see ``fragment``)."""
+        return tuple(self.fragment["messages"]) if self.format == "chat_completions" else ()
 
 
 class ContextBudgetExceededError(ConvlogError):

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypeAlias
 
 from events.blocks import ApiFormat, Block, MediaBlock, TextBlock, ToolCallBlock
-from events.event_types import ImagePart, TextPart
 from projectors.tokens import normalize_model_name
 from query_api.context_types import StoredMessage
 
@@ -134,15 +133,11 @@ def stored_blocks(message: StoredMessage) -> tuple[Block, ...]:
     if isinstance(content, str):
         if content:
             out.append(TextBlock(content))
-    elif isinstance(content, list | tuple):
+    elif isinstance(content, list):  # the transcript's JSON content parts
         for part in content:
-            if isinstance(part, TextPart):
-                out.append(TextBlock(part.text))
-            elif isinstance(part, ImagePart):
-                out.append(MediaBlock("image", url=part.url, detail=part.detail))
-            elif isinstance(part, dict) and part.get("type") == "text":
+            if part.get("type") == "text":
                 out.append(TextBlock(part["text"]))
-            elif isinstance(part, dict) and part.get("type") == "image_url":
+            elif part.get("type") == "image_url":
                 image = part["image_url"]
                 out.append(MediaBlock("image", url=image["url"], detail=image.get("detail")))
     out.extend(ToolCallBlock(c["id"], c["function"]["name"], c["function"]["arguments"]) for c in message.tool_calls)
