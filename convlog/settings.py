@@ -97,7 +97,7 @@ class Settings(BaseSettings):
     http_access_log: bool = Field(
         default=False,
         description="uvicorn's log line per request; off by default: it is a measurable share of a request's "
-        "cost (bench/http.py), and the request metrics count every request",
+        "cost (bench/http_path.py), and the request metrics count every request",
     )  # fmt: skip
     http_keep_alive_s: int = Field(5, ge=1, description="a connection idle that long after a response is closed")
     http_header_timeout_s: float = Field(

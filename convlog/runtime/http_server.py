@@ -1,7 +1,7 @@
 """The uvicorn server ``convlog serve`` runs, with its connections bounded in time and size.
 
 uvicorn parses HTTP with httptools (llhttp, in C) and runs on uvloop (``convlog serve`` makes
-the loop): measured by ``bench/http.py``, the pair with the access log off cuts the stack's
+the loop): measured by ``bench/http_path.py``, the pair with the access log off cuts the stack's
 cost above a bare socket round trip by a third to a half (h11, pure Python, on asyncio's loop before).
 
 uvicorn times out an idle keep-alive connection only after a response (``timeout_keep_alive``),

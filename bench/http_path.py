@@ -6,10 +6,10 @@ A ``convlog serve`` of its own (embedded log, a fresh database) per source tree 
 the same run, their requests taking turns so drift hits them alike:
 
     git archive <base> | tar -x -C /tmp/base
-    CONVLOG_DATABASE_URL=... python -m bench.http --tree /tmp/base --tree .
+    CONVLOG_DATABASE_URL=... python bench/http_path.py --tree /tmp/base --tree .
 
-(``-m`` from the repository's root: as a script, this file's directory would come first on the
-path and its name would hide the standard library's ``http``.)
+(Not ``bench/http.py``: a script's directory comes first on the path, and that name would hide
+the standard library's ``http`` from every bench script.)
 
 The client is the standard library's ``http.client`` (the lightest there is), so the figures
 are the server's more than the client's.
@@ -65,33 +65,42 @@ TEXT = "The approval flow goes to the line manager, then the department head; co
 
 @contextmanager
 def served(admin_url: str, tree: Path) -> Iterator[int]:
-    """The port of a ``convlog serve`` running the code of ``tree``."""
+    """The port of a ``convlog serve`` running the code of ``tree`` on a fresh database."""
     name = f"convlog_bench_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(admin_url, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    with tempfile.TemporaryDirectory() as tmp:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        env = {**os.environ, "CONVLOG_DATABASE_URL": make_conninfo(admin_url, dbname=name), "CONVLOG_DATA_DIR": tmp,
-               "CONVLOG_HTTP_PORT": str(port), "CONVLOG_SUMMARIZER": "off", "CONVLOG_API_TOKENS": f"bench:{TOKEN}",
-               "CONVLOG_LOG_LEVEL": "warning", "PYTHONPATH": str(tree)}  # fmt: skip
-        env.pop("CONVLOG_KAFKA_BOOTSTRAP", None)
-        errors = Path(tmp) / "err"
-        process = subprocess.Popen([sys.executable, "-m", "convlog.cli.main", "serve"], env=env, cwd=tree,
-                                   stdout=subprocess.DEVNULL, stderr=errors.open("wb"))  # fmt: skip
-        try:
-            deadline = time.monotonic() + 60
-            while not _ready(port):
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit(f"convlog serve ({tree}) did not start: " + errors.read_text())
-                time.sleep(0.2)
+    try:
+        with tempfile.TemporaryDirectory() as tmp, serve_process(make_conninfo(admin_url, dbname=name), Path(tmp),
+                                                                 tree) as port:  # fmt: skip
             yield port
-        finally:
-            process.terminate()
-            process.wait(30)
-            with psycopg.connect(admin_url, autocommit=True) as conn:
-                conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+    finally:
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+@contextmanager
+def serve_process(url: str, data_dir: Path, tree: Path) -> Iterator[int]:
+    """The port of a ``convlog serve`` (embedded log in ``data_dir``, no summarizer) on ``url``."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "CONVLOG_DATABASE_URL": url, "CONVLOG_DATA_DIR": str(data_dir),
+           "CONVLOG_HTTP_PORT": str(port), "CONVLOG_SUMMARIZER": "off", "CONVLOG_API_TOKENS": f"bench:{TOKEN}",
+           "CONVLOG_LOG_LEVEL": "warning", "PYTHONPATH": str(tree)}  # fmt: skip
+    env.pop("CONVLOG_KAFKA_BOOTSTRAP", None)
+    errors = data_dir / "serve.err"
+    process = subprocess.Popen([sys.executable, "-m", "convlog.cli.main", "serve"], env=env, cwd=tree,
+                               stdout=subprocess.DEVNULL, stderr=errors.open("wb"))  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not _ready(port):
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"convlog serve ({tree}) did not start: " + errors.read_text())
+            time.sleep(0.2)
+        yield port
+    finally:
+        process.terminate()
+        process.wait(30)
 
 
 @contextmanager
@@ -107,12 +116,12 @@ def raw_server() -> Iterator[int]:
 
 def _ready(port: int) -> bool:
     try:
-        return _call(http.client.HTTPConnection("127.0.0.1", port, timeout=2), "GET", "/readyz")[0] == 200
+        return call(http.client.HTTPConnection("127.0.0.1", port, timeout=2), "GET", "/readyz")[0] == 200
     except OSError:
         return False
 
 
-def _call(conn: http.client.HTTPConnection, method: str, path: str, body: object = None) -> tuple[int, bytes]:
+def call(conn: http.client.HTTPConnection, method: str, path: str, body: object = None) -> tuple[int, bytes]:
     data = None if body is None else json.dumps(body).encode()
     headers = HEADERS if data is None else {**HEADERS, "Content-Type": "application/json"}
     conn.request(method, path, body=data, headers=headers)
@@ -125,10 +134,10 @@ def fill(conn: http.client.HTTPConnection, messages: int) -> None:
     offset = 0
     for i in range(messages):
         role = "user" if i % 2 == 0 else "assistant"
-        status, body = _call(conn, "POST", BASE + "/messages", {"role": role, "content": f"{i}: {TEXT}"})
+        status, body = call(conn, "POST", BASE + "/messages", {"role": role, "content": f"{i}: {TEXT}"})
         assert status == 202, body
         offset = json.loads(body)["offset"]
-    status, body = _call(conn, "GET", f"{CONTEXT}&min_offset={offset}")
+    status, body = call(conn, "GET", f"{CONTEXT}&min_offset={offset}")
     assert status == 200, body
     assert len(json.loads(body)["messages"]) == messages, body[:300]
 
@@ -154,13 +163,13 @@ def main() -> None:
         raw_times: list[float] = []
         for round_ in range(args.requests + args.requests // 10):  # the first tenth warms up
             started = time.perf_counter()
-            _call(raw, "GET", "/healthz")
+            call(raw, "GET", "/healthz")
             if round_ >= args.requests // 10:
                 raw_times.append(time.perf_counter() - started)
             for i, conn in enumerate(conns):
                 for name, path in calls.items():
                     started = time.perf_counter()
-                    status, _ = _call(conn, "GET", path)
+                    status, _ = call(conn, "GET", path)
                     elapsed = time.perf_counter() - started
                     assert status == 200, (trees[i], name, status)
                     if round_ >= args.requests // 10:
