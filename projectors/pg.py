@@ -28,6 +28,7 @@ from psycopg.rows import TupleRow
 
 from events.errors import ConfigurationError, ConvlogError
 from projectors.errors import ProjectionError, RecordRefusedError, StoreUnavailableError
+from projectors.pool_check import IdleCheck
 
 __all__ = [
     "PgPool",
@@ -210,8 +211,9 @@ async def open_pool(
 
     Waits up to ``timeout_s`` for ``min_size`` connections. Taking a connection fails after
     ``acquire_timeout_s`` (a retriable error): during an outage callers learn it within seconds
-    and report themselves not ready, instead of hanging. Connections are checked when taken
-    from the pool, so ones broken by a server restart are replaced instead of handed out.
+    and report themselves not ready, instead of hanging. Connections unused for over a second are
+    checked when taken from the pool, so ones broken by a server restart are replaced instead of
+    handed out (:mod:`projectors.pool_check`: a busy pool pays no round trip for the check).
     Raises :class:`StoreUnavailableError` (retriable) if Postgres cannot be reached in time,
     :class:`ProjectionError` if it refuses us for good (no such database or role, bad password)
     and :class:`~events.errors.ConfigurationError` for a malformed URL.
@@ -231,7 +233,7 @@ async def open_pool(
         kwargs=kwargs,
         open=False,
         timeout=acquire_timeout_s,
-        check=psycopg_pool.AsyncConnectionPool.check_connection,
+        check=IdleCheck(),
     )
     action = f"open pool {name!r} to {describe_url(url)}"
     try:

@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import psycopg_pool
@@ -342,6 +343,49 @@ async def test_retrying_survives_a_terminated_connection(pool: PgPool) -> None:
     assert calls == 2
     assert len(retried) == 1
     assert isinstance(retried[0], StoreUnavailableError)
+
+
+async def _backend_pid(pool: PgPool) -> int:
+    async with pool.connection() as conn:
+        row = await (await conn.execute("SELECT pg_backend_pid()")).fetchone()
+        assert row is not None
+        return int(row[0])
+
+
+@pytest.mark.postgres
+async def test_a_connection_killed_while_idle_is_replaced_before_it_is_handed_out(db_url: str) -> None:
+    pool = await open_pool(db_url, min_size=1, max_size=1, name="convlog-test")
+    try:
+        pid = await _backend_pid(pool)
+        async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as admin:
+            await admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+        await asyncio.sleep(1.2)  # idle past the fresh window: checked when taken
+        assert await _backend_pid(pool) != pid  # no error: the broken one was replaced
+    finally:
+        await pool.close()
+
+
+@pytest.mark.postgres
+async def test_a_connection_just_used_is_handed_out_without_a_check_round_trip(pool: PgPool) -> None:
+    async with pool.connection() as conn:
+        await conn.execute("SELECT 1")
+    checks = 0  # psycopg_pool's check is an empty query
+    execute = psycopg.AsyncConnection.execute
+
+    async def counted(self: psycopg.AsyncConnection[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
+        nonlocal checks
+        checks += query == ""
+        return await execute(self, query, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(psycopg.AsyncConnection, "execute", counted)
+        for _ in range(20):
+            async with pool.connection() as conn:
+                await conn.execute("SELECT 1")
+        await asyncio.sleep(1.1)  # unused past the fresh window: checked once more
+        async with pool.connection() as conn:
+            await conn.execute("SELECT 1")
+    assert checks == 1
 
 
 # ---------------------------------------------------------------- a real outage (private server)
