@@ -79,17 +79,19 @@ def served(admin_url: str, tree: Path) -> Iterator[int]:
 
 
 @contextmanager
-def serve_process(url: str, data_dir: Path, tree: Path) -> Iterator[int]:
-    """The port of a ``convlog serve`` (embedded log in ``data_dir``, no summarizer) on ``url``."""
+def serve_process(url: str, data_dir: Path, tree: Path, *, env: dict[str, str] | None = None) -> Iterator[int]:
+    """The port of a ``convlog serve`` (no summarizer; the embedded log in ``data_dir`` unless
+    ``env`` names Kafka) on ``url``."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = {**os.environ, "CONVLOG_DATABASE_URL": url, "CONVLOG_DATA_DIR": str(data_dir),
+    environ = {**os.environ, "CONVLOG_DATABASE_URL": url, "CONVLOG_DATA_DIR": str(data_dir),
            "CONVLOG_HTTP_PORT": str(port), "CONVLOG_SUMMARIZER": "off", "CONVLOG_API_TOKENS": f"bench:{TOKEN}",
            "CONVLOG_LOG_LEVEL": "warning", "PYTHONPATH": str(tree)}  # fmt: skip
-    env.pop("CONVLOG_KAFKA_BOOTSTRAP", None)
+    environ.pop("CONVLOG_KAFKA_BOOTSTRAP", None)
+    environ |= env or {}
     errors = data_dir / "serve.err"
-    process = subprocess.Popen([sys.executable, "-m", "convlog.cli.main", "serve"], env=env, cwd=tree,
+    process = subprocess.Popen([sys.executable, "-m", "convlog.cli.main", "serve"], env=environ, cwd=tree,
                                stdout=subprocess.DEVNULL, stderr=errors.open("wb"))  # fmt: skip
     try:
         deadline = time.monotonic() + 60
