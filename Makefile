@@ -51,7 +51,8 @@ check: lint typecheck
 test: install services-up check pytest
 
 bench: install services-up
-	eval "$$($(SERVICES) env)" && $(BIN)/python bench/produce.py && $(BIN)/python bench/project.py && $(BIN)/python bench/context.py && $(BIN)/python bench/rebuild.py && $(BIN)/python bench/http_path.py
+	eval "$$($(SERVICES) env)" && for b in produce project rebuild context http_path turn cache; do \
+	  $(BIN)/python bench/$$b.py || exit 1; done
 
 clean: services-down
 	rm -rf $(VENV) .convlog .pytest_cache .mypy_cache .ruff_cache

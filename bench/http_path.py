@@ -35,6 +35,7 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
+from table import Row, print_table
 
 TOKEN = "bench-token"  # noqa: S105 - a local benchmark's token
 USER, CONVERSATION = "u", "bench"
@@ -176,11 +177,14 @@ def main() -> None:
                     assert status == 200, (trees[i], name, status)
                     if round_ >= args.requests // 10:
                         times[i, name].append(elapsed)
-        print(f"p50 over a kept-alive socket, {args.requests} requests each, context of {args.messages} messages")
-        print(f"  raw floor (bare asyncio server, canned answer): {statistics.median(raw_times) * 1e3:.2f} ms")
+        floor = statistics.median(raw_times) * 1e3
+        rows = [Row("raw floor: a bare asyncio server's canned answer, p50", f"{floor:.2f} ms")]
         for i, tree in enumerate(trees):
             p50 = {name: statistics.median(times[i, name]) * 1e3 for name in calls}
-            print(f"  {tree}: healthz {p50['healthz']:.2f} ms   context {p50['context']:.2f} ms")
+            label = "" if len(trees) == 1 else f" ({tree})"
+            rows += [Row(f"GET /healthz p50{label}", f"{p50['healthz']:.2f} ms"),
+                     Row(f"context of {args.messages} messages p50{label}", f"{p50['context']:.2f} ms")]  # fmt: skip
+        print_table(f"bench/http_path.py ({args.requests} requests each over one kept-alive socket)", rows)
 
 
 if __name__ == "__main__":
