@@ -173,6 +173,10 @@ def test_every_service_has_a_healthcheck_and_convlog_starts_after_its_dependenci
         ), name
     assert services()["api"]["depends_on"]["serve"]["condition"] == "service_healthy"
     assert "/healthz" in " ".join(services()["serve"]["healthcheck"]["test"])
+    # The roles without an HTTP API are checked on the metrics endpoint they are told to serve.
+    for name in ("project", "summarize"):
+        port = environment(name)["CONVLOG_METRICS_PORT"]
+        assert f"http://127.0.0.1:{port}/metrics" in " ".join(services()[name]["healthcheck"]["test"]), name
 
 
 def test_serve_scales_behind_the_one_published_address() -> None:
@@ -265,8 +269,10 @@ def test_the_image_is_built_in_stages_and_runs_as_a_user_without_build_tools() -
     assert image().cmd == ["serve"]
 
 
-def test_the_serve_healthcheck_of_compose_is_the_images() -> None:
+def test_the_serve_healthcheck_of_compose_is_the_images_on_the_images_port() -> None:
     assert services()["serve"]["healthcheck"]["test"] == ["CMD", *image().healthcheck]
+    assert f"http://127.0.0.1:{image().env['CONVLOG_HTTP_PORT']}/healthz" in " ".join(image().healthcheck)
+    assert unknown_variables(image().env) == []
 
 
 # ---------------------------------------------------------------- the entry points, from the wheel
