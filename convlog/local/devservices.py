@@ -32,7 +32,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
-from convlog.local.kafka_service import KafkaHandle, kafka_metadata, start_kafka
+from convlog.local.kafka_service import KafkaHandle, start_kafka
+from convlog.local.kafka_wire import kafka_metadata
 from convlog.local.postgres_service import PostgresHandle, start_postgres
 from convlog.local.processes import HOST, ServiceError, services_root
 from convlog.settings import Settings, SettingsError
