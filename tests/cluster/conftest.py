@@ -62,7 +62,9 @@ def kafka_cluster(
     kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> Iterator[KafkaCluster]:
     del kafka_bootstrap  # a gate only: cluster tests run where Kafka tests run
-    data_dir = Path(tmp_path_factory.mktemp("kafka-cluster"))
+    # Laid out as the dev services lay out theirs (CONVLOG_DATA_DIR=<root>): the devservices CLI
+    # is tested against this cluster rather than a second one.
+    data_dir = Path(tmp_path_factory.mktemp("kafka-cluster")) / "services" / "kafka-cluster"
     cluster = KafkaCluster(data_dir, ports=_private_ports())
     began = time.monotonic()
     try:
