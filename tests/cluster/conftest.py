@@ -5,7 +5,8 @@ API (stable: the failover tests build on it)
 ``kafka_cluster`` (session scope) — a :class:`convlog.local.kafka_cluster.KafkaCluster`, started
 once for every test under ``tests/cluster`` on free loopback ports of its own (never the dev
 services' 19092..) with its data in a session temp dir, and killed at the end of the session
-whatever the tests did (no JVM outlives pytest). How long it took to start is printed in the
+whatever the tests did (no JVM outlives pytest: a reaper process kills them even when pytest
+itself is killed). How long it took to start is printed in the
 terminal summary ("kafka cluster: started in ...") and kept in ``kafka_cluster.started_in_s``.
 It is gated like the single broker (``kafka_bootstrap`` in tests/conftest.py): without
 ``CONVLOG_KAFKA_BOOTSTRAP`` the cluster tests skip; if the cluster cannot start they skip too,
@@ -33,6 +34,7 @@ cluster (12 partitions; replication 3 and ``min.insync.replicas=2`` as convlog c
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -40,12 +42,37 @@ from pathlib import Path
 import pytest
 
 from convlog.local.kafka_cluster import KafkaCluster
-from convlog.local.processes import ServiceError
+from convlog.local.processes import ServiceError, spawn_detached
 from events.kafka_log import KafkaEventLog
 from tests.support import free_port, services_required, unique_topic
 
 RESTORE_TIMEOUT_S = 120.0
 _START_KEY = pytest.StashKey[str]()
+
+# Kills the cluster's JVMs once this pytest process is gone, however it ended (a SIGKILL, an
+# OOM kill, a CI timeout run no finalizer): no JVM may outlive the session on a shared machine.
+_REAPER = """
+import os, signal, sys, time
+from pathlib import Path
+session, data_dir = int(sys.argv[1]), sys.argv[2]
+
+def alive(pid):
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+while alive(session):
+    time.sleep(1)
+for pid_file in Path(data_dir).glob("node-*/kafka.pid"):
+    try:
+        pid = int(pid_file.read_text().split()[0])
+        if data_dir in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
+            os.kill(pid, signal.SIGKILL)
+    except (OSError, ValueError, IndexError):
+        pass
+"""
 
 
 def _private_ports() -> list[tuple[int, int]]:
@@ -66,6 +93,8 @@ def kafka_cluster(
     # is tested against this cluster rather than a second one.
     data_dir = Path(tmp_path_factory.mktemp("kafka-cluster")) / "services" / "kafka-cluster"
     cluster = KafkaCluster(data_dir, ports=_private_ports())
+    reaper_argv = [sys.executable, "-c", _REAPER, str(os.getpid()), str(cluster.data_dir)]
+    spawn_detached(reaper_argv, data_dir.parent / "reaper.log", cwd=data_dir.parent.parent)
     began = time.monotonic()
     try:
         cluster.start(timeout=float(os.environ.get("CONVLOG_TEST_CLUSTER_TIMEOUT", "180")))
