@@ -132,7 +132,7 @@ class ClusterNode(KafkaHandle):
         deadline = time.monotonic() + timeout
         error: object = None
         while time.monotonic() < deadline:
-            if not self.running:
+            if not self._still_running():
                 raise ServiceError(f"Kafka node {self.node_id} exited during start-up:\n{self.log_tail()}")
             try:
                 brokers = self.metadata().brokers
@@ -146,6 +146,15 @@ class ClusterNode(KafkaHandle):
             f"Kafka node {self.node_id} not ready on {self.bootstrap} after {timeout:.0f}s ({error}):\n"
             f"{self.log_tail()}"
         )
+
+    def _still_running(self) -> bool:
+        """``running``, asked again before answering no: on a loaded machine one look at /proc
+        has been seen to miss a node that was starting (its pid alive a moment later)."""
+        for _ in range(5):
+            if self.running:
+                return True
+            time.sleep(0.1)
+        return False
 
     def __repr__(self) -> str:
         return f"ClusterNode({self.node_id}, bootstrap={self.bootstrap!r}, pid={self.pid})"

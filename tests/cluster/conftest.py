@@ -26,7 +26,8 @@ except under ``CONVLOG_REQUIRE_SERVICES=1`` (``.ci/run``), where both fail the r
 
 ``healthy_cluster`` (function scope) — the same cluster, healthy when the test starts, and made
 healthy again after it: every node the test killed or stopped is started, and the test ends only
-once every partition is back to its full ISR of 3. Use it in every test that kills or stops a node.
+once every partition is back to its full ISR of 3 (unless no later test uses the cluster).
+Use it in every test that kills or stops a node.
 
 ``cluster_event_log`` (function scope) — a :class:`KafkaEventLog` on a fresh topic of the
 cluster (12 partitions; replication 3 and ``min.insync.replicas=2`` as convlog creates topics).
@@ -118,14 +119,19 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
         terminalreporter.write_line(started)
 
 
+def _last_user(item: pytest.Item) -> bool:
+    """True if no test after ``item`` in this session uses the cluster."""
+    users = [i for i in item.session.items if "kafka_cluster" in getattr(i, "fixturenames", ())]
+    return bool(users) and users[-1] is item
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
     """Kill the cluster right after the last test that uses it, not at the end of the session:
     idle, its three JVMs hold ~1 GB and a tenth of a core while the rest of the suite runs."""
     del nextitem
     cluster = getattr(item, "funcargs", {}).get("kafka_cluster")
-    users = [i for i in item.session.items if "kafka_cluster" in getattr(i, "fixturenames", ())]
-    if isinstance(cluster, KafkaCluster) and users and users[-1] is item:
+    if isinstance(cluster, KafkaCluster) and _last_user(item):
         cluster.kill()
 
 
@@ -135,10 +141,11 @@ def _restore(cluster: KafkaCluster) -> None:
 
 
 @pytest.fixture
-def healthy_cluster(kafka_cluster: KafkaCluster) -> Iterator[KafkaCluster]:
+def healthy_cluster(kafka_cluster: KafkaCluster, request: pytest.FixtureRequest) -> Iterator[KafkaCluster]:
     _restore(kafka_cluster)
     yield kafka_cluster
-    _restore(kafka_cluster)
+    if not _last_user(request.node):  # else it is killed right after this test: nothing to restore
+        _restore(kafka_cluster)
 
 
 @pytest.fixture
