@@ -227,7 +227,8 @@ class KafkaCluster:
         return self.nodes[node_id - 1]
 
     def start(self, *, timeout: float = 180.0, wait: bool = True) -> KafkaCluster:
-        """Start every node that does not run (a node alone cannot start: the quorum needs two)."""
+        """Start every node that does not run, all at once (on a fresh cluster no node is ready before
+        two controllers form a quorum); with ``wait``, return once all are registered brokers."""
         began = time.monotonic()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.state_file.write_text(json.dumps({"cluster_id": self.cluster_id, "ports": self.ports}))
