@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
@@ -71,7 +72,10 @@ async def append_until_acknowledged(producer: ConversationProducer, text: str, e
 
 
 async def test_an_acknowledged_append_survives_a_kill_of_its_leader(
-    healthy_cluster: KafkaCluster, cluster_event_log: KafkaEventLog, projection: Projection
+    healthy_cluster: KafkaCluster,
+    cluster_event_log: KafkaEventLog,
+    projection: Projection,
+    cluster_figure: Callable[[str], None],
 ) -> None:
     cluster, topic = healthy_cluster, cluster_event_log.topic
     producer = make_producer(cluster_event_log, Settings(), producer="cluster-test")
@@ -95,8 +99,8 @@ async def test_an_acknowledged_append_survives_a_kill_of_its_leader(
     state = await asyncio.to_thread(cluster.partition, topic, partition)
     assert state.leader != leader.node_id
     assert sorted(state.isr) == sorted({1, 2, 3} - {leader.node_id}), "the dead node left the ISR; two remain"
-    print(
-        f"\nleader failover: node {leader.node_id} -> {state.leader}: new leader after {elected_s:.1f}s, "
+    cluster_figure(
+        f"leader failover: node {leader.node_id} -> {state.leader}: new leader after {elected_s:.1f}s, "
         f"first acknowledged append after {first_ack_s:.1f}s"
     )
 
@@ -117,11 +121,11 @@ async def test_an_acknowledged_append_survives_a_kill_of_its_leader(
     await asyncio.to_thread(cluster.wait_in_sync, 60)
     state = await asyncio.to_thread(cluster.partition, topic, partition)
     assert sorted(state.isr) == [1, 2, 3], "the restarted node caught up and is in sync again"
-    print(f"node {leader.node_id} restarted and back in sync in {time.monotonic() - restarted_at:.1f}s")
+    cluster_figure(f"node {leader.node_id} restarted and back in sync in {time.monotonic() - restarted_at:.1f}s")
 
 
 async def test_an_append_is_not_acknowledged_while_only_one_replica_holds_it(
-    healthy_cluster: KafkaCluster, projection: Projection
+    healthy_cluster: KafkaCluster, projection: Projection, cluster_figure: Callable[[str], None]
 ) -> None:
     """acks=all with min.insync.replicas=2: one live replica is not enough to acknowledge —
     with acks=1, or a minimum of 1, this append would be acknowledged on one node alone."""
@@ -157,6 +161,7 @@ async def test_an_append_is_not_acknowledged_while_only_one_replica_holds_it(
     assert set(read_back) == {"two-0", "two-1"}
     rows = await projection.rows("SELECT message_id FROM {s}.transcript WHERE conversation_key = %s", str(KEY))
     assert sorted(r[0] for r in rows) == ["two-0", "two-1"]
+    cluster_figure(f"one replica in sync: append refused; the retried event is {read_back.count('two-1')}x in the log")
 
 
 def _wait_for_isr(leader: ClusterNode, topic: str, partition: int, isr: list[int], timeout: float = 30.0) -> None:
