@@ -212,8 +212,8 @@ async def test_the_transcript_pages_backwards_and_each_page_is_oldest_first(
     assert (system["role"], system["content"], system["redacted"], system["erased_at"]) == (
         "system", OA_SYSTEM_PROMPT, None, None
     )  # fmt: skip
-    assert system["tokens"] == {"o200k_base": count("o200k_base", OA_SYSTEM_PROMPT),
-                                "cl100k_base": count("cl100k_base", OA_SYSTEM_PROMPT)}  # fmt: skip
+    # CONVLOG_TOKEN_ENCODINGS' default stores o200k_base counts only: the audit shows the others as null
+    assert system["tokens"] == {"o200k_base": count("o200k_base", OA_SYSTEM_PROMPT), "cl100k_base": None}
     assert (system["partition"], system["offset"], system["event_id"]) == (
         done[1].partition, done[1].offset, done[1].event_id
     )  # fmt: skip

@@ -16,7 +16,7 @@ from typing import Any
 
 ACCOUNTING_KEYS = frozenset({
     "format", "token_count", "encoding", "encoding_estimated", "summary", "dropped_turns", "dropped",
-    "compressed", "degraded", "position", "estimate", "prompt_cache_key",
+    "compressed", "degraded", "position", "estimate", "prompt_cache_key", "counted_at_read",
 })  # fmt: skip
 """The context body's keys that are not the provider's request fragment."""
 
