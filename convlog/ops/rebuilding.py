@@ -38,7 +38,7 @@ from psycopg import sql
 
 from convlog.local.embedded_pg import database_url
 from convlog.ops.common import INTERRUPTED, following, ops_resources, progress_bar, say
-from convlog.ops.verifying import compare_settled, positions
+from convlog.ops.verifying import compare_settled, positions, uncounted_encodings
 from convlog.settings import Settings
 from events.codec import default_codec
 from events.errors import ConfigurationError, ConvlogError
@@ -98,7 +98,8 @@ async def rebuild(settings: Settings, opts: RebuildOptions, stop: asyncio.Event)
             assert live is not None  # choose_version refused a projection without one
             if opts.verify:
                 async with pool.connection() as conn:
-                    result = await compare_settled(conn, live.schema, target.schema)
+                    result = await compare_settled(conn, live.schema, target.schema,
+                                                   uncounted=uncounted_encodings(settings))  # fmt: skip
                 say(result.describe(checked=target.schema, reference=live.schema))
                 if result.differing:
                     say("not switching: the versions differ" if opts.switch else "the versions differ")
