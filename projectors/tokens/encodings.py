@@ -71,8 +71,10 @@ ENCODINGS: Final = ("o200k_base", "cl100k_base")
 DEFAULT_COUNTED: Final = ("o200k_base",)
 """What the projector counts unless told otherwise: the encoding of every current OpenAI model
 (gpt-4o, gpt-4.1, gpt-5, the o-series) and of the estimates for other providers' models.
-cl100k_base (gpt-4, gpt-3.5-turbo) cost the projector more than o200k_base (see
-``_PARALLEL_MIN_CHARS``) for requests few still make."""
+cl100k_base (gpt-4, gpt-3.5-turbo) cost the projector about as much again, for requests few
+still make: measured on the 2-core dev machine, 10,000 events of ~490 bytes, the counts of a
+batch's rows took 35.6 µs per event in both encodings and 18.6 in o200k_base alone (decode,
+fold and rows together 69 -> 50 µs); loading it adds 0.1 s of CPU and 30 MB at start."""
 
 _ENDOFTEXT = "<|endoftext|>"
 _FIM_PREFIX = "<|fim_prefix|>"
