@@ -31,6 +31,8 @@ from pydantic_settings.sources.utils import parse_env_vars
 
 from events.errors import ConfigurationError
 from events.producer import DEFAULT_MAX_EVENT_BYTES
+from projectors.tokens import DEFAULT_COUNTED
+from projectors.tokens import counted_encodings as _counted_encodings
 from projectors.window import DEFAULT_KEEP_TURNS, DEFAULT_MAX_TURNS, WindowPolicy
 
 PREFIX = "CONVLOG_"
@@ -79,6 +81,11 @@ class Settings(BaseSettings):
     window_keep_turns: int = Field(
         DEFAULT_KEEP_TURNS, ge=1, description="window hysteresis: dropping to this many (<= the maximum)"
     )
+    token_encodings: str = Field(
+        ",".join(DEFAULT_COUNTED),
+        description="tiktoken encodings the projector counts and stores, comma-separated (`o200k_base`, "
+        "`cl100k_base`); a context for a model on another one counts its messages when read (cached)",
+    )  # fmt: skip
     kafka_session_timeout_ms: int = Field(
         10_000, ge=1, description="consumer-group session timeout of the projector and the summarizer"
     )
@@ -193,6 +200,14 @@ class Settings(BaseSettings):
     def _blank_is_unset(cls, value: object) -> object:
         return (value.strip() or None) if isinstance(value, str) else value
 
+    @field_validator("token_encodings")
+    @classmethod
+    def _known_encodings(cls, value: str) -> str:
+        try:
+            return ",".join(_counted_encodings(value))
+        except ConfigurationError as e:
+            raise ValueError(str(e)) from None
+
     @field_validator("api_tokens")
     @classmethod
     def _tokens_format(cls, value: SecretStr | None) -> SecretStr | None:
@@ -217,6 +232,10 @@ class Settings(BaseSettings):
 
     def window_policy(self) -> WindowPolicy:
         return WindowPolicy(max_turns=self.window_max_turns, keep_turns=self.window_keep_turns)
+
+    def counted_encodings(self) -> tuple[str, ...]:
+        """``CONVLOG_TOKEN_ENCODINGS``: what the projector counts (the others are counted when read)."""
+        return _counted_encodings(self.token_encodings)
 
     def token_tenants(self) -> dict[str, str]:
         """``CONVLOG_API_TOKENS`` as {token: tenant}."""

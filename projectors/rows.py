@@ -25,6 +25,8 @@ from projectors.window import Window
 
 
 class TokenCounting(Protocol):
+    @property
+    def encodings(self) -> tuple[str, ...]: ...  # what it counts (CONVLOG_TOKEN_ENCODINGS)
     def count_many(self, texts: Sequence[str], encoding: str) -> list[int]: ...
 
 
@@ -65,14 +67,21 @@ def column_list(columns: Sequence[str]) -> str:
 
 
 def transcript_copy_rows(rows: Sequence[TranscriptRow], counter: TokenCounting) -> list[tuple[Any, ...]]:
-    """Rows for COPY, with token counts computed here, once, for the whole batch."""
+    """Rows for COPY, with token counts computed here, once, for the whole batch: in the
+    encodings ``counter`` counts; NULL in the others (a context counts them when it is read)."""
     texts = [countable_text(r) for r in rows]
     reasoning = [countable_reasoning(r) for r in rows]
-    counts = zip(*(counter.count_many(t, encoding) for t in (texts, reasoning) for encoding in ENCODINGS), strict=True)
+    unstored = [None] * len(rows)
+    columns = (
+        counter.count_many(t, encoding) if encoding in counter.encodings else unstored
+        for t in (texts, reasoning)
+        for encoding in ENCODINGS
+    )
+    counts = zip(*columns, strict=True)
     return [_transcript_row(r, c) for r, c in zip(rows, counts, strict=True)]
 
 
-def _transcript_row(r: TranscriptRow, counts: tuple[int, ...]) -> tuple[Any, ...]:
+def _transcript_row(r: TranscriptRow, counts: tuple[int | None, ...]) -> tuple[Any, ...]:
     return (
         r.conversation_key, r.seq, r.partition, r.offset, r.event_id, r.message_id, r.role,
         to_json(r.content), r.name, to_json(r.tool_calls), r.tool_call_id, r.reasoning_content,

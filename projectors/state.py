@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, NamedTuple, Protocol, TypeAlias
 
-from events.blocks import Block, blocks_to_json, reasoning_text
+from events.blocks import Block, blocks_to_json
 from events.event_types import (
     ConversationCleared,
     ConversationErased,
@@ -385,11 +385,8 @@ def countable_text(row: TranscriptRow) -> str:
 
 
 def countable_reasoning(row: TranscriptRow) -> str:
-    """The reasoning text whose tokens the row's reasoning costs: a native message's visible
-    reasoning in its blocks (events.blocks.reasoning_text), else its ``reasoning_content``."""
-    if row.blocks:
-        return reasoning_text(row.blocks)
-    return row.reasoning_content or ""
+    """The reasoning text whose tokens the row's reasoning costs (projectors.tokens owns the rule)."""
+    return tokens.countable_reasoning(row.blocks or (), row.reasoning_content)
 
 
 def blocks_text(row: TranscriptRow) -> str | None:

@@ -7,7 +7,8 @@ compares checksums, and :func:`switch` makes it live in one transaction; the old
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -106,10 +107,12 @@ async def switch(conn: AsyncConnection[Any], projection: str, version: int) -> N
 
 
 async def checksums(
-    conn: AsyncConnection[Any], schema: str, keys: Sequence[str] | None = None, *, by_value: bool = False
-) -> dict[tuple[str, str], str]:
+    conn: AsyncConnection[Any], schema: str, keys: Sequence[str] | None = None, *, by_value: bool = False,
+    uncounted: Collection[str] = (),
+) -> dict[tuple[str, str], str]:  # fmt: skip
     """md5 per (table, conversation) over the rows in key order; only ``keys`` when given.
-    ``by_value``: JSON compared by value (see :func:`json_forms_differ`), else as stored text."""
+    ``by_value``: JSON compared by value (see :func:`json_forms_differ`), else as stored text.
+    ``uncounted``: see :func:`row_text`."""
     result: dict[tuple[str, str], str] = {}
     where = sql.SQL("WHERE conversation_key = ANY(%s)" if keys is not None else "")
     async with conn.cursor() as cur:
@@ -117,17 +120,32 @@ async def checksums(
             query = sql.SQL(
                 "SELECT conversation_key, md5(string_agg({row}, E'\\n' ORDER BY {order})) "
                 "FROM {s}.{t} AS t {where} GROUP BY conversation_key"
-            ).format(row=row_text(by_value=by_value), order=sql.SQL(order), s=sql.Identifier(schema),
-                     t=sql.Identifier(table), where=where)  # fmt: skip
+            ).format(row=row_text(by_value=by_value, uncounted=uncounted, table=table), order=sql.SQL(order),
+                     s=sql.Identifier(schema), t=sql.Identifier(table), where=where)  # fmt: skip
             await cur.execute(query, [list(keys)] if keys is not None else None)
             for key, digest in await cur.fetchall():
                 result[(table, key)] = digest
     return result
 
 
-def row_text(*, by_value: bool) -> sql.SQL:
-    """A row ``t`` as text: as stored, or with its JSON as jsonb (by value: key order aside)."""
-    return sql.SQL("to_jsonb(t)::text" if by_value else "t::text")
+_COUNT_COLUMNS = {
+    "o200k_base": ("tokens_o200k", "reasoning_tokens_o200k"),
+    "cl100k_base": ("tokens_cl100k", "reasoning_tokens_cl100k"),
+}
+
+
+def row_text(*, by_value: bool, uncounted: Collection[str] = (), table: str = "transcript") -> sql.Composable:
+    """A row ``t`` as text: as stored, or with its JSON as jsonb (by value: key order aside).
+
+    ``uncounted``: encodings ``CONVLOG_TOKEN_ENCODINGS`` does not name, whose transcript counts
+    are left out (as NULL, every other column as stored). A replay stores none of them, while
+    the rows a version took before the setting dropped one keep theirs (contexts use them), so
+    comparing them would report every such row."""
+    row: sql.Composable = sql.SQL("t")
+    nulls = {column: None for encoding in uncounted for column in _COUNT_COLUMNS[encoding]}
+    if nulls and table == "transcript":
+        row = sql.SQL("jsonb_populate_record(t, {}::jsonb)").format(sql.Literal(json.dumps(nulls, sort_keys=True)))
+    return sql.SQL("to_jsonb({})::text" if by_value else "{}::text").format(row)
 
 
 async def stores_jsonb(conn: AsyncConnection[Any], schema: str) -> bool:
@@ -148,8 +166,12 @@ async def json_forms_differ(conn: AsyncConnection[Any], schema_a: str, schema_b:
     return await stores_jsonb(conn, schema_a) != await stores_jsonb(conn, schema_b)
 
 
-async def compare(conn: AsyncConnection[Any], schema_a: str, schema_b: str) -> list[tuple[str, str]]:
-    """The (table, conversation) pairs whose rows differ between two versions, sorted."""
+async def compare(
+    conn: AsyncConnection[Any], schema_a: str, schema_b: str, *, uncounted: Collection[str] = ()
+) -> list[tuple[str, str]]:
+    """The (table, conversation) pairs whose rows differ between two versions, sorted
+    (``uncounted``: see :func:`row_text`)."""
     by_value = await json_forms_differ(conn, schema_a, schema_b)
-    a, b = await checksums(conn, schema_a, by_value=by_value), await checksums(conn, schema_b, by_value=by_value)
+    a = await checksums(conn, schema_a, by_value=by_value, uncounted=uncounted)
+    b = await checksums(conn, schema_b, by_value=by_value, uncounted=uncounted)
     return sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))

@@ -18,7 +18,7 @@ from events.blocks import blocks_from_json
 from events.errors import InvalidRequestError
 from events.keys import ConversationKey
 from projectors.memory_tables import MemoryTables, covered_seq
-from projectors.tokens import ENCODINGS, TokenCounter
+from projectors.tokens import ENCODINGS, cached_counter, message_counts_at_read
 from query_api.context import context_start
 from query_api.context_types import StoredMessage, StoredSummary
 from query_api.ports import (
@@ -41,10 +41,9 @@ _NEVER = datetime.min.replace(tzinfo=UTC)  # not reached: a stored conversation 
 
 
 class InMemoryReadModels:
-    def __init__(self, tables: MemoryTables, *, counter: TokenCounter | None = None) -> None:
+    def __init__(self, tables: MemoryTables) -> None:
         self.tables = tables
         self.schema = tables.schema
-        self._counter = counter or TokenCounter()
 
     async def context_inputs(
         self, key: ConversationKey, *, encoding: str, newest: int | None = None
@@ -87,9 +86,7 @@ class InMemoryReadModels:
         covers = covered_seq(self.tables.transcript.get(key, []), latest)
         if covers is None:
             return None
-        return StoredSummary(
-            latest["summary_id"], latest["text"], covers, self._counter.count(latest["text"], encoding)
-        )
+        return StoredSummary(latest["summary_id"], latest["text"], covers, cached_counter(encoding)(latest["text"]))
 
     async def list_conversations(
         self, tenant_id: str, user_id: str, *, limit: int = 50, before: str | None = None
@@ -173,12 +170,18 @@ def _parsed(row: dict[str, Any]) -> dict[str, Any]:
 def _message(row: dict[str, Any], encoding: str) -> StoredMessage:
     """reads._MESSAGE: a transcript row with the token counts of ``encoding`` picked out."""
     r, suffix = _parsed(row), _SUFFIX[encoding]
+    tokens, reasoning_tokens = r[f"tokens_{suffix}"], r[f"reasoning_tokens_{suffix}"]
+    blocks = blocks_from_json(r["blocks"])
+    tool_calls = tuple(r["tool_calls"] or ())
+    if tokens is None or reasoning_tokens is None:  # the projector does not count this encoding
+        tokens, reasoning_tokens = message_counts_at_read(r["content"], tool_calls, blocks, r["reasoning_content"],
+                                                          encoding)  # fmt: skip
     return StoredMessage(
         seq=r["seq"], epoch=r["epoch"], message_id=r["message_id"], role=r["role"], content=r["content"],
-        name=r["name"], tool_calls=tuple(r["tool_calls"] or ()), tool_call_id=r["tool_call_id"],
+        name=r["name"], tool_calls=tool_calls, tool_call_id=r["tool_call_id"],
         reasoning_content=r["reasoning_content"], finish_reason=r["finish_reason"], flag=r["flag"],
-        redacted=r["redacted_at"] is not None, erased=r["erased_at"] is not None, tokens=r[f"tokens_{suffix}"],
-        reasoning_tokens=r[f"reasoning_tokens_{suffix}"], image_count=r["image_count"],
-        blocks=blocks_from_json(r["blocks"]), api=r["api"], provider=r["provider"], model=r["model"],
-        is_error=r["is_error"], prompt_tokens=(r["usage"] or {}).get("prompt_tokens"),
+        redacted=r["redacted_at"] is not None, erased=r["erased_at"] is not None, tokens=tokens,
+        reasoning_tokens=reasoning_tokens, image_count=r["image_count"], blocks=blocks, api=r["api"],
+        provider=r["provider"], model=r["model"], is_error=r["is_error"],
+        prompt_tokens=(r["usage"] or {}).get("prompt_tokens"),
     )  # fmt: skip

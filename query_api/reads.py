@@ -26,7 +26,7 @@ from events.keys import ConversationKey
 from events.validation import unstorable_char
 from projectors.pg import PgPool, pg_errors
 from projectors.read_sql import WINDOW_AND_CURRENT_SUMMARY
-from projectors.tokens import ENCODINGS, cached_counter
+from projectors.tokens import ENCODINGS, cached_counter, message_counts_at_read
 from query_api.context_types import StoredMessage, StoredSummary
 from query_api.ports import (
     ContextInputs,
@@ -176,7 +176,7 @@ class PostgresReadModels:
                 head = await head_cur.fetchone()
                 if head is None:
                     return None
-                system = _messages(await system_cur.fetchall())
+                system = _messages(await system_cur.fetchall(), encoding)
                 rows = await messages_cur.fetchall()
                 first = await first_cur.fetchone() if newest is not None else None
         epoch, partition, last_offset, window_start, turn_count, parked, summary_id, text, covers = head
@@ -184,9 +184,9 @@ class PostgresReadModels:
         if summary_id is not None and covers is not None:
             summary = StoredSummary(summary_id, text, covers, cached_counter(encoding)(text))
         if newest is None:
-            return ContextInputs(key, epoch, parked, system, summary, window_start, _messages(rows), partition,
-                                 last_offset)  # fmt: skip
-        messages = _messages(list(reversed(rows)))
+            return ContextInputs(key, epoch, parked, system, summary, window_start, _messages(rows, encoding),
+                                 partition, last_offset)  # fmt: skip
+        messages = _messages(list(reversed(rows)), encoding)
         usable = 0
         if first is not None:
             first_turn, first_is_user, redacted_questions = first
@@ -304,14 +304,16 @@ class PostgresReadModels:
         return () if row is None else tuple(row[0])
 
 
-def _messages(rows: Sequence[tuple[Any, ...]]) -> tuple[StoredMessage, ...]:
-    return tuple(_message(list(r)) for r in rows)
+def _messages(rows: Sequence[tuple[Any, ...]], encoding: str) -> tuple[StoredMessage, ...]:
+    return tuple(_message(list(r), encoding) for r in rows)
 
 
-def _message(fields: list[Any]) -> StoredMessage:
+def _message(fields: list[Any], encoding: str) -> StoredMessage:
     fields[6] = tuple(fields[6] or ())  # tool_calls: a JSON list (or NULL) -> tuple of dicts
     if fields[16] is None:  # blocks: NULL for a Chat Completions message, most rows
         fields[16] = ()
     else:
         fields[16] = blocks_from_json(fields[16])
+    if fields[13] is None or fields[14] is None:  # the projector does not count this encoding
+        fields[13], fields[14] = message_counts_at_read(fields[4], fields[6], fields[16], fields[8], encoding)
     return StoredMessage(*fields)

@@ -7,13 +7,13 @@ context for the same request.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from events.event_types import Event
 from events.keys import ConversationKey
 from events.log import EventLog, LogRecord
-from projectors.tokens import cached_counter
+from projectors.tokens import DEFAULT_COUNTED, cached_counter
 from projectors.window import WindowPolicy
 from query_api.as_of import BeforeMessage, context_inputs_as_of
 from query_api.context import assemble
@@ -46,9 +46,13 @@ async def context_as_of(
     return ctx, inputs
 
 
-def context_body(ctx: Context, inputs: ContextInputs, spec: ModelSpec) -> dict[str, Any]:
+def context_body(
+    ctx: Context, inputs: ContextInputs, spec: ModelSpec, *, counted: Collection[str] = DEFAULT_COUNTED
+) -> dict[str, Any]:
     """The JSON body of the context endpoint: the format's request fragment under the provider's
-    own keys, beside the accounting."""
+    own keys, beside the accounting. ``counted``: the encodings the projector stores counts of
+    (``CONVLOG_TOKEN_ENCODINGS``); a context in another one says ``counted_at_read`` — a
+    property of the settings, not of the request, so that ``as_of`` rebuilds the same body."""
     summary = ctx.summary
     body: dict[str, Any] = dict(ctx.fragment)
     body.update({
@@ -64,6 +68,8 @@ def context_body(ctx: Context, inputs: ContextInputs, spec: ModelSpec) -> dict[s
         "degraded": inputs.parked,
         "position": {"partition": inputs.partition, "offset": inputs.last_offset},
     })  # fmt: skip
+    if ctx.encoding not in counted:  # only then: every other body stays as it was
+        body["counted_at_read"] = True
     if ctx.estimate is not None:
         body["estimate"] = ctx.estimate.as_json()
     if ctx.format in ("chat_completions", "responses"):

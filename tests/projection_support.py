@@ -49,10 +49,10 @@ class Projection:
 
     def store(
         self, *, schema: str | None = None, codec: EventCodec | None = None, fail_fast: bool = False,
-        policy: WindowPolicy | None = None, max_event_bytes: int = 1 << 20,
+        policy: WindowPolicy | None = None, max_event_bytes: int = 1 << 20, counter: TokenCounter = COUNTER,
     ) -> PostgresProjectionStore:  # fmt: skip
         return PostgresProjectionStore(
-            self.pool, schema=schema or self.version.schema, codec=codec or default_codec(), counter=COUNTER,
+            self.pool, schema=schema or self.version.schema, codec=codec or default_codec(), counter=counter,
             policy=policy or WindowPolicy(), max_event_bytes=max_event_bytes, fail_fast=fail_fast,
         )  # fmt: skip
 

@@ -41,7 +41,7 @@ async def client(log: EmbeddedEventLog) -> AsyncIterator[httpx.AsyncClient]:
     tables = MemoryTables()
     store = InMemoryProjectionStore(tables, codec=default_codec(), counter=COUNTER, policy=WindowPolicy(),
                                     max_event_bytes=1 << 20)  # fmt: skip
-    reads = InMemoryReadModels(tables, counter=COUNTER)
+    reads = InMemoryReadModels(tables)
 
     async def live_reads() -> ReadModels:
         return reads

@@ -8,8 +8,10 @@ reasoning policy and several budgets. Embedded log, real Postgres, the projector
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +28,17 @@ from events.embedded_log import EmbeddedEventLog
 from events.event_types import MessageAppended, SummaryRecorded
 from events.keys import ConversationKey
 from events.producer import Appended, ConversationProducer
+from projectors.tokens import DEFAULT_COUNTED, ENCODINGS, TokenCounter, model_spec
 from projectors.versions import compare, json_forms_differ
 from projectors.window import WindowPolicy
 from query_api.as_of import context_inputs_as_of
+from query_api.context_types import ContextBudgetExceededError, ContextRequest, StoredMessage
 from query_api.http import create_app
 from query_api.http import routes_context as http_module
+from query_api.http.routes_context import _assemble as assemble_live
+from query_api.ports import ContextInputs
 from query_api.reads import PostgresReadModels
+from query_api.served import context_as_of, context_body
 from tests.native_support import thinking_answer, tool_result
 from tests.projection_support import Projection, project_all, temporary_database
 
@@ -245,6 +252,13 @@ async def test_live_context_equals_the_as_of_context_byte_for_byte(
             rebuilt = await client.get(url, params=params | {"as_of": last}, headers=A)
             assert live.status_code in (200, 422), live.text
             assert (rebuilt.status_code, rebuilt.content) == (live.status_code, live.content), (reasoning, budget)
+    for budget in BUDGETS:  # cl100k_base, which the service does not store: counted when read
+        params = {"model": "gpt-4", "budget_tokens": budget, "reasoning": "tool_turns"}
+        live = await client.get(url, params=params | {"min_offset": last}, headers=A)
+        rebuilt = await client.get(url, params=params | {"as_of": last}, headers=A)
+        assert live.status_code in (200, 422), live.text
+        assert (rebuilt.status_code, rebuilt.content) == (live.status_code, live.content), ("gpt-4", budget)
+        assert live.status_code == 422 or live.json()["counted_at_read"] is True
     for fmt, model in (("anthropic", "claude-sonnet-4-5"), ("responses", "gpt-5"), ("gemini", "gemini-2.5-pro")):
         for budget in BUDGETS:
             params = {"model": model, "budget_tokens": budget, "format": fmt}
@@ -258,7 +272,72 @@ async def test_live_context_equals_the_as_of_context_byte_for_byte(
         stored = await (await deps.reads()).context_inputs(key, encoding=encoding)
         as_of = await context_inputs_as_of(deps.log, key, last, encoding=encoding, policy=deps.policy,
                                            max_event_bytes=deps.max_event_bytes)  # fmt: skip
-        assert stored == as_of, encoding
+        if encoding in deps.counted_encodings:
+            assert stored == as_of, encoding
+        else:  # counted when read: a message that is never served again has no text left to count
+            assert never_served_uncounted(stored) == never_served_uncounted(as_of), encoding
+
+
+def never_served_uncounted(inputs: ContextInputs | None) -> ContextInputs | None:
+    """``inputs`` with the counts of redacted and erased messages (never served, never costed) zeroed."""
+    if inputs is None:
+        return None
+
+    def zeroed(messages: tuple[StoredMessage, ...]) -> tuple[StoredMessage, ...]:
+        return tuple(replace(m, tokens=0, reasoning_tokens=0) if m.redacted or m.erased else m for m in messages)
+
+    return replace(inputs, system=zeroed(inputs.system), messages=zeroed(inputs.messages))
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(script=steps, newest_first=st.sampled_from([3, 128]))
+async def test_a_context_counted_when_read_is_the_one_stored_counts_give(
+    projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer, monkeypatch: pytest.MonkeyPatch,
+    script: list[tuple[Any, ...]], newest_first: int,
+) -> None:  # fmt: skip
+    """CONVLOG_TOKEN_ENCODINGS=o200k_base (the default) stores no cl100k_base counts: a gpt-4
+    context counts its messages when it reads them, and is — same counts, same trimming, byte
+    for byte but for saying so — the context of a version that stored both encodings, and the
+    one ``as_of`` rebuilds from the log."""
+    key = ConversationKey("acme", "u1", f"c-{uuid.uuid4().hex[:12]}")
+    history = Script(producer, key)
+    for step in script:
+        await history.step(step)
+    if not history.offsets:
+        return
+    await project_all(log, projection.store())  # the default: o200k_base only
+    both = await projection.new_version()
+    await project_all(log, projection.store(schema=both.schema, counter=TokenCounter(encodings=ENCODINGS)))
+    stored = await projection.rows("SELECT DISTINCT tokens_cl100k, reasoning_tokens_cl100k FROM {s}.transcript")
+    assert stored in ([], [(None, None)])
+    only_o200k = PostgresReadModels(projection.pool, schema=projection.version.schema)
+    counted_both = PostgresReadModels(projection.pool, schema=both.schema)
+    monkeypatch.setattr(http_module, "NEWEST_FIRST", newest_first)
+    spec = model_spec("gpt-4")
+    assert spec.encoding == "cl100k_base"
+    for reasoning in POLICIES:
+        for budget in BUDGETS:
+            request = ContextRequest("gpt-4", budget, 0, 0, reasoning, 2)
+            bodies = []
+            for reads, counted in ((only_o200k, DEFAULT_COUNTED), (counted_both, ENCODINGS)):
+                try:
+                    ctx, inputs = await assemble_live(reads, key, spec, request)
+                except ContextBudgetExceededError as e:
+                    bodies.append({"needed": e.needed})
+                else:
+                    bodies.append(context_body(ctx, inputs, spec, counted=counted))
+            at_read, from_stored = bodies
+            if "needed" not in at_read:
+                assert at_read.pop("counted_at_read") is True
+                assert "counted_at_read" not in from_stored
+                served = await context_as_of(log, key, history.offsets[-1], request=request, spec=spec,
+                                             policy=WindowPolicy(), max_event_bytes=1 << 20,
+                                             start_offset=0)  # fmt: skip
+                assert served is not None
+                assert context_body(*served, spec, counted=ENCODINGS) == from_stored
+            assert json.dumps(at_read) == json.dumps(from_stored), (reasoning, budget)
+    async with projection.pool.connection() as conn:
+        await conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(both.schema)))
 
 
 async def test_content_parts_are_served_in_the_order_the_producer_sent_them(client: httpx.AsyncClient) -> None:

@@ -48,6 +48,9 @@ def test_a_chat_turn_and_every_read_through_the_sync_client(served: str) -> None
         assert ctx.format == "chat_completions"
         assert ctx.token_count > 0
         assert not ctx.encoding_estimated
+        assert not ctx.counted_at_read
+        gpt4 = client.context("u1", conversation, model="gpt-4", budget_tokens=1000, min_offset=asked.offset)
+        assert (gpt4.messages, gpt4.encoding, gpt4.counted_at_read) == (ctx.messages, "cl100k_base", True)
         assert ctx.position.partition == asked.partition
         assert ctx.position.offset == asked.offset
         assert (ctx.summary, ctx.dropped_turns, ctx.dropped) == (None, 0, ())

@@ -319,10 +319,55 @@ async def test_0004_gives_versions_made_before_it_the_transcript_columns_a_new_v
         )
         before = await _columns(conn, "convlog_read_models_v1")
         assert "blocks" not in [name for name, _ in before]
-        assert await migrate(db_url) == [4]
+        assert await migrate(db_url, target=4) == [4]
         new = await create_version(conn)
         assert await _columns(conn, "convlog_read_models_v1") == await _columns(conn, new.schema)
         assert (await _columns(conn, new.schema))[-4:] == [
             ("blocks", "json"), ("provider", "text"), ("api", "text"), ("is_error", "boolean"),
         ]  # fmt: skip
         assert await compare(conn, "convlog_read_models_v1", new.schema) == []
+
+
+_COUNT_COLUMN = re.compile(r"^(\s+(?:reasoning_)?tokens_(?:o200k|cl100k)\s+integer)(,)", re.MULTILINE)
+
+
+@pg
+async def test_0005_lets_versions_made_before_it_leave_counts_of_an_uncounted_encoding_null(db_url: str) -> None:
+    """A version made before 0005 (NOT NULL token counts) takes the NULL counts of an encoding
+    CONVLOG_TOKEN_ENCODINGS leaves out, keeps the counts it has, and reads like a new version."""
+    assert await migrate(db_url, target=4) == [1, 2, 3, 4]
+    ddl = (resources.files("projectors") / "sql/read_models.sql").read_text(encoding="utf-8")
+    old_ddl, replaced = _COUNT_COLUMN.subn(r"\1 NOT NULL\2", ddl)
+    assert replaced == 4
+    async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
+        await conn.execute(sql.SQL(old_ddl).format(schema=sql.Identifier("convlog_read_models_v1")))
+        await conn.execute(
+            "INSERT INTO convlog.projection_versions (projection, version, schema_name, status) "
+            "VALUES ('read_models', 1, 'convlog_read_models_v1', 'live')"
+        )
+        row = ("k", 0, 0, 0, "e", "m", "user", "{}", 0, 0, 0, 7, 9, 0, 0)
+        insert = (
+            'INSERT INTO convlog_read_models_v1.transcript (conversation_key, seq, partition, "offset", event_id, '
+            "message_id, role, metadata, occurred_at, epoch, turn, tokens_o200k, tokens_cl100k, "
+            "reasoning_tokens_o200k, reasoning_tokens_cl100k, image_count) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, to_timestamp(%s), %s, %s, %s, %s, %s, %s, 0)"
+        )
+        await conn.execute(insert, row)
+        with pytest.raises(psycopg.errors.NotNullViolation):
+            await conn.execute(insert, (*row[:1], 1, *row[2:12], None, 0, None))
+        assert await migrate(db_url) == [5]
+        await conn.execute(insert, (*row[:1], 1, *row[2:12], None, 0, None))
+        cur = await conn.execute(
+            "SELECT seq, tokens_o200k, tokens_cl100k, reasoning_tokens_cl100k FROM convlog_read_models_v1.transcript "
+            "ORDER BY seq"
+        )
+        assert await cur.fetchall() == [(0, 7, 9, 0), (1, 7, None, None)]  # the stored counts stay
+        new = await create_version(conn)
+        nullable = (
+            "SELECT column_name, is_nullable FROM information_schema.columns WHERE table_schema = %s "
+            "AND table_name = 'transcript' AND column_name LIKE %s ORDER BY column_name"
+        )
+        old_columns = await (await conn.execute(nullable, ["convlog_read_models_v1", "%tokens_%"])).fetchall()
+        new_columns = await (await conn.execute(nullable, [new.schema, "%tokens_%"])).fetchall()
+        assert old_columns == new_columns
+        assert [n for _, n in new_columns] == ["YES"] * 4

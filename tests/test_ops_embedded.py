@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from psycopg import sql
 
 from convlog.runtime.serve import running_service
 from convlog.settings import Settings
@@ -62,3 +63,46 @@ async def test_events_replay_positions_and_verify_run_beside_serve_but_retention
             retention = await asyncio.to_thread(_cli, env, "retention", "--idle-days", "30", "--dry-run")
             assert retention.returncode != 0
             assert "open in another process" in retention.stderr
+
+
+async def test_after_an_encoding_is_dropped_from_the_counted_ones_verify_and_replay_agree_with_the_old_rows(
+    pg_admin_url: str, tmp_path: Path
+) -> None:
+    """Rows projected while CONVLOG_TOKEN_ENCODINGS named cl100k_base keep their counts; once it
+    names o200k_base only (the default), verify's replay stores none, and compares what it
+    counts — so the old rows still verify — and ``replay --model gpt-4`` counts when it reads,
+    serving the context the stored counts give."""
+    key = ConversationKey("acme", "u1", "upgraded")
+    async with temporary_database(pg_admin_url) as url:
+        both = Settings(database_url=url, data_dir=tmp_path, partitions=4, summarizer="off",
+                        token_encodings="o200k_base,cl100k_base")  # noqa: S106 -- no secret  # fmt: skip
+        async with running_service(both) as service:
+            producer = service.deps.producer
+            await producer.append_user(key, "提交之后审批流程是怎样的？")
+            await producer.append_assistant(key, "先由驻场负责人确认。", finish_reason="stop")
+            last = await producer.append_user(key, "ok")
+            deadline = time.monotonic() + 20
+            while service.projector.positions.get(last.partition, 0) <= last.offset:
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.05)
+            schema = (await service.deps.reads()).schema
+            async with service.pool.connection() as conn:
+                query = sql.SQL("SELECT count(*) FROM {}.transcript WHERE tokens_cl100k IS NOT NULL")
+                [(counted_rows,)] = await (await conn.execute(query.format(sql.Identifier(schema)))).fetchall()
+            assert counted_rows == 3
+            env = {**os.environ, "CONVLOG_DATABASE_URL": url, "CONVLOG_DATA_DIR": str(tmp_path),
+                   "CONVLOG_PARTITIONS": "4", "CONVLOG_LOG_LEVEL": "warning"}  # fmt: skip
+            env.pop("CONVLOG_KAFKA_BOOTSTRAP", None)
+            env.pop("CONVLOG_TOKEN_ENCODINGS", None)  # the default: o200k_base
+            verify = await asyncio.to_thread(_cli, env, "verify", "--all")
+            assert verify.returncode == 0, verify.stdout + verify.stderr
+            assert "checksums match" in verify.stdout
+            replays = {}
+            for counted in ("o200k_base", "o200k_base,cl100k_base"):
+                replay = await asyncio.to_thread(_cli, {**env, "CONVLOG_TOKEN_ENCODINGS": counted}, "replay", str(key),
+                                                 "--model", "gpt-4", "--budget-tokens", "20")  # fmt: skip
+                assert replay.returncode == 0, replay.stderr
+                replays[counted] = replay.stdout
+    assert '"counted_at_read": true' in replays["o200k_base"]
+    assert replays["o200k_base"].replace('  "counted_at_read": true,\n', "") == replays["o200k_base,cl100k_base"]
+    assert '"dropped_turns": 1' in replays["o200k_base"]  # a budget that trims: the same trimming

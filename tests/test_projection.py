@@ -18,7 +18,7 @@ from events.keys import ConversationKey
 from events.producer import ConversationProducer
 from events.strict_json import compact_json
 from projectors.errors import PositionConflictError, ProjectionError
-from projectors.tokens import get_encoding
+from projectors.tokens import TokenCounter, get_encoding
 from projectors.versions import compare
 from tests.native_support import NATIVE_SECRETS, thinking_answer, tool_result
 from tests.projection_support import Projection, project_all
@@ -56,11 +56,14 @@ async def test_the_demo_conversations_become_read_models(
     assert [c for (c,) in listed] == ["tools", "oa"]
 
 
-async def test_token_counts_equal_tiktoken_on_the_same_text(
-    projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer
+@pytest.mark.parametrize("counted", [("o200k_base",), ("o200k_base", "cl100k_base"), ("cl100k_base",)])
+async def test_token_counts_equal_tiktoken_on_the_same_text_in_the_counted_encodings_only(
+    projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer, counted: tuple[str, ...]
 ) -> None:
+    """CONVLOG_TOKEN_ENCODINGS: the projector stores counts in the encodings it names, NULL in
+    the others (a context for a model on one of them counts its messages when read)."""
     await append_tools_conversation(producer, TOOLS)
-    await project_all(log, projection.store())
+    await project_all(log, projection.store(counter=TokenCounter(encodings=counted)))
     rows = await projection.rows(
         "SELECT content, tool_calls, reasoning_content, tokens_o200k, tokens_cl100k, reasoning_tokens_o200k, "
         "reasoning_tokens_cl100k FROM {s}.transcript ORDER BY seq"
@@ -72,10 +75,11 @@ async def test_token_counts_equal_tiktoken_on_the_same_text(
         for call in calls or ():
             parts += [call["function"]["name"], call["function"]["arguments"]]
         text = "\n".join(parts)
-        assert t_o200k == len(o200k.encode_ordinary(text))
-        assert t_cl100k == len(cl100k.encode_ordinary(text))
-        assert r_o200k == len(o200k.encode_ordinary(reasoning or ""))
-        assert r_cl100k == len(cl100k.encode_ordinary(reasoning or ""))
+        o200k_counted, cl100k_counted = "o200k_base" in counted, "cl100k_base" in counted
+        assert t_o200k == (len(o200k.encode_ordinary(text)) if o200k_counted else None)
+        assert t_cl100k == (len(cl100k.encode_ordinary(text)) if cl100k_counted else None)
+        assert r_o200k == (len(o200k.encode_ordinary(reasoning or "")) if o200k_counted else None)
+        assert r_cl100k == (len(cl100k.encode_ordinary(reasoning or "")) if cl100k_counted else None)
 
 
 async def test_every_committed_batch_records_its_latency(

@@ -23,7 +23,7 @@ from events.keys import MAX_KEY_PART_LENGTH, ConversationKey
 from events.producer import ConversationProducer
 from projectors.errors import ProjectionError, StoreUnavailableError
 from projectors.pg import open_pool
-from projectors.tokens import text_counter
+from projectors.tokens import ENCODINGS, TokenCounter, text_counter
 from query_api.ports import MAX_CURSOR_CHARS, ContextInputs, decode_cursor, encode_cursor
 from query_api.reads import PostgresReadModels
 from tests.projection_support import Projection, project_all
@@ -97,6 +97,33 @@ async def test_token_counts_are_those_of_the_requested_encoding(
     assert tools.messages[-1].finish_reason == "interrupted"
     with pytest.raises(ValueError, match="unknown encoding"):
         await reads.context_inputs(OA, encoding="p50k_base")
+
+
+@pytest.mark.postgres
+async def test_a_stored_count_is_used_and_a_missing_one_is_counted_when_read(
+    projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer, reads: PostgresReadModels
+) -> None:
+    """Rows projected while CONVLOG_TOKEN_ENCODINGS named cl100k_base keep their counts and a
+    context uses them; rows projected since (o200k_base only) are counted when read."""
+    await producer.append_user(OA, "提交之后审批流程是怎样的？")
+    await producer.append_assistant(OA, "先由驻场负责人确认。", reasoning_content="先想一想。", finish_reason="stop")
+    await project_all(log, projection.store(counter=TokenCounter(encodings=ENCODINGS)))
+    await producer.append_user(OA, "然后呢？")
+    await project_all(log, projection.store())  # the default: o200k_base only
+    stored = await projection.rows(
+        "SELECT seq, tokens_cl100k, reasoning_tokens_cl100k FROM {s}.transcript ORDER BY seq"
+    )
+    assert stored == [(0, count("cl100k_base", "提交之后审批流程是怎样的？"), 0),
+                      (1, count("cl100k_base", "先由驻场负责人确认。"), count("cl100k_base", "先想一想。")),
+                      (2, None, None)]  # fmt: skip
+    await projection.execute("UPDATE {s}.transcript SET tokens_cl100k = 999 WHERE seq = 0")  # marks the stored one
+    inputs = await context(reads, OA, "cl100k_base")
+    assert [(m.tokens, m.reasoning_tokens) for m in inputs.messages] == [
+        (999, 0), stored[1][1:], (count("cl100k_base", "然后呢？"), 0)
+    ]  # fmt: skip
+    assert [m.tokens for m in (await context(reads, OA)).messages] == [
+        count("o200k_base", text) for text in ("提交之后审批流程是怎样的？", "先由驻场负责人确认。", "然后呢？")
+    ]
 
 
 @pytest.mark.postgres
@@ -212,8 +239,8 @@ async def test_the_transcript_pages_backwards_and_each_page_is_oldest_first(
     assert (system["role"], system["content"], system["redacted"], system["erased_at"]) == (
         "system", OA_SYSTEM_PROMPT, None, None
     )  # fmt: skip
-    assert system["tokens"] == {"o200k_base": count("o200k_base", OA_SYSTEM_PROMPT),
-                                "cl100k_base": count("cl100k_base", OA_SYSTEM_PROMPT)}  # fmt: skip
+    # CONVLOG_TOKEN_ENCODINGS' default stores o200k_base counts only: the audit shows the others as null
+    assert system["tokens"] == {"o200k_base": count("o200k_base", OA_SYSTEM_PROMPT), "cl100k_base": None}
     assert (system["partition"], system["offset"], system["event_id"]) == (
         done[1].partition, done[1].offset, done[1].event_id
     )  # fmt: skip

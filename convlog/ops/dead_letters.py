@@ -125,8 +125,8 @@ def _hex(data: bytes) -> str:
 def store_for(pool: PgPool, schema: str, settings: Settings) -> PostgresProjectionStore:
     """The store the projector itself uses (same codec, window policy and size limit)."""
     return PostgresProjectionStore(
-        pool, schema=schema, codec=default_codec(), counter=TokenCounter(), policy=settings.window_policy(),
-        max_event_bytes=settings.max_event_bytes,
+        pool, schema=schema, codec=default_codec(), counter=TokenCounter(encodings=settings.counted_encodings()),
+        policy=settings.window_policy(), max_event_bytes=settings.max_event_bytes,
     )  # fmt: skip
 
 

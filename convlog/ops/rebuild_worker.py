@@ -26,7 +26,7 @@ from projectors.runner import Projector
 
 async def work(settings: Settings, args: argparse.Namespace, stop: asyncio.Event) -> int:
     until = {int(p): int(o) for p, o in json.loads(args.until).items()}
-    counter = load_counter()
+    counter = load_counter(settings)
     async with ops_resources(settings, name="convlog-rebuild-worker", migrated=True) as (pool, event_log):
         store = await make_store(settings, pool, args.schema, await counter, park_poison=args.park_poison)
         projector = Projector(LogSource(event_log, until), store, batch_size=args.batch_size, fetch_timeout_s=0.2)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from psycopg import sql
 from tqdm import tqdm
@@ -23,7 +23,7 @@ from events.keys import ConversationKey, partition_for_key
 from events.log import EventLog, LogRecord
 from events.reading import conversation_events
 from projectors.pg import pg_errors
-from projectors.tokens import model_spec
+from projectors.tokens import DEFAULT_COUNTED, model_spec
 from projectors.window import WindowPolicy
 from query_api.as_of import BeforeMessage, as_of_offset
 from query_api.context_types import ContextRequest
@@ -52,6 +52,7 @@ async def replay(
     max_event_bytes: int,
     policy: WindowPolicy,
     default_encoding: str,
+    counted: Collection[str] = DEFAULT_COUNTED,
     out: Callable[[str], None] = print,
 ) -> int:
     """Print the conversation's events and the context served right after ``as_of`` (default:
@@ -76,7 +77,7 @@ async def replay(
     if served is None:
         raise ConvlogError(f"{key} had no event by offset {point}")
     out(f"context as of offset {point} (model {request.model}, budget {request.budget_tokens} tokens):")
-    out(json.dumps(context_body(*served, spec), indent=2, ensure_ascii=False))
+    out(json.dumps(context_body(*served, spec, counted=counted), indent=2, ensure_ascii=False))
     return len(pairs)
 
 

@@ -56,7 +56,7 @@ def build_projector(
         pool,
         schema=schema,
         codec=default_codec(),
-        counter=TokenCounter(),
+        counter=TokenCounter(encodings=settings.counted_encodings()),
         policy=settings.window_policy(),
         max_event_bytes=settings.max_event_bytes,
         notify_positions=True,  # API processes elsewhere wake read-your-writes waits on it

@@ -112,6 +112,7 @@ async def running_service(settings: Settings) -> AsyncIterator[Service]:
             metrics=metrics,
             image_turns=settings.window_image_turns,
             default_encoding=default_encoding,
+            counted_encodings=settings.counted_encodings(),
             max_body_bytes=settings.max_event_bytes * 2,
             policy=settings.window_policy(),
             max_event_bytes=settings.max_event_bytes,

@@ -71,10 +71,12 @@ CREATE TABLE {schema}.transcript (
     turn                    integer     NOT NULL,
     flag                    text,                  -- kept for audit, never served
     image_count             integer     NOT NULL,
-    tokens_o200k            integer     NOT NULL,  -- content text + tool calls, tiktoken
-    tokens_cl100k           integer     NOT NULL,
-    reasoning_tokens_o200k  integer     NOT NULL,
-    reasoning_tokens_cl100k integer     NOT NULL,
+    -- content text + tool calls, tiktoken; NULL in an encoding CONVLOG_TOKEN_ENCODINGS did not
+    -- name when the row was projected (a context counts it when read: projectors/tokens/at_read.py)
+    tokens_o200k            integer,
+    tokens_cl100k           integer,
+    reasoning_tokens_o200k  integer,
+    reasoning_tokens_cl100k integer,
     redacted_at             timestamptz,
     redaction_reason        text,
     erased_at               timestamptz,

@@ -29,6 +29,7 @@ from typing import Any, Final, Protocol
 
 import tiktoken
 
+from events.blocks import Block, reasoning_text
 from events.strict_json import compact_json
 from projectors.tokens.encodings import text_counter
 from projectors.tokens.model_table import ModelSpec
@@ -43,6 +44,7 @@ __all__ = [
     "count_message",
     "count_messages",
     "count_tools",
+    "countable_reasoning",
     "countable_text",
     "drop_images",
     "image_parts",
@@ -132,6 +134,14 @@ def countable_text(content: Any, tool_calls: Iterable[Mapping[str, Any]]) -> str
     on its own, images are estimated): the content's text parts, then each call's function
     name and arguments, joined with newlines. The projector stores its count per encoding."""
     return _countable(content, tool_calls)[0]
+
+
+def countable_reasoning(blocks: Sequence[Block], reasoning_content: str | None) -> str:
+    """The reasoning text whose tokens a message's reasoning costs: a native message's visible
+    reasoning in its blocks (events.blocks.reasoning_text), else its ``reasoning_content``."""
+    if blocks:
+        return reasoning_text(blocks)
+    return reasoning_content or ""
 
 
 def image_parts(content: Any) -> int:

@@ -18,6 +18,7 @@ from events.keys import ConversationKey
 from events.log import EventLog, LogRecord
 from events.producer import Appended, ConversationProducer
 from projectors.positions_watch import PositionsWatch
+from projectors.tokens import DEFAULT_COUNTED
 from projectors.window import WindowPolicy
 from query_api.cache_prefix import PrefixMemory
 from query_api.http.fast_json import FastJSONResponse
@@ -50,6 +51,7 @@ class ApiDeps:
     readiness: Callable[[], Awaitable[dict[str, Any]]]
     metrics: Metrics
     default_encoding: str = "o200k_base"
+    counted_encodings: tuple[str, ...] = DEFAULT_COUNTED  # what the projector stores counts of; others: at read
     image_turns: int = 2
     max_body_bytes: int = 2 * 1024 * 1024
     wait_for_offset_s: float = 5.0

@@ -94,7 +94,7 @@ def context_routes(deps: ApiDeps) -> APIRouter:
             ctx, inputs = await _assemble(reads, key, spec, request)
         deps.metrics.context_served(ctx.token_count)
         # Plain JSON types already: skip FastAPI's encoder and response validation on the hot path.
-        response = FastJSONResponse(context_body(ctx, inputs, spec))
+        response = FastJSONResponse(context_body(ctx, inputs, spec, counted=deps.counted_encodings))
         # A header, so that the body stays what as_of rebuilds byte for byte; a context rebuilt for
         # an audit is not one a model was sent again.
         prefix = deps.prefixes.served((str(key), format, model), ctx.units) if live else None

@@ -49,7 +49,7 @@ def in_memory() -> ReadSide:
     tables = MemoryTables()
     store = InMemoryProjectionStore(tables, codec=default_codec(), counter=COUNTER, policy=WindowPolicy(),
                                     max_event_bytes=1 << 20)  # fmt: skip
-    return ReadSide(store, InMemoryReadModels(tables, counter=COUNTER))
+    return ReadSide(store, InMemoryReadModels(tables))
 
 
 def in_postgres(projection: Projection) -> ReadSide:
