@@ -1,0 +1,140 @@
+"""The leader of the busiest partition dies (kill -9) while producers append through two
+``convlog serve`` instances, and comes back later.
+
+What must hold, as a user relies on it: every acknowledged append is in the log exactly once
+(the topic read back, event id by event id); the producers' client sees only retriable
+failures, which it retries with the same Idempotency-Key, and never gives up; contexts are
+served during and after the failover; at the end the read models equal a clean rebuild of the
+log (``convlog verify --all``). The figures — acknowledged vs stored, the failed tries, how long
+the partition had no leader and its appends stalled, the append latency — are printed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from convlog.client import AsyncConvlogClient
+from tests.cluster.appends_under_load import (
+    AppendLoad,
+    Deployment,
+    Fault,
+    NoFault,
+    longest_gap,
+    percentiles,
+    serve_instances,
+    stored_event_ids,
+)
+from tests.live_server import TOKEN
+from tests.projection_support import temporary_database
+from tests.support import unique_topic
+
+pytestmark = [pytest.mark.kafka, pytest.mark.postgres, pytest.mark.slow]
+
+PARTITIONS = 6
+PRODUCERS = 12
+WARMUP_S = 6.0  # load before the fault: every conversation has acknowledged appends
+DOWN_S = 15.0  # the broker stays dead this long: longer than a leader election
+AFTER_S = 6.0  # load after the broker is back
+RESUMED_ACKS = 20  # appends to the victim partition acknowledged after the restart, at least
+RETRIABLE_STATUSES = frozenset({"429", "502", "503", "504"})
+
+
+@pytest.fixture
+async def deployment(kafka_bootstrap: str, pg_admin_url: str, tmp_path: Path) -> AsyncIterator[Deployment]:
+    async with temporary_database(pg_admin_url) as url:
+        yield Deployment(kafka_bootstrap, url, unique_topic("failover"), PARTITIONS, tmp_path)
+
+
+@pytest.fixture
+def fault() -> Fault:
+    return NoFault()
+
+
+def retriable(what: str) -> bool:
+    """Whether a failed try (``"503 log_unavailable"``, ``"ReadTimeout"``) is one the client retries."""
+    status = what.split(" ", 1)[0]
+    return status in RETRIABLE_STATUSES or not status.isdigit()
+
+
+async def test_acknowledged_appends_survive_the_partition_leaders_death_exactly_once(
+    deployment: Deployment, fault: Fault
+) -> None:
+    with serve_instances(deployment, 2) as urls:
+        load = AppendLoad(urls, producers=PRODUCERS)
+        load.start()
+        await asyncio.sleep(WARMUP_S)
+        victim = load.record.busiest_partition()
+        killed = time.monotonic()
+        await fault.inject(victim)
+        await asyncio.sleep(DOWN_S)
+        healed = time.monotonic()
+        await fault.heal()
+        deadline = time.monotonic() + 60
+        while sum(a.started > healed for a in load.record.acks_on(victim)) < RESUMED_ACKS:
+            assert time.monotonic() < deadline, f"appends to partition {victim} did not resume after the restart"
+            await asyncio.sleep(0.2)
+        await asyncio.sleep(AFTER_S)
+        await load.stop()
+        record = load.record
+        transcripts = await _transcripts(urls, load)
+    stored = await stored_event_ids(deployment.bootstrap, deployment.topic, PARTITIONS)
+    verified = deployment.run("verify", "--all")
+
+    acked = Counter(a.event_id for a in record.acks)
+    during = [a.latency_s for a in record.acks if killed <= a.started <= healed]
+    figures = {
+        "fault": fault.name, "victim partition": victim, "acknowledged": len(record.acks),
+        "stored records": sum(stored.values()), "distinct stored ids": len(stored),
+        "acknowledged on victim": len(record.acks_on(victim)),
+        "failed tries (retried)": dict(Counter(t.what for t in record.failed_tries)),
+        "gave up": len(record.gave_up),
+        "victim appends stalled s": round(longest_gap(record.acks_on(victim), around=killed), 2),
+        **fault.figures(),
+        "latency during failover s": {k: round(v, 3) for k, v in percentiles(during).items()},
+        "latency overall s": {k: round(v, 3) for k, v in percentiles([a.latency_s for a in record.acks]).items()},
+        "contexts served/failed": (sum(c.error is None for c in record.contexts),
+                                   sum(c.error is not None for c in record.contexts)),
+    }  # fmt: skip
+    print("\nbroker failover under load:\n" + "\n".join(f"  {k}: {v}" for k, v in figures.items()))
+
+    # The producers: no failure surfaced, and every failed try was one the client retries.
+    assert not record.gave_up, [f"{g.event_id}: {g.error!r}" for g in record.gave_up[:5]]
+    assert all(retriable(t.what) for t in record.failed_tries), Counter(t.what for t in record.failed_tries)
+    # The log: every acknowledged append exactly once, nothing nobody acknowledged.
+    missing = sorted(set(acked) - set(stored))
+    doubled = sorted(e for e, n in stored.items() if n > 1)
+    assert not missing, f"{len(missing)} acknowledged appends are not in the log: {missing[:5]}"
+    assert not doubled, f"{len(doubled)} appends are in the log more than once: {doubled[:5]}"
+    unacknowledged = sorted(set(stored) - set(acked))
+    assert not unacknowledged, f"the log holds appends nobody acknowledged: {unacknowledged[:5]}"
+    # The contexts: served while the partition's leader was dead, and after (read-your-writes).
+    failed_reads = [c.error for c in record.contexts if c.error is not None]
+    assert all(e.retriable for e in failed_reads), [repr(e) for e in failed_reads if not e.retriable][:5]
+    assert any(c.error is None and killed <= c.at <= healed for c in record.contexts), "no context served meanwhile"
+    assert any(c.error is None and c.at > healed and c.partition == victim for c in record.contexts)
+    # The read models: every conversation's transcript is what was acknowledged, in order, and
+    # every table equals a clean rebuild of the log.
+    for conversation, ids in transcripts.items():
+        assert ids == [a.event_id for a in record.acks if a.conversation == conversation], conversation
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+async def _transcripts(urls: list[str], load: AppendLoad) -> dict[str, list[str]]:
+    """Each conversation's transcript (event ids, in order), read through every instance once
+    the read models have its last acknowledged append; the instances must agree."""
+    found: dict[str, list[str]] = {}
+    for url in urls:
+        async with AsyncConvlogClient(url, token=TOKEN, timeout=30) as client:
+            for p, last in load.last.items():
+                user, conv = load.conversation(p)
+                await client.context(user, conv, model="gpt-4o", budget_tokens=4000, min_offset=last.offset)
+                pages = [page async for page in client.message_pages(user, conv, limit=500)]
+                ids = [m.event_id for page in reversed(pages) for m in page.messages]
+                assert found.setdefault(last.conversation, ids) == ids, f"{url} disagrees on {last.conversation}"
+    return found
