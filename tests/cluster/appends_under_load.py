@@ -31,6 +31,7 @@ from typing import Protocol
 import httpx
 
 from convlog.client import AsyncConvlogClient, ClientError
+from convlog.local.kafka_cluster import ClusterNode, KafkaCluster
 from events.codec import default_codec
 from events.kafka_log import KafkaEventLog
 from tests.live_server import TOKEN, ready
@@ -296,6 +297,47 @@ class NoFault:
 
     def figures(self) -> dict[str, float | str]:
         return {}
+
+
+class KillPartitionLeader:
+    """kill -9 the node leading ``topic[partition]``; ``heal`` starts it again (same data).
+
+    Measures how long the partition had no leader (from the kill until a running node leads
+    it, as the cluster's metadata shows it) and how long the restarted node took to be back in
+    the partition's in-sync replicas."""
+
+    name = "kill -9 the partition's leader, restart it later"
+
+    def __init__(self, cluster: KafkaCluster, topic: str) -> None:
+        self.cluster, self.topic = cluster, topic
+        self.killed: ClusterNode | None = None
+        self._partition = -1
+        self._figures: dict[str, float | str] = {}
+
+    async def inject(self, partition: int) -> None:
+        state = await asyncio.to_thread(self.cluster.partition, self.topic, partition)
+        assert len(state.isr) >= 3, f"{self.topic}[{partition}] is not fully replicated before the kill: {state}"
+        node = self.cluster.node(state.leader)
+        self.killed, self._partition = node, partition
+        began = time.monotonic()
+        node.kill()
+        successor = await asyncio.to_thread(self.cluster.wait_for_leader, self.topic, partition, not_on=node.node_id)
+        self._figures.update({"killed node": node.node_id, "new leader": successor.node_id,
+                              "partition leaderless s": round(time.monotonic() - began, 2)})  # fmt: skip
+
+    async def heal(self) -> None:
+        node = self.killed
+        assert node is not None, "heal() before inject()"
+        began = time.monotonic()
+        await asyncio.to_thread(node.start)
+        deadline = began + 120
+        while node.node_id not in (await asyncio.to_thread(self.cluster.partition, self.topic, self._partition)).isr:
+            assert time.monotonic() < deadline, f"node {node.node_id} did not rejoin the ISR of {self._partition}"
+            await asyncio.sleep(0.2)
+        self._figures["restarted node back in sync s"] = round(time.monotonic() - began, 2)
+
+    def figures(self) -> dict[str, float | str]:
+        return dict(self._figures)
 
 
 # -- reading back ----------------------------------------------------------------------------

@@ -20,11 +20,13 @@ from pathlib import Path
 import pytest
 
 from convlog.client import AsyncConvlogClient
+from convlog.local.kafka_cluster import KafkaCluster
+from events.keys import ConversationKey, partition_for_key
 from tests.cluster.appends_under_load import (
     AppendLoad,
     Deployment,
     Fault,
-    NoFault,
+    KillPartitionLeader,
     longest_gap,
     percentiles,
     serve_instances,
@@ -46,14 +48,16 @@ RETRIABLE_STATUSES = frozenset({"429", "502", "503", "504"})
 
 
 @pytest.fixture
-async def deployment(kafka_bootstrap: str, pg_admin_url: str, tmp_path: Path) -> AsyncIterator[Deployment]:
+async def deployment(healthy_cluster: KafkaCluster, pg_admin_url: str, tmp_path: Path) -> AsyncIterator[Deployment]:
+    """A fresh topic on the three-node cluster (replication 3, min ISR 2, as serve creates it)
+    and a fresh database."""
     async with temporary_database(pg_admin_url) as url:
-        yield Deployment(kafka_bootstrap, url, unique_topic("failover"), PARTITIONS, tmp_path)
+        yield Deployment(healthy_cluster.bootstrap, url, unique_topic("failover"), PARTITIONS, tmp_path)
 
 
 @pytest.fixture
-def fault() -> Fault:
-    return NoFault()
+def fault(healthy_cluster: KafkaCluster, deployment: Deployment) -> Fault:
+    return KillPartitionLeader(healthy_cluster, deployment.topic)
 
 
 def retriable(what: str) -> bool:
@@ -93,7 +97,7 @@ async def test_acknowledged_appends_survive_the_partition_leaders_death_exactly_
         "stored records": sum(stored.values()), "distinct stored ids": len(stored),
         "acknowledged on victim": len(record.acks_on(victim)),
         "failed tries (retried)": dict(Counter(t.what for t in record.failed_tries)),
-        "gave up": len(record.gave_up),
+        "gave up": dict(Counter(f"{_partition(g.event_id, load)}: {g.error.code}" for g in record.gave_up)),
         "victim appends stalled s": round(longest_gap(record.acks_on(victim), around=killed), 2),
         **fault.figures(),
         "latency during failover s": {k: round(v, 3) for k, v in percentiles(during).items()},
@@ -123,6 +127,12 @@ async def test_acknowledged_appends_survive_the_partition_leaders_death_exactly_
     for conversation, ids in transcripts.items():
         assert ids == [a.event_id for a in record.acks if a.conversation == conversation], conversation
     assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+def _partition(event_id: str, load: AppendLoad) -> int:
+    """The partition of producer ``p<n>-<seq>``'s conversation."""
+    user, conv = load.conversation(int(event_id[1:].split("-", maxsplit=1)[0]))
+    return partition_for_key(ConversationKey("acme", user, conv).encode(), PARTITIONS)
 
 
 async def _transcripts(urls: list[str], load: AppendLoad) -> dict[str, list[str]]:
