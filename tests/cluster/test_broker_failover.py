@@ -21,7 +21,10 @@ import pytest
 
 from convlog.client import AsyncConvlogClient
 from convlog.local.kafka_cluster import KafkaCluster
+from events.kafka_log import KafkaEventLog
 from events.keys import ConversationKey, partition_for_key
+from events.producer import ConversationProducer
+from events.reading import conversation_events
 from tests.cluster.appends_under_load import (
     AppendLoad,
     Deployment,
@@ -101,6 +104,9 @@ async def test_acknowledged_appends_survive_the_partition_leaders_death_exactly_
         "victim appends stalled s": round(longest_gap(record.acks_on(victim), around=killed), 2),
         **fault.figures(),
         "latency during failover s": {k: round(v, 3) for k, v in percentiles(during).items()},
+        "max latency during failover by partition s": {
+            p: round(max(a.latency_s for a in record.acks_on(p) if killed <= a.started <= healed), 2)
+            for p in sorted({a.partition for a in record.acks if killed <= a.started <= healed})},
         "latency overall s": {k: round(v, 3) for k, v in percentiles([a.latency_s for a in record.acks]).items()},
         "contexts served/failed": (sum(c.error is None for c in record.contexts),
                                    sum(c.error is not None for c in record.contexts)),
@@ -148,3 +154,35 @@ async def _transcripts(urls: list[str], load: AppendLoad) -> dict[str, list[str]
                 ids = [m.event_id for page in reversed(pages) for m in page.messages]
                 assert found.setdefault(last.conversation, ids) == ids, f"{url} disagrees on {last.conversation}"
     return found
+
+
+async def test_a_leaderless_partition_holds_up_no_other_partitions_reads(healthy_cluster: KafkaCluster) -> None:
+    """What an append's idempotency look-up does — read its conversation's partition to the end
+    (:func:`conversation_events`) — answers at once for a partition whose leader lives while
+    another partition has no leader. (It used to ask for every partition's end offset, and
+    aiokafka answers that only once every partition has a leader: one dead broker stalled the
+    appends to every partition for the whole election.)"""
+    topic = unique_topic("leaderless")
+    log = await KafkaEventLog.connect(bootstrap=healthy_cluster.bootstrap, topic=topic, partitions=PARTITIONS)
+    try:
+        leaders = {p: await asyncio.to_thread(healthy_cluster.leader, topic, p) for p in range(PARTITIONS)}
+        victim = 0
+        dead = leaders[victim]
+        assert dead is not None
+        alive = next(p for p, n in leaders.items() if n is not None and n.node_id != dead.node_id)
+        key = next(k for k in (ConversationKey("acme", "u", f"c{i}") for i in range(1000))
+                   if partition_for_key(k.encode(), PARTITIONS) == alive)  # fmt: skip
+        producer = ConversationProducer(log, producer="leaderless-test")
+        for i in range(3):
+            await producer.append_user(key, f"message {i}", event_id=f"m{i}")
+        assert len([e async for e in conversation_events(log, key)]) == 3  # the reader knows the cluster
+        dead.kill()
+        began = time.monotonic()
+        read = [e async for e in conversation_events(log, key)]
+        took = time.monotonic() - began
+        still = await asyncio.to_thread(healthy_cluster.leader, topic, victim)
+    finally:
+        await log.close()
+    assert len(read) == 3
+    assert took < 1.0, f"reading partition {alive} took {took:.2f}s while partition {victim} had no leader"
+    assert still is None or still.node_id == dead.node_id, "the election ended first: the test proves nothing"
