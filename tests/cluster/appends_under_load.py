@@ -189,10 +189,16 @@ class AppendLoad:
     """``producers`` conversations, each appended to in turn (user, assistant, user, ...) through
     one of ``urls`` (round robin) with ``pause_s`` between appends; ``readers`` tasks ask for the
     context of a random producer's conversation through *another* instance, with the last
-    acknowledged offset as ``min_offset`` (read-your-writes across instances)."""
+    acknowledged offset as ``min_offset`` (read-your-writes across instances). Producer ``p``'s
+    client waits ``timeouts_s[p % len(timeouts_s)]`` for each try (the client's default, 10 s, and
+    shorter: an app that gives a try less time than a failover takes sees it fail, and retries)."""
 
-    def __init__(self, urls: Sequence[str], *, producers: int, readers: int = 2, pause_s: float = 0.02) -> None:
+    def __init__(
+        self, urls: Sequence[str], *, producers: int, readers: int = 2, pause_s: float = 0.02,
+        timeouts_s: Sequence[float] = (10.0,),
+    ) -> None:  # fmt: skip
         self.urls, self.producers, self.readers, self.pause_s = list(urls), producers, readers, pause_s
+        self.timeouts_s = list(timeouts_s)
         self.record = LoadRecord()
         self.last: dict[int, Ack] = {}  # per producer, its latest acknowledged append
         self._stop = asyncio.Event()
@@ -203,8 +209,9 @@ class AppendLoad:
     def conversation(producer: int) -> tuple[str, str]:
         return f"u{producer % USERS}", f"c{producer}"
 
-    def _client(self, url: str) -> AsyncConvlogClient:
-        client = AsyncConvlogClient(url, token=TOKEN, transport=RecordingTransport(self.record.failed_tries))
+    def _client(self, url: str, timeout_s: float = 10.0) -> AsyncConvlogClient:
+        transport = RecordingTransport(self.record.failed_tries)
+        client = AsyncConvlogClient(url, token=TOKEN, timeout=timeout_s, transport=transport)
         self._clients.append(client)
         return client
 
@@ -223,7 +230,7 @@ class AppendLoad:
                 await client.aclose()
 
     async def _produce(self, p: int) -> None:
-        client = self._client(self.urls[p % len(self.urls)])
+        client = self._client(self.urls[p % len(self.urls)], self.timeouts_s[p % len(self.timeouts_s)])
         user, conv = self.conversation(p)
         seq = 0
         while not self._stop.is_set():
@@ -318,6 +325,9 @@ class KillPartitionLeader:
         state = await asyncio.to_thread(self.cluster.partition, self.topic, partition)
         assert len(state.isr) >= 3, f"{self.topic}[{partition}] is not fully replicated before the kill: {state}"
         node = self.cluster.node(state.leader)
+        led = [s.partition for s in (await asyncio.to_thread(self.cluster.metadata, [self.topic])).partitions
+               if s.topic == self.topic and s.leader == node.node_id]  # fmt: skip
+        self._figures["partitions the killed node led"] = str(sorted(led))
         self.killed, self._partition = node, partition
         began = time.monotonic()
         node.kill()
