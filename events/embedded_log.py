@@ -27,7 +27,7 @@ import fcntl
 import os
 import time
 from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -277,11 +277,11 @@ class EmbeddedEventLog:
                 break
         return records
 
-    async def end_offsets(self) -> dict[int, int]:
+    async def end_offsets(self, partitions: Collection[int] | None = None) -> dict[int, int]:
         self._check_open()
         if self._read_only:
             self._refresh()
-        return {p: len(frames) for p, frames in enumerate(self._index)}
+        return {p: len(frames) for p, frames in enumerate(self._index) if partitions is None or p in partitions}
 
     async def close(self) -> None:
         if self._closed:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -255,9 +255,12 @@ class KafkaEventLog:
         idle, the reader costs the broker nothing, and the next read's fetch goes out at once."""
         consumer.pause(*consumer.assignment())
 
-    async def end_offsets(self) -> dict[int, int]:
+    async def end_offsets(self, partitions: Collection[int] | None = None) -> dict[int, int]:
         self._check_open()
-        tps = [TopicPartition(self._topic, p) for p in range(self._partition_count)]
+        # aiokafka answers once every partition asked for has a leader: asked for all, a
+        # leaderless one would stall callers that need another (an append's idempotency look-up).
+        chosen = range(self._partition_count) if partitions is None else sorted(set(partitions))
+        tps = [TopicPartition(self._topic, p) for p in chosen]
         try:
             ends = await (await self._reader()).end_offsets(tps)
         except KafkaError as e:

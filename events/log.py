@@ -14,7 +14,7 @@ a marker is read to its end only by the position.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
@@ -100,10 +100,12 @@ class EventLog(Protocol):
         """
         ...
 
-    async def end_offsets(self) -> dict[int, int]:
+    async def end_offsets(self, partitions: Collection[int] | None = None) -> dict[int, int]:
         """Per partition, the offset the next appended record will get (the high watermark; for
         Kafka's committed reader the last stable offset, which equals it unless a transaction is
-        open). A reader is at the end once its position (not its last record + 1) reached it."""
+        open). A reader is at the end once its position (not its last record + 1) reached it.
+        ``partitions`` limits the answer to those (None: every partition): who needs one asks
+        for one, so a partition without a leader (a broker died) does not hold up the others."""
         ...
 
     async def close(self) -> None: ...

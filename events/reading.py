@@ -33,7 +33,7 @@ async def conversation_events(
     codec = codec or default_codec()
     raw_key = key.encode()
     partition = partition_for_key(raw_key, log.partition_count)
-    end = (await log.end_offsets())[partition]
+    end = (await log.end_offsets([partition]))[partition]
     position = start_offset
     progressed_at = time.monotonic()
     while position < end:

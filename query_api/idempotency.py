@@ -169,7 +169,7 @@ class IdempotentAppends:
         longer payload's next message has, so that a prefix of a stored batch does not match."""
         (n, next_id), p = count, record.partition
         pairs = [(record, event)]
-        last = min(record.offset + n, (await self._log.end_offsets())[p] - 1)
+        last = min(record.offset + n, (await self._log.end_offsets([p]))[p] - 1)
         rest = await read_range(self._log, p, record.offset + 1, last) if last > record.offset else []
         for i, r in enumerate(rest, start=1):
             try:
@@ -189,7 +189,7 @@ class IdempotentAppends:
             for record, event in await indexed_events(self._log, key, at, codec=self._codec):
                 if event.event_id == event_id:
                     return await self._first(record, event, count), 0
-        end = (await self._log.end_offsets())[partition]
+        end = (await self._log.end_offsets([partition]))[partition]
         # A record this build cannot decode carries no event id it could match: passed over.
         tail = conversation_events(self._log, key, start_offset=at.projected, codec=self._codec, skip_undecodable=True)
         async for record, event in tail:

@@ -7,7 +7,7 @@ says so, so every test controls how far the read models lag."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,8 +70,8 @@ class CountingLog:
         self.records_read += len(batch.records)
         return batch
 
-    async def end_offsets(self) -> dict[int, int]:
-        return await self.log.end_offsets()
+    async def end_offsets(self, partitions: Collection[int] | None = None) -> dict[int, int]:
+        return await self.log.end_offsets(partitions)
 
     async def close(self) -> None:
         await self.log.close()

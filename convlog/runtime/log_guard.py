@@ -12,7 +12,7 @@ a partition does too, until an operator restores the log or rebuilds the read mo
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 
 import structlog
 
@@ -96,8 +96,8 @@ class _GuardedLog:
     async def read(self, positions: Mapping[int, int], *, max_records: int = 1000, timeout_s: float = 1.0) -> ReadBatch:
         return await self._inner.read(positions, max_records=max_records, timeout_s=timeout_s)
 
-    async def end_offsets(self) -> dict[int, int]:
-        return await self._inner.end_offsets()
+    async def end_offsets(self, partitions: Collection[int] | None = None) -> dict[int, int]:
+        return await self._inner.end_offsets(partitions)
 
     async def close(self) -> None:
         await self._inner.close()

@@ -50,7 +50,7 @@ def append_routes(deps: ApiDeps) -> APIRouter:
         if needs_conversation_calls(messages):
             reads = await deps.reads()
             partition = partition_for_key(key.encode(), deps.log.partition_count)
-            end = (await deps.log.end_offsets())[partition]
+            end = (await deps.log.end_offsets([partition]))[partition]
             deadline = time.monotonic() + deps.wait_for_offset_s
             while await reads.projection_position(partition) < end:
                 remaining = deadline - time.monotonic()

@@ -147,7 +147,7 @@ async def _wait_for(
     models confirm it, so a hint never serves a version that lacks it."""
     if await reads.projection_position(partition) > offset:
         return
-    if offset >= (await log.end_offsets())[partition]:
+    if offset >= (await log.end_offsets([partition]))[partition]:
         raise ApiError(422, "offset_beyond_log_end", f"partition {partition} of the log holds no offset {offset} yet",
                        field="min_offset", partition=partition)  # fmt: skip
     deadline = time.monotonic() + timeout_s

@@ -111,6 +111,13 @@ async def test_end_offsets_are_the_next_offsets(event_log: EventLog) -> None:
     }
 
 
+async def test_end_offsets_of_chosen_partitions_are_those_of_all(event_log: EventLog) -> None:
+    coordinates = await event_log.append(key=_key(5), value=b"x")
+    chosen = [coordinates.partition, (coordinates.partition + 1) % event_log.partition_count]
+    assert await event_log.end_offsets(chosen) == {p: (await event_log.end_offsets())[p] for p in chosen}
+    assert await event_log.end_offsets([]) == {}
+
+
 async def test_read_positions_move_past_every_record_and_reach_the_end_offsets(event_log: EventLog) -> None:
     """Progress is the position a read reports (it also moves past offsets without a record for
     this reader, such as Kafka's transaction markers): paging by it reaches the end offsets."""

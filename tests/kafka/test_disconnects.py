@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Collection, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -59,8 +59,8 @@ class GatedLog:
             raise
         return await self._log.read(positions, **kwargs)
 
-    async def end_offsets(self) -> dict[int, int]:
-        return await self._log.end_offsets()
+    async def end_offsets(self, partitions: Collection[int] | None = None) -> dict[int, int]:
+        return await self._log.end_offsets(partitions)
 
     async def close(self) -> None:
         pass

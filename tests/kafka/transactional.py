@@ -5,7 +5,7 @@ marker — a control record that takes an offset and that no consumer is ever gi
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 
 from aiokafka import AIOKafkaProducer
@@ -34,7 +34,7 @@ class TransactionalLog:
     async def read(self, positions: Mapping[int, int], *, max_records: int = 1000, timeout_s: float = 1.0) -> ReadBatch:
         raise NotImplementedError("write-only")
 
-    async def end_offsets(self) -> dict[int, int]:
+    async def end_offsets(self, partitions: Collection[int] | None = None) -> dict[int, int]:
         raise NotImplementedError("write-only")
 
     async def close(self) -> None:
