@@ -17,7 +17,7 @@ effective cost per context: uncached tokens at full price plus cached ones at 0.
 Anthropic reads, OpenAI's newer models) or 0.5 (OpenAI's gpt-4o family) of it, against the
 naive window's at the same prices.
 
-    CONVLOG_DATABASE_URL=... python -P bench/cache.py [--turns N] [--max-turns M --keep-turns K]
+    CONVLOG_DATABASE_URL=... python -m bench.cache [--turns N] [--max-turns M --keep-turns K]
 """
 
 from __future__ import annotations
