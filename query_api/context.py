@@ -243,7 +243,7 @@ def _units(
     up to some point render the same prefix up to there (rendering is a pure function of them)."""
     units = [(f"system:{s.message.message_id}", costs(s)) for s in head]
     if summary is not None:
-        units.append((f"summary:{summary.summary_id}", fixed - costs.spec.reply_priming - sum(c for _, c in units)))
+        units += _summary_units(summary, fixed - costs.spec.reply_priming - sum(c for _, c in units), costs)
     for x in served:
         s, m = x.selected, x.selected.message
         # Only what changes the rendering: image_turns moves keep_images every turn, but a
@@ -252,6 +252,27 @@ def _units(
         reasoning = s.include_reasoning if m.reasoning_content else None
         units.append((f"{m.message_id}:{','.join(s.call_ids)}:{images}:{reasoning}", x.cost))
     return tuple(units)
+
+
+def _summary_units(summary: StoredSummary, cost: int, costs: _Costs) -> list[tuple[str, int]]:
+    """The summary's system message as units. A summary that extends the one before (the
+    offline summarizer appends a bullet per turn until its limit) renders the same leading
+    text, which a token-prefix cache (OpenAI, DeepSeek, Gemini) serves again: one unit per
+    line, keyed by its text, costed as what the line adds to the count of the text before it
+    (so the units add up to the message's cost exactly). Anthropic caches only at block
+    boundaries and the summary is one block: one unit. The first unit is the message's frame
+    and header."""
+    if costs.target.format == "anthropic":
+        return [(f"summary:{summary.summary_id}", cost)]
+    text = SUMMARY_HEADER
+    before = costs.count(text)
+    units = [("summary-head", cost - costs.count(SUMMARY_HEADER + summary.text) + before)]
+    for i, line in enumerate(summary.text.split("\n")):
+        text += ("\n" if i else "") + line
+        now = costs.count(text)
+        units.append((f"summary-line:{line}", now - before))
+        before = now
+    return units
 
 
 def _violations(fragment: dict[str, Any], target: Target) -> list[str]:

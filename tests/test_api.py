@@ -41,6 +41,9 @@ async def service(pg_admin_url: str, tmp_path: Path, request: pytest.FixtureRequ
             partitions=4,
             api_tokens="acme:token-a,globex:token-b",
             summarizer=getattr(request, "param", "on"),
+            # Seed 000's window (the default before 12 -> 4): its ten OA turns move it once.
+            window_max_turns=8,
+            window_keep_turns=6,
         )
         async with running_service(settings) as svc:
             yield svc

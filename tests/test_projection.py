@@ -21,7 +21,7 @@ from projectors.errors import PositionConflictError, ProjectionError
 from projectors.tokens import TokenCounter, get_encoding
 from projectors.versions import compare
 from tests.native_support import NATIVE_SECRETS, thinking_answer, tool_result
-from tests.projection_support import Projection, project_all
+from tests.projection_support import SEED_000_WINDOW, Projection, project_all
 from tests.test_schema_evolution import future_schema_dir
 
 pytestmark = pytest.mark.postgres
@@ -35,7 +35,7 @@ async def test_the_demo_conversations_become_read_models(
 ) -> None:
     await append_oa_conversation(producer, OA)
     await append_tools_conversation(producer, TOOLS)
-    await project_all(log, projection.store())
+    await project_all(log, projection.store(policy=SEED_000_WINDOW))  # ten turns move it once
 
     oa = await projection.rows(
         "SELECT message_count, turn_count, title, next_seq FROM {s}.conversations WHERE conversation_key = %s",

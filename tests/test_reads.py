@@ -26,7 +26,7 @@ from projectors.pg import open_pool
 from projectors.tokens import ENCODINGS, TokenCounter, text_counter
 from query_api.ports import MAX_CURSOR_CHARS, ContextInputs, decode_cursor, encode_cursor
 from query_api.reads import PostgresReadModels
-from tests.projection_support import Projection, project_all
+from tests.projection_support import SEED_000_WINDOW, Projection, project_all
 
 OA = ConversationKey("acme", "employee-42", "oa")
 TOOLS = ConversationKey("acme", "employee-42", "tools")
@@ -58,7 +58,7 @@ async def test_the_oa_context_without_a_summary_keeps_every_turn_of_the_epoch(
     projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer, reads: PostgresReadModels
 ) -> None:
     done = await append_oa_conversation(producer, OA)
-    await project_all(log, projection.store())
+    await project_all(log, projection.store(policy=SEED_000_WINDOW))
     inputs = await context(reads, OA)
     assert (inputs.conversation_key, inputs.epoch, inputs.parked, inputs.summary) == (OA, 0, False, None)
     assert (inputs.partition, inputs.last_offset) == (done[-1].partition, done[-1].offset)
@@ -83,7 +83,7 @@ async def test_token_counts_are_those_of_the_requested_encoding(
     done = await append_oa_conversation(producer, OA)
     await producer.append(OA, summary(done[3].message_id, text="用户问了加班申请和审批流程。"))
     await append_tools_conversation(producer, TOOLS)
-    await project_all(log, projection.store())
+    await project_all(log, projection.store(policy=SEED_000_WINDOW))
     oa, tools = await context(reads, OA, encoding), await context(reads, TOOLS, encoding)
     for m in (*oa.system, *oa.messages):
         assert m.tokens == count(encoding, m.content)
@@ -132,7 +132,7 @@ async def test_a_summary_moves_the_start_after_its_coverage_but_never_past_the_w
 ) -> None:
     done = await append_oa_conversation(producer, OA)  # done[i] has seq i - 1
     await producer.append(OA, summary(done[5].message_id))  # covers through seq 4 (turns 1-2)
-    await project_all(log, projection.store())
+    await project_all(log, projection.store(policy=SEED_000_WINDOW))
     inputs = await context(reads, OA)
     assert inputs.summary is not None
     assert (inputs.summary.summary_id, inputs.summary.covers_through_seq) == ("s1", 4)
@@ -140,7 +140,7 @@ async def test_a_summary_moves_the_start_after_its_coverage_but_never_past_the_w
 
     # A later summary covering more than the window dropped: the window start bounds it.
     await producer.append(OA, summary(done[13].message_id, summary_id="s2", text="Longer."))  # seq 12
-    await project_all(log, projection.store())
+    await project_all(log, projection.store(policy=SEED_000_WINDOW))
     inputs = await context(reads, OA)
     assert inputs.summary is not None
     assert (inputs.summary.summary_id, inputs.summary.text, inputs.summary.covers_through_seq) == ("s2", "Longer.", 12)
@@ -163,7 +163,7 @@ async def test_after_a_clear_only_the_new_epoch_is_in_the_context_and_system_mes
     await producer.clear(OA)
     again = await producer.append_user(OA, "again")
     answer = await producer.append_assistant(OA, "yes")
-    await project_all(log, projection.store())
+    await project_all(log, projection.store(policy=SEED_000_WINDOW))
     inputs = await context(reads, OA)
     assert (inputs.epoch, inputs.summary) == (1, None)  # the old epoch's summary restarts too
     assert [m.message_id for m in inputs.messages] == [again.message_id, answer.message_id]
@@ -173,7 +173,7 @@ async def test_after_a_clear_only_the_new_epoch_is_in_the_context_and_system_mes
 
     await producer.erase(OA, reason="gdpr")
     after = await producer.append_user(OA, "a new start")
-    await project_all(log, projection.store())
+    await project_all(log, projection.store(policy=SEED_000_WINDOW))
     inputs = await context(reads, OA)
     assert [(m.content, m.erased) for m in inputs.system] == [(None, True)]  # the assembler skips it
     assert (inputs.epoch, [m.message_id for m in inputs.messages]) == (2, [after.message_id])
@@ -187,7 +187,7 @@ async def test_a_poison_record_parks_the_conversation(
     await log.append(key=OA.encode(), value=b"\xc3\x01garbage")
     await producer.append_user(OA, "held behind it")
     await producer.append_user(TOOLS, "a neighbour")
-    await project_all(log, projection.store())
+    await project_all(log, projection.store(policy=SEED_000_WINDOW))
     oa, tools = await context(reads, OA), await context(reads, TOOLS)
     assert (oa.parked, [m.content for m in oa.messages]) == (True, ["first"])
     assert not tools.parked
@@ -200,7 +200,7 @@ async def test_unknown_conversations_existence_and_positions(
     projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer, reads: PostgresReadModels
 ) -> None:
     done = await append_oa_conversation(producer, OA)
-    await project_all(log, projection.store())
+    await project_all(log, projection.store(policy=SEED_000_WINDOW))
     assert await reads.context_inputs(UNKNOWN, encoding="o200k_base") is None
     assert await reads.transcript(UNKNOWN) is None
     assert (await reads.conversation_exists(OA), await reads.conversation_exists(UNKNOWN)) == (True, False)
@@ -216,7 +216,7 @@ async def test_the_transcript_pages_backwards_and_each_page_is_oldest_first(
 ) -> None:
     done = await append_oa_conversation(producer, OA)
     await producer.redact(OA, done[2].message_id or "", reason="pii")
-    await project_all(log, projection.store())
+    await project_all(log, projection.store(policy=SEED_000_WINDOW))
     pages, before = [], None
     while True:
         page = await reads.transcript(OA, limit=8, before=before)
@@ -293,7 +293,7 @@ async def test_conversations_are_listed_by_last_user_activity_with_a_cursor(
     await producer.erase(user("z-tie"))
     await at(9, ConversationKey("acme", "u2", "someone-else"))
     await at(9, ConversationKey("other-tenant", "u1", "same-user-id"))
-    await project_all(log, projection.store())
+    await project_all(log, projection.store(policy=SEED_000_WINDOW))
 
     expected = ["a-tie", "z-tie", "b-old", "idle-1", "idle-2"]
     for limit in (1, 2, 3, 5, 50):
@@ -364,7 +364,7 @@ async def test_context_statements_use_the_indexes_for_a_conversation_among_many(
 ) -> None:
     done = await append_oa_conversation(producer, OA)
     await producer.append(OA, summary(done[5].message_id))  # the head then looks up what it covers
-    await project_all(log, projection.store())
+    await project_all(log, projection.store(policy=SEED_000_WINDOW))
     # Filler rows straight into the table: 400 other conversations of 40 messages each.
     await projection.execute(
         'INSERT INTO {s}.transcript (conversation_key, seq, partition, "offset", event_id, message_id, role, '

@@ -111,8 +111,8 @@ def test_the_window_settings_must_agree() -> None:
     assert Settings.from_env({"CONVLOG_WINDOW_MAX_TURNS": "4", "CONVLOG_WINDOW_KEEP_TURNS": "2"}).window_policy() == (
         WindowPolicy(4, 2)
     )
-    with pytest.raises(SettingsError, match=r"CONVLOG_WINDOW_KEEP_TURNS \(9\) <= CONVLOG_WINDOW_MAX_TURNS \(8\)"):
-        Settings.from_env({"CONVLOG_WINDOW_KEEP_TURNS": "9"})
+    with pytest.raises(SettingsError, match=r"CONVLOG_WINDOW_KEEP_TURNS \(13\) <= CONVLOG_WINDOW_MAX_TURNS \(12\)"):
+        Settings.from_env({"CONVLOG_WINDOW_KEEP_TURNS": "13"})  # one more than the default maximum
 
 
 def test_switches_ignore_case_and_spaces() -> None:

@@ -21,7 +21,7 @@ from summarizer.plan import plan
 from summarizer.store import PostgresSummaryStore
 from tests.fake_llm import FakeLLM
 from tests.native_support import NATIVE_SECRETS, thinking_answer, tool_result
-from tests.projection_support import Projection, project_all
+from tests.projection_support import SEED_000_WINDOW, Projection, project_all
 
 pytestmark = pytest.mark.postgres
 
@@ -47,7 +47,7 @@ async def test_no_reasoning_signature_encrypted_content_or_opaque_block_reaches_
         await producer.append(KEY, thinking_answer(f"a{t}", call_ids=calls))
         await producer.append(KEY, tool_result(calls[0], f"sunny {t}", message_id=f"ra{t}"))
         await producer.append(KEY, tool_result(calls[1], f"no such city {t}", message_id=f"rb{t}", is_error=True))
-    await project_all(log, projection.store())
+    await project_all(log, projection.store(policy=SEED_000_WINDOW))
     store = PostgresSummaryStore(projection.pool, consumer="test")
     inputs = await store.summary_inputs(projection.version.schema, KEY, max_rows=1000)
     assert inputs is not None

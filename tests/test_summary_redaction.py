@@ -10,11 +10,10 @@ from events.event_types import SummaryRecorded
 from events.keys import ConversationKey
 from events.producer import Appended, ConversationProducer
 from projectors.versions import compare
-from projectors.window import WindowPolicy
 from query_api.as_of import context_inputs_as_of
 from query_api.ports import ContextInputs
 from query_api.reads import PostgresReadModels
-from tests.projection_support import Projection, project_all
+from tests.projection_support import SEED_000_WINDOW, Projection, project_all
 
 pytestmark = pytest.mark.postgres
 
@@ -43,7 +42,7 @@ async def live(projection: Projection) -> ContextInputs:
 
 
 async def as_of(log: EmbeddedEventLog, offset: int) -> ContextInputs:
-    inputs = await context_inputs_as_of(log, KEY, offset, encoding="o200k_base", policy=WindowPolicy(),
+    inputs = await context_inputs_as_of(log, KEY, offset, encoding="o200k_base", policy=SEED_000_WINDOW,
                                         max_event_bytes=1 << 20)  # fmt: skip
     assert inputs is not None
     return inputs
@@ -56,7 +55,7 @@ async def test_a_redaction_withdraws_the_summaries_that_cover_the_message(
     early = await record(producer, "s-early", "a1", "Q1 told S1.")  # covers turn 1 only
     leaky = await record(producer, "s-leaky", "a3", "Q1 told S1. Q2 told S2. Q3 told S3.")
     redaction = await producer.redact(KEY, "u2", reason="user request")
-    await project_all(log, projection.store())
+    await project_all(log, projection.store(policy=SEED_000_WINDOW))
 
     inputs = await live(projection)
     assert inputs.summary is not None
@@ -70,7 +69,7 @@ async def test_a_redaction_withdraws_the_summaries_that_cover_the_message(
 
     # A summary recorded after the redaction (it could not have seen the content) stays.
     redo = await record(producer, "s-redo", "a3", "Q1 told S1. Q3 told S3.")
-    await project_all(log, projection.store())
+    await project_all(log, projection.store(policy=SEED_000_WINDOW))
     inputs = await live(projection)
     assert inputs.summary is not None
     assert inputs.summary.summary_id == "s-redo"
@@ -89,7 +88,7 @@ async def test_a_redaction_withdraws_the_summaries_that_cover_the_message(
 
     # A rebuild agrees, whatever its batches.
     rebuilt = await projection.new_version()
-    await project_all(log, projection.store(schema=rebuilt.schema), batch_size=3)
+    await project_all(log, projection.store(schema=rebuilt.schema, policy=SEED_000_WINDOW), batch_size=3)
     async with projection.pool.connection() as conn:
         assert await compare(conn, projection.version.schema, rebuilt.schema) == []
 
@@ -104,7 +103,7 @@ async def test_a_summary_landing_after_a_clear_or_erase_stays_with_the_old_epoch
     await (producer.clear(KEY) if restart == "clear" else producer.erase(KEY))
     await producer.append_user(KEY, "A new question", message_id="fresh")
     late = await record(producer, "s-late", "a3", "Q1 told S1. Q2 told S2. Q3 told S3.")
-    await project_all(log, projection.store())
+    await project_all(log, projection.store(policy=SEED_000_WINDOW))
 
     inputs = await live(projection)
     assert inputs.summary is None
@@ -114,7 +113,7 @@ async def test_a_summary_landing_after_a_clear_or_erase_stays_with_the_old_epoch
     assert [e["status"] for e in statuses or []] == ["withdrawn"]
     assert (await as_of(log, late.offset)).summary is None
     rebuilt = await projection.new_version()
-    await project_all(log, projection.store(schema=rebuilt.schema), batch_size=2)
+    await project_all(log, projection.store(schema=rebuilt.schema, policy=SEED_000_WINDOW), batch_size=2)
     async with projection.pool.connection() as conn:
         assert await compare(conn, projection.version.schema, rebuilt.schema) == []
 
@@ -130,7 +129,7 @@ async def test_a_summary_written_from_a_read_before_a_redaction_is_withdrawn(
     await producer.append(KEY, stale, event_id="s-stale")
     aware = SummaryRecorded("s-aware", "Q1 told S1. Q3 told S3.", "a3", "m", "v", excluded_message_ids=("u2",))
     last = await producer.append(KEY, aware, event_id="s-aware")
-    await project_all(log, projection.store())
+    await project_all(log, projection.store(policy=SEED_000_WINDOW))
 
     statuses = await PostgresReadModels(projection.pool, schema=projection.version.schema).summaries(KEY)
     assert [(e["summary_id"], e["status"]) for e in statuses or []] == [
@@ -140,6 +139,6 @@ async def test_a_summary_written_from_a_read_before_a_redaction_is_withdrawn(
     assert (await as_of(log, last.offset)).summary.summary_id == "s-aware"  # type: ignore[union-attr]
     assert (await as_of(log, last.offset - 1)).summary is None  # s-stale is not served even as it was
     rebuilt = await projection.new_version()
-    await project_all(log, projection.store(schema=rebuilt.schema), batch_size=1)
+    await project_all(log, projection.store(schema=rebuilt.schema, policy=SEED_000_WINDOW), batch_size=1)
     async with projection.pool.connection() as conn:
         assert await compare(conn, projection.version.schema, rebuilt.schema) == []

@@ -38,16 +38,44 @@ CODEC = default_codec()
 T0 = datetime(2026, 11, 30, tzinfo=UTC)
 
 
-def test_policy_keeps_eight_then_drops_to_six() -> None:
+def test_default_policy_keeps_twelve_then_drops_to_four() -> None:
+    """The default (issue 16 item 5, bench/cache.py): the window moves once every nine turns —
+    the prompt prefix is stable for eight of them — and holds 4 to 12 turns, 8 on average,
+    as long as the 8→6 policy's contexts on average (6 to 8 turns, moving every third turn)."""
     policy = WindowPolicy()
     window = Window()
     starts = []
-    for turn in range(9):
+    for turn in range(13):
         window = on_user_message(window, turn * 2, policy)
         starts.append(window.start_seq)
-    assert starts[:8] == [0] * 8  # the prefix stays put for eight turns
-    assert window.start_seq == 6  # the ninth turn drops down to the last six: turns 4..9 start at 6
-    assert window.turn_starts == (6, 8, 10, 12, 14, 16)
+    assert starts[:12] == [0] * 12  # the prefix stays put for twelve turns
+    assert window.start_seq == 18  # the 13th turn drops down to the last four: turns 10..13 start at 18
+    assert window.turn_starts == (18, 20, 22, 24)
+
+
+@settings(max_examples=300, deadline=None)
+@given(max_turns=st.integers(1, 16), keep=st.integers(1, 16), turns=st.integers(0, 80))
+def test_the_window_moves_once_every_max_minus_keep_plus_one_turns(max_turns: int, keep: int, turns: int) -> None:
+    """What the prompt cache depends on: the start moves only at a fold, forward by whole
+    turns, first after ``max_turns`` turns and then every ``max_turns - keep_turns + 1``;
+    between folds it holds; it never holds more than ``max_turns`` turns nor fewer than
+    ``keep_turns`` once it folded."""
+    policy = WindowPolicy(max_turns=max(max_turns, keep), keep_turns=min(max_turns, keep))
+    period = policy.max_turns - policy.keep_turns + 1
+    window = Window()
+    folds = []
+    for turn in range(turns):
+        before = window
+        window = on_user_message(window, turn * 3, policy)  # gaps: the assistant's messages
+        assert window.turn_starts[-1] == turn * 3
+        assert window.start_seq == window.turn_starts[0]
+        assert len(window.turn_starts) <= policy.max_turns
+        if before.start_seq is not None and window.start_seq != before.start_seq:
+            assert window.start_seq > before.start_seq
+            assert len(window.turn_starts) == policy.keep_turns
+            folds.append(turn)
+    expected = list(range(policy.max_turns, turns, period))
+    assert folds == expected
 
 
 @pytest.mark.parametrize(("max_turns", "keep_turns"), [(0, 0), (3, 4), (5, 0)])

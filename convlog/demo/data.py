@@ -1,4 +1,4 @@
-"""The demo's conversations: seed 000's ten-turn OA conversation and a turn with tool calls."""
+"""The demo's conversations: seed 000's ten-turn OA conversation (and three follow-ups) and a turn with tool calls."""
 
 from __future__ import annotations
 
@@ -33,6 +33,14 @@ OA_TURNS: tuple[tuple[str, str], ...] = (
         "如果它超过三天没审批怎么办？",
         "超过三天未审批，系统会自动升级给部门经理；你也可以在“我的申请”里点“催办”。外包员工可同时联系供应商管理员。",
     ),
+)
+
+# Three follow-ups the demo appends after the seed's ten turns: the window (12 turns, dropping
+# to 4) moves at the 13th turn, so the demo shows turns 1-9 folded into the running summary.
+OA_FOLLOW_UP_TURNS: tuple[tuple[str, str], ...] = (
+    ("催办之后还没人处理呢？", "可以联系 HR 服务台登记工单，HR 会在一个工作日内协调审批人处理。"),
+    ("加班费什么时候发？", "法定节假日的加班费随次月工资发放；外包员工由供应商按合同结算。"),
+    ("能导出我的加班记录吗？", "可以：考勤管理 → 我的加班 → 右上角“导出”，生成 Excel 文件。"),
 )
 
 TOOLS_SYSTEM_PROMPT = "You are an HR assistant. Use the tools to look up the employee's records."

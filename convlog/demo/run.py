@@ -11,6 +11,7 @@ from convlog.demo.claude import append_claude_conversation, print_claude_context
 from convlog.demo.data import (
     INTERRUPTED_ANSWER,
     INTERRUPTED_QUESTION,
+    OA_FOLLOW_UP_TURNS,
     OA_SYSTEM_PROMPT,
     OA_TURNS,
     TOOLS_ANSWER,
@@ -37,6 +38,15 @@ async def append_oa_conversation(producer: ConversationProducer, key: Conversati
         await producer.append_system(key, OA_SYSTEM_PROMPT),
     ]
     for question, answer in OA_TURNS:
+        done.append(await producer.append_user(key, question))
+        done.append(await producer.append_assistant(key, answer, model="gpt-4o-mini", finish_reason="stop"))
+    return done
+
+
+async def append_oa_follow_ups(producer: ConversationProducer, key: ConversationKey) -> list[Appended]:
+    """Past the window's twelve turns: the 13th moves it, and turns 1-9 get summarized."""
+    done = []
+    for question, answer in OA_FOLLOW_UP_TURNS:
         done.append(await producer.append_user(key, question))
         done.append(await producer.append_assistant(key, answer, model="gpt-4o-mini", finish_reason="stop"))
     return done
@@ -71,7 +81,8 @@ async def run_demo(settings: Settings) -> None:
     async with running_service(settings) as service:
         producer = service.deps.producer
         event_log = service.deps.log
-        written = [(oa_key, await append_oa_conversation(producer, oa_key)),
+        oa_appended = await append_oa_conversation(producer, oa_key) + await append_oa_follow_ups(producer, oa_key)
+        written = [(oa_key, oa_appended),
                    (tools_key, await append_tools_conversation(producer, tools_key)),
                    (claude_key, await append_claude_conversation(producer, claude_key))]  # fmt: skip
         for key, appended in written:

@@ -26,12 +26,11 @@ from projectors.memory_store import InMemoryProjectionStore
 from projectors.memory_tables import MemoryTables
 from projectors.ports import ProjectionStore
 from projectors.tokens import get_encoding
-from projectors.window import WindowPolicy
 from query_api.memory_reads import InMemoryReadModels
 from query_api.ports import ReadModels
 from query_api.reads import PostgresReadModels
 from tests.native_support import NATIVE_SECRETS, thinking_answer, tool_result
-from tests.projection_support import COUNTER, Projection, project_all, projection_database
+from tests.projection_support import COUNTER, SEED_000_WINDOW, Projection, project_all, projection_database
 
 OA = ConversationKey("acme", "employee-42", "oa")
 TOOLS = ConversationKey("acme", "employee-42", "tools")
@@ -47,13 +46,14 @@ class ReadSide:
 
 def in_memory() -> ReadSide:
     tables = MemoryTables()
-    store = InMemoryProjectionStore(tables, codec=default_codec(), counter=COUNTER, policy=WindowPolicy(),
+    store = InMemoryProjectionStore(tables, codec=default_codec(), counter=COUNTER, policy=SEED_000_WINDOW,
                                     max_event_bytes=1 << 20)  # fmt: skip
     return ReadSide(store, InMemoryReadModels(tables))
 
 
 def in_postgres(projection: Projection) -> ReadSide:
-    return ReadSide(projection.store(), PostgresReadModels(projection.pool, schema=projection.version.schema))
+    reads = PostgresReadModels(projection.pool, schema=projection.version.schema)
+    return ReadSide(projection.store(policy=SEED_000_WINDOW), reads)
 
 
 @pytest.fixture(params=["memory", pytest.param("postgres", marks=pytest.mark.postgres)])

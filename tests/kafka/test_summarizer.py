@@ -36,7 +36,7 @@ from summarizer.openai_model import OpenAISummaryModel
 from summarizer.runner import Summarizer, SummarizerOptions
 from summarizer.store import PostgresSummaryStore
 from tests.fake_llm import MARKER, FakeLLM
-from tests.projection_support import Projection, project_all, projection_database
+from tests.projection_support import SEED_000_WINDOW, Projection, project_all, projection_database
 from tests.support import free_port, unique_topic
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
@@ -112,7 +112,8 @@ async def stack(kafka_bootstrap: str, pg_admin_url: str, fake: FakeLLM | None) -
     tasks: list[asyncio.Task[None]] = []
     try:
         async with projection_database(pg_admin_url) as projection:
-            projector = Projector(LogSource(logs[1]), projection.store(), fetch_timeout_s=0.1)
+            # The turn numbers below are seed 000's window's folds (8 -> 6: turns 1-3 leave at turn 9).
+            projector = Projector(LogSource(logs[1]), projection.store(policy=SEED_000_WINDOW), fetch_timeout_s=0.1)
             tasks.append(asyncio.create_task(projector.run(stop)))
             summarizer = None
             if fake is not None:
@@ -186,7 +187,7 @@ async def test_forty_turns_are_summarized_without_gap_or_overlap(kafka_bootstrap
             # A rebuild from offset 0 reads the recorded summaries: no model call, equal tables.
             calls_before = len(fake.answered())
             rebuilt = await s.projection.new_version()
-            await project_all(s.log, s.projection.store(schema=rebuilt.schema))
+            await project_all(s.log, s.projection.store(schema=rebuilt.schema, policy=SEED_000_WINDOW))
             assert len(fake.answered()) == calls_before
             assert await compare_tables(s.projection, rebuilt.schema) == []
 
