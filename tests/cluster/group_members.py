@@ -3,7 +3,8 @@
 
 A member's partitions are read from its own structured log (``projector.assigned`` /
 ``projector.revoked`` lines, JSON at level info): that is what the process itself believes it
-owns, with the moment it came to believe it.
+owns, with the moment it came to believe it. The log also tells when it began to join the group
+(``projector.start``) and how many of its batches the positions fence refused.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import sys
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -36,6 +38,8 @@ class Member:
     process: subprocess.Popen[bytes]
     log_file: Path
     killed_at: float | None = None
+    started_at: float | None = None  # when it logged ``projector.start``: about to join the group
+    conflicts: int = 0  # batches refused by the positions fence (``projector.position_conflict``)
     _read: int = field(default=0, repr=False)
     _changes: list[Change] = field(default_factory=list, repr=False)
 
@@ -44,9 +48,18 @@ class Member:
         text = self.log_file.read_bytes()
         end = text.rfind(b"\n") + 1  # a line being written is read next time
         for line in text[self._read : end].splitlines():
-            change = _parse(line)
-            if change is not None:
-                self._changes.append(change)
+            entry = _entry(line)
+            if entry is None:
+                continue
+            event, at = entry["event"], datetime.fromisoformat(entry["timestamp"]).timestamp()
+            if event == "projector.assigned":
+                self._changes.append(Change(at, True, frozenset(int(p) for p in entry["positions"])))
+            elif event == "projector.revoked":
+                self._changes.append(Change(at, False, frozenset(int(p) for p in entry["partitions"])))
+            elif event == "projector.start" and self.started_at is None:
+                self.started_at = at
+            elif event == "projector.position_conflict":
+                self.conflicts += 1
         self._read = end
         return list(self._changes)
 
@@ -97,16 +110,14 @@ def start_member(name: str, env: dict[str, str], log_dir: Path, *, instance_id: 
     return Member(name, instance_id, process, log_file)
 
 
-def _parse(line: bytes) -> Change | None:
-    if b'"projector.assigned"' not in line and b'"projector.revoked"' not in line:
+_EVENTS = (b'"projector.assigned"', b'"projector.revoked"', b'"projector.start"', b'"projector.position_conflict"')
+
+
+def _entry(line: bytes) -> dict[str, Any] | None:
+    if not any(e in line for e in _EVENTS):
         return None
     try:
         entry = json.loads(line)
     except ValueError:
         return None
-    at = datetime.fromisoformat(entry["timestamp"]).timestamp()
-    if entry.get("event") == "projector.assigned":
-        return Change(at, True, frozenset(int(p) for p in entry["positions"]))
-    if entry.get("event") == "projector.revoked":
-        return Change(at, False, frozenset(int(p) for p in entry["partitions"]))
-    return None
+    return entry if isinstance(entry, dict) and "event" in entry and "timestamp" in entry else None
