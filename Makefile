@@ -10,7 +10,7 @@ SERVICES := $(BIN)/python -m convlog.local.devservices
 help:
 	@echo "make demo           run convlog on embedded defaults (no Kafka, Java or Docker needed)"
 	@echo "make test           install, start Kafka + Postgres locally, lint, type-check, run every test"
-	@echo "make services-up    start the local Kafka (KRaft) and Postgres on loopback"
+	@echo "make services-up    start the local Kafka (KRaft) and Postgres on loopback (BROKERS=3: a 3-node cluster)"
 	@echo "make services-down  stop them"
 	@echo "make bench          run the benchmarks in bench/ (needs services-up)"
 
@@ -25,8 +25,9 @@ install: $(STAMP)
 demo: install
 	$(BIN)/convlog demo
 
+# BROKERS=3: a three-node Kafka cluster; unset, the layout the last `up` started (else one broker).
 services-up: install
-	$(SERVICES) up
+	$(SERVICES) up $(if $(BROKERS),--brokers $(BROKERS))
 
 services-down:
 	@if [ -x $(BIN)/python ]; then $(SERVICES) down; fi

