@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pytest
 
+from convlog.local.kafka_cluster import KafkaCluster
 from convlog.settings import Settings
 from convlog.wiring import make_producer
 from events.kafka_log import KafkaEventLog
@@ -49,8 +50,10 @@ POLL_S = 0.05
 
 
 @pytest.fixture
-def bootstrap(kafka_bootstrap: str) -> str:
-    return kafka_bootstrap
+def bootstrap(kafka_cluster: KafkaCluster) -> str:
+    """The session's three-node cluster: the group coordinator and the topic replicated as in
+    production (a single broker shows the same group behaviour; the test is meaningful on both)."""
+    return kafka_cluster.bootstrap
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,7 +207,8 @@ async def test_group_failover_under_load(static: bool, bootstrap: str, projectio
         f"\nstatic membership {'ON' if static else 'OFF'} (session timeout {SESSION_TIMEOUT_MS} ms,"
         f" {len(appends.acked)} appends at ~{RATE_PER_S:g}/s), first append after a kill -> readable:"
         f"\n  kill 1, replaced at once: {figures(a_owned, a.killed_at)}"
-        f" (the replacement joined {startup_s:.2f} s after the kill)"
+        f" (the replacement joined {startup_s:.2f} s after the kill"
+        f"{'' if rejoined_in_time else ', after its session had expired: the group rebalanced'})"
         f"\n  kill 2, as the group reacted to kill 1, not replaced: {figures(b_owned, b.killed_at)}"
         f"\n  stale batches refused by the positions fence: {fenced}"
     )
