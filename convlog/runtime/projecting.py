@@ -64,7 +64,10 @@ def build_projector(
         max_event_bytes=settings.max_event_bytes,
         notify_positions=True,  # API processes elsewhere wake read-your-writes waits on it
     )
-    return Projector(source, store, on_committed=on_committed)
+    # A revocation waits for the batch in flight, but well within the rebalance timeout (aiokafka:
+    # the session timeout), or the broker would drop this member from the group.
+    revoke_wait_s = settings.kafka_session_timeout_ms / 2000
+    return Projector(source, store, on_committed=on_committed, revoke_wait_s=revoke_wait_s)
 
 
 class LiveProjector:
