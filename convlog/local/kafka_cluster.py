@@ -132,7 +132,7 @@ class ClusterNode(KafkaHandle):
         deadline = time.monotonic() + timeout
         error: object = None
         while time.monotonic() < deadline:
-            if not self.running:
+            if not self._still_running():
                 raise ServiceError(f"Kafka node {self.node_id} exited during start-up:\n{self.log_tail()}")
             try:
                 brokers = self.metadata().brokers
@@ -146,6 +146,15 @@ class ClusterNode(KafkaHandle):
             f"Kafka node {self.node_id} not ready on {self.bootstrap} after {timeout:.0f}s ({error}):\n"
             f"{self.log_tail()}"
         )
+
+    def _still_running(self) -> bool:
+        """``running``, asked again before answering no: on a loaded machine one look at /proc
+        has been seen to miss a node that was starting (its pid alive a moment later)."""
+        for _ in range(5):
+            if self.running:
+                return True
+            time.sleep(0.1)
+        return False
 
     def __repr__(self) -> str:
         return f"ClusterNode({self.node_id}, bootstrap={self.bootstrap!r}, pid={self.pid})"
@@ -218,7 +227,8 @@ class KafkaCluster:
         return self.nodes[node_id - 1]
 
     def start(self, *, timeout: float = 180.0, wait: bool = True) -> KafkaCluster:
-        """Start every node that does not run (a node alone cannot start: the quorum needs two)."""
+        """Start every node that does not run, all at once (on a fresh cluster no node is ready before
+        two controllers form a quorum); with ``wait``, return once all are registered brokers."""
         began = time.monotonic()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.state_file.write_text(json.dumps({"cluster_id": self.cluster_id, "ports": self.ports}))

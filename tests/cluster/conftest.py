@@ -8,7 +8,7 @@ services' 19092..) with its data in a session temp dir, and killed at the end of
 whatever the tests did (no JVM outlives pytest: a reaper process kills them even when pytest
 itself is killed). It is killed already after the last test that uses it, so that it does not
 idle through the rest of the suite. How long it took to start is printed in the
-terminal summary ("kafka cluster: started in ...") and kept in ``kafka_cluster.started_in_s``.
+terminal summary ("cluster figures": "kafka cluster: started in ...") and kept in ``kafka_cluster.started_in_s``.
 It is gated like the single broker (``kafka_bootstrap`` in tests/conftest.py): without
 ``CONVLOG_KAFKA_BOOTSTRAP`` the cluster tests skip; if the cluster cannot start they skip too,
 except under ``CONVLOG_REQUIRE_SERVICES=1`` (``.ci/run``), where both fail the run.
@@ -26,7 +26,12 @@ except under ``CONVLOG_REQUIRE_SERVICES=1`` (``.ci/run``), where both fail the r
 
 ``healthy_cluster`` (function scope) — the same cluster, healthy when the test starts, and made
 healthy again after it: every node the test killed or stopped is started, and the test ends only
-once every partition is back to its full ISR of 3. Use it in every test that kills or stops a node.
+once every partition is back to its full ISR of 3 (unless no later test uses the cluster).
+Use it in every test that kills or stops a node.
+
+``cluster_figure`` (function scope) — ``cluster_figure("failover: 3.1 s")`` prints a measured
+figure and repeats it, with the test's name, in the "cluster figures" section of the terminal
+summary (shown without ``-s``), beside the cluster's start time.
 
 ``cluster_event_log`` (function scope) — a :class:`KafkaEventLog` on a fresh topic of the
 cluster (12 partitions; replication 3 and ``min.insync.replicas=2`` as convlog creates topics).
@@ -37,7 +42,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -48,7 +53,7 @@ from events.kafka_log import KafkaEventLog
 from tests.support import free_port, services_required, unique_topic
 
 RESTORE_TIMEOUT_S = 120.0
-_START_KEY = pytest.StashKey[str]()
+_FIGURES_KEY = pytest.StashKey[list[str]]()
 
 # Kills the cluster's JVMs once this pytest process is gone, however it ended (a SIGKILL, an
 # OOM kill, a CI timeout run no finalizer): no JVM may outlive the session on a shared machine.
@@ -105,7 +110,7 @@ def kafka_cluster(
             pytest.fail(f"CONVLOG_REQUIRE_SERVICES=1 but the three-node Kafka cluster did not start: {exc}")
         pytest.skip(f"the three-node Kafka cluster did not start: {exc}")
     started = f"kafka cluster: started in {time.monotonic() - began:.1f}s ({cluster.bootstrap}, data {data_dir})"
-    request.config.stash[_START_KEY] = started
+    request.config.stash.setdefault(_FIGURES_KEY, []).insert(0, started)
     try:
         yield cluster
     finally:
@@ -113,9 +118,30 @@ def kafka_cluster(
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
-    started = config.stash.get(_START_KEY, None)
-    if started:
-        terminalreporter.write_line(started)
+    figures = config.stash.get(_FIGURES_KEY, [])
+    if figures:
+        terminalreporter.section("cluster figures")
+        for line in figures:
+            terminalreporter.write_line(line)
+
+
+@pytest.fixture
+def cluster_figure(request: pytest.FixtureRequest) -> Callable[[str], None]:
+    """``cluster_figure("leader failover: ...")``: a measured figure, printed at once and again in
+    the terminal summary (without ``-s`` too), so that CI logs carry it."""
+    figures = request.config.stash.setdefault(_FIGURES_KEY, [])
+
+    def record(line: str) -> None:
+        print(line)
+        figures.append(f"{request.node.name}: {line}")
+
+    return record
+
+
+def _last_user(item: pytest.Item) -> bool:
+    """True if no test after ``item`` in this session uses the cluster."""
+    users = [i for i in item.session.items if "kafka_cluster" in getattr(i, "fixturenames", ())]
+    return bool(users) and users[-1] is item
 
 
 @pytest.hookimpl(trylast=True)
@@ -124,8 +150,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     idle, its three JVMs hold ~1 GB and a tenth of a core while the rest of the suite runs."""
     del nextitem
     cluster = getattr(item, "funcargs", {}).get("kafka_cluster")
-    users = [i for i in item.session.items if "kafka_cluster" in getattr(i, "fixturenames", ())]
-    if isinstance(cluster, KafkaCluster) and users and users[-1] is item:
+    if isinstance(cluster, KafkaCluster) and _last_user(item):
         cluster.kill()
 
 
@@ -135,10 +160,11 @@ def _restore(cluster: KafkaCluster) -> None:
 
 
 @pytest.fixture
-def healthy_cluster(kafka_cluster: KafkaCluster) -> Iterator[KafkaCluster]:
+def healthy_cluster(kafka_cluster: KafkaCluster, request: pytest.FixtureRequest) -> Iterator[KafkaCluster]:
     _restore(kafka_cluster)
     yield kafka_cluster
-    _restore(kafka_cluster)
+    if not _last_user(request.node):  # else it is killed right after this test: nothing to restore
+        _restore(kafka_cluster)
 
 
 @pytest.fixture

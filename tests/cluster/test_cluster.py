@@ -5,13 +5,16 @@ leader — it is read back and projected from the surviving nodes, and the kille
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import Callable
 
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-from convlog.local.kafka_cluster import KafkaCluster
+from convlog.local.kafka_cluster import ClusterNode, KafkaCluster
+from convlog.local.processes import ServiceError
 from convlog.settings import Settings
 from convlog.wiring import make_producer
 from events.codec import default_codec
@@ -21,6 +24,7 @@ from events.keys import ConversationKey
 from events.producer import Appended, ConversationProducer
 from events.reading import conversation_events
 from tests.projection_support import Projection, project_all
+from tests.support import unique_topic
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -68,7 +72,10 @@ async def append_until_acknowledged(producer: ConversationProducer, text: str, e
 
 
 async def test_an_acknowledged_append_survives_a_kill_of_its_leader(
-    healthy_cluster: KafkaCluster, cluster_event_log: KafkaEventLog, projection: Projection
+    healthy_cluster: KafkaCluster,
+    cluster_event_log: KafkaEventLog,
+    projection: Projection,
+    cluster_figure: Callable[[str], None],
 ) -> None:
     cluster, topic = healthy_cluster, cluster_event_log.topic
     producer = make_producer(cluster_event_log, Settings(), producer="cluster-test")
@@ -92,8 +99,8 @@ async def test_an_acknowledged_append_survives_a_kill_of_its_leader(
     state = await asyncio.to_thread(cluster.partition, topic, partition)
     assert state.leader != leader.node_id
     assert sorted(state.isr) == sorted({1, 2, 3} - {leader.node_id}), "the dead node left the ISR; two remain"
-    print(
-        f"\nleader failover: node {leader.node_id} -> {state.leader}: new leader after {elected_s:.1f}s, "
+    cluster_figure(
+        f"leader failover: node {leader.node_id} -> {state.leader}: new leader after {elected_s:.1f}s, "
         f"first acknowledged append after {first_ack_s:.1f}s"
     )
 
@@ -114,4 +121,56 @@ async def test_an_acknowledged_append_survives_a_kill_of_its_leader(
     await asyncio.to_thread(cluster.wait_in_sync, 60)
     state = await asyncio.to_thread(cluster.partition, topic, partition)
     assert sorted(state.isr) == [1, 2, 3], "the restarted node caught up and is in sync again"
-    print(f"node {leader.node_id} restarted and back in sync in {time.monotonic() - restarted_at:.1f}s")
+    cluster_figure(f"node {leader.node_id} restarted and back in sync in {time.monotonic() - restarted_at:.1f}s")
+
+
+async def test_an_append_is_not_acknowledged_while_only_one_replica_holds_it(
+    healthy_cluster: KafkaCluster, projection: Projection, cluster_figure: Callable[[str], None]
+) -> None:
+    """acks=all with min.insync.replicas=2: one live replica is not enough to acknowledge —
+    with acks=1, or a minimum of 1, this append would be acknowledged on one node alone."""
+    cluster, topic = healthy_cluster, unique_topic("two-replicas")
+    log = await KafkaEventLog.connect(
+        bootstrap=cluster.bootstrap, topic=topic, partitions=3, replication_factor=2, append_timeout_s=4
+    )
+    try:
+        assert await min_insync_replicas(cluster.bootstrap, topic) == "2"  # min(2, replicas)
+        producer = make_producer(log, Settings(), producer="cluster-test")
+        first = await append_until_acknowledged(producer, "two copies", "two-0")
+        partition = first.coordinates.partition
+        state = await asyncio.to_thread(cluster.partition, topic, partition)
+        leader = cluster.node(state.leader)
+        [follower] = [cluster.node(r) for r in state.replicas if r != state.leader]
+        follower.kill()
+        await asyncio.to_thread(_wait_for_isr, leader, topic, partition, [leader.node_id])
+
+        with pytest.raises(ConvlogError) as refused:
+            await producer.append_user(KEY, "one copy only", event_id="two-1", message_id="two-1")
+        assert refused.value.retriable, "the client retries it with the same event id"
+
+        await asyncio.to_thread(follower.start)
+        await append_until_acknowledged(producer, "one copy only", "two-1")
+        read_back = [e.event_id async for _, e in conversation_events(log, KEY, codec=default_codec())]
+        await project_all(log, projection.store())
+    finally:
+        await log.close()
+    # A refused append may still be in the log (the leader took it in before it learnt that its
+    # follower was gone, and the follower copied it when it came back): the retry with the same
+    # event id then stores it twice, and the projection applies it once.
+    assert read_back[0] == "two-0"
+    assert set(read_back) == {"two-0", "two-1"}
+    rows = await projection.rows("SELECT message_id FROM {s}.transcript WHERE conversation_key = %s", str(KEY))
+    assert sorted(r[0] for r in rows) == ["two-0", "two-1"]
+    cluster_figure(f"one replica in sync: append refused; the retried event is {read_back.count('two-1')}x in the log")
+
+
+def _wait_for_isr(leader: ClusterNode, topic: str, partition: int, isr: list[int], timeout: float = 30.0) -> None:
+    """Until the leader itself (not just some node) has the partition's ISR as ``isr``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with contextlib.suppress(OSError, ServiceError):
+            state = leader.metadata(topics=[topic]).partition(topic, partition)
+            if state is not None and sorted(state.isr) == sorted(isr):
+                return
+        assert time.monotonic() < deadline, f"{topic}[{partition}] ISR is not {isr} after {timeout:.0f}s"
+        time.sleep(0.1)
