@@ -144,7 +144,9 @@ def covers(members: list[Member], partitions: frozenset[int]) -> bool:
 
 
 @pytest.mark.parametrize("static", [True, False], ids=["static-membership", "dynamic-membership"])
-async def test_group_failover_under_load(static: bool, bootstrap: str, projection: Projection, tmp_path: Path) -> None:
+async def test_group_failover_under_load(
+    static: bool, bootstrap: str, projection: Projection, tmp_path: Path, cluster_figure: Callable[[str], None]
+) -> None:
     session_timeout_ms = STATIC_SESSION_TIMEOUT_MS if static else DYNAMIC_SESSION_TIMEOUT_MS
     topic = unique_topic("groupfail")
     settings = Settings(kafka_bootstrap=bootstrap, topic=topic, partitions=PARTITIONS)
@@ -209,14 +211,16 @@ async def test_group_failover_under_load(static: bool, bootstrap: str, projectio
     # the broker expires the dead member's session (a loaded machine can start Python slower).
     rejoined_in_time = startup_s < session_timeout_ms / 1000 - 1.0
     fenced = sum(m.conflicts for m in everyone)
-    print(
-        f"\nstatic membership {'ON' if static else 'OFF'} (session timeout {session_timeout_ms} ms,"
-        f" {len(appends.acked)} appends at ~{RATE_PER_S:g}/s), first append after a kill -> readable:"
-        f"\n  kill 1, replaced at once: {figures(a_owned, a.killed_at)}"
-        f" (the replacement joined {startup_s:.2f} s after the kill"
-        f"{'' if rejoined_in_time or not static else ', after its session had expired: the group rebalanced'})"
-        f"\n  kill 2, as the group reacted to kill 1, not replaced: {figures(b_owned, b.killed_at)}"
-        f"\n  stale batches refused by the positions fence: {fenced}"
+    mode = f"static membership {'ON' if static else 'OFF'}, session timeout {session_timeout_ms / 1000:g} s"
+    late = "" if rejoined_in_time or not static else ", after its session had expired: the group rebalanced"
+    cluster_figure(
+        f"{mode}: kill 1, replaced at once: {figures(a_owned, a.killed_at)}"
+        f" (the replacement joined {startup_s:.2f} s after the kill{late})"
+    )
+    cluster_figure(f"{mode}: kill 2, as the group reacted to kill 1, not replaced: {figures(b_owned, b.killed_at)}")
+    cluster_figure(
+        f"{mode}: {len(appends.acked)} appends at ~{RATE_PER_S:g}/s, all projected once;"
+        f" stale batches refused by the positions fence: {fenced}"
     )
 
     # Every acknowledged event projected exactly once, at its coordinates; nothing else.
@@ -232,7 +236,7 @@ async def test_group_failover_under_load(static: bool, bootstrap: str, projectio
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert verify.returncode == 0, verify.stdout + verify.stderr
-    print(f"  convlog verify --all: {verify.stdout.strip().splitlines()[-1]}")
+    print(f"convlog verify --all: {verify.stdout.strip().splitlines()[-1]}")
     if static and rejoined_in_time:
         # The replacement took the dead member's partitions back as they were, before any
         # survivor gave one up: no rebalance and no wait for the session timeout.
