@@ -71,7 +71,10 @@ class Projector:
         fetch_timeout_s: float = 0.5,
         retry_max_delay_s: float = 5.0,
         on_committed: Callable[[Mapping[int, int]], None] | None = None,
+        revoke_wait_s: float = 5.0,
     ) -> None:
+        """``revoke_wait_s``: how long giving partitions up waits for the batch in flight on them
+        (below the group's rebalance timeout, or the broker drops this member)."""
         self._source = source
         # Told each committed batch's new positions (a PositionsWatch wakes read-your-writes waiters).
         self._on_committed = on_committed
@@ -80,6 +83,10 @@ class Projector:
         self._fetch_timeout_s = fetch_timeout_s
         self._retry_max_delay_s = retry_max_delay_s
         self._expected: dict[int, int] = {}  # owned partitions -> next offset stored in Postgres
+        self._revoke_wait_s = revoke_wait_s
+        self._in_flight: frozenset[int] = frozenset()  # partitions of the batch being applied
+        self._applied = asyncio.Event()  # set while no batch is in flight
+        self._applied.set()
         self._ready = False
         self.stats = ProjectorStats(positions=self._expected)
 
@@ -105,6 +112,15 @@ class Projector:
         return stored
 
     async def on_revoked(self, partitions: frozenset[int]) -> None:
+        # Kafka's contract for a revocation: finish the work on those partitions first. The batch
+        # in flight commits (or fails) before the next owner loads their positions, so that owner
+        # starts where this one stopped, instead of from positions about to move under it (its
+        # first batch would be refused by the positions fence, and wait on this one's locks).
+        if partitions & self._in_flight:
+            try:
+                await asyncio.wait_for(self._applied.wait(), self._revoke_wait_s)
+            except TimeoutError:  # a Postgres outage: the fence keeps the next owner right anyway
+                log.warning("projector.revoked_with_batch_in_flight", partitions=sorted(partitions & self._in_flight))
         for p in partitions:
             self._expected.pop(p, None)
         log.info("projector.revoked", schema=self._store.schema, partitions=sorted(partitions))
@@ -141,6 +157,15 @@ class Projector:
         return [r for r in records if r.partition in self._expected and r.offset >= self._expected[r.partition]]
 
     async def _apply(self, records: list[LogRecord], through: Mapping[int, int]) -> None:
+        self._in_flight = frozenset({*through, *(r.partition for r in records)})
+        self._applied.clear()
+        try:
+            await self._apply_batch(records, through)
+        finally:
+            self._in_flight = frozenset()
+            self._applied.set()
+
+    async def _apply_batch(self, records: list[LogRecord], through: Mapping[int, int]) -> None:
         expected = {p: self._expected[p] for p in {*through, *(r.partition for r in records)}}
         try:
             report: BatchReport = await retrying(

@@ -42,7 +42,10 @@ def build_projector(
         source = KafkaGroupSource(
             bootstrap=settings.kafka_bootstrap,
             topic=settings.topic,
-            group_id=f"convlog.projector.{schema}",
+            # The topic too, as the summarizer's: deployments sharing a cluster (each its own
+            # topic, all with the default schema name and often the same instance ids) must not
+            # share a group, or each start rebalances the others and static members fence them.
+            group_id=f"convlog.projector.{settings.topic}.{schema}",
             # How long a crashed member keeps its partitions before the group moves them.
             session_timeout_ms=settings.kafka_session_timeout_ms,
             heartbeat_interval_ms=1000,
@@ -61,7 +64,10 @@ def build_projector(
         max_event_bytes=settings.max_event_bytes,
         notify_positions=True,  # API processes elsewhere wake read-your-writes waits on it
     )
-    return Projector(source, store, on_committed=on_committed)
+    # A revocation waits for the batch in flight, but well within the rebalance timeout (aiokafka:
+    # the session timeout), or the broker would drop this member from the group.
+    revoke_wait_s = settings.kafka_session_timeout_ms / 2000
+    return Projector(source, store, on_committed=on_committed, revoke_wait_s=revoke_wait_s)
 
 
 class LiveProjector:
