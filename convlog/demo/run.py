@@ -86,6 +86,7 @@ async def run_demo(settings: Settings) -> None:
 
 
 async def _caught_up(service: Service, offsets: dict[int, int]) -> None:
+    assert service.projector is not None  # the demo runs embedded: the projector is in the service
     for _ in range(600):
         if all(service.projector.positions.get(p, 0) > o for p, o in offsets.items()):
             return

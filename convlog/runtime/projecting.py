@@ -25,7 +25,7 @@ from projectors.runner import Projector, ProjectorStats
 from projectors.store import PostgresProjectionStore
 from projectors.tokens import TokenCounter
 from projectors.topics import claim_topic
-from projectors.versions import ensure_live_version, live_version
+from projectors.versions import ProjectionVersion, ensure_live_version, live_version
 
 log = structlog.get_logger(__name__)
 
@@ -64,6 +64,15 @@ def build_projector(
     return Projector(source, store, on_committed=on_committed)
 
 
+async def checked_live_version(pool: PgPool, topic: str) -> ProjectionVersion:
+    """The live read-models version (the first one created if none is), checked to be one of
+    ``topic``: its positions are offsets of one topic, so another is refused (a clear error at
+    start). Projectors and API-only ``serve`` instances both start here."""
+    version = await retrying(lambda: ensure_live_version(pool), action="finding the live version")
+    await retrying(lambda: claim_topic(pool, version, topic), action="checking the topic")
+    return version
+
+
 class LiveProjector:
     """Projects into whichever read-models version is live, and follows a switch.
 
@@ -98,9 +107,7 @@ class LiveProjector:
 
     async def start_version(self) -> str:
         """Pick the live version (creating the first one) and build its projector."""
-        version = await retrying(lambda: ensure_live_version(self._pool), action="finding the live version")
-        # Its positions are offsets of one topic: refuse to run it on another (a clear error at start).
-        await retrying(lambda: claim_topic(self._pool, version, self._settings.topic), action="checking the topic")
+        version = await checked_live_version(self._pool, self._settings.topic)
         self.current = build_projector(self._settings, self._pool, version.schema, self._event_log,
                                        on_committed=self._on_committed)  # fmt: skip
         self.schema = version.schema
