@@ -13,7 +13,7 @@ from convlog.local.embedded_pg import database_url
 from convlog.ops.common import run_interruptibly
 from convlog.runtime.metrics_server import ProjectorCollector, start_metrics_endpoint
 from convlog.settings import Settings
-from convlog.wiring import open_event_log
+from convlog.wiring import ensure_kafka_topic, open_event_log
 from events.codec import default_codec
 from events.log import EventLog
 from projectors.kafka_source import KafkaGroupSource
@@ -158,6 +158,7 @@ async def run_projector(settings: Settings, stop: asyncio.Event) -> LiveProjecto
     try:
         if not settings.kafka_bootstrap:
             event_log = await open_event_log(settings)
+        await ensure_kafka_topic(settings, client_id="convlog-projector")  # its group would not see it created later
         projector = LiveProjector(settings, pool, event_log)
         registry = CollectorRegistry()
         registry.register(ProjectorCollector(projector))
