@@ -68,6 +68,8 @@ async def run_demo(settings: Settings) -> None:
     print(f"convlog demo — log: {where}; read models: {settings.database_url or 'embedded Postgres'}\n")
     if settings.api_tokens is None:  # the demo's token, unless the operator configured their own
         settings = settings.model_copy(update={"api_tokens": SecretStr(f"acme:{DEMO_TOKEN}")})
+    # The demo waits for its own projector (an API-only setting would leave it waiting for none).
+    settings = settings.model_copy(update={"projector": "on"})
     async with running_service(settings) as service:
         producer = service.deps.producer
         event_log = service.deps.log
