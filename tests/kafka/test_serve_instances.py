@@ -10,6 +10,7 @@ still take appends), their reports show the lag growing, and a read-your-writes 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -30,6 +31,13 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from convlog.cli.main import main as convlog_main
+from convlog.runtime.projecting import run_projector
+from convlog.settings import Settings
+from events.kafka_log import KafkaEventLog
+from events.keys import ConversationKey
+from events.producer import ConversationProducer
+from projectors.migrate import migrate
+from tests.projection_support import temporary_database
 from tests.support import free_port, unique_topic
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
@@ -227,3 +235,43 @@ def test_no_projector_on_the_embedded_log_is_refused_at_start(
     assert convlog_main(API_ONLY) == 2
     assert "--no-projector (CONVLOG_PROJECTOR=off) needs Kafka" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []  # refused before it opened (or started) anything
+
+
+async def test_a_projector_started_before_the_topic_exists_projects_it(
+    kafka_bootstrap: str, pg_admin_url: str, tmp_path: Path
+) -> None:
+    """Services started together: ``convlog project`` may subscribe before any API instance
+    created the topic — it creates it itself, or its group would not see it created (aiokafka
+    learns of a new topic at a metadata refresh at best) and would sit idle."""
+    topic = unique_topic("project-first")
+    async with temporary_database(pg_admin_url) as url:
+        settings = Settings(kafka_bootstrap=kafka_bootstrap, database_url=url, topic=topic, partitions=1,
+                            data_dir=tmp_path)  # fmt: skip
+        await migrate(url)  # the projector's own migration finds it done: its claim can be watched at once
+        stop = asyncio.Event()
+        projecting = asyncio.create_task(run_projector(settings, stop))
+        try:
+            async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+                for _ in range(300):  # the projector claimed the topic: it subscribes next
+                    row = await (await conn.execute("SELECT topic FROM convlog.projection_versions")).fetchone()
+                    if row is not None and row[0] == topic:
+                        break
+                    assert not projecting.done(), projecting
+                    await asyncio.sleep(0.1)
+                await asyncio.sleep(2)  # its consumer is in the group by now
+                log = await KafkaEventLog.connect(bootstrap=kafka_bootstrap, topic=topic, partitions=1)
+                try:
+                    appended = await ConversationProducer(log).append_user(ConversationKey("acme", "u", "c"), "hi")
+                finally:
+                    await log.close()
+                position = 0
+                for _ in range(200):
+                    query = "SELECT coalesce(max(next_offset), 0) FROM convlog_read_models_v1.positions"
+                    position = (await (await conn.execute(query)).fetchone() or (0,))[0]
+                    if position > appended.offset:
+                        break
+                    await asyncio.sleep(0.1)
+            assert position > appended.offset, "the projector never projected the topic created after it started"
+        finally:
+            stop.set()
+            await projecting
