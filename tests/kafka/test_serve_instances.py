@@ -30,7 +30,6 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from convlog.cli.main import main as convlog_main
 from convlog.runtime.projecting import run_projector
 from convlog.settings import Settings
 from events.kafka_log import KafkaEventLog
@@ -226,14 +225,13 @@ def test_without_a_projector_the_api_stays_ready_and_read_your_writes_says_why_i
     assert deployment.a.get("/readyz").json()["lag"] == 0
 
 
-def test_no_projector_on_the_embedded_log_is_refused_at_start(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_no_projector_on_the_embedded_log_is_refused_at_start(tmp_path: Path) -> None:
     """The embedded log is one process's: nothing else could project it."""
-    monkeypatch.delenv("CONVLOG_KAFKA_BOOTSTRAP", raising=False)
-    monkeypatch.setenv("CONVLOG_DATA_DIR", str(tmp_path))
-    assert convlog_main(API_ONLY) == 2
-    assert "--no-projector (CONVLOG_PROJECTOR=off) needs Kafka" in capsys.readouterr().err
+    env = {k: v for k, v in os.environ.items() if k != "CONVLOG_KAFKA_BOOTSTRAP"} | {"CONVLOG_DATA_DIR": str(tmp_path)}
+    refused = subprocess.run([sys.executable, "-m", "convlog.cli.main", *API_ONLY], env=env, capture_output=True,
+                             text=True, timeout=60, check=False)  # fmt: skip
+    assert refused.returncode == 2, refused.stderr
+    assert "--no-projector (CONVLOG_PROJECTOR=off) needs Kafka" in refused.stderr
     assert list(tmp_path.iterdir()) == []  # refused before it opened (or started) anything
 
 
