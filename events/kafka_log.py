@@ -342,10 +342,10 @@ def to_log_record(m: Any) -> LogRecord:
 
 
 async def ensure_topic(bootstrap: str, topic: str, partitions: int, *, client_id: str = "convlog") -> int:
-    """Create ``topic`` unless it exists, as :meth:`KafkaEventLog.connect` does, for processes
-    that only consume it (``convlog project``, ``convlog summarize``): a consumer subscribed to a
-    topic that does not exist yet may not see it when it is created (aiokafka learns of it at a
-    metadata refresh at best), so a projector started before any API instance could sit idle."""
+    """Create ``topic`` unless it exists, as :meth:`KafkaEventLog.connect` does, for a process
+    that only consumes it (``convlog project``): a consumer subscribed to a topic that does not
+    exist yet may not see it when it is created (aiokafka learns of it at a metadata refresh at
+    best), so a projector started before any API instance could sit idle."""
     try:
         return await _ensure_topic(bootstrap, topic, partitions, None, client_id)
     except KafkaError as e:

@@ -21,13 +21,15 @@ def register(sub: Any) -> None:
         "serve", help="run the HTTP API, the projector and the summarizer (CONVLOG_HTTP_HOST/PORT, CONVLOG_API_TOKENS)"
     )
     # Flags for the settings (a deployment's command line says the instance's role at a glance).
-    serve.add_argument("--no-projector", action="store_true",
-                       help="run no projector: an API-only instance (Kafka only; run `convlog project` apart); "
-                       "as CONVLOG_PROJECTOR=off")  # fmt: skip
+    serve.add_argument(
+        "--no-projector",
+        action="store_true",
+        help="run no projector: an API-only instance (Kafka only; run `convlog project` apart); CONVLOG_PROJECTOR=off",
+    )
     serve.add_argument(
         "--no-summarizer",
         action="store_true",
-        help="run no summarizer (run `convlog summarize` apart); as CONVLOG_SUMMARIZER=off",
+        help="run no summarizer (run `convlog summarize` apart); CONVLOG_SUMMARIZER=off",
     )
     serve.set_defaults(handler=_serve)
     sub.add_parser(
