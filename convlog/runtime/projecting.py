@@ -151,14 +151,19 @@ class LiveProjector:
 
 async def run_projector(settings: Settings, stop: asyncio.Event) -> LiveProjector:
     """Project into the live read-models version until ``stop`` is set, following switches."""
-    url = await asyncio.to_thread(database_url, settings)  # may start the embedded Postgres
-    await retrying(lambda: migrate(url), action="migrating")  # waits out a Postgres outage
+    # The topic must exist before the group subscribes (it would not see it created later);
+    # made sure of beside the migration, so that a restarted projector waits for neither twice.
+    topic = asyncio.create_task(ensure_kafka_topic(settings, client_id="convlog-projector"))
+    try:
+        url = await asyncio.to_thread(database_url, settings)  # may start the embedded Postgres
+        await retrying(lambda: migrate(url), action="migrating")  # waits out a Postgres outage
+    finally:
+        await topic
     pool = await retrying(lambda: open_pool(url, name="convlog-projector"), action="connecting")
     event_log = None
     try:
         if not settings.kafka_bootstrap:
             event_log = await open_event_log(settings)
-        await ensure_kafka_topic(settings, client_id="convlog-projector")  # its group would not see it created later
         projector = LiveProjector(settings, pool, event_log)
         registry = CollectorRegistry()
         registry.register(ProjectorCollector(projector))
