@@ -95,6 +95,10 @@ class Settings(BaseSettings):
     version_poll_s: float = Field(
         1.0, ge=0.01, description="how often `project` / `serve` check which read-models version is live"
     )
+    projector: Literal["on", "off"] = Field(
+        "on",
+        description="`off`: `convlog serve` runs no projector (API only, needs Kafka; `convlog project` runs apart)",
+    )
     # -- the HTTP API
     http_host: str = Field("127.0.0.1", description="where `convlog serve` listens")
     http_port: int = _port(8080, "the port `convlog serve` listens on")
@@ -120,7 +124,9 @@ class Settings(BaseSettings):
         "o200k_base", description="tiktoken encoding for models the table does not know (counts are then an estimate)"
     )
     # -- summaries
-    summarizer: Literal["on", "off"] = Field("on", description="`off`: `convlog serve` runs no summarizer")
+    summarizer: Literal["on", "off"] = Field(
+        "on", description="`off`: `convlog serve` runs no summarizer (`convlog summarize` runs apart)"
+    )
     summarizer_start: Literal["earliest", "latest"] = Field(
         "earliest",
         description="where a summarizer that never ran starts: `earliest` reads the whole log, `latest` its end",
@@ -190,7 +196,7 @@ class Settings(BaseSettings):
         settings._read_from.update({name: var for name in cls.model_fields if (var := _set_variable(name, env))})
         return settings
 
-    @field_validator("summarizer", "summarizer_start", "log_level", mode="before")
+    @field_validator("projector", "summarizer", "summarizer_start", "log_level", mode="before")
     @classmethod
     def _case_insensitive(cls, value: object) -> object:
         return value.strip().lower() if isinstance(value, str) else value

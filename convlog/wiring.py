@@ -6,7 +6,7 @@ import structlog
 
 from convlog.settings import Settings
 from events.embedded_log import EmbeddedEventLog
-from events.kafka_log import KafkaEventLog
+from events.kafka_log import KafkaEventLog, ensure_topic
 from events.log import EventLog
 from events.producer import ConversationProducer
 
@@ -30,3 +30,9 @@ async def open_event_log(settings: Settings, *, read_only: bool = False) -> Even
 
 def make_producer(event_log: EventLog, settings: Settings, *, producer: str = "convlog") -> ConversationProducer:
     return ConversationProducer(event_log, producer=producer, max_event_bytes=settings.max_event_bytes)
+
+
+async def ensure_kafka_topic(settings: Settings, *, client_id: str) -> None:
+    """With Kafka, the topic exists before a consumer subscribes to it (see :func:`ensure_topic`)."""
+    if settings.kafka_bootstrap:
+        await ensure_topic(settings.kafka_bootstrap, settings.topic, settings.partitions, client_id=client_id)

@@ -344,9 +344,22 @@ def to_log_record(m: Any) -> LogRecord:
     )
 
 
+async def ensure_topic(bootstrap: str, topic: str, partitions: int, *, client_id: str = "convlog") -> int:
+    """Create ``topic`` unless it exists, as :meth:`KafkaEventLog.connect` does, for a process
+    that only consumes it (``convlog project``): a consumer subscribed to a topic that does not
+    exist yet may not see it when it is created (aiokafka learns of it at a metadata refresh at
+    best), so a projector started before any API instance could sit idle."""
+    try:
+        # The settings check is the API's (it starts with the producer): a projector restarts fast.
+        return await _ensure_topic(bootstrap, topic, partitions, None, client_id, check_settings=False)
+    except KafkaError as e:
+        raise convert_kafka_error(e, action=f"creating topic {topic} at {bootstrap}") from e
+
+
 async def _ensure_topic(
-    bootstrap: str, topic: str, partitions: int, replication_factor: int | None, client_id: str
-) -> int:
+    bootstrap: str, topic: str, partitions: int, replication_factor: int | None, client_id: str,
+    *, check_settings: bool = True,
+) -> int:  # fmt: skip
     """Create ``topic`` unless it exists; return its actual partition count.
 
     An existing topic keeps its settings; those that would lose events (finite retention,
@@ -380,7 +393,8 @@ async def _ensure_topic(
             found = described[0].get("partitions") if described else None
             if found and described[0].get("error_code", 0) == 0:
                 replica_count = len(found[0].get("replicas") or ())
-                await _warn_if_settings_lose_events(admin, bootstrap, topic, replicas=replica_count)
+                if check_settings:
+                    await _warn_if_settings_lose_events(admin, bootstrap, topic, replicas=replica_count)
                 return len(found)
             await asyncio.sleep(0.1)
         raise LogUnavailableError(f"topic {topic} was not visible in metadata after creation")

@@ -46,10 +46,14 @@ def schema_name(projection: str, version: int) -> str:
     return f"convlog_{projection}_v{version}"
 
 
+# Serialises the creation of versions (held to the end of the transaction that takes it).
+_VERSIONS_LOCK = "SELECT pg_advisory_xact_lock(hashtext('convlog.projection_versions'))"
+
+
 async def create_version(conn: AsyncConnection[Any], projection: str = READ_MODELS) -> ProjectionVersion:
     """Create the next version's schema and tables; it is live at once if nothing is live yet."""
     async with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute("SELECT pg_advisory_xact_lock(hashtext('convlog.projection_versions'))")
+        await cur.execute(_VERSIONS_LOCK)
         await cur.execute(
             "SELECT coalesce(max(version), 0) + 1 AS next, bool_or(status = 'live') AS has_live "
             "FROM convlog.projection_versions WHERE projection = %s",
@@ -85,9 +89,16 @@ async def live_version(conn: AsyncConnection[Any], projection: str = READ_MODELS
 
 
 async def ensure_live_version(pool: AsyncConnectionPool[Any], projection: str = READ_MODELS) -> ProjectionVersion:
+    """The live version, the first one created if none is. Processes starting together on a fresh
+    database (API instances, projectors) look again under :func:`create_version`'s lock, so one
+    creates it and the others take it — not a second version left ``building``."""
     async with pool.connection() as conn:
         live = await live_version(conn, projection)
-        return live or await create_version(conn, projection)
+        if live is not None:
+            return live
+        async with conn.transaction():  # create_version's transaction nests in it (a savepoint)
+            await conn.execute(_VERSIONS_LOCK)
+            return await live_version(conn, projection) or await create_version(conn, projection)
 
 
 async def switch(conn: AsyncConnection[Any], projection: str, version: int) -> None:

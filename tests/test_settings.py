@@ -44,6 +44,7 @@ def test_settings_built_in_code_read_no_environment(monkeypatch: pytest.MonkeyPa
         ("CONVLOG_WINDOW_MAX_TURNS", "many", "CONVLOG_WINDOW_MAX_TURNS='many': input should be a valid integer"),
         ("CONVLOG_SUMMARIZER_START", "now", "CONVLOG_SUMMARIZER_START='now': input should be 'earliest' or 'latest'"),
         ("CONVLOG_SUMMARIZER", "maybe", "CONVLOG_SUMMARIZER='maybe': input should be 'on' or 'off'"),
+        ("CONVLOG_PROJECTOR", "no", "CONVLOG_PROJECTOR='no': input should be 'on' or 'off'"),
         ("CONVLOG_LOG_LEVEL", "loud", "CONVLOG_LOG_LEVEL='loud': input should be 'debug', 'info'"),
         ("CONVLOG_SUMMARY_MAX_TOKENS", "8", "CONVLOG_SUMMARY_MAX_TOKENS='8': input should be greater than or equal"),
     ],
@@ -119,6 +120,7 @@ def test_switches_ignore_case_and_spaces() -> None:
     assert Settings.from_env({}).summarizer_start == "earliest"
     assert Settings.from_env({"CONVLOG_SUMMARIZER_START": " Latest "}).summarizer_start == "latest"
     assert Settings.from_env({"CONVLOG_SUMMARIZER": "OFF"}).summarizer == "off"
+    assert Settings.from_env({"CONVLOG_PROJECTOR": "Off"}).projector == "off"
     assert Settings.from_env({"CONVLOG_LLM_BASE_URL": "  "}).llm_base_url is None
 
 

@@ -17,9 +17,21 @@ def register(sub: Any) -> None:
     sub.add_parser("demo", help="append the demo conversations and print the stored events").set_defaults(handler=_demo)
     sub.add_parser("migrate", help="apply the Postgres migrations (schema convlog)").set_defaults(handler=_migrate)
     sub.add_parser("project", help="run the read-model projector until interrupted").set_defaults(handler=_project)
-    sub.add_parser(
+    serve = sub.add_parser(
         "serve", help="run the HTTP API, the projector and the summarizer (CONVLOG_HTTP_HOST/PORT, CONVLOG_API_TOKENS)"
-    ).set_defaults(handler=_serve)
+    )
+    # Flags for the settings (a deployment's command line says the instance's role at a glance).
+    serve.add_argument(
+        "--no-projector",
+        action="store_true",
+        help="run no projector: an API-only instance (Kafka only; run `convlog project` apart); CONVLOG_PROJECTOR=off",
+    )
+    serve.add_argument(
+        "--no-summarizer",
+        action="store_true",
+        help="run no summarizer (run `convlog summarize` apart); CONVLOG_SUMMARIZER=off",
+    )
+    serve.set_defaults(handler=_serve)
     sub.add_parser(
         "summarize", help="run the summarizer consumer until interrupted (Kafka; CONVLOG_LLM_BASE_URL or offline)"
     ).set_defaults(handler=_summarize)
@@ -60,7 +72,8 @@ def _serve(settings: Settings, args: argparse.Namespace) -> int:
     from convlog.runtime.serve import main as serve_main  # noqa: PLC0415
 
     configure_logging(settings, default_level="info")
-    serve_main(settings)
+    off = {role: "off" for role in ("projector", "summarizer") if getattr(args, f"no_{role}")}
+    serve_main(settings.model_copy(update=off) if off else settings)
     return 0
 
 

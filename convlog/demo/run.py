@@ -78,6 +78,8 @@ async def run_demo(settings: Settings) -> None:
     print(f"convlog demo — log: {where}; read models: {settings.database_url or 'embedded Postgres'}\n")
     if settings.api_tokens is None:  # the demo's token, unless the operator configured their own
         settings = settings.model_copy(update={"api_tokens": SecretStr(f"acme:{DEMO_TOKEN}")})
+    # The demo waits for its own projector (an API-only setting would leave it waiting for none).
+    settings = settings.model_copy(update={"projector": "on"})
     async with running_service(settings) as service:
         producer = service.deps.producer
         event_log = service.deps.log
@@ -97,6 +99,7 @@ async def run_demo(settings: Settings) -> None:
 
 
 async def _caught_up(service: Service, offsets: dict[int, int]) -> None:
+    assert service.projector is not None  # the demo runs embedded: the projector is in the service
     for _ in range(600):
         if all(service.projector.positions.get(p, 0) > o for p, o in offsets.items()):
             return

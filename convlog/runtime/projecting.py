@@ -13,7 +13,7 @@ from convlog.local.embedded_pg import database_url
 from convlog.ops.common import run_interruptibly
 from convlog.runtime.metrics_server import ProjectorCollector, start_metrics_endpoint
 from convlog.settings import Settings
-from convlog.wiring import open_event_log
+from convlog.wiring import ensure_kafka_topic, open_event_log
 from events.codec import default_codec
 from events.log import EventLog
 from projectors.kafka_source import KafkaGroupSource
@@ -25,7 +25,7 @@ from projectors.runner import Projector, ProjectorStats
 from projectors.store import PostgresProjectionStore
 from projectors.tokens import TokenCounter
 from projectors.topics import claim_topic
-from projectors.versions import ensure_live_version, live_version
+from projectors.versions import ProjectionVersion, ensure_live_version, live_version
 
 log = structlog.get_logger(__name__)
 
@@ -70,6 +70,15 @@ def build_projector(
     return Projector(source, store, on_committed=on_committed, revoke_wait_s=revoke_wait_s)
 
 
+async def checked_live_version(pool: PgPool, topic: str) -> ProjectionVersion:
+    """The live read-models version (the first one created if none is), checked to be one of
+    ``topic``: its positions are offsets of one topic, so another is refused (a clear error at
+    start). Projectors and API-only ``serve`` instances both start here."""
+    version = await retrying(lambda: ensure_live_version(pool), action="finding the live version")
+    await retrying(lambda: claim_topic(pool, version, topic), action="checking the topic")
+    return version
+
+
 class LiveProjector:
     """Projects into whichever read-models version is live, and follows a switch.
 
@@ -104,9 +113,7 @@ class LiveProjector:
 
     async def start_version(self) -> str:
         """Pick the live version (creating the first one) and build its projector."""
-        version = await retrying(lambda: ensure_live_version(self._pool), action="finding the live version")
-        # Its positions are offsets of one topic: refuse to run it on another (a clear error at start).
-        await retrying(lambda: claim_topic(self._pool, version, self._settings.topic), action="checking the topic")
+        version = await checked_live_version(self._pool, self._settings.topic)
         self.current = build_projector(self._settings, self._pool, version.schema, self._event_log,
                                        on_committed=self._on_committed)  # fmt: skip
         self.schema = version.schema
@@ -150,8 +157,14 @@ class LiveProjector:
 
 async def run_projector(settings: Settings, stop: asyncio.Event) -> LiveProjector:
     """Project into the live read-models version until ``stop`` is set, following switches."""
-    url = await asyncio.to_thread(database_url, settings)  # may start the embedded Postgres
-    await retrying(lambda: migrate(url), action="migrating")  # waits out a Postgres outage
+    # The topic must exist before the group subscribes (it would not see it created later);
+    # made sure of beside the migration, so that a restarted projector waits for neither twice.
+    topic = asyncio.create_task(ensure_kafka_topic(settings, client_id="convlog-projector"))
+    try:
+        url = await asyncio.to_thread(database_url, settings)  # may start the embedded Postgres
+        await retrying(lambda: migrate(url), action="migrating")  # waits out a Postgres outage
+    finally:
+        await topic
     pool = await retrying(lambda: open_pool(url, name="convlog-projector"), action="connecting")
     event_log = None
     try:

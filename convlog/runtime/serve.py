@@ -1,6 +1,9 @@
-"""``convlog serve``: the HTTP API, the projector and the summarizer in one process.
+"""``convlog serve``: the HTTP API, and by default the projector and the summarizer, in one process.
 
 Against Kafka and Postgres when configured, else the embedded log and an embedded Postgres.
+With Kafka, ``--no-projector`` / ``--no-summarizer`` make it an API-only instance: stateless
+(the log and Postgres hold everything), so any number of them run behind a load balancer while
+``convlog project`` and ``convlog summarize`` processes scale on their own.
 """
 
 from __future__ import annotations
@@ -8,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import socket
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -22,7 +26,8 @@ from convlog.local.embedded_pg import database_url
 from convlog.runtime.http_server import server_config
 from convlog.runtime.log_guard import LogGuard
 from convlog.runtime.metrics_server import ProjectorCollector
-from convlog.runtime.projecting import LiveProjector
+from convlog.runtime.projecting import LiveProjector, checked_live_version
+from convlog.runtime.readiness import Readiness
 from convlog.runtime.summarizing import build_summarizer
 from convlog.settings import Settings
 from convlog.wiring import make_producer, open_event_log
@@ -47,7 +52,7 @@ class Service:
     """Everything ``serve`` runs, built by :func:`running_service`; tests use it directly."""
 
     deps: ApiDeps
-    projector: LiveProjector
+    projector: LiveProjector | None  # None on an API-only instance (--no-projector)
     summarizer: Summarizer | None
     pool: PgPool
     event_log: EventLog
@@ -77,8 +82,27 @@ async def _schema_of(reads: _LiveReads) -> str:
     return (await reads()).schema
 
 
+def serve_roles(settings: Settings) -> list[str]:
+    """What this ``serve`` process runs: the API always, the projector and the summarizer unless
+    turned off (``--no-projector`` / ``--no-summarizer``, ``CONVLOG_PROJECTOR`` /
+    ``CONVLOG_SUMMARIZER``), retention when scheduled. An API-only instance needs a log that
+    other processes project: the embedded log is this process's alone, so no ``convlog
+    project`` could — refused at start rather than serving a log nothing projects."""
+    if settings.projector == "off" and not settings.kafka_bootstrap:
+        raise ConfigurationError(
+            "--no-projector (CONVLOG_PROJECTOR=off) needs Kafka (CONVLOG_KAFKA_BOOTSTRAP): the embedded log is "
+            "opened by this process alone, so no `convlog project` could project it"
+        )
+    roles = ["api"]
+    roles += ["projector"] if settings.projector == "on" else []
+    roles += ["summarizer"] if settings.summarizer == "on" else []
+    roles += ["retention"] if settings.retention_idle_days is not None else []
+    return roles
+
+
 @asynccontextmanager
 async def running_service(settings: Settings) -> AsyncIterator[Service]:
+    roles = serve_roles(settings)
     url = await asyncio.to_thread(database_url, settings)
     await retrying(lambda: migrate(url), action="migrating")
     pool = await retrying(lambda: open_pool(url, name="convlog-serve"), action="connecting")
@@ -89,17 +113,16 @@ async def running_service(settings: Settings) -> AsyncIterator[Service]:
         # It follows ``convlog rebuild --switch`` to the new live version.
         # The projector's commits wake read-your-writes requests of this process (no polling).
         watch = PositionsWatch()
-        projector = LiveProjector(settings, pool, event_log, on_committed=watch.committed)
-        await projector.start_version()
         metrics = Metrics()
-        metrics.registry.register(ProjectorCollector(projector))
+        projector = await _projector(settings, roles, pool, event_log, watch=watch, metrics=metrics)
         reads = _LiveReads(pool)
         # Read models ahead of the log (records lost from it): writers get a log that refuses appends.
         guard = await retrying(lambda: LogGuard.measure(event_log, reads), action="comparing the log and read models")
         appending = guard.appending(event_log)
 
         background: dict[str, asyncio.Task[None]] = {}
-        readiness = _Readiness(projector, event_log, pool, metrics, background, guard=guard)
+        readiness = Readiness(projector, event_log, pool, metrics, background, guard=guard, roles=roles,
+                              reads=reads, listening=lambda: watch.listening)  # fmt: skip
 
         default_encoding = settings.default_encoding
         model_spec("unknown-model", default_encoding=default_encoding)  # refuse a bad setting at start
@@ -120,9 +143,10 @@ async def running_service(settings: Settings) -> AsyncIterator[Service]:
             positions=watch,
         )
         summarizer = None
-        if settings.summarizer == "on":
+        if "summarizer" in roles:
             summarizer = build_summarizer(settings, pool, appending, registry=metrics.registry)
-        background["projector"] = asyncio.create_task(projector.run(stop), name="projector")
+        if projector is not None:
+            background["projector"] = asyncio.create_task(projector.run(stop), name="projector")
         if summarizer is not None:
             background["summarizer"] = asyncio.create_task(summarizer.run(stop), name="summarizer")
         for task in _retention_task(settings, pool, appending, stop):
@@ -147,62 +171,24 @@ async def running_service(settings: Settings) -> AsyncIterator[Service]:
         await pool.close()
 
 
-class _Readiness:
-    """``/readyz``: the projector loop runs and is not waiting out an outage, Kafka and Postgres
-    answer; the projection lag goes to the report and the metrics. A projector task that ended
-    (crashed or returned) is not ready whatever else holds; the report says why, and gives no
-    lag (it owns no partitions then, so any figure would read as "caught up")."""
-
-    def __init__(
-        self, projector: LiveProjector, event_log: EventLog, pool: PgPool, metrics: Metrics,
-        background: Mapping[str, asyncio.Task[None]], *, guard: LogGuard,
-    ) -> None:  # fmt: skip
-        self._projector, self._log, self._pool, self._metrics = projector, event_log, pool, metrics
-        self._background, self._guard = background, guard
-
-    def _running(self, name: str) -> bool:
-        task = self._background.get(name)
-        return task is not None and not task.done()
-
-    def _ended(self, name: str) -> str | None:
-        """Why the background task ``name`` is not running (None while it runs)."""
-        task = self._background.get(name)
-        if task is None:
-            return "not started"
-        if not task.done():
-            return None
-        if task.cancelled():
-            return "cancelled"
-        error = task.exception()
-        return "exited" if error is None else f"crashed: {type(error).__name__}: {error}"
-
-    async def __call__(self) -> dict[str, Any]:
-        ended = self._ended("projector")
-        report: dict[str, Any] = {"projector": self._projector.ready and ended is None}
-        if ended is not None:
-            report["projector_error"] = ended
-        if "summarizer" in self._background:  # summaries are optional: contexts stay valid without them
-            report["summarizer"] = self._running("summarizer")
-        try:
-            ends = await self._log.end_offsets()
-            positions = self._projector.positions  # the partitions this process owns (a group shares them)
-            lag = {p: max(0, ends[p] - o) for p, o in positions.items() if p in ends}
-            for p, n in lag.items():
-                self._metrics.projection_lag.labels(str(p)).set(n)
-            report["log"], report["lag"] = True, sum(lag.values()) if ended is None else None
-        except Exception as e:  # noqa: BLE001 - readiness reports any failure
-            report["log"], report["log_error"] = False, str(e)
-        try:
-            async with self._pool.connection(timeout=2) as conn:
-                await conn.execute("SELECT 1")
-            report["postgres"] = True
-        except Exception as e:  # noqa: BLE001
-            report["postgres"], report["postgres_error"] = False, str(e)
-        if self._guard.behind:  # appends are refused until an operator resolves it
-            report["log_behind_read_models"] = self._guard.detail()
-        ready = report["projector"] and report["log"] and report["postgres"] and not self._guard.behind
-        report["ready"] = bool(ready)
-        return report
+async def _projector(
+    settings: Settings, roles: list[str], pool: PgPool, event_log: EventLog, *, watch: PositionsWatch, metrics: Metrics
+) -> LiveProjector | None:
+    """This process's projector, started on the live version; None for an API-only instance,
+    which checks the live version as projectors do (so that it reads what they write). Either
+    way the startup log says which roles this process runs, and which run elsewhere."""
+    projector = None
+    if "projector" in roles:
+        projector = LiveProjector(settings, pool, event_log, on_committed=watch.committed)
+        await projector.start_version()
+        metrics.registry.register(ProjectorCollector(projector))
+    else:
+        await checked_live_version(pool, settings.topic)
+    elsewhere = [f"convlog {cmd}" for role, cmd in (("projector", "project"), ("summarizer", "summarize"))
+                 if role not in roles]  # fmt: skip
+    log.info("serve.roles", roles=roles, host=socket.gethostname(), port=settings.http_port,
+             **({"run_elsewhere": elsewhere} if elsewhere else {}))  # fmt: skip
+    return projector
 
 
 def _report_crash(task: asyncio.Task[None]) -> None:

@@ -151,9 +151,12 @@ async def _wait_for(
         raise ApiError(422, "offset_beyond_log_end", f"partition {partition} of the log holds no offset {offset} yet",
                        field="min_offset", partition=partition)  # fmt: skip
     deadline = time.monotonic() + timeout_s
-    while await reads.projection_position(partition) <= offset:
+    while (position := await reads.projection_position(partition)) <= offset:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            raise ApiError(503, "not_caught_up", f"the read models have not reached offset {offset} yet",
-                           partition=partition)  # fmt: skip
+            # The projectors may run in other processes (API-only instances): say how far they got.
+            raise ApiError(503, "not_caught_up", f"the read models have not reached offset {offset} of partition "
+                           f"{partition} within {timeout_s:g} s (the projection's next offset there is {position}): "
+                           "the projectors are behind or not running; retry later",
+                           partition=partition, projected=position)  # fmt: skip
         await next_look(watch, partition, offset, remaining)
