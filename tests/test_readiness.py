@@ -61,3 +61,32 @@ async def test_readyz_is_503_with_the_cause_once_the_projector_task_died(pg_admi
     assert "UndefinedTable" in body["projector_error"]
     assert body["lag"] is None  # not 0: nothing is projecting, so nothing is caught up
     assert "convlog_projector_ready 0.0" in metrics
+
+
+async def test_readyz_answers_in_bounded_time_when_the_log_does_not(
+    pg_admin_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """During a leader election Kafka holds end offsets back until every partition has a leader:
+    /readyz says so within its bound instead of hanging (on every instance at once)."""
+    async with temporary_database(pg_admin_url) as url:
+        settings = Settings(database_url=url, data_dir=tmp_path, partitions=2, api_tokens="acme:token-a",
+                            summarizer="off")  # fmt: skip
+        async with running_service(settings) as service:
+            released, end_offsets = asyncio.Event(), service.event_log.end_offsets
+
+            async def held_back(partitions: list[int] | None = None) -> dict[int, int]:
+                await released.wait()  # the projector of this service asks too: it gets its answer late
+                return await end_offsets(partitions)
+
+            monkeypatch.setattr(service.event_log, "end_offsets", held_back)
+            transport = httpx.ASGITransport(app=create_app(service.deps))
+            async with httpx.AsyncClient(transport=transport, base_url="http://convlog") as client:
+                started = asyncio.get_running_loop().time()
+                report = await asyncio.wait_for(client.get("/readyz"), 10)
+                elapsed = asyncio.get_running_loop().time() - started
+            released.set()
+            monkeypatch.undo()
+    assert elapsed < 5
+    assert report.status_code == 503
+    assert report.json()["log"] is False
+    assert "did not come within" in report.json()["log_error"]

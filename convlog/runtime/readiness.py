@@ -32,11 +32,11 @@ class Readiness:
     def __init__(
         self, projector: LiveProjector | None, event_log: EventLog, pool: PgPool, metrics: Metrics,
         background: Mapping[str, asyncio.Task[None]], *, guard: LogGuard, roles: list[str],
-        reads: Callable[[], Awaitable[ReadModels]], listening: Callable[[], bool],
+        reads: Callable[[], Awaitable[ReadModels]], listening: Callable[[], bool], log_timeout_s: float = 2.0,
     ) -> None:  # fmt: skip
         self._projector, self._log, self._pool, self._metrics = projector, event_log, pool, metrics
         self._background, self._guard, self._roles = background, guard, roles
-        self._reads, self._listening = reads, listening
+        self._reads, self._listening, self._log_timeout_s = reads, listening, log_timeout_s
 
     def _running(self, name: str) -> bool:
         task = self._background.get(name)
@@ -65,8 +65,15 @@ class Readiness:
         if "summarizer" in self._background:  # summaries are optional: contexts stay valid without them
             report["summarizer"] = self._running("summarizer")
         try:
-            ends = await self._log.end_offsets()
+            # Bounded: Kafka answers end offsets once every partition has a leader, so during a
+            # leader election an unbounded probe would hang on every instance at once.
+            ends = await asyncio.wait_for(self._log.end_offsets(), self._log_timeout_s)
             report["log"] = True
+        except TimeoutError:
+            ends = None
+            report["log"] = False
+            report["log_error"] = (f"the log's end offsets did not come within {self._log_timeout_s:g} s "
+                                   "(brokers unreachable, or a partition without a leader)")  # fmt: skip
         except Exception as e:  # noqa: BLE001 - readiness reports any failure
             ends = None
             report["log"], report["log_error"] = False, str(e)
