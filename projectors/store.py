@@ -221,8 +221,17 @@ class PostgresProjectionStore:
         return outcome, None
 
     async def _check_positions(self, cur: Cursor, expected: Mapping[int, int]) -> None:
+        # The same statement turns synchronous_commit off for this transaction only (SET LOCAL;
+        # no extra round trip): the commit returns without waiting for its WAL flush. A crash can
+        # then lose the last batches' commits, but positions commit atomically with their rows
+        # and the log is the source of truth, so the projector re-applies exactly that tail from
+        # the log (tests/kafka/test_async_commit_crash.py). The API's and ops' writes keep the
+        # server's setting.
         await cur.execute(
-            self._q("SELECT partition, next_offset FROM {s}.positions WHERE partition = ANY(%s) FOR UPDATE"),
+            self._q(
+                "SELECT partition, next_offset, set_config('synchronous_commit', 'off', true) "
+                "FROM {s}.positions WHERE partition = ANY(%s) FOR UPDATE"
+            ),
             [sorted(expected)],
         )
         stored = {row["partition"]: row["next_offset"] for row in await cur.fetchall()}
