@@ -65,8 +65,10 @@ class BatchWriter:
             for row in rows:
                 await copy.write_row(row)
 
-    async def write(self, cur: Cursor, out: BatchOutcome) -> None:
-        await self._copy(cur, "transcript", TRANSCRIPT_COLUMNS, transcript_copy_rows(out.transcript, self._counter))
+    async def write(self, cur: Cursor, out: BatchOutcome, *, counter: TokenCounting | None = None) -> None:
+        """``counter``: instead of the writer's own (one answering from counts made ahead)."""
+        rows = transcript_copy_rows(out.transcript, counter or self._counter)
+        await self._copy(cur, "transcript", TRANSCRIPT_COLUMNS, rows)
         await self._copy(cur, "summaries", SUMMARY_COLUMNS, summary_copy_rows(out.summaries))
         await self._copy(cur, "event_ids", ("conversation_key", "event_id"), out.applied_event_ids)
         # After the COPY: a decision may concern rows of this very batch. Each one names its
