@@ -90,7 +90,32 @@ async def write_events(bootstrap: str, topic: str, n: int, conversations: int) -
     await log.close()
 
 
-async def raw_consume(bootstrap: str, topic: str, n: int) -> tuple[float, list[object]]:
+async def postgres_cpu_s(pool: AsyncConnectionPool[Any]) -> float:
+    """CPU seconds the Postgres backends of ``pool``'s application name have used so far (their
+    /proc stat; 0 when Postgres runs elsewhere): the server's side of a step, which the wall
+    clock of a shared machine cannot tell apart from waiting for a core."""
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = current_setting('application_name')"
+        )
+        pids = [pid for (pid,) in await cur.fetchall()]
+        await conn.commit()
+    return _processes_cpu_s(pids)
+
+
+def _processes_cpu_s(pids: Sequence[int]) -> float:
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+    return total
+
+
+async def raw_consume(bootstrap: str, topic: str, n: int) -> tuple[float, float, list[object]]:
+    """(wall seconds, CPU seconds, the records) of reading the topic with a bare consumer."""
     # read_committed like every convlog reader: the ceiling does the same work
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None,
                                 isolation_level="read_committed")  # fmt: skip
@@ -99,14 +124,14 @@ async def raw_consume(bootstrap: str, topic: str, n: int) -> tuple[float, list[o
     consumer.assign(tps)
     await consumer.seek_to_beginning(*tps)
     records: list[object] = []
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     while len(records) < n:
         batches = await consumer.getmany(timeout_ms=1000, max_records=2000)
         for messages in batches.values():
             records.extend(messages)
-    elapsed = time.perf_counter() - started
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
     await consumer.stop()
-    return elapsed, records
+    return elapsed, cpu, records
 
 
 def fastavro_decode_s(raw_records: Sequence[Any]) -> float:
@@ -162,6 +187,11 @@ class Ceiling:
     count_s: float
     copy_s: float
     raw_copy_s: float  # the old baseline's COPY: transcript only, into an unindexed copy
+    cpu_s: float  # CPU seconds of the four steps: this process's, and Postgres' for the COPY
+
+    @property
+    def cpu_rate(self) -> float:
+        return self.events / self.cpu_s
 
     @property
     def rate(self) -> float:
@@ -185,7 +215,9 @@ class Ceiling:
         print(f"(old raw consume + raw COPY {self.raw_rate:>10,.0f} events/s)")
 
 
-async def necessary_work(pool: AsyncConnectionPool[Any], raw_records: Sequence[Any], consume_s: float) -> Ceiling:
+async def necessary_work(
+    pool: AsyncConnectionPool[Any], raw_records: Sequence[Any], consume_s: float, consume_cpu_s: float
+) -> Ceiling:
     """The ceiling of ``raw_records`` (read in ``consume_s``): decode, count and COPY timed alone;
     the rows COPYed are the projector's own, computed beforehand (untimed)."""
     records = [to_log_record(r) for r in raw_records]
@@ -197,11 +229,15 @@ async def necessary_work(pool: AsyncConnectionPool[Any], raw_records: Sequence[A
         ("event_ids", ("conversation_key", "event_id"), out.applied_event_ids),
         ("event_index", INDEX_COLUMNS, index_rows(decoded)),
     ]
+    cpu = time.process_time()
     decode_s = fastavro_decode_s(raw_records)
     count_s = o200k_count_s(out.transcript)
+    cpu_s = consume_cpu_s + time.process_time() - cpu
     version, raw_copy_s = await raw_copy(pool, rows)
+    cpu, server = time.process_time(), await postgres_cpu_s(pool)
     copy_s = await indexed_copy(pool, version, tables)
-    return Ceiling(len(raw_records), consume_s, decode_s, count_s, copy_s, raw_copy_s)
+    cpu_s += time.process_time() - cpu + await postgres_cpu_s(pool) - server
+    return Ceiling(len(raw_records), consume_s, decode_s, count_s, copy_s, raw_copy_s, cpu_s)
 
 
 async def indexed_copy(
@@ -290,8 +326,8 @@ async def main() -> None:
     pool = await open_pool(url, name="bench")
     counter = TokenCounter()
 
-    consume_s, raw_records = await raw_consume(bootstrap, topic, args.events)
-    ceiling = await necessary_work(pool, raw_records, consume_s)
+    consume_s, consume_cpu_s, raw_records = await raw_consume(bootstrap, topic, args.events)
+    ceiling = await necessary_work(pool, raw_records, consume_s, consume_cpu_s)
     transcript, core_s = transcript_rows(raw_records)
     tokens_s = token_counting_s(transcript, counter)
     del raw_records, transcript
@@ -303,9 +339,11 @@ async def main() -> None:
                             policy=WindowPolicy(), max_event_bytes=1 << 20)  # fmt: skip
     projector = Projector(LogSource(log), store, batch_size=args.batch_size, fetch_timeout_s=0.2)
     until = await log.end_offsets()
+    cpu, server = time.process_time(), await postgres_cpu_s(pool)
     started = time.perf_counter()
     await projector.run(asyncio.Event(), until=until)
     project_s = time.perf_counter() - started
+    project_cpu_s = time.process_time() - cpu + await postgres_cpu_s(pool) - server
     await log.close()
     await pool.close()
 
@@ -318,10 +356,14 @@ async def main() -> None:
     print(f"  decode+validate+fold      {core_s / n * 1e6:>8.1f} us/event")
     print(f"  token counting ({len(ENCODINGS)} enc.)   {tokens_s / n * 1e6:>8.1f} us/event")
     print_cpu_budget(n, ceiling.parts(), ("convlog projector", project_s))
+    cpu_rate = n / project_cpu_s
+    print(f"CPU per event (this process + its Postgres backends): ceiling {1e6 / ceiling.cpu_rate:.1f} us, "
+          f"projector {1e6 / cpu_rate:.1f} us")  # fmt: skip
     print_table([
         ("necessary-work ceiling", f"{ceiling.rate:,.0f} events/s", "", None),
         ("convlog projector", f"{rate:,.0f} events/s", "", None),
         ("projector / ceiling", f"{rate / ceiling.rate:.2f}", ">= 0.50", rate / ceiling.rate >= 0.5),
+        ("CPU per event: ceiling / projector (Python + Postgres)", f"{cpu_rate / ceiling.cpu_rate:.2f}", "", None),
         ("projector / old raw baseline (consume + unindexed COPY)", f"{rate / ceiling.raw_rate:.2f}", "", None),
     ])  # fmt: skip
 

@@ -65,11 +65,11 @@ async def timed_rebuild(bootstrap: str, topic: str, admin_url: str, batch_size: 
 
 
 async def measure_ceiling(bootstrap: str, topic: str, admin_url: str, n: int) -> Ceiling:
-    consume_s, raw_records = await raw_consume(bootstrap, topic, n)
+    consume_s, consume_cpu_s, raw_records = await raw_consume(bootstrap, topic, n)
     async with scratch_database(admin_url) as url:
         pool = await open_pool(url, max_size=1, name="bench")
         try:
-            return await necessary_work(pool, raw_records, consume_s)
+            return await necessary_work(pool, raw_records, consume_s, consume_cpu_s)
         finally:
             await pool.close()
 
