@@ -9,9 +9,11 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,8 +36,12 @@ ROUNDS = 4
 
 
 @pytest.fixture
-def private_postgres(tmp_path: Path, pg_admin_url: str) -> Iterator[PostgresHandle]:
-    handle = start_postgres(tmp_path / "pg", port=free_port())
+def private_postgres(pg_admin_url: str) -> Iterator[PostgresHandle]:
+    # Not under tmp_path: every pytest session that starts (another engineer's, on a shared
+    # machine) makes /tmp/pytest-of-<user> 0700 again, and the server, running as its own OS
+    # user, then loses its data directory mid-test.
+    data_dir = Path(tempfile.mkdtemp(prefix="convlog-async-commit-"))
+    handle = start_postgres(data_dir / "pg", port=free_port())
     # Widen the window an asynchronous commit stays unwritten (in Postgres' WAL buffers, which a
     # SIGKILL loses; WAL written to the kernel survives a killed process): the WAL writer then
     # writes only every 10 s, so a kill loses the last commits nearly every time.
@@ -45,6 +51,7 @@ def private_postgres(tmp_path: Path, pg_admin_url: str) -> Iterator[PostgresHand
         conn.execute("SELECT pg_reload_conf()")
     yield handle
     handle.kill()
+    shutil.rmtree(data_dir, ignore_errors=True)
 
 
 def _start_projector(env: dict[str, str], log_file: Path) -> subprocess.Popen[bytes]:
