@@ -9,6 +9,7 @@ has passed, and a reader scans only what lies beyond the projection's position.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from importlib import resources
 from typing import Any
@@ -42,11 +43,16 @@ async def ensure_event_index(conn: AsyncConnection[Any], schema: str) -> None:
         )
 
 
+@functools.lru_cache(maxsize=64)
+def _copy_statement(schema: str) -> sql.Composed:
+    statement = sql.SQL('COPY {s}.event_index (conversation_key, event_id, partition, "offset") FROM STDIN')
+    return statement.format(s=sql.Identifier(schema))
+
+
 async def write_event_index(cur: AsyncCursor[Any], schema: str, decoded: Sequence[Decoded]) -> None:
     rows = index_rows(decoded)
     if not rows:
         return
-    statement = sql.SQL('COPY {s}.event_index (conversation_key, event_id, partition, "offset") FROM STDIN')
-    async with cur.copy(statement.format(s=sql.Identifier(schema))) as copy:
+    async with cur.copy(_copy_statement(schema)) as copy:
         for row in rows:
             await copy.write_row(row)

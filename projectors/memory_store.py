@@ -26,6 +26,7 @@ from projectors.errors import PositionConflictError
 from projectors.fold import BatchInputs, BatchOutcome, Lookups, decode_batch, fold_batch, lookups
 from projectors.memory_tables import DeadLetter, MemoryTables, covered_seq, stamp
 from projectors.ports import UNREADABLE_BATCH, BatchReport
+from projectors.prepare import PreparedBatch
 from projectors.rows import (
     SUMMARY_COLUMNS,
     TRANSCRIPT_COLUMNS,
@@ -69,11 +70,15 @@ class InMemoryProjectionStore:
             self.tables.positions.setdefault(p, 0)
         return {p: self.tables.positions[p] for p in partitions}
 
+    async def prepare(self, records: Sequence[LogRecord]) -> PreparedBatch:
+        return PreparedBatch(decode_batch(records, codec=self._codec, max_event_bytes=self._max_event_bytes))
+
     async def apply(
-        self, records: Sequence[LogRecord], expected: Mapping[int, int], *, through: Mapping[int, int] | None = None
-    ) -> BatchReport:
+        self, records: Sequence[LogRecord], expected: Mapping[int, int], *, through: Mapping[int, int] | None = None,
+        prepared: PreparedBatch | None = None,
+    ) -> BatchReport:  # fmt: skip
         t = self.tables
-        decoded = decode_batch(records, codec=self._codec, max_event_bytes=self._max_event_bytes)
+        decoded = (prepared or await self.prepare(records)).decoded
         new_positions = {p: o for p, o in (through or {}).items() if p in expected}
         for r in records:
             new_positions[r.partition] = max(r.offset + 1, new_positions.get(r.partition, 0))

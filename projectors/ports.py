@@ -20,6 +20,7 @@ from typing import Protocol
 
 from events.log import LogRecord, ReadBatch
 from projectors.errors import PositionBeyondLogEndError, ProjectionError
+from projectors.prepare import PreparedBatch
 
 __all__ = ["UNREADABLE_BATCH", "AssignmentListener", "BatchReport", "ProjectionStore", "RecordSource",
            "UnreadableBatch", "check_within_log_end", "checked_positions"]  # fmt: skip
@@ -96,12 +97,19 @@ class ProjectionStore(Protocol):
         """Stored next offsets; partitions never seen start at 0."""
         ...
 
+    async def prepare(self, records: Sequence[LogRecord]) -> PreparedBatch:
+        """The CPU-bound part of applying ``records``, done ahead (no I/O): the runner prepares
+        the next batch while the current one's transaction runs."""
+        ...
+
     async def apply(
-        self, records: Sequence[LogRecord], expected: Mapping[int, int], *, through: Mapping[int, int] | None = None
-    ) -> BatchReport:
+        self, records: Sequence[LogRecord], expected: Mapping[int, int], *, through: Mapping[int, int] | None = None,
+        prepared: PreparedBatch | None = None,
+    ) -> BatchReport:  # fmt: skip
         """Apply ``records`` (per partition in offset order, starting at ``expected``; else
         :class:`~projectors.errors.PositionConflictError` and nothing is written); with
-        ``through``, those partitions' positions move there too (past what the reader skipped)."""
+        ``through``, those partitions' positions move there too (past what the reader skipped).
+        ``prepared``: :meth:`prepare` of exactly ``records``."""
         ...
 
     async def record_unreadable(self, partition: int, offset: int, error: str) -> None:

@@ -4,12 +4,18 @@ Positions come from Postgres on every assignment; the source seeks there. A batc
 (with backoff) while Postgres is unavailable — the projector reports itself not ready and
 never skips ahead. A position conflict means another consumer owns the partition now: the
 projector reloads the stored positions, seeks, and goes on.
+
+While a batch's transaction runs, the next batch is fetched and prepared (decoded, its texts
+counted: :mod:`projectors.prepare`), so Python's work for one batch and Postgres' for the other
+overlap. The prepared batch is applied only from the positions the transaction left: records
+before them are dropped, and after a position conflict it is dropped whole (the source seeks).
 """
 
 from __future__ import annotations
 
 import asyncio
 import bisect
+import contextlib
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -18,10 +24,11 @@ from datetime import UTC, datetime
 
 import structlog
 
-from events.log import LogRecord
+from events.log import LogRecord, ReadBatch
 from projectors.errors import PositionConflictError, StoreUnavailableError
 from projectors.pg import retrying
 from projectors.ports import BatchReport, ProjectionStore, RecordSource, UnreadableBatch
+from projectors.prepare import PreparedBatch
 
 log = structlog.get_logger(__name__)
 
@@ -57,6 +64,13 @@ class ProjectorStats:
     last_batch_at: float | None = None
     positions: dict[int, int] = field(default_factory=dict)
     latency: LatencyHistogram = field(default_factory=LatencyHistogram)
+
+
+@dataclass(frozen=True, slots=True)
+class _Fetched:
+    batch: ReadBatch
+    prepared: PreparedBatch  # of batch.records
+    unreadable: list[UnreadableBatch]  # found by the source during this fetch
 
 
 class Projector:
@@ -134,42 +148,68 @@ class Projector:
         """Project until ``stop`` is set, or — with ``until`` — until every partition reached
         the given offset (a rebuild catching up to the log end it saw when it started)."""
         await self._source.start(self)
+        ahead: asyncio.Task[_Fetched] | None = None  # the next batch, fetched during a transaction
         try:
             while not stop.is_set():
                 if until is not None and all(self._expected.get(p, 0) >= o for p, o in until.items()):
                     return
-                batch = await self._source.fetch(max_records=self._batch_size, timeout_s=self._fetch_timeout_s)
+                fetched = await (ahead or self._fetch())
+                ahead = None
+                batch = fetched.batch
                 records = self._owned(batch.records)
                 # Positions past offsets that hold no record (transaction markers, aborted records)
                 # are stored too, or the lag would never reach 0 nor a rebuild its ``until``.
                 moved = {p: o for p, o in batch.positions.items() if p in self._expected and o > self._expected[p]}
                 if records or moved:
-                    await self._apply(records, moved)
-                for unreadable in self._source.take_unreadable():
+                    if until is None or not all(batch.positions.get(p, 0) >= o for p, o in until.items()):
+                        ahead = asyncio.create_task(self._fetch())
+                    conflict = await self._apply(records, moved, fetched.prepared.only(records))
+                    if conflict:
+                        if ahead is not None:  # read from positions another consumer moved: dropped
+                            await ahead
+                            ahead = None
+                        await self._reload(conflict)  # the source seeks: after the fetch ahead, not during it
+                for unreadable in fetched.unreadable:
                     await self._unreadable(unreadable)
         finally:
             self._ready = False  # /readyz and the metrics tell a projector that ended
+            if ahead is not None:  # its records are not applied: the next run reads from the stored positions
+                ahead.cancel()
+                with contextlib.suppress(BaseException):
+                    await ahead
             await self._source.stop()
+
+    async def _fetch(self) -> _Fetched:
+        batch = await self._source.fetch(max_records=self._batch_size, timeout_s=self._fetch_timeout_s)
+        unreadable = self._source.take_unreadable()
+        prepared = await self._store.prepare(batch.records) if batch.records else PreparedBatch([])
+        return _Fetched(batch, prepared, unreadable)
 
     def _owned(self, records: Sequence[LogRecord]) -> list[LogRecord]:
         """Records of owned partitions at or after the stored position (a prefetch from before a
         seek or a revoke is dropped, never applied twice)."""
         return [r for r in records if r.partition in self._expected and r.offset >= self._expected[r.partition]]
 
-    async def _apply(self, records: list[LogRecord], through: Mapping[int, int]) -> None:
+    async def _apply(
+        self, records: list[LogRecord], through: Mapping[int, int], prepared: PreparedBatch
+    ) -> frozenset[int]:
+        """Apply the batch; the partitions whose positions to reload after a position conflict.
+        While it runs, a revoke of its partitions waits for it (:meth:`on_revoked`)."""
         self._in_flight = frozenset({*through, *(r.partition for r in records)})
         self._applied.clear()
         try:
-            await self._apply_batch(records, through)
+            return await self._apply_batch(records, through, prepared)
         finally:
             self._in_flight = frozenset()
             self._applied.set()
 
-    async def _apply_batch(self, records: list[LogRecord], through: Mapping[int, int]) -> None:
+    async def _apply_batch(
+        self, records: list[LogRecord], through: Mapping[int, int], prepared: PreparedBatch
+    ) -> frozenset[int]:
         expected = {p: self._expected[p] for p in {*through, *(r.partition for r in records)}}
         try:
             report: BatchReport = await retrying(
-                lambda: self._store.apply(records, expected, through=through),
+                lambda: self._store.apply(records, expected, through=through, prepared=prepared),
                 action="applying a batch",
                 max_delay_s=self._retry_max_delay_s,
                 on_retry=self._not_ready,
@@ -177,8 +217,7 @@ class Projector:
         except PositionConflictError as e:
             self.stats.conflicts += 1
             log.warning("projector.position_conflict", error=str(e))
-            await self._reload(frozenset(expected))
-            return
+            return frozenset(expected)
         except StoreUnavailableError:  # only when retrying gives up, i.e. never by default
             raise
         self._ready = True
@@ -193,13 +232,14 @@ class Projector:
         s.dead_lettered += report.dead_lettered
         s.held += report.held
         if not records:
-            return  # only positions moved
+            return frozenset()  # only positions moved
         s.batches += 1
         s.last_batch_at = time.monotonic()
         if report.applied:
             s.latency.observe((datetime.now(UTC) - min(r.timestamp for r in records)).total_seconds())
         if report.dead_lettered:
             log.warning("projector.dead_lettered", count=report.dead_lettered, schema=self._store.schema)
+        return frozenset()
 
     async def _unreadable(self, batch: UnreadableBatch) -> None:
         """A dead letter for a batch the source cannot read; that partition waits at it (its

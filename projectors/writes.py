@@ -51,22 +51,31 @@ class BatchWriter:
     def __init__(self, schema: str, counter: TokenCounting) -> None:
         self.schema = schema
         self._counter = counter
+        # Statements composed once (formatting parses the template on every call).
+        self._statements: dict[Any, sql.Composed] = {}
 
     def _q(self, text: LiteralString) -> sql.Composed:
-        return sql.SQL(text).format(s=sql.Identifier(self.schema))
+        query = self._statements.get(text)
+        if query is None:
+            query = self._statements[text] = sql.SQL(text).format(s=sql.Identifier(self.schema))
+        return query
 
     async def _copy(self, cur: Cursor, table: LiteralString, columns: Sequence[str], rows: Sequence[Any]) -> None:
         if not rows:
             return
-        statement = sql.SQL("COPY {s}.{t} ({c}) FROM STDIN").format(
-            s=sql.Identifier(self.schema), t=sql.Identifier(table), c=sql.SQL(column_list(columns))
-        )
+        statement = self._statements.get((table, *columns))
+        if statement is None:
+            statement = self._statements[(table, *columns)] = sql.SQL("COPY {s}.{t} ({c}) FROM STDIN").format(
+                s=sql.Identifier(self.schema), t=sql.Identifier(table), c=sql.SQL(column_list(columns))
+            )
         async with cur.copy(statement) as copy:
             for row in rows:
                 await copy.write_row(row)
 
-    async def write(self, cur: Cursor, out: BatchOutcome) -> None:
-        await self._copy(cur, "transcript", TRANSCRIPT_COLUMNS, transcript_copy_rows(out.transcript, self._counter))
+    async def write(self, cur: Cursor, out: BatchOutcome, *, counter: TokenCounting | None = None) -> None:
+        """``counter``: instead of the writer's own (one answering from counts made ahead)."""
+        rows = transcript_copy_rows(out.transcript, counter or self._counter)
+        await self._copy(cur, "transcript", TRANSCRIPT_COLUMNS, rows)
         await self._copy(cur, "summaries", SUMMARY_COLUMNS, summary_copy_rows(out.summaries))
         await self._copy(cur, "event_ids", ("conversation_key", "event_id"), out.applied_event_ids)
         # After the COPY: a decision may concern rows of this very batch. Each one names its
@@ -120,14 +129,17 @@ class BatchWriter:
             ("conversations", CONVERSATION_COLUMNS, conversations),
             ("windows", WINDOW_COLUMNS, windows),
         ):
-            updates = ", ".join(f'"{c}" = excluded."{c}"' for c in columns[1:])
-            statement = sql.SQL(
-                "INSERT INTO {s}.{t} ({cols}) SELECT {cols} FROM jsonb_populate_recordset(NULL::{s}.{t}, %s::jsonb) "
-                "ON CONFLICT (conversation_key) DO UPDATE SET {u}"
-            ).format(
-                s=sql.Identifier(self.schema), t=sql.Identifier(table), cols=sql.SQL(column_list(columns)),
-                u=sql.SQL(updates),
-            )  # fmt: skip
+            statement = self._statements.get(("upsert", table))
+            if statement is None:
+                updates = ", ".join(f'"{c}" = excluded."{c}"' for c in columns[1:])
+                statement = self._statements[("upsert", table)] = sql.SQL(
+                    "INSERT INTO {s}.{t} ({cols}) SELECT {cols} "
+                    "FROM jsonb_populate_recordset(NULL::{s}.{t}, %s::jsonb) "
+                    "ON CONFLICT (conversation_key) DO UPDATE SET {u}"
+                ).format(
+                    s=sql.Identifier(self.schema), t=sql.Identifier(table), cols=sql.SQL(column_list(columns)),
+                    u=sql.SQL(updates),
+                )  # fmt: skip
             await cur.execute(statement, [rows])
 
     async def _write_poison(self, cur: Cursor, out: BatchOutcome) -> None:
