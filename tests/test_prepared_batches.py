@@ -20,7 +20,7 @@ from projectors.prepare import PreparedBatch
 from projectors.runner import Projector
 from projectors.state import countable_reasoning, countable_text
 from projectors.store import PostgresProjectionStore
-from projectors.tokens import ENCODINGS, get_encoding
+from projectors.tokens import ENCODINGS, TokenCounter, get_encoding
 from projectors.versions import compare
 from projectors.window import WindowPolicy
 from tests.projection_support import Projection, project_all
@@ -92,7 +92,7 @@ async def test_batches_are_counted_before_their_transaction_and_store_the_same_c
                                     reasoning_content="the user asks about approvals")  # fmt: skip
     await producer.append_tool_result(KEY, tool_call_id="call-1", content="two approvals")
     await producer.append_assistant(KEY, "Two approvals: your lead's, then the vendor admin's.", finish_reason="stop")
-    store = projection.store()
+    store = projection.store(counter=TokenCounter(encodings=ENCODINGS))  # both, CONVLOG_TOKEN_ENCODINGS permitting
     await project_all(log, store, batch_size=1)  # the first batch teaches the store its encodings
     stored = await projection.rows(
         "SELECT content, tool_calls, reasoning_content, tokens_o200k, tokens_cl100k, reasoning_tokens_o200k, "

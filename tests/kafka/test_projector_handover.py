@@ -17,6 +17,7 @@ from events.log import LogRecord
 from events.producer import ConversationProducer
 from projectors.kafka_source import KafkaGroupSource
 from projectors.ports import BatchReport
+from projectors.prepare import PreparedBatch
 from projectors.runner import Projector
 from projectors.store import PostgresProjectionStore
 from projectors.window import WindowPolicy
@@ -38,12 +39,13 @@ class SlowFirstBatch(PostgresProjectionStore):
         self.started = asyncio.Event()
 
     async def apply(
-        self, records: Sequence[LogRecord], expected: Mapping[int, int], *, through: Mapping[int, int] | None = None
-    ) -> BatchReport:
+        self, records: Sequence[LogRecord], expected: Mapping[int, int], *, through: Mapping[int, int] | None = None,
+        prepared: PreparedBatch | None = None,
+    ) -> BatchReport:  # fmt: skip
         if records and not self.started.is_set():
             self.started.set()
             await asyncio.sleep(SLOW_S)
-        return await super().apply(records, expected, through=through)
+        return await super().apply(records, expected, through=through, prepared=prepared)
 
 
 def _member(bootstrap: str, topic: str, group: str, store: PostgresProjectionStore) -> Projector:
