@@ -25,18 +25,20 @@ from projectors.runner import Projector, ProjectorStats
 from projectors.store import PostgresProjectionStore
 from projectors.tokens import TokenCounter
 from projectors.topics import claim_topic
-from projectors.versions import ensure_live_version, live_version
+from projectors.versions import ProjectionVersion, ensure_live_version, live_version
+from projectors.window import WindowPolicy
 
 log = structlog.get_logger(__name__)
 
 
 def build_projector(
     settings: Settings, pool: PgPool, schema: str, event_log: EventLog | None,
-    *, on_committed: Callable[[Mapping[int, int]], None] | None = None,
+    *, on_committed: Callable[[Mapping[int, int]], None] | None = None, policy: WindowPolicy | None = None,
 ) -> Projector:  # fmt: skip
     """A projector for ``schema``: a Kafka consumer group member when Kafka is configured, else a
     reader of ``event_log`` (the embedded log, which only one process may open). ``on_committed``
-    hears each committed batch's positions (``convlog serve`` wakes read-your-writes waiters)."""
+    hears each committed batch's positions (``convlog serve`` wakes read-your-writes waiters).
+    ``policy``: the window policy of the version ``schema`` holds (default: the settings')."""
     source: RecordSource
     if settings.kafka_bootstrap:
         source = KafkaGroupSource(
@@ -60,7 +62,7 @@ def build_projector(
         schema=schema,
         codec=default_codec(),
         counter=TokenCounter(encodings=settings.counted_encodings()),
-        policy=settings.window_policy(),
+        policy=policy or settings.window_policy(),
         max_event_bytes=settings.max_event_bytes,
         notify_positions=True,  # API processes elsewhere wake read-your-writes waits on it
     )
@@ -89,6 +91,7 @@ class LiveProjector:
         self._poll_s = poll_s if poll_s is not None else settings.version_poll_s
         self.current: Projector | None = None
         self.schema: str | None = None
+        self.version: ProjectionVersion | None = None
 
     @property
     def ready(self) -> bool:
@@ -104,12 +107,15 @@ class LiveProjector:
 
     async def start_version(self) -> str:
         """Pick the live version (creating the first one) and build its projector."""
-        version = await retrying(lambda: ensure_live_version(self._pool), action="finding the live version")
+        policy = self._settings.window_policy()  # a new version's; an existing one keeps its own
+        version = await retrying(lambda: ensure_live_version(self._pool, policy=policy),
+                                 action="finding the live version")  # fmt: skip
+        warn_if_policy_differs(version, policy)
         # Its positions are offsets of one topic: refuse to run it on another (a clear error at start).
         await retrying(lambda: claim_topic(self._pool, version, self._settings.topic), action="checking the topic")
         self.current = build_projector(self._settings, self._pool, version.schema, self._event_log,
-                                       on_committed=self._on_committed)  # fmt: skip
-        self.schema = version.schema
+                                       on_committed=self._on_committed, policy=version.policy)  # fmt: skip
+        self.schema, self.version = version.schema, version
         return version.schema
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -148,10 +154,24 @@ class LiveProjector:
         inner.set()
 
 
+def warn_if_policy_differs(version: ProjectionVersion, settings_policy: WindowPolicy) -> None:
+    """The settings name another window than the version was made with: the version keeps its own
+    (its windows and every context it served stay reproducible); the settings apply to the next
+    ``convlog rebuild``, which is how the window is changed (blue/green)."""
+    if version.policy != settings_policy:
+        log.warning(
+            "window_policy_differs", schema=version.schema,
+            version_policy=f"{version.policy.max_turns}->{version.policy.keep_turns}",
+            settings_policy=f"{settings_policy.max_turns}->{settings_policy.keep_turns}",
+            hint="the live version keeps its window policy; the settings apply to the next convlog rebuild",
+        )  # fmt: skip
+
+
 async def run_projector(settings: Settings, stop: asyncio.Event) -> LiveProjector:
     """Project into the live read-models version until ``stop`` is set, following switches."""
     url = await asyncio.to_thread(database_url, settings)  # may start the embedded Postgres
-    await retrying(lambda: migrate(url), action="migrating")  # waits out a Postgres outage
+    legacy = settings.legacy_window_policy()  # what versions made before 0006 ran with
+    await retrying(lambda: migrate(url, legacy_window=legacy), action="migrating")  # waits out a Postgres outage
     pool = await retrying(lambda: open_pool(url, name="convlog-projector"), action="connecting")
     event_log = None
     try:
