@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -30,6 +33,7 @@ from tests.projection_support import temporary_database
 
 pytestmark = pytest.mark.postgres
 
+REPO = Path(__file__).resolve().parent.parent
 KEY = ConversationKey("acme", "u1", "c1")
 A = {"Authorization": "Bearer token-a"}
 OLD, NEW = WindowPolicy(8, 6), WindowPolicy()  # the default before 12 -> 4, and today's
@@ -165,3 +169,34 @@ def test_the_legacy_window_is_the_one_set_in_code_else_the_old_default() -> None
     assert Settings(window_keep_turns=2).legacy_window_policy() == WindowPolicy(8, 2)
     # Only the maximum set, below the old keep default: it cannot have run so; the settings' policy.
     assert Settings(window_max_turns=5).legacy_window_policy() == WindowPolicy(5, 4)
+
+
+def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "convlog.cli.main", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=120, check=False)  # fmt: skip
+
+
+async def test_verify_replay_and_positions_use_the_live_versions_window_not_the_settings(
+    pg_admin_url: str, tmp_path: Path
+) -> None:
+    async with temporary_database(pg_admin_url) as url:
+        async with running_service(_settings(url, tmp_path, window_max_turns=8, window_keep_turns=6)) as service:
+            served, _ = await _live_and_rebuilt(service, await _ask(service, range(10)))
+        assert _questions(served)[0] == "question 3"
+        # The commands run with today's default, 12 -> 4 (no window variable set).
+        env = {**os.environ, "CONVLOG_DATABASE_URL": url, "CONVLOG_DATA_DIR": str(tmp_path),
+               "CONVLOG_PARTITIONS": "2", "CONVLOG_LOG_LEVEL": "warning"}  # fmt: skip
+        for name in ("CONVLOG_KAFKA_BOOTSTRAP", "CONVLOG_WINDOW_MAX_TURNS", "CONVLOG_WINDOW_KEEP_TURNS"):
+            env.pop(name, None)
+        verify = await asyncio.to_thread(_cli, env, "verify", "--all")
+        assert verify.returncode == 0, verify.stdout + verify.stderr
+        assert "checksums match" in verify.stdout
+        replay = await asyncio.to_thread(_cli, env, "replay", str(KEY), "--budget-tokens", "100000")
+        assert replay.returncode == 0, replay.stderr
+        context = replay.stdout.split("tokens):\n", 1)[1]
+        assert '"content": "question 3"' in context
+        assert '"content": "question 2"' not in context  # 12 -> 4 would serve from question 0
+        positions = await asyncio.to_thread(_cli, env, "positions")
+        assert positions.returncode == 0, positions.stderr
+        assert "read_models v1 (live)  window 8 -> 6 turns" in positions.stdout
+        assert "the settings name 12 -> 4 turns" in positions.stdout
