@@ -198,5 +198,5 @@ async def test_verify_replay_and_positions_use_the_live_versions_window_not_the_
         assert '"content": "question 2"' not in context  # 12 -> 4 would serve from question 0
         positions = await asyncio.to_thread(_cli, env, "positions")
         assert positions.returncode == 0, positions.stderr
-        assert "read_models v1 (live)  window 8 -> 6 turns" in positions.stdout
-        assert "the settings name 12 -> 4 turns" in positions.stdout
+        assert "read_models v1 (live) window: at most 8 turns, dropping to 6" in positions.stdout
+        assert "the settings name at most 12 turns, dropping to 4" in positions.stdout
