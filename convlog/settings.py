@@ -33,7 +33,13 @@ from events.errors import ConfigurationError
 from events.producer import DEFAULT_MAX_EVENT_BYTES
 from projectors.tokens import DEFAULT_COUNTED
 from projectors.tokens import counted_encodings as _counted_encodings
-from projectors.window import DEFAULT_KEEP_TURNS, DEFAULT_MAX_TURNS, WindowPolicy
+from projectors.window import (
+    DEFAULT_KEEP_TURNS,
+    DEFAULT_MAX_TURNS,
+    LEGACY_KEEP_TURNS,
+    LEGACY_MAX_TURNS,
+    WindowPolicy,
+)
 
 PREFIX = "CONVLOG_"
 MASK = "****"
@@ -237,7 +243,18 @@ class Settings(BaseSettings):
         return self.data_dir / "log" / f"{self.topic}.log"
 
     def window_policy(self) -> WindowPolicy:
+        """The policy a new read-models version is made with (a version keeps its own)."""
         return WindowPolicy(max_turns=self.window_max_turns, keep_turns=self.window_keep_turns)
+
+    def legacy_window_policy(self) -> WindowPolicy:
+        """The policy versions made before they recorded theirs (migration 0006) were projected
+        with: each turn count the operator set (environment or code), else the default then, 8 -> 6."""
+        explicit = self.model_fields_set | self._read_from.keys()
+        max_turns = self.window_max_turns if "window_max_turns" in explicit else LEGACY_MAX_TURNS
+        keep_turns = self.window_keep_turns if "window_keep_turns" in explicit else LEGACY_KEEP_TURNS
+        if keep_turns > max_turns:  # only one set, below the other's old default: not what ran before
+            return self.window_policy()
+        return WindowPolicy(max_turns=max_turns, keep_turns=keep_turns)
 
     def counted_encodings(self) -> tuple[str, ...]:
         """``CONVLOG_TOKEN_ENCODINGS``: what the projector counts (the others are counted when read)."""

@@ -6,8 +6,10 @@ ones in order, each file in its own transaction together with its row in
 ``convlog.schema_migrations`` (version, name, sha256 checksum, applied_at), so a failing file
 leaves nothing behind and is retried whole by the next run. A session advisory lock serialises
 migrators: processes that start together apply every version exactly once, the others wait and
-find nothing to do. The checksum of every applied file is compared with the file on disk, so an
-applied migration that was edited afterwards is refused (write a new migration instead).
+find nothing to do. A migration may have a step in Python run in its transaction after the file
+(``_AFTER``): 0006's back-fill needs a value only the caller's settings know. The checksum of
+every applied file is compared with the file on disk, so an applied migration that was edited
+afterwards is refused (write a new migration instead).
 
 Files may use any SQL that runs inside a transaction (no ``CREATE INDEX CONCURRENTLY``,
 ``VACUUM`` or ``ALTER TYPE ... ADD VALUE`` before PG 12), and name objects ``convlog.<name>``.
@@ -31,6 +33,7 @@ from psycopg import pq
 
 from projectors.errors import MigrationError
 from projectors.pg import convert_pg_error, describe_url, pg_errors
+from projectors.window import LEGACY_KEEP_TURNS, LEGACY_MAX_TURNS, WindowPolicy
 
 __all__ = [
     "LOCK_KEY",
@@ -119,6 +122,7 @@ async def migrate(
     *,
     target: int | None = None,
     migrations_dir: Path = MIGRATIONS_DIR,
+    legacy_window: WindowPolicy | None = None,
 ) -> list[int]:
     """Apply the pending migrations up to ``target`` (default: the latest); return the versions
     applied by this call (empty when the schema was up to date, or already past ``target``).
@@ -128,8 +132,12 @@ async def migrate(
     folder, an edited applied file, a database newer than these migrations or a failing file
     (named in the message; its transaction is rolled back), and
     :class:`~projectors.errors.StoreUnavailableError` if Postgres is unreachable (retriable).
+
+    ``legacy_window``: the window policy the versions made before 0006 were projected with, which
+    0006 records on them (default: the old default 8 -> 6; ``convlog`` passes
+    ``Settings.legacy_window_policy()``). Unused once 0006 is applied.
     """
-    applied, _ = await _migrate(conn_or_url, target=target, migrations_dir=migrations_dir)
+    applied, _ = await _migrate(conn_or_url, target=target, migrations_dir=migrations_dir, legacy_window=legacy_window)
     return [m.version for m in applied]
 
 
@@ -140,11 +148,11 @@ async def schema_version(conn_or_url: AnyConnection | str) -> int:
             return await _current_version(conn)
 
 
-async def migrate_command(url: str, *, out: TextIO | None = None) -> int:
+async def migrate_command(url: str, *, out: TextIO | None = None, legacy_window: WindowPolicy | None = None) -> int:
     """``convlog migrate``: apply pending migrations, print what was done; returns the exit code."""
     out = out or sys.stdout
     began = time.monotonic()
-    applied, version = await _migrate(url, target=None, migrations_dir=MIGRATIONS_DIR)
+    applied, version = await _migrate(url, target=None, migrations_dir=MIGRATIONS_DIR, legacy_window=legacy_window)
     for migration in applied:
         out.write(f"applied {migration.label}\n")
     if applied:
@@ -159,8 +167,9 @@ async def migrate_command(url: str, *, out: TextIO | None = None) -> int:
 
 
 async def _migrate(
-    conn_or_url: AnyConnection | str, *, target: int | None, migrations_dir: Path
-) -> tuple[list[Migration], int]:
+    conn_or_url: AnyConnection | str, *, target: int | None, migrations_dir: Path,
+    legacy_window: WindowPolicy | None = None,
+) -> tuple[list[Migration], int]:  # fmt: skip
     migrations = load_migrations(migrations_dir)  # a broken folder fails before touching the database
     latest = migrations[-1].version
     if target is not None and not 1 <= target <= latest:
@@ -174,7 +183,7 @@ async def _migrate(
         applied: list[Migration] = []
         for migration in migrations[:goal]:
             if migration.version not in recorded:
-                await _apply(conn, migration)
+                await _apply(conn, migration, legacy_window or WindowPolicy(LEGACY_MAX_TURNS, LEGACY_KEEP_TURNS))
                 applied.append(migration)
         return applied, max([*recorded, *(m.version for m in applied)], default=0)
 
@@ -281,11 +290,34 @@ def _verify(recorded: dict[int, tuple[str, str]], migrations: Sequence[Migration
             )
 
 
-async def _apply(conn: AnyConnection, migration: Migration) -> None:
-    """Run one file and record it, in one transaction."""
+async def _record_legacy_window(conn: AnyConnection, legacy_window: WindowPolicy) -> None:
+    """0006: the versions made before it get the policy they were projected with. Only rows
+    without one (in 0006's transaction: all of them), so running it again changes nothing."""
+    await conn.execute(
+        "UPDATE convlog.projection_versions SET window_max_turns = %s, window_keep_turns = %s "
+        "WHERE window_max_turns IS NULL OR window_keep_turns IS NULL",
+        (legacy_window.max_turns, legacy_window.keep_turns),
+    )
+    # From here on a version without a policy is refused (an older build making one, say).
+    await conn.execute(
+        "ALTER TABLE convlog.projection_versions "
+        "ALTER COLUMN window_max_turns SET NOT NULL, ALTER COLUMN window_keep_turns SET NOT NULL"
+    )
+
+
+# Steps in Python run after a migration's file in its transaction, by (version, name): a folder
+# of other migrations (tests) never matches.
+_AFTER = {(6, "window_policy"): _record_legacy_window}
+
+
+async def _apply(conn: AnyConnection, migration: Migration, legacy_window: WindowPolicy) -> None:
+    """Run one file (and its step in Python, if any) and record it, in one transaction."""
     try:
         async with conn.transaction():
             await conn.execute(migration.sql.encode())  # no parameters: several statements allowed
+            after = _AFTER.get((migration.version, migration.name))
+            if after is not None:
+                await after(conn, legacy_window)
             await conn.execute(
                 "INSERT INTO convlog.schema_migrations (version, name, checksum) VALUES (%s, %s, %s)",
                 (migration.version, migration.name, migration.checksum),

@@ -3,6 +3,10 @@
 A rebuild creates version N+1 (``building``) beside the live one, fills it from offset 0,
 compares checksums, and :func:`switch` makes it live in one transaction; the old one is
 ``retired`` but kept until it is dropped.
+
+Each version records the window policy it is made with (migration 0006): whatever projects into,
+verifies or rebuilds contexts of a version uses that one, not the current settings, so a changed
+setting or default takes effect with the next rebuild and never moves a version's windows.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from projectors.errors import ProjectionError
 from projectors.event_index import ensure_event_index
+from projectors.window import WindowPolicy
 
 READ_MODELS = "read_models"
 _DDL = resources.files("projectors").joinpath("sql/read_models.sql")
@@ -40,6 +45,12 @@ class ProjectionVersion:
     version: int
     schema: str
     status: str
+    policy: WindowPolicy  # the window policy it is projected with (recorded when it was made)
+
+
+def _version(row: Sequence[Any]) -> ProjectionVersion:
+    projection, version, schema, status, max_turns, keep_turns = row
+    return ProjectionVersion(projection, version, schema, status, WindowPolicy(max_turns, keep_turns))
 
 
 def schema_name(projection: str, version: int) -> str:
@@ -50,8 +61,12 @@ def schema_name(projection: str, version: int) -> str:
 _VERSIONS_LOCK = "SELECT pg_advisory_xact_lock(hashtext('convlog.projection_versions'))"
 
 
-async def create_version(conn: AsyncConnection[Any], projection: str = READ_MODELS) -> ProjectionVersion:
-    """Create the next version's schema and tables; it is live at once if nothing is live yet."""
+async def create_version(
+    conn: AsyncConnection[Any], projection: str = READ_MODELS, *, policy: WindowPolicy | None = None
+) -> ProjectionVersion:
+    """Create the next version's schema and tables, projected with ``policy`` (default: the
+    default policy); it is live at once if nothing is live yet."""
+    policy = policy or WindowPolicy()
     async with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
         await cur.execute(_VERSIONS_LOCK)
         await cur.execute(
@@ -66,39 +81,57 @@ async def create_version(conn: AsyncConnection[Any], projection: str = READ_MODE
         ddl = _DDL.read_text(encoding="utf-8")
         await cur.execute(sql.SQL(ddl).format(schema=sql.Identifier(schema)))
         await cur.execute(
-            "INSERT INTO convlog.projection_versions (projection, version, schema_name, status, switched_at) "
-            "VALUES (%s, %s, %s, %s, CASE WHEN %s = 'live' THEN now() END)",
-            [projection, version, schema, status, status],
+            "INSERT INTO convlog.projection_versions (projection, version, schema_name, status, switched_at, "
+            "window_max_turns, window_keep_turns) "
+            "VALUES (%s, %s, %s, %s, CASE WHEN %s = 'live' THEN now() END, %s, %s)",
+            [projection, version, schema, status, status, policy.max_turns, policy.keep_turns],
         )
         await ensure_event_index(conn, schema)  # a savepoint of this transaction
-    return ProjectionVersion(projection, version, schema, status)
+    return ProjectionVersion(projection, version, schema, status, policy)
 
 
 async def versions(conn: AsyncConnection[Any], projection: str = READ_MODELS) -> list[ProjectionVersion]:
     async with conn.cursor() as cur:
         await cur.execute(
-            "SELECT projection, version, schema_name, status FROM convlog.projection_versions "
-            "WHERE projection = %s ORDER BY version",
+            "SELECT projection, version, schema_name, status, window_max_turns, window_keep_turns "
+            "FROM convlog.projection_versions WHERE projection = %s ORDER BY version",
             [projection],
         )
-        return [ProjectionVersion(*row) for row in await cur.fetchall()]
+        return [_version(row) for row in await cur.fetchall()]
 
 
 async def live_version(conn: AsyncConnection[Any], projection: str = READ_MODELS) -> ProjectionVersion | None:
     return next((v for v in await versions(conn, projection) if v.status == "live"), None)
 
 
-async def ensure_live_version(pool: AsyncConnectionPool[Any], projection: str = READ_MODELS) -> ProjectionVersion:
-    """The live version, the first one created if none is. Processes starting together on a fresh
-    database (API instances, projectors) look again under :func:`create_version`'s lock, so one
-    creates it and the others take it — not a second version left ``building``."""
+async def ensure_live_version(
+    pool: AsyncConnectionPool[Any], projection: str = READ_MODELS, *, policy: WindowPolicy | None = None
+) -> ProjectionVersion:
+    """The live version; the first one, made with ``policy``, if there is none yet. Processes
+    starting together on a fresh database (API instances, projectors) look again under
+    :func:`create_version`'s lock, so one creates it and the others take it — not a second
+    version left ``building``."""
     async with pool.connection() as conn:
         live = await live_version(conn, projection)
         if live is not None:
             return live
         async with conn.transaction():  # create_version's transaction nests in it (a savepoint)
             await conn.execute(_VERSIONS_LOCK)
-            return await live_version(conn, projection) or await create_version(conn, projection)
+            return await live_version(conn, projection) or await create_version(conn, projection, policy=policy)
+
+
+async def version_of_schema(conn: AsyncConnection[Any], schema: str) -> ProjectionVersion:
+    """The version whose tables ``schema`` holds (its window policy, say)."""
+    async with conn.cursor() as cur:
+        await cur.execute(
+            "SELECT projection, version, schema_name, status, window_max_turns, window_keep_turns "
+            "FROM convlog.projection_versions WHERE schema_name = %s",
+            [schema],
+        )
+        row = await cur.fetchone()
+    if row is None:
+        raise ProjectionError(f"schema {schema} is no read-models version (convlog.projection_versions)")
+    return _version(row)
 
 
 async def switch(conn: AsyncConnection[Any], projection: str, version: int) -> None:

@@ -23,6 +23,10 @@ from events.errors import ConfigurationError
 
 DEFAULT_MAX_TURNS = 12
 DEFAULT_KEEP_TURNS = 4
+# The defaults before 12 -> 4: what read-models versions made before they recorded their policy
+# (migration 0006) were projected with, unless the operator set the turns.
+LEGACY_MAX_TURNS = 8
+LEGACY_KEEP_TURNS = 6
 
 
 @dataclass(frozen=True, slots=True)

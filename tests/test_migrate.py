@@ -130,10 +130,14 @@ async def test_migrate_creates_the_core_schema_and_a_second_run_is_a_no_op(db_ur
 async def test_projection_versions_allows_one_live_version_per_projection(db_url: str) -> None:
     await migrate(db_url)
     async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
-        insert = "INSERT INTO convlog.projection_versions (projection, version, schema_name, status) "
-        await conn.execute(insert + "VALUES ('contexts', 1, 'contexts_v1', 'live')")
-        await conn.execute(insert + "VALUES ('contexts', 2, 'contexts_v2', 'building')")
-        await conn.execute(insert + "VALUES ('search', 1, 'search_v1', 'live')")
+        # Every version records its window policy (0006): these rows take the default one.
+        insert = (
+            "INSERT INTO convlog.projection_versions "
+            "(projection, version, schema_name, status, window_max_turns, window_keep_turns) SELECT *, 12, 4 FROM "
+        )
+        await conn.execute(insert + "(VALUES ('contexts', 1, 'contexts_v1', 'live')) AS v")
+        await conn.execute(insert + "(VALUES ('contexts', 2, 'contexts_v2', 'building')) AS v")
+        await conn.execute(insert + "(VALUES ('search', 1, 'search_v1', 'live')) AS v")
         with pytest.raises(errors.UniqueViolation, match="projection_versions_one_live"):
             await conn.execute("UPDATE convlog.projection_versions SET status = 'live' WHERE version = 2")
         # the switch: retire the old live version, promote the new one, in one transaction
@@ -146,15 +150,15 @@ async def test_projection_versions_allows_one_live_version_per_projection(db_url
                 "UPDATE convlog.projection_versions SET status = 'live', switched_at = now() "
                 "WHERE projection = 'contexts' AND version = 2"
             )
-        await conn.execute(insert + "VALUES ('contexts', 3, 'contexts_v3', 'retired')")
+        await conn.execute(insert + "(VALUES ('contexts', 3, 'contexts_v3', 'retired')) AS v")
         with pytest.raises(errors.CheckViolation):
-            await conn.execute(insert + "VALUES ('contexts', 4, 'contexts_v4', 'paused')")
+            await conn.execute(insert + "(VALUES ('contexts', 4, 'contexts_v4', 'paused')) AS v")
         with pytest.raises(errors.UniqueViolation):  # schema names are unique across projections
-            await conn.execute(insert + "VALUES ('search', 2, 'contexts_v1', 'building')")
+            await conn.execute(insert + "(VALUES ('search', 2, 'contexts_v1', 'building')) AS v")
         with pytest.raises(errors.UniqueViolation):  # (projection, version) is the key
-            await conn.execute(insert + "VALUES ('search', 1, 'search_v1b', 'building')")
+            await conn.execute(insert + "(VALUES ('search', 1, 'search_v1b', 'building')) AS v")
         with pytest.raises(errors.NotNullViolation):
-            await conn.execute(insert + "VALUES ('search', 3, NULL, 'building')")
+            await conn.execute(insert + "(VALUES ('search', 3, NULL, 'building')) AS v")
         row = await (
             await conn.execute("SELECT created_at IS NOT NULL FROM convlog.projection_versions LIMIT 1")
         ).fetchone()
@@ -320,6 +324,7 @@ async def test_0004_gives_versions_made_before_it_the_transcript_columns_a_new_v
         before = await _columns(conn, "convlog_read_models_v1")
         assert "blocks" not in [name for name, _ in before]
         assert await migrate(db_url, target=4) == [4]
+        await migrate(db_url)  # a version made today records its window policy (0006)
         new = await create_version(conn)
         assert await _columns(conn, "convlog_read_models_v1") == await _columns(conn, new.schema)
         assert (await _columns(conn, new.schema))[-4:] == [
@@ -355,13 +360,14 @@ async def test_0005_lets_versions_made_before_it_leave_counts_of_an_uncounted_en
         await conn.execute(insert, row)
         with pytest.raises(psycopg.errors.NotNullViolation):
             await conn.execute(insert, (*row[:1], 1, *row[2:12], None, 0, None))
-        assert await migrate(db_url) == [5]
+        assert await migrate(db_url, target=5) == [5]
         await conn.execute(insert, (*row[:1], 1, *row[2:12], None, 0, None))
         cur = await conn.execute(
             "SELECT seq, tokens_o200k, tokens_cl100k, reasoning_tokens_cl100k FROM convlog_read_models_v1.transcript "
             "ORDER BY seq"
         )
         assert await cur.fetchall() == [(0, 7, 9, 0), (1, 7, None, None)]  # the stored counts stay
+        await migrate(db_url)  # a version made today records its window policy (0006)
         new = await create_version(conn)
         nullable = (
             "SELECT column_name, is_nullable FROM information_schema.columns WHERE table_schema = %s "

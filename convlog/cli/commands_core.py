@@ -51,7 +51,7 @@ def _migrate(settings: Settings, args: argparse.Namespace) -> int:
     from convlog.local.embedded_pg import database_url  # noqa: PLC0415
     from projectors.migrate import migrate_command  # noqa: PLC0415
 
-    return asyncio.run(migrate_command(database_url(settings)))
+    return asyncio.run(migrate_command(database_url(settings), legacy_window=settings.legacy_window_policy()))
 
 
 def _project(settings: Settings, args: argparse.Namespace) -> int:

@@ -118,7 +118,7 @@ def _replay(settings: Settings, args: argparse.Namespace) -> int:
             start = await first_offset(handle, key)
             point = BeforeMessage(args.before_message) if args.before_message is not None else args.as_of
             await replay(event_log, key, as_of=point, start_offset=start or 0, request=request,
-                         max_event_bytes=settings.max_event_bytes, policy=settings.window_policy(),
+                         max_event_bytes=settings.max_event_bytes, policy=handle.live.policy,
                          default_encoding=settings.default_encoding,
                          counted=settings.counted_encodings())  # fmt: skip
 
@@ -151,12 +151,13 @@ def _tail(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _positions(settings: Settings, args: argparse.Namespace) -> int:
-    from convlog.ops.positions import collect_positions, render_positions  # noqa: PLC0415
+    from convlog.ops.positions import collect_positions, render_positions, window_lines  # noqa: PLC0415
     from convlog.ops.resources import opened_log, opened_pool  # noqa: PLC0415
 
     async def run() -> str:
-        async with opened_pool(settings) as pool, opened_log(settings, read_only=True) as event_log:
-            return render_positions(await collect_positions(pool, event_log))
+        async with opened_pool(settings, migrated=False) as pool, opened_log(settings, read_only=True) as event_log:
+            table = render_positions(await collect_positions(pool, event_log))
+            return table + "\n\n" + "\n".join(await window_lines(pool, settings.window_policy()))
 
     print(asyncio.run(run()))
     return 0
@@ -174,7 +175,7 @@ def _dead_letters(settings: Settings, args: argparse.Namespace) -> int:
             if args.action == "show":
                 return await ops.show_dead_letter(handle.pool, handle.schema, args.id)
             skip_reason = args.reason if args.action == "skip" else None
-            store = ops.store_for(handle.pool, handle.schema, settings)
+            store = ops.store_for(handle.pool, handle.schema, settings, policy=handle.live.policy)
             report = await ops.resolve(store, args.id, skip_reason=skip_reason)
             verb = "skipped" if skip_reason is not None else "released"
             return ops.describe_report(report, verb=verb, dead_letter_id=args.id)

@@ -40,7 +40,7 @@ async def ops_resources(
     """
     url = await asyncio.to_thread(database_url, settings)
     if not migrated:
-        await migrate(url)
+        await migrate(url, legacy_window=settings.legacy_window_policy())
     pool = await open_pool(url, max_size=4, name=name)
     try:
         event_log = await open_event_log(settings, read_only=read_only)

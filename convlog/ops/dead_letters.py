@@ -22,6 +22,7 @@ from projectors.ports import BatchReport
 from projectors.rows import record_from_row
 from projectors.store import PostgresProjectionStore
 from projectors.tokens import TokenCounter
+from projectors.window import WindowPolicy
 from query_api.events_json import events_json
 
 _HEX_LINE = 32  # bytes per line of a hex dump
@@ -122,11 +123,12 @@ def _hex(data: bytes) -> str:
     return "\n".join(lines)
 
 
-def store_for(pool: PgPool, schema: str, settings: Settings) -> PostgresProjectionStore:
-    """The store the projector itself uses (same codec, window policy and size limit)."""
+def store_for(pool: PgPool, schema: str, settings: Settings, *, policy: WindowPolicy) -> PostgresProjectionStore:
+    """The store the projector itself uses (same codec, size limit and ``policy``, the window
+    policy of the version ``schema`` holds)."""
     return PostgresProjectionStore(
         pool, schema=schema, codec=default_codec(), counter=TokenCounter(encodings=settings.counted_encodings()),
-        policy=settings.window_policy(), max_event_bytes=settings.max_event_bytes,
+        policy=policy, max_event_bytes=settings.max_event_bytes,
     )  # fmt: skip
 
 

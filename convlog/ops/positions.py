@@ -14,6 +14,8 @@ from psycopg import sql
 
 from events.log import EventLog
 from projectors.pg import PgPool, pg_errors
+from projectors.versions import versions
+from projectors.window import WindowPolicy
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +54,22 @@ async def _versions(conn: psycopg.AsyncConnection[Any]) -> list[tuple[str, int, 
         "WHERE status <> 'retired' ORDER BY projection, version"
     )
     return [(str(a), int(b), str(c), str(d)) for a, b, c, d in await cur.fetchall()]
+
+
+async def window_lines(pool: PgPool, settings_policy: WindowPolicy) -> list[str]:
+    """Each version's window policy (it keeps its own), and the settings' when they differ: what
+    the next ``convlog rebuild`` makes a version with."""
+    with pg_errors("read the versions' window policies"):
+        async with pool.connection() as conn:
+            known = [v for v in await versions(conn) if v.status != "retired"]
+    # Worded so that no line reads as a row of the table above (scripts parse those).
+    lines = [f"{v.projection} v{v.version} ({v.status}) window: at most {v.policy.max_turns} turns, "
+             f"dropping to {v.policy.keep_turns}" for v in known]  # fmt: skip
+    if any(v.policy != settings_policy for v in known):
+        lines.append(f"the settings name at most {settings_policy.max_turns} turns, dropping to "
+                     f"{settings_policy.keep_turns} (CONVLOG_WINDOW_MAX_TURNS / KEEP_TURNS): "
+                     "the next convlog rebuild uses them")  # fmt: skip
+    return lines
 
 
 async def _stored(conn: psycopg.AsyncConnection[Any], query: sql.Composed) -> dict[int, int]:

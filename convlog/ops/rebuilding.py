@@ -52,7 +52,16 @@ from projectors.runner import Projector
 from projectors.store import PostgresProjectionStore, skip_decisions
 from projectors.tokens import TokenCounter
 from projectors.topics import claim_topic
-from projectors.versions import READ_MODELS, ProjectionVersion, create_version, live_version, switch, versions
+from projectors.versions import (
+    READ_MODELS,
+    ProjectionVersion,
+    create_version,
+    live_version,
+    switch,
+    version_of_schema,
+    versions,
+)
+from projectors.window import WindowPolicy
 
 PROJECTIONS = (READ_MODELS,)
 DEFAULT_WORKERS = min(4, os.cpu_count() or 1)
@@ -83,7 +92,7 @@ async def rebuild(settings: Settings, opts: RebuildOptions, stop: asyncio.Event)
     check_projection(opts.projection)
     counter = load_counter(settings)
     async with ops_resources(settings, name="convlog-rebuild", read_only=True) as (pool, event_log):
-        target = await choose_version(pool, opts)
+        target = await choose_version(pool, opts, settings_policy=settings.window_policy())
         await claim_topic(pool, target, settings.topic)  # a version resumed on another topic is refused
         tokens = await counter
         async with building(pool, target):
@@ -137,7 +146,9 @@ async def check_not_behind(store: PostgresProjectionStore, live_read: Mapping[in
         )
 
 
-async def choose_version(pool: PgPool, opts: RebuildOptions) -> ProjectionVersion:
+async def choose_version(pool: PgPool, opts: RebuildOptions, *, settings_policy: WindowPolicy) -> ProjectionVersion:
+    """The version to build: the one named, an unfinished one (each keeps the window policy it
+    was made with), or a new one made with ``settings_policy``, the settings' window."""
     async with pool.connection() as conn:
         known = await versions(conn, opts.projection)
         live = next((v for v in known if v.status == "live"), None)
@@ -162,9 +173,18 @@ async def choose_version(pool: PgPool, opts: RebuildOptions) -> ProjectionVersio
             chosen = building[-1]
             say(f"resuming unfinished version {chosen.version} ({chosen.schema}); pass --new to start a fresh one")
             return chosen
-        created = await create_version(conn, opts.projection)
-        say(f"building version {created.version} ({created.schema}) beside live version {live.version}")
+        created = await create_version(conn, opts.projection, policy=settings_policy)
+        say(f"building version {created.version} ({created.schema}) beside live version {live.version}"
+            f"{policy_change(live.policy, created.policy)}")  # fmt: skip
         return created
+
+
+def policy_change(live: WindowPolicy, new: WindowPolicy) -> str:
+    """How a new version's window differs from the live one's (its windows table differs too)."""
+    if live == new:
+        return ""
+    return (f", window {live.max_turns} -> {live.keep_turns} turns becoming "
+            f"{new.max_turns} -> {new.keep_turns} (CONVLOG_WINDOW_MAX_TURNS / KEEP_TURNS)")  # fmt: skip
 
 
 @contextlib.asynccontextmanager
@@ -210,8 +230,9 @@ async def make_store(
     async with pool.connection() as conn:
         live = await live_version(conn)
         skips = await skip_decisions(conn, live.schema) if live is not None and live.schema != schema else {}
+        target = await version_of_schema(conn, schema)  # its own window policy (a resumed one keeps its)
     return PostgresProjectionStore(pool, schema=schema, codec=default_codec(), counter=counter,
-                           policy=settings.window_policy(), max_event_bytes=settings.max_event_bytes,
+                           policy=target.policy, max_event_bytes=settings.max_event_bytes,
                            fail_fast=not park_poison, skips=skips)  # fmt: skip
 
 

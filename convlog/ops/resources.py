@@ -16,6 +16,7 @@ from convlog.settings import Settings
 from convlog.wiring import open_event_log
 from events.errors import ConfigurationError
 from events.log import EventLog
+from projectors.migrate import migrate
 from projectors.pg import PgPool, open_pool, pg_errors
 from projectors.versions import ProjectionVersion, live_version
 
@@ -31,8 +32,10 @@ class ReadModelsHandle:
 
 
 @asynccontextmanager
-async def opened_pool(settings: Settings, *, name: str = "convlog-ops") -> AsyncIterator[PgPool]:
+async def opened_pool(settings: Settings, *, name: str = "convlog-ops", migrated: bool = True) -> AsyncIterator[PgPool]:
     url = await asyncio.to_thread(database_url, settings)  # may start the embedded Postgres
+    if not migrated:  # the version registry as this build reads it (its window policies: 0006)
+        await migrate(url, legacy_window=settings.legacy_window_policy())
     pool = await open_pool(url, max_size=4, name=name)
     try:
         yield pool
@@ -43,7 +46,7 @@ async def opened_pool(settings: Settings, *, name: str = "convlog-ops") -> Async
 @asynccontextmanager
 async def live_read_models(settings: Settings) -> AsyncIterator[ReadModelsHandle]:
     """A pool and the live read-models version; a clear error if there is none yet."""
-    async with opened_pool(settings) as pool:
+    async with opened_pool(settings, migrated=False) as pool:
         with pg_errors("look up the live read-models version"):
             async with pool.connection() as conn:
                 live = await live_version(conn)

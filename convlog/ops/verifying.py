@@ -203,7 +203,7 @@ async def _verify(
         ddl = resources.files("projectors").joinpath("sql/read_models.sql").read_text(encoding="utf-8")
         await conn.execute(sql.SQL(ddl).format(schema=sql.Identifier(scratch)))
     try:
-        policy, counter = settings.window_policy(), TokenCounter(encodings=settings.counted_encodings())
+        policy, counter = live.policy, TokenCounter(encodings=settings.counted_encodings())  # the version's own
         store = PostgresProjectionStore(pool, schema=scratch, codec=default_codec(), counter=counter,
                                 policy=policy, max_event_bytes=settings.max_event_bytes, skips=skips)  # fmt: skip
         read = [0]

@@ -26,17 +26,19 @@ from projectors.store import PostgresProjectionStore
 from projectors.tokens import TokenCounter
 from projectors.topics import claim_topic
 from projectors.versions import ProjectionVersion, ensure_live_version, live_version
+from projectors.window import WindowPolicy
 
 log = structlog.get_logger(__name__)
 
 
 def build_projector(
     settings: Settings, pool: PgPool, schema: str, event_log: EventLog | None,
-    *, on_committed: Callable[[Mapping[int, int]], None] | None = None,
+    *, on_committed: Callable[[Mapping[int, int]], None] | None = None, policy: WindowPolicy | None = None,
 ) -> Projector:  # fmt: skip
     """A projector for ``schema``: a Kafka consumer group member when Kafka is configured, else a
     reader of ``event_log`` (the embedded log, which only one process may open). ``on_committed``
-    hears each committed batch's positions (``convlog serve`` wakes read-your-writes waiters)."""
+    hears each committed batch's positions (``convlog serve`` wakes read-your-writes waiters).
+    ``policy``: the window policy of the version ``schema`` holds (default: the settings')."""
     source: RecordSource
     if settings.kafka_bootstrap:
         source = KafkaGroupSource(
@@ -60,7 +62,7 @@ def build_projector(
         schema=schema,
         codec=default_codec(),
         counter=TokenCounter(encodings=settings.counted_encodings()),
-        policy=settings.window_policy(),
+        policy=policy or settings.window_policy(),
         max_event_bytes=settings.max_event_bytes,
         notify_positions=True,  # API processes elsewhere wake read-your-writes waits on it
     )
@@ -70,11 +72,11 @@ def build_projector(
     return Projector(source, store, on_committed=on_committed, revoke_wait_s=revoke_wait_s)
 
 
-async def checked_live_version(pool: PgPool, topic: str) -> ProjectionVersion:
-    """The live read-models version (the first one created if none is), checked to be one of
-    ``topic``: its positions are offsets of one topic, so another is refused (a clear error at
-    start). Projectors and API-only ``serve`` instances both start here."""
-    version = await retrying(lambda: ensure_live_version(pool), action="finding the live version")
+async def checked_live_version(pool: PgPool, topic: str, *, policy: WindowPolicy) -> ProjectionVersion:
+    """The live read-models version (the first one created if none is, made with ``policy``),
+    checked to be one of ``topic``: its positions are offsets of one topic, so another is
+    refused (a clear error at start). Projectors and API-only ``serve`` instances both start here."""
+    version = await retrying(lambda: ensure_live_version(pool, policy=policy), action="finding the live version")
     await retrying(lambda: claim_topic(pool, version, topic), action="checking the topic")
     return version
 
@@ -98,6 +100,7 @@ class LiveProjector:
         self._poll_s = poll_s if poll_s is not None else settings.version_poll_s
         self.current: Projector | None = None
         self.schema: str | None = None
+        self.version: ProjectionVersion | None = None
 
     @property
     def ready(self) -> bool:
@@ -113,10 +116,12 @@ class LiveProjector:
 
     async def start_version(self) -> str:
         """Pick the live version (creating the first one) and build its projector."""
-        version = await checked_live_version(self._pool, self._settings.topic)
+        policy = self._settings.window_policy()  # a new version's; an existing one keeps its own
+        version = await checked_live_version(self._pool, self._settings.topic, policy=policy)
+        warn_if_policy_differs(version, policy)
         self.current = build_projector(self._settings, self._pool, version.schema, self._event_log,
-                                       on_committed=self._on_committed)  # fmt: skip
-        self.schema = version.schema
+                                       on_committed=self._on_committed, policy=version.policy)  # fmt: skip
+        self.schema, self.version = version.schema, version
         return version.schema
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -155,6 +160,19 @@ class LiveProjector:
         inner.set()
 
 
+def warn_if_policy_differs(version: ProjectionVersion, settings_policy: WindowPolicy) -> None:
+    """The settings name another window than the version was made with: the version keeps its own
+    (its windows and every context it served stay reproducible); the settings apply to the next
+    ``convlog rebuild``, which is how the window is changed (blue/green)."""
+    if version.policy != settings_policy:
+        log.warning(
+            "window_policy_differs", schema=version.schema,
+            version_policy=f"{version.policy.max_turns}->{version.policy.keep_turns}",
+            settings_policy=f"{settings_policy.max_turns}->{settings_policy.keep_turns}",
+            hint="the live version keeps its window policy; the settings apply to the next convlog rebuild",
+        )  # fmt: skip
+
+
 async def run_projector(settings: Settings, stop: asyncio.Event) -> LiveProjector:
     """Project into the live read-models version until ``stop`` is set, following switches."""
     # The topic must exist before the group subscribes (it would not see it created later);
@@ -162,7 +180,8 @@ async def run_projector(settings: Settings, stop: asyncio.Event) -> LiveProjecto
     topic = asyncio.create_task(ensure_kafka_topic(settings, client_id="convlog-projector"))
     try:
         url = await asyncio.to_thread(database_url, settings)  # may start the embedded Postgres
-        await retrying(lambda: migrate(url), action="migrating")  # waits out a Postgres outage
+        legacy = settings.legacy_window_policy()  # what versions made before 0006 ran with
+        await retrying(lambda: migrate(url, legacy_window=legacy), action="migrating")  # waits out a Postgres outage
     finally:
         await topic
     pool = await retrying(lambda: open_pool(url, name="convlog-projector"), action="connecting")

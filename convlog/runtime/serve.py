@@ -26,7 +26,7 @@ from convlog.local.embedded_pg import database_url
 from convlog.runtime.http_server import server_config
 from convlog.runtime.log_guard import LogGuard
 from convlog.runtime.metrics_server import ProjectorCollector
-from convlog.runtime.projecting import LiveProjector, checked_live_version
+from convlog.runtime.projecting import LiveProjector, checked_live_version, warn_if_policy_differs
 from convlog.runtime.readiness import Readiness
 from convlog.runtime.summarizing import build_summarizer
 from convlog.settings import Settings
@@ -38,6 +38,7 @@ from projectors.pg import PgPool, open_pool, retrying
 from projectors.positions_watch import PositionsWatch
 from projectors.tokens import model_spec
 from projectors.versions import live_version
+from projectors.window import WindowPolicy
 from query_api.http import ApiDeps, create_app
 from query_api.metrics import Metrics
 from query_api.positions_listener import PositionsListener
@@ -64,6 +65,7 @@ class _LiveReads:
     def __init__(self, pool: PgPool, ttl_s: float = 5.0) -> None:
         self._pool, self._ttl_s = pool, ttl_s
         self._reads: PostgresReadModels | None = None
+        self._policy = WindowPolicy()
         self._at = 0.0
 
     async def __call__(self) -> PostgresReadModels:
@@ -74,8 +76,13 @@ class _LiveReads:
                 raise ConfigurationError("no live read-models version (run convlog migrate / convlog project)")
             if self._reads is None or self._reads.schema != live.schema:
                 self._reads = PostgresReadModels(self._pool, schema=live.schema)
-            self._at = time.monotonic()
+            self._policy, self._at = live.policy, time.monotonic()
         return self._reads
+
+    async def policy(self) -> WindowPolicy:
+        """The live version's window policy: as-of contexts are rebuilt with it."""
+        await self()
+        return self._policy
 
 
 async def _schema_of(reads: _LiveReads) -> str:
@@ -104,7 +111,7 @@ def serve_roles(settings: Settings) -> list[str]:
 async def running_service(settings: Settings) -> AsyncIterator[Service]:
     roles = serve_roles(settings)
     url = await asyncio.to_thread(database_url, settings)
-    await retrying(lambda: migrate(url), action="migrating")
+    await retrying(lambda: migrate(url, legacy_window=settings.legacy_window_policy()), action="migrating")
     pool = await retrying(lambda: open_pool(url, name="convlog-serve"), action="connecting")
     event_log = await open_event_log(settings)
     stop = asyncio.Event()
@@ -137,7 +144,8 @@ async def running_service(settings: Settings) -> AsyncIterator[Service]:
             default_encoding=default_encoding,
             counted_encodings=settings.counted_encodings(),
             max_body_bytes=settings.max_event_bytes * 2,
-            policy=settings.window_policy(),
+            policy=settings.window_policy(),  # unused while live_policy answers (the live version's)
+            live_policy=reads.policy,
             max_event_bytes=settings.max_event_bytes,
             log_behind=guard.check_read,
             positions=watch,
@@ -183,7 +191,9 @@ async def _projector(
         await projector.start_version()
         metrics.registry.register(ProjectorCollector(projector))
     else:
-        await checked_live_version(pool, settings.topic)
+        warn_if_policy_differs(
+            await checked_live_version(pool, settings.topic, policy=settings.window_policy()), settings.window_policy()
+        )
     elsewhere = [f"convlog {cmd}" for role, cmd in (("projector", "project"), ("summarizer", "summarize"))
                  if role not in roles]  # fmt: skip
     log.info("serve.roles", roles=roles, host=socket.gethostname(), port=settings.http_port,

@@ -101,7 +101,7 @@ async def run_summarizer(settings: Settings, stop: asyncio.Event) -> Summarizer:
             "`convlog serve` runs the summarizer"
         )
     url = await asyncio.to_thread(database_url, settings)
-    await retrying(lambda: migrate(url), action="migrating")
+    await retrying(lambda: migrate(url, legacy_window=settings.legacy_window_policy()), action="migrating")
     pool = await retrying(lambda: open_pool(url, name="convlog-summarizer", max_size=6), action="connecting")
     event_log = await open_event_log(settings)
     try:

@@ -55,7 +55,8 @@ class ApiDeps:
     image_turns: int = 2
     max_body_bytes: int = 2 * 1024 * 1024
     wait_for_offset_s: float = 5.0
-    policy: WindowPolicy = field(default_factory=WindowPolicy)
+    policy: WindowPolicy = field(default_factory=WindowPolicy)  # as-of rebuilds', unless live_policy is given
+    live_policy: Callable[[], Awaitable[WindowPolicy]] | None = None  # the window policy of the version reads reads
     max_event_bytes: int = 1024 * 1024
     log_behind: Callable[[int], None] | None = None  # raises for a partition whose records the log lost
     prefixes: PrefixMemory = field(default_factory=PrefixMemory)  # the last context served, for its cacheable prefix

@@ -42,9 +42,11 @@ def context_routes(deps: ApiDeps) -> APIRouter:
         """The context as served at ``as_of`` / before ``before_message``, rebuilt from the log."""
         pairs = await unless_disconnected(http_request, requests.logged_events(key))
         point = as_of if as_of is not None else BeforeMessage(before_message or "")
+        # The window policy the live version was projected with (it served those contexts).
+        policy = deps.policy if deps.live_policy is None else await deps.live_policy()
         try:
             served = await unless_disconnected(http_request, context_as_of(
-                deps.log, key, point, request=request, spec=spec, policy=deps.policy,
+                deps.log, key, point, request=request, spec=spec, policy=policy,
                 max_event_bytes=deps.max_event_bytes, start_offset=pairs[0][0].offset, pairs=pairs))  # fmt: skip
         except UnknownMessageError as e:
             raise ApiError(404, e.code, str(e), field="before_message") from e

@@ -1,0 +1,202 @@
+"""A read-models version keeps the window policy it was made with (migration 0006): a changed
+setting or default neither moves a version's windows mid-stream nor changes the contexts an
+as-of rebuild gives; a rebuild makes a version with the settings' policy, served after the
+switch. And the back-fill of versions made before 0006. Embedded log, real Postgres."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+from psycopg import sql
+from structlog.testing import capture_logs
+
+from convlog.ops.rebuilding import RebuildOptions, rebuild
+from convlog.runtime.serve import Service, running_service
+from convlog.settings import Settings
+from events.event_types import SummaryRecorded
+from events.keys import ConversationKey
+from projectors.migrate import migrate
+from projectors.versions import versions
+from projectors.window import WindowPolicy
+from query_api.http import create_app
+from tests.projection_support import temporary_database
+
+pytestmark = pytest.mark.postgres
+
+REPO = Path(__file__).resolve().parent.parent
+KEY = ConversationKey("acme", "u1", "c1")
+A = {"Authorization": "Bearer token-a"}
+OLD, NEW = WindowPolicy(8, 6), WindowPolicy()  # the default before 12 -> 4, and today's
+
+
+def _settings(url: str, data_dir: Path, **window: int) -> Settings:
+    return Settings(database_url=url, data_dir=data_dir, partitions=2, api_tokens="acme:token-a",
+                    summarizer="off", **window)  # type: ignore[arg-type]  # fmt: skip
+
+
+async def _ask(service: Service, questions: range) -> int:
+    """Append one user message (one turn) per question, then a summary through the last: a
+    context starts at its window then (without a summary, at the epoch's first message). The
+    summary's offset."""
+    producer = service.deps.producer
+    for i in questions:
+        await producer.append_user(KEY, f"question {i}", message_id=f"q{i}")
+    summary = SummaryRecorded(f"s{questions[-1]}", "earlier questions", f"q{questions[-1]}", "test-model", "v1")
+    return (await producer.append(KEY, summary, event_id=f"s{questions[-1]}")).offset
+
+
+async def _live_and_rebuilt(service: Service, last: int) -> tuple[bytes, bytes]:
+    """The context served live (after the projector read ``last``; the newest) and the one as-of
+    rebuilds at ``last``."""
+    transport = httpx.ASGITransport(app=create_app(service.deps))
+    async with httpx.AsyncClient(transport=transport, base_url="http://convlog") as client:
+        url = "/v1/users/u1/conversations/c1/context"
+        params: dict[str, Any] = {"model": "gpt-4o", "budget_tokens": 100_000}
+        live = await client.get(url, params=params | {"min_offset": last}, headers=A)
+        rebuilt = await client.get(url, params=params | {"as_of": last}, headers=A)
+    assert live.status_code == 200, live.text
+    assert rebuilt.status_code == 200, rebuilt.text
+    return live.content, rebuilt.content
+
+
+def _questions(body: bytes) -> list[str]:
+    return [m["content"] for m in json.loads(body)["messages"] if m["role"] == "user"]
+
+
+async def test_a_version_keeps_its_window_after_the_default_changes_and_a_rebuild_changes_it(
+    pg_admin_url: str, tmp_path: Path
+) -> None:
+    async with temporary_database(pg_admin_url) as url:
+        # Made under 8 -> 6 (what every deployment ran before the default became 12 -> 4).
+        async with running_service(_settings(url, tmp_path, window_max_turns=8, window_keep_turns=6)) as service:
+            assert service.projector.version is not None
+            assert service.projector.version.policy == OLD
+            served_at = await _ask(service, range(10))
+            served, _ = await _live_and_rebuilt(service, served_at)
+        assert _questions(served) == [f"question {i}" for i in range(3, 10)]  # 8 -> 6: the 9th turn kept 6
+        # Upgraded: the settings now name 12 -> 4; the live version goes on with 8 -> 6.
+        with capture_logs() as logs:
+            async with running_service(_settings(url, tmp_path)) as service:
+                assert service.projector.version is not None
+                assert service.projector.version.policy == OLD
+                last = await _ask(service, range(10, 20))
+                live, rebuilt = await _live_and_rebuilt(service, last)
+                _, served_again = await _live_and_rebuilt(service, served_at)
+        assert served_again == served  # byte for byte: what was served before the upgrade can be rebuilt
+        assert live == rebuilt  # and what is served after it
+        # 8 -> 6 throughout: turns 13..20 (12 -> 4 from the start would keep 10..20).
+        assert _questions(live) == [f"question {i}" for i in range(12, 20)]
+        differs = [e for e in logs if e["event"] == "window_policy_differs"]
+        assert differs, logs
+        assert (differs[0]["version_policy"], differs[0]["settings_policy"]) == ("8->6", "12->4")
+
+        # A rebuild under the new settings makes a version with 12 -> 4; after the switch it serves.
+        assert await rebuild(_settings(url, tmp_path), RebuildOptions(switch=True), asyncio.Event()) == 0
+        with capture_logs() as logs:
+            async with running_service(_settings(url, tmp_path)) as service:
+                assert service.projector.version is not None
+                assert (service.projector.version.version, service.projector.version.policy) == (2, NEW)
+                last = await _ask(service, range(20, 21))
+                live, rebuilt = await _live_and_rebuilt(service, last)
+                async with service.pool.connection() as conn:
+                    recorded = [(v.version, v.status, v.policy) for v in await versions(conn)]
+        assert live == rebuilt
+        assert _questions(live) == [f"question {i}" for i in range(9, 21)]  # 12 -> 4 from the first event
+        assert not [e for e in logs if e["event"] == "window_policy_differs"]
+        assert recorded == [(1, "retired", OLD), (2, "live", NEW)]
+
+
+async def _version_before_0006(url: str) -> None:
+    """A database as a build before 0006 left it: migrated to 0005, with one live version."""
+    assert await migrate(url, target=5) == [1, 2, 3, 4, 5]
+    ddl = (resources.files("projectors") / "sql/read_models.sql").read_text(encoding="utf-8")
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        await conn.execute(sql.SQL(ddl).format(schema=sql.Identifier("convlog_read_models_v1")))
+        await conn.execute(
+            "INSERT INTO convlog.projection_versions (projection, version, schema_name, status) "
+            "VALUES ('read_models', 1, 'convlog_read_models_v1', 'live')"
+        )
+
+
+async def _recorded(url: str) -> list[tuple[Any, ...]]:
+    async with await psycopg.AsyncConnection.connect(url) as conn:
+        cur = await conn.execute(
+            "SELECT version, window_max_turns, window_keep_turns FROM convlog.projection_versions ORDER BY version"
+        )
+        return await cur.fetchall()
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({}, (8, 6)),  # the default they ran with, not today's
+        ({"CONVLOG_WINDOW_MAX_TURNS": "10", "CONVLOG_WINDOW_KEEP_TURNS": "3"}, (10, 3)),  # what the operator set
+        ({"CONVLOG_WINDOW_MAX_TURNS": "10"}, (10, 6)),  # one set: the other's default then
+    ],
+)
+async def test_0006_records_on_older_versions_the_window_they_ran_with(
+    pg_admin_url: str, env: dict[str, str], expected: tuple[int, int]
+) -> None:
+    async with temporary_database(pg_admin_url) as url:
+        await _version_before_0006(url)
+        settings = Settings.from_env(env)
+        assert await migrate(url, legacy_window=settings.legacy_window_policy()) == [6]
+        assert await _recorded(url) == [(1, *expected)]
+        # Once recorded it stays: other settings later change nothing (the migration is applied).
+        assert await migrate(url, legacy_window=WindowPolicy(20, 2)) == []
+        assert await _recorded(url) == [(1, *expected)]
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            with pytest.raises(psycopg.errors.NotNullViolation):  # a version without its window is refused
+                await conn.execute(
+                    "INSERT INTO convlog.projection_versions (projection, version, schema_name, status) "
+                    "VALUES ('read_models', 2, 'convlog_read_models_v2', 'building')"
+                )
+
+
+def test_the_legacy_window_is_the_one_set_in_code_else_the_old_default() -> None:
+    assert Settings().legacy_window_policy() == OLD
+    assert Settings(window_max_turns=12, window_keep_turns=4).legacy_window_policy() == NEW  # set, if to today's
+    assert Settings(window_keep_turns=2).legacy_window_policy() == WindowPolicy(8, 2)
+    # Only the maximum set, below the old keep default: it cannot have run so; the settings' policy.
+    assert Settings(window_max_turns=5).legacy_window_policy() == WindowPolicy(5, 4)
+
+
+def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "convlog.cli.main", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=120, check=False)  # fmt: skip
+
+
+async def test_verify_replay_and_positions_use_the_live_versions_window_not_the_settings(
+    pg_admin_url: str, tmp_path: Path
+) -> None:
+    async with temporary_database(pg_admin_url) as url:
+        async with running_service(_settings(url, tmp_path, window_max_turns=8, window_keep_turns=6)) as service:
+            served, _ = await _live_and_rebuilt(service, await _ask(service, range(10)))
+        assert _questions(served)[0] == "question 3"
+        # The commands run with today's default, 12 -> 4 (no window variable set).
+        env = {**os.environ, "CONVLOG_DATABASE_URL": url, "CONVLOG_DATA_DIR": str(tmp_path),
+               "CONVLOG_PARTITIONS": "2", "CONVLOG_LOG_LEVEL": "warning"}  # fmt: skip
+        for name in ("CONVLOG_KAFKA_BOOTSTRAP", "CONVLOG_WINDOW_MAX_TURNS", "CONVLOG_WINDOW_KEEP_TURNS"):
+            env.pop(name, None)
+        verify = await asyncio.to_thread(_cli, env, "verify", "--all")
+        assert verify.returncode == 0, verify.stdout + verify.stderr
+        assert "checksums match" in verify.stdout
+        replay = await asyncio.to_thread(_cli, env, "replay", str(KEY), "--budget-tokens", "100000")
+        assert replay.returncode == 0, replay.stderr
+        context = replay.stdout.split("tokens):\n", 1)[1]
+        assert '"content": "question 3"' in context
+        assert '"content": "question 2"' not in context  # 12 -> 4 would serve from question 0
+        positions = await asyncio.to_thread(_cli, env, "positions")
+        assert positions.returncode == 0, positions.stderr
+        assert "read_models v1 (live) window: at most 8 turns, dropping to 6" in positions.stdout
+        assert "the settings name at most 12 turns, dropping to 4" in positions.stdout
