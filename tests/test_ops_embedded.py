@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,16 +15,11 @@ from convlog.runtime.serve import running_service
 from convlog.settings import Settings
 from events.keys import ConversationKey
 from tests.projection_support import temporary_database
+from tests.support import convlog_cli
 
 pytestmark = pytest.mark.postgres
 
-REPO = Path(__file__).resolve().parents[1]
 KEY = ConversationKey("acme", "u1", "beside-serve")
-
-
-def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "convlog.cli.main", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=120, check=False)  # fmt: skip
 
 
 async def test_events_replay_positions_and_verify_run_beside_serve_but_retention_does_not(
@@ -46,21 +39,21 @@ async def test_events_replay_positions_and_verify_run_beside_serve_but_retention
                    "CONVLOG_PARTITIONS": "4", "CONVLOG_LOG_LEVEL": "warning"}  # fmt: skip
             env.pop("CONVLOG_KAFKA_BOOTSTRAP", None)
 
-            events = await asyncio.to_thread(_cli, env, "events", str(KEY))
+            events = await asyncio.to_thread(convlog_cli, env, "events", str(KEY))
             assert events.returncode == 0, events.stderr
             assert "hello from beside serve" in events.stdout
             assert "hi there" in events.stdout
-            replay = await asyncio.to_thread(_cli, env, "replay", str(KEY))
+            replay = await asyncio.to_thread(convlog_cli, env, "replay", str(KEY))
             assert replay.returncode == 0, replay.stderr
             assert '"content": "hello from beside serve"' in replay.stdout
-            positions = await asyncio.to_thread(_cli, env, "positions")
+            positions = await asyncio.to_thread(convlog_cli, env, "positions")
             assert positions.returncode == 0, positions.stderr
             assert "total lag 0" in positions.stdout
-            verify = await asyncio.to_thread(_cli, env, "verify", "--all")
+            verify = await asyncio.to_thread(convlog_cli, env, "verify", "--all")
             assert verify.returncode == 0, verify.stdout + verify.stderr
             assert "checksums match" in verify.stdout
             # Retention appends erase events: it needs the writer, which serve is.
-            retention = await asyncio.to_thread(_cli, env, "retention", "--idle-days", "30", "--dry-run")
+            retention = await asyncio.to_thread(convlog_cli, env, "retention", "--idle-days", "30", "--dry-run")
             assert retention.returncode != 0
             assert "open in another process" in retention.stderr
 
@@ -94,13 +87,13 @@ async def test_after_an_encoding_is_dropped_from_the_counted_ones_verify_and_rep
                    "CONVLOG_PARTITIONS": "4", "CONVLOG_LOG_LEVEL": "warning"}  # fmt: skip
             env.pop("CONVLOG_KAFKA_BOOTSTRAP", None)
             env.pop("CONVLOG_TOKEN_ENCODINGS", None)  # the default: o200k_base
-            verify = await asyncio.to_thread(_cli, env, "verify", "--all")
+            verify = await asyncio.to_thread(convlog_cli, env, "verify", "--all")
             assert verify.returncode == 0, verify.stdout + verify.stderr
             assert "checksums match" in verify.stdout
             replays = {}
             for counted in ("o200k_base", "o200k_base,cl100k_base"):
-                replay = await asyncio.to_thread(_cli, {**env, "CONVLOG_TOKEN_ENCODINGS": counted}, "replay", str(key),
-                                                 "--model", "gpt-4", "--budget-tokens", "20")  # fmt: skip
+                replay = await asyncio.to_thread(convlog_cli, {**env, "CONVLOG_TOKEN_ENCODINGS": counted}, "replay",
+                                                 str(key), "--model", "gpt-4", "--budget-tokens", "20")  # fmt: skip
                 assert replay.returncode == 0, replay.stderr
                 replays[counted] = replay.stdout
     assert '"counted_at_read": true' in replays["o200k_base"]

@@ -8,8 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
-import sys
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -30,10 +28,10 @@ from projectors.versions import versions
 from projectors.window import WindowPolicy
 from query_api.http import create_app
 from tests.projection_support import temporary_database
+from tests.support import convlog_cli
 
 pytestmark = pytest.mark.postgres
 
-REPO = Path(__file__).resolve().parent.parent
 KEY = ConversationKey("acme", "u1", "c1")
 A = {"Authorization": "Bearer token-a"}
 OLD, NEW = WindowPolicy(8, 6), WindowPolicy()  # the default before 12 -> 4, and today's
@@ -171,11 +169,6 @@ def test_the_legacy_window_is_the_one_set_in_code_else_the_old_default() -> None
     assert Settings(window_max_turns=5).legacy_window_policy() == WindowPolicy(5, 4)
 
 
-def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "convlog.cli.main", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=120, check=False)  # fmt: skip
-
-
 async def test_verify_replay_and_positions_use_the_live_versions_window_not_the_settings(
     pg_admin_url: str, tmp_path: Path
 ) -> None:
@@ -188,15 +181,15 @@ async def test_verify_replay_and_positions_use_the_live_versions_window_not_the_
                "CONVLOG_PARTITIONS": "2", "CONVLOG_LOG_LEVEL": "warning"}  # fmt: skip
         for name in ("CONVLOG_KAFKA_BOOTSTRAP", "CONVLOG_WINDOW_MAX_TURNS", "CONVLOG_WINDOW_KEEP_TURNS"):
             env.pop(name, None)
-        verify = await asyncio.to_thread(_cli, env, "verify", "--all")
+        verify = await asyncio.to_thread(convlog_cli, env, "verify", "--all")
         assert verify.returncode == 0, verify.stdout + verify.stderr
         assert "checksums match" in verify.stdout
-        replay = await asyncio.to_thread(_cli, env, "replay", str(KEY), "--budget-tokens", "100000")
+        replay = await asyncio.to_thread(convlog_cli, env, "replay", str(KEY), "--budget-tokens", "100000")
         assert replay.returncode == 0, replay.stderr
         context = replay.stdout.split("tokens):\n", 1)[1]
         assert '"content": "question 3"' in context
         assert '"content": "question 2"' not in context  # 12 -> 4 would serve from question 0
-        positions = await asyncio.to_thread(_cli, env, "positions")
+        positions = await asyncio.to_thread(convlog_cli, env, "positions")
         assert positions.returncode == 0, positions.stderr
         assert "read_models v1 (live) window: at most 8 turns, dropping to 6" in positions.stdout
         assert "the settings name at most 12 turns, dropping to 4" in positions.stdout

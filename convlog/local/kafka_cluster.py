@@ -35,12 +35,11 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from convlog.local.kafka_service import KafkaHandle, _cluster_id, kafka_classpath
 from convlog.local.kafka_wire import ClusterMetadata, PartitionState, cluster_metadata
-from convlog.local.processes import HOST, ServiceError
+from convlog.local.processes import HOST, ServiceError, StoppedOnExit
 from convlog.settings import Settings
 
 NODES = 3
@@ -160,7 +159,7 @@ class ClusterNode(KafkaHandle):
         return f"ClusterNode({self.node_id}, bootstrap={self.bootstrap!r}, pid={self.pid})"
 
 
-class KafkaCluster:
+class KafkaCluster(StoppedOnExit):
     """Three :class:`ClusterNode` s in ``data_dir``; ``ports`` (client, controller) per node, by
     default those recorded when the cluster was first made, else :func:`cluster_ports` (19092)."""
 
@@ -319,14 +318,6 @@ class KafkaCluster:
                 if p.leader < 0 or set(p.isr) != set(p.replicas):
                     return f"node {node.node_id} sees {p}"
         return None
-
-    def __enter__(self) -> KafkaCluster:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
     def __repr__(self) -> str:
         return f"KafkaCluster({str(self.data_dir)!r}, bootstrap={self.bootstrap!r})"

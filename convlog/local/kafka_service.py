@@ -24,13 +24,13 @@ import time
 import uuid
 from importlib import resources
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from convlog.local.kafka_wire import kafka_metadata
 from convlog.local.processes import (
     HOST,
     ServiceError,
+    StoppedOnExit,
     cmdline,
     ensure_port_free,
     kill_tree,
@@ -128,7 +128,7 @@ def _cluster_id() -> str:
             return text
 
 
-class KafkaHandle:
+class KafkaHandle(StoppedOnExit):
     """A local broker living in ``data_dir``; the handle can (re)start, stop and kill it."""
 
     min_heap = "128m"  # -Xms; the cluster's nodes (three JVMs on a small machine) start smaller
@@ -309,14 +309,6 @@ class KafkaHandle:
             f"--- errors:\n{chr(10).join(errors[-8:])}\n--- {self.log_path}:\n{tail(self.log_path, lines)}"
             f"\n--- {self.out_path}:\n{tail(self.out_path, 10)}"
         )
-
-    def __enter__(self) -> KafkaHandle:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
     def __repr__(self) -> str:
         return f"KafkaHandle({str(self.data_dir)!r}, bootstrap={self.bootstrap!r}, pid={self.pid})"

@@ -23,11 +23,11 @@ import stat
 import subprocess
 import time
 from pathlib import Path
-from types import TracebackType
 
 from convlog.local.processes import (
     HOST,
     ServiceError,
+    StoppedOnExit,
     cmdline,
     ensure_port_free,
     kill_tree,
@@ -93,7 +93,7 @@ def _make_traversable(path: Path) -> None:
             ancestor.chmod(mode | stat.S_IXOTH)
 
 
-class PostgresHandle:
+class PostgresHandle(StoppedOnExit):
     """A local server whose files live in ``data_dir`` (``pgdata/`` and ``postgres.log``)."""
 
     def __init__(
@@ -237,14 +237,6 @@ class PostgresHandle:
 
     def log_tail(self, lines: int = 40) -> str:
         return tail(self.log_path, lines)
-
-    def __enter__(self) -> PostgresHandle:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
     def __repr__(self) -> str:
         return f"PostgresHandle({str(self.data_dir)!r}, url={self.url!r}, pid={self.pid})"

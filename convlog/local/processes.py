@@ -11,6 +11,8 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from types import TracebackType
+from typing import Self
 
 from convlog.settings import Settings
 from events.errors import ConvlogError
@@ -22,6 +24,21 @@ class ServiceError(ConvlogError, RuntimeError):
     """A local service could not be prepared, started or reached."""
 
     code = "service_error"
+
+
+class StoppedOnExit:
+    """``with handle:`` stops the service (its ``stop()``) when the block ends, however it ends."""
+
+    def stop(self, timeout: float = 30.0) -> bool:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
 
 
 def services_root(settings: Settings | None = None) -> Path:
