@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -73,7 +73,7 @@ def retriable(what: str) -> bool:
 
 
 async def test_acknowledged_appends_survive_the_partition_leaders_death_exactly_once(
-    deployment: Deployment, fault: Fault
+    deployment: Deployment, fault: Fault, cluster_figure: Callable[[str], None]
 ) -> None:
     with serve_instances(deployment, 2) as urls:
         load = AppendLoad(urls, producers=PRODUCERS, timeouts_s=CLIENT_TIMEOUTS_S)
@@ -114,7 +114,7 @@ async def test_acknowledged_appends_survive_the_partition_leaders_death_exactly_
         "contexts served/failed": (sum(c.error is None for c in record.contexts),
                                    sum(c.error is not None for c in record.contexts)),
     }  # fmt: skip
-    print("\nbroker failover under load:\n" + "\n".join(f"  {k}: {v}" for k, v in figures.items()))
+    cluster_figure("broker failover under load: " + "; ".join(f"{k}: {v}" for k, v in figures.items()))
 
     # The producers: no failure surfaced, and every failed try was one the client retries.
     assert not record.gave_up, [f"{g.event_id}: {g.error!r}" for g in record.gave_up[:5]] + _serve_errors(deployment)
