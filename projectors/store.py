@@ -23,40 +23,21 @@ from psycopg_pool import AsyncConnectionPool
 
 from events.codec import EventCodec
 from events.log import LogRecord
+from projectors.batch_inputs import POSITIONS_FOR_UPDATE, BatchInputReader, check_positions
 from projectors.errors import PositionConflictError, ProjectionError, RecordRefusedError
 from projectors.event_index import ensure_event_index, write_event_index
-from projectors.fold import BatchInputs, BatchOutcome, Decoded, decode_batch, fold_batch, lookups
+from projectors.fold import BatchOutcome, Decoded, decode_batch, fold_batch, lookups
 from projectors.isolation import as_refused, first_refused
 from projectors.pg import convert_pg_error
 from projectors.ports import UNREADABLE_BATCH, BatchReport
 from projectors.positions_watch import positions_channel, positions_payload
 from projectors.prepare import AheadCounter, PreparedBatch, prepare_batch
-from projectors.read_sql import SUMMARY_COVERED_SEQ
-from projectors.rows import TokenCounting, record_from_row, state_from_row
-from projectors.state import ConversationState, MessageAt, SummaryAt
+from projectors.rows import TokenCounting, record_from_row
 from projectors.window import WindowPolicy
 from projectors.writes import DEAD_LETTER_INSERT, BatchWriter
 
 Cursor = AsyncCursor[Any]
 log = structlog.get_logger(__name__)
-
-# What the fold needs to know of the stored rows (projectors.state.History), per batch.
-_APPLIED_EVENT_IDS: LiteralString = (
-    "SELECT DISTINCT t.conversation_key, t.event_id FROM unnest(%s::text[], %s::text[]) AS v(k, id) "
-    "JOIN {s}.event_ids t ON t.conversation_key = v.k AND t.event_id = v.id"
-)
-_MESSAGES_AT: LiteralString = (
-    "SELECT t.conversation_key, t.message_id, t.seq, t.epoch FROM unnest(%s::text[], %s::text[]) AS v(k, id) "
-    "JOIN {s}.transcript t ON t.conversation_key = v.k AND t.message_id = v.id ORDER BY t.seq"
-)
-_KEPT_SUMMARIES: LiteralString = (
-    "SELECT x.conversation_key, x.seq, x.epoch, " + SUMMARY_COVERED_SEQ + " AS covers "
-    "FROM {s}.summaries x WHERE x.conversation_key = ANY(%s) AND x.text IS NOT NULL"
-)
-_REDACTED_MESSAGES: LiteralString = (  # the partial index transcript_redacted
-    "SELECT conversation_key, message_id, seq, epoch "
-    "FROM {s}.transcript WHERE conversation_key = ANY(%s) AND redacted_at IS NOT NULL"
-)
 
 
 class PostgresProjectionStore:
@@ -85,6 +66,7 @@ class PostgresProjectionStore:
         self._codec = codec
         self._counter = AheadCounter(counter)  # counts the next batch's texts before its transaction
         self._writer = BatchWriter(schema, self._counter)
+        self._inputs = BatchInputReader(schema)
         self._policy = policy
         self._max_event_bytes = max_event_bytes
         self._fail_fast = fail_fast
@@ -176,11 +158,11 @@ class PostgresProjectionStore:
             conn.transaction(),
             conn.cursor(row_factory=dict_row) as cur,
         ):
-            await self._check_positions(cur, moved)
-            if refused is None:
-                outcome = await self._fold(cur, decoded, parked_override=None)
+            if refused is None:  # the positions checked in the same round trip as the fold's reads
+                outcome = await self._fold(cur, decoded, parked_override=None, positions=moved)
                 await self._writer.write(cur, outcome, counter=counter)
             else:
+                await self._check_positions(cur, moved)
                 outcome = await self._write_isolating(cur, decoded, parked_override=None, refused=refused)
             await write_event_index(cur, self.schema, decoded)  # every record, whatever the fold made of it
             await self._move_positions(cur, moved, new_positions)
@@ -239,26 +221,8 @@ class PostgresProjectionStore:
         return outcome, None
 
     async def _check_positions(self, cur: Cursor, expected: Mapping[int, int]) -> None:
-        # The same statement turns synchronous_commit off for this transaction only (SET LOCAL;
-        # no extra round trip): the commit returns without waiting for its WAL flush. A crash can
-        # then lose the last batches' commits, but positions commit atomically with their rows
-        # and the log is the source of truth, so the projector re-applies exactly that tail from
-        # the log (tests/kafka/test_async_commit_crash.py). The API's and ops' writes keep the
-        # server's setting.
-        await cur.execute(
-            self._q(
-                "SELECT partition, next_offset, set_config('synchronous_commit', 'off', true) "
-                "FROM {s}.positions WHERE partition = ANY(%s) FOR UPDATE"
-            ),
-            [sorted(expected)],
-        )
-        stored = {row["partition"]: row["next_offset"] for row in await cur.fetchall()}
-        wrong = {p: (o, stored.get(p)) for p, o in expected.items() if stored.get(p) != o}
-        if wrong:
-            raise PositionConflictError(
-                "positions moved under this consumer (expected, stored): "
-                + ", ".join(f"p{p}: {e} != {s}" for p, (e, s) in sorted(wrong.items()))
-            )
+        await cur.execute(self._q(POSITIONS_FOR_UPDATE), [sorted(expected)])
+        check_positions(expected, {row["partition"]: row["next_offset"] for row in await cur.fetchall()})
 
     async def _move_positions(self, cur: Cursor, expected: Mapping[int, int], new: Mapping[int, int]) -> None:
         parts = sorted(new)
@@ -277,64 +241,15 @@ class PostgresProjectionStore:
         if len(await cur.fetchall()) != len(parts):  # cannot happen under FOR UPDATE; guards a bug
             raise PositionConflictError("a position changed inside the batch transaction")
 
-    async def _fold(self, cur: Cursor, decoded: Sequence[Decoded], *, parked_override: str | None) -> BatchOutcome:
-        look = lookups(decoded)
-        keys = sorted(look.keys)
-        await cur.execute(
-            self._q(
-                "SELECT c.*, w.start_seq, w.turn_starts FROM {s}.conversations c "
-                "LEFT JOIN {s}.windows w USING (conversation_key) WHERE c.conversation_key = ANY(%s)"
-            ),
-            [keys],
-        )
-        states: dict[str, ConversationState] = {
-            row["conversation_key"]: state_from_row(row) for row in await cur.fetchall()
-        }
-        # FOR SHARE: a concurrent release of one of these conversations waits for this batch.
-        await cur.execute(
-            self._q("SELECT conversation_key FROM {s}.parked WHERE conversation_key = ANY(%s) FOR SHARE"),
-            [keys],
-        )
-        parked = {row["conversation_key"] for row in await cur.fetchall()} - {parked_override}
-        seen = await self._existing(cur, look.event_ids)
-        known = await self._messages_at(cur, look.referenced_messages)
-        summaries: dict[str, list[SummaryAt]] = {}
-        if look.redacting:
-            await cur.execute(self._q(_KEPT_SUMMARIES), [sorted(look.redacting)])
-            for row in await cur.fetchall():
-                summaries.setdefault(row["conversation_key"], []).append(
-                    SummaryAt(row["seq"], row["epoch"], row["covers"])
-                )
-        redacted: dict[str, list[tuple[str, MessageAt]]] = {}
-        if look.listing:
-            await cur.execute(self._q(_REDACTED_MESSAGES), [sorted(look.listing)])
-            for row in await cur.fetchall():
-                at = MessageAt(row["seq"], row["epoch"])
-                redacted.setdefault(row["conversation_key"], []).append((row["message_id"], at))
-        inputs = BatchInputs(states, frozenset(k for k in parked if k), seen, known, self._skips, summaries, redacted)
+    async def _fold(
+        self, cur: Cursor, decoded: Sequence[Decoded], *, parked_override: str | None,
+        positions: Mapping[int, int] | None = None,
+    ) -> BatchOutcome:  # fmt: skip
+        """Read what ``decoded`` needs of the stored rows (one round trip; with ``positions``,
+        those are locked and checked first) and fold it."""
+        inputs = await self._inputs.read(cur.connection, lookups(decoded), skips=self._skips,
+                                         parked_override=parked_override, positions=positions)  # fmt: skip
         return fold_batch(decoded, inputs, policy=self._policy, fail_fast=self._fail_fast)
-
-    async def _existing(self, cur: Cursor, pairs: frozenset[tuple[str, str]]) -> frozenset[tuple[str, str]]:
-        """The (conversation, event id) pairs of ``pairs`` already applied."""
-        if not pairs:
-            return frozenset()
-        keys, values = zip(*pairs, strict=True)
-        # A join against the batch's pairs (index probes), not IN (...) with a DISTINCT over it.
-        await cur.execute(self._q(_APPLIED_EVENT_IDS), [list(keys), list(values)])
-        return frozenset((row["conversation_key"], row["event_id"]) for row in await cur.fetchall())
-
-    async def _messages_at(
-        self, cur: Cursor, pairs: frozenset[tuple[str, str]]
-    ) -> dict[tuple[str, str], list[MessageAt]]:
-        """Where the stored rows of ``pairs`` (conversation, message id) are, in seq order."""
-        found: dict[tuple[str, str], list[MessageAt]] = {}
-        if not pairs:
-            return found
-        keys, values = zip(*pairs, strict=True)
-        await cur.execute(self._q(_MESSAGES_AT), [list(keys), list(values)])
-        for r in await cur.fetchall():
-            found.setdefault((r["conversation_key"], r["message_id"]), []).append(MessageAt(r["seq"], r["epoch"]))
-        return found
 
     async def resolve(self, dead_letter_id: int, *, skip_reason: str | None = None) -> BatchReport:
         """Release a parked record (apply it, then the records held behind it, in order) or skip
