@@ -19,7 +19,7 @@ from psycopg.rows import dict_row
 
 from projectors.errors import PositionConflictError
 from projectors.fold import BatchInputs, Lookups
-from projectors.read_sql import SUMMARY_COVERED_SEQ
+from projectors.read_sql import SUMMARY_COVERED_SEQ, in_schema
 from projectors.rows import state_from_row
 from projectors.state import MessageAt, SummaryAt
 
@@ -61,13 +61,9 @@ class BatchInputReader:
 
     def __init__(self, schema: str) -> None:
         self._schema = schema
-        self._statements: dict[str, sql.Composed] = {}
 
     def _q(self, text: LiteralString) -> sql.Composed:
-        query = self._statements.get(text)
-        if query is None:
-            query = self._statements[text] = sql.SQL(text).format(s=sql.Identifier(self._schema))
-        return query
+        return in_schema(self._schema, text)
 
     async def read(
         self, conn: AsyncConnection[Any], look: Lookups, *, skips: Mapping[tuple[int, int], str],

@@ -4,6 +4,19 @@ share: each rule about summaries is written once. ``{s}`` is the version's schem
 
 from __future__ import annotations
 
+import functools
+from typing import LiteralString
+
+from psycopg import sql
+
+
+@functools.lru_cache(maxsize=1024)
+def in_schema(schema: str, text: LiteralString) -> sql.Composed:
+    """``text`` with ``{s}`` as ``schema``, composed once: formatting parses the template again
+    on every call, which was a tenth of a small batch's CPU (a batch runs about ten statements)."""
+    return sql.SQL(text).format(s=sql.Identifier(schema))
+
+
 # The seq of the message that summary row ``x`` covers through.
 SUMMARY_COVERED_SEQ = (
     "(SELECT min(t.seq) FROM {s}.transcript t "

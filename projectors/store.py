@@ -32,6 +32,7 @@ from projectors.pg import convert_pg_error
 from projectors.ports import UNREADABLE_BATCH, BatchReport
 from projectors.positions_watch import positions_channel, positions_payload
 from projectors.prepare import AheadCounter, PreparedBatch, prepare_batch
+from projectors.read_sql import in_schema
 from projectors.rows import TokenCounting, record_from_row
 from projectors.window import WindowPolicy
 from projectors.writes import DEAD_LETTER_INSERT, BatchWriter
@@ -73,19 +74,13 @@ class PostgresProjectionStore:
         self._skips = dict(skips or {})
         self._notify = notify_positions
         self._indexed = False  # ensure_event_index ran (a version older than the index gets it)
-        self._queries: dict[str, sql.Composed] = {}
 
     @property
     def skips(self) -> Mapping[tuple[int, int], str]:
         return self._skips
 
     def _q(self, text: LiteralString) -> sql.Composed:
-        # Composed once per statement: formatting parses the template again on every call, which
-        # was a tenth of a small batch's CPU (a batch runs about ten statements).
-        query = self._queries.get(text)
-        if query is None:
-            query = self._queries[text] = sql.SQL(text).format(s=sql.Identifier(self.schema))
-        return query
+        return in_schema(self.schema, text)
 
     async def positions(self, partitions: Sequence[int]) -> dict[int, int]:
         """Stored next offsets; partitions never seen start at 0 (and get their row now)."""

@@ -13,6 +13,7 @@ from typing import Any, LiteralString
 from psycopg import AsyncCursor, sql
 
 from projectors.fold import BatchOutcome
+from projectors.read_sql import in_schema
 from projectors.rows import (
     CONVERSATION_COLUMNS,
     HELD_COLUMNS,
@@ -55,10 +56,7 @@ class BatchWriter:
         self._statements: dict[Any, sql.Composed] = {}
 
     def _q(self, text: LiteralString) -> sql.Composed:
-        query = self._statements.get(text)
-        if query is None:
-            query = self._statements[text] = sql.SQL(text).format(s=sql.Identifier(self.schema))
-        return query
+        return in_schema(self.schema, text)
 
     async def _copy(self, cur: Cursor, table: LiteralString, columns: Sequence[str], rows: Sequence[Any]) -> None:
         if not rows:

@@ -75,9 +75,11 @@ def build_projector(
 async def checked_live_version(pool: PgPool, topic: str, *, policy: WindowPolicy) -> ProjectionVersion:
     """The live read-models version (the first one created if none is, made with ``policy``),
     checked to be one of ``topic``: its positions are offsets of one topic, so another is
-    refused (a clear error at start). Projectors and API-only ``serve`` instances both start here."""
+    refused (a clear error at start); a window ``policy`` other than the version's is logged.
+    Projectors and API-only ``serve`` instances both start here."""
     version = await retrying(lambda: ensure_live_version(pool, policy=policy), action="finding the live version")
     await retrying(lambda: claim_topic(pool, version, topic), action="checking the topic")
+    warn_if_policy_differs(version, policy)
     return version
 
 
@@ -118,7 +120,6 @@ class LiveProjector:
         """Pick the live version (creating the first one) and build its projector."""
         policy = self._settings.window_policy()  # a new version's; an existing one keeps its own
         version = await checked_live_version(self._pool, self._settings.topic, policy=policy)
-        warn_if_policy_differs(version, policy)
         self.current = build_projector(self._settings, self._pool, version.schema, self._event_log,
                                        on_committed=self._on_committed, policy=version.policy)  # fmt: skip
         self.schema, self.version = version.schema, version

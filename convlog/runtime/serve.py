@@ -26,7 +26,7 @@ from convlog.local.embedded_pg import database_url
 from convlog.runtime.http_server import server_config
 from convlog.runtime.log_guard import LogGuard
 from convlog.runtime.metrics_server import ProjectorCollector
-from convlog.runtime.projecting import LiveProjector, checked_live_version, warn_if_policy_differs
+from convlog.runtime.projecting import LiveProjector, checked_live_version
 from convlog.runtime.readiness import Readiness
 from convlog.runtime.summarizing import build_summarizer
 from convlog.settings import Settings
@@ -191,9 +191,7 @@ async def _projector(
         await projector.start_version()
         metrics.registry.register(ProjectorCollector(projector))
     else:
-        warn_if_policy_differs(
-            await checked_live_version(pool, settings.topic, policy=settings.window_policy()), settings.window_policy()
-        )
+        await checked_live_version(pool, settings.topic, policy=settings.window_policy())
     elsewhere = [f"convlog {cmd}" for role, cmd in (("projector", "project"), ("summarizer", "summarize"))
                  if role not in roles]  # fmt: skip
     log.info("serve.roles", roles=roles, host=socket.gethostname(), port=settings.http_port,
