@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 
 __all__ = [
     "FALLBACK_S",
@@ -22,6 +22,7 @@ __all__ = [
     "parse_positions",
     "positions_channel",
     "positions_payload",
+    "read_until_passed",
 ]
 
 
@@ -35,6 +36,7 @@ class PositionsWatch:
     def __init__(self) -> None:
         self._positions: dict[int, int] = {}
         self._committed = asyncio.Event()
+        self.commits = 0  # commits heard so far: a reader notes it before it reads the read models
         self.met = 0  # waits answered True (so a test sees the signal was used, not polling)
         # A listener hears every projector's commits (Postgres NOTIFY): waits may rely on the
         # wake-ups. Without one only this process's projector tells its own; waits look again often.
@@ -47,6 +49,7 @@ class PositionsWatch:
             if o != self._positions.get(p):
                 self._positions[p], moved = o, True
         if moved:
+            self.commits += 1
             # Every waiter wakes and checks its own partition: a few waiters per process, and a
             # fresh event per commit means none misses one between its check and its wait.
             self._committed.set()
@@ -70,15 +73,40 @@ class PositionsWatch:
         return True
 
 
-async def next_look(watch: PositionsWatch | None, partition: int, offset: int, remaining_s: float) -> None:
+async def next_look(
+    watch: PositionsWatch | None, partition: int, offset: int, remaining_s: float, *, seen: int
+) -> None:
     """Until it is worth reading the projection position again, for a reader waiting until it
-    passes ``offset``: the commit that passes it, or the fallback interval; ``POLL_S`` without a
-    watch, or when the watch already says passed but the read models did not (another version's
-    commit: a wake-up would return at once, and the wait would spin)."""
+    passes ``offset`` whose last read did not show that: the commit that passes it, or the
+    fallback interval. ``seen``: ``watch.commits`` noted before that read. A commit heard since
+    may be the one the read just missed (it committed while the read was under way): no wait at
+    all. ``POLL_S`` without a watch, or when the watch said passed already before the read and
+    the read models still did not (another version's commit: a wake-up would return at once,
+    and the wait would spin)."""
+    if watch is not None and watch.commits != seen and watch.passed(partition, offset):
+        return
     if watch is None or watch.passed(partition, offset):
         await asyncio.sleep(min(POLL_S, remaining_s))
     else:
         await watch.wait_past(partition, offset, min(FALLBACK_S if watch.listening else POLL_S, remaining_s))
+
+
+async def read_until_passed(
+    read_position: Callable[[], Awaitable[int]], watch: PositionsWatch | None, partition: int, offset: int,
+    *, deadline: float,
+) -> int:  # fmt: skip
+    """Read the projection position of ``partition`` (``read_position``) until it passes
+    ``offset`` or the event loop's clock reaches ``deadline``, looking again when
+    :func:`next_look` says; the last position read."""
+    loop = asyncio.get_running_loop()
+    while True:
+        # Noted before the read: a commit landing while it is under way must not cost a poll.
+        seen = watch.commits if watch is not None else 0
+        position = await read_position()
+        remaining = deadline - loop.time()
+        if position > offset or remaining <= 0:
+            return position
+        await next_look(watch, partition, offset, remaining, seen=seen)
 
 
 def positions_channel(schema: str) -> str:

@@ -191,3 +191,28 @@ async def test_without_a_listener_the_local_commit_still_wakes_the_wait_at_once(
     watch.committed({partition: offset + 1})
     await waiting
     assert time.perf_counter() - committed < 0.005
+
+
+async def test_a_commit_landing_while_the_position_is_read_is_not_missed_for_a_poll(
+    log: EmbeddedEventLog, producer: ConversationProducer
+) -> None:
+    """The projector commits (and tells the watch) while the waiter's read of the position is
+    under way, so the read still shows the old position: the waiter must look again at once, not
+    sleep a poll interval because the watch already said passed before it waited."""
+    partition, offset = await appended(producer, log)
+    watch = PositionsWatch()
+    watch.listening = True
+
+    class CommitDuringRead(Positions):
+        async def projection_position(self, partition: int) -> int:
+            answer = await super().projection_position(partition)
+            if self.reads == 2:  # the wait's first look: the commit lands while it is read
+                watch.committed({partition: offset + 1})
+                self.next_offset = offset + 1
+            return answer
+
+    positions = CommitDuringRead()
+    started = time.perf_counter()
+    await _wait_for(cast("ReadModels", positions), log, partition, offset, 5.0, watch)
+    assert time.perf_counter() - started < 0.01  # a poll interval is 20 ms
+    assert positions.reads == 3

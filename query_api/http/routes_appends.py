@@ -8,7 +8,8 @@ call is refused (422 ``orphan_tool_result``, see query_api/orphans.py)."""
 
 from __future__ import annotations
 
-import time
+import asyncio
+import functools
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Header, Query
@@ -19,7 +20,7 @@ from events.event_types import MessageAppended
 from events.formats.registry import APPEND_FORMATS, NATIVE_FORMATS
 from events.keys import ConversationKey, partition_for_key
 from events.producer import Appended
-from projectors.positions_watch import next_look
+from projectors.positions_watch import read_until_passed
 from query_api.http.deps import PREFIX, ApiDeps, ApiError, AuthHeader, Requests, accepted
 from query_api.http.fast_json import FastJSONResponse
 from query_api.http.strict_json import StrictJsonRoute
@@ -51,14 +52,13 @@ def append_routes(deps: ApiDeps) -> APIRouter:
             reads = await deps.reads()
             partition = partition_for_key(key.encode(), deps.log.partition_count)
             end = (await deps.log.end_offsets([partition]))[partition]
-            deadline = time.monotonic() + deps.wait_for_offset_s
-            while await reads.projection_position(partition) < end:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise ApiError(503, "not_caught_up", "the read models have not caught up with the log, "
-                                   "so the tool calls this payload answers cannot be checked yet",
-                                   partition=partition)  # fmt: skip
-                await next_look(deps.positions, partition, end - 1, remaining)  # woken by the commit
+            deadline = asyncio.get_running_loop().time() + deps.wait_for_offset_s
+            position = await read_until_passed(functools.partial(reads.projection_position, partition),
+                                               deps.positions, partition, end - 1, deadline=deadline)  # fmt: skip
+            if position < end:
+                raise ApiError(503, "not_caught_up", "the read models have not caught up with the log, "
+                               "so the tool calls this payload answers cannot be checked yet",
+                               partition=partition)  # fmt: skip
             calls = await reads.open_tool_calls(key)
         orphan = first_orphan(messages, calls)
         if orphan is not None:

@@ -3,6 +3,8 @@ rebuilt from the log exactly as it was served at ``as_of`` or ``before_message``
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import time
 from typing import Annotated
 
@@ -12,7 +14,7 @@ from events.blocks import ApiFormat
 from events.errors import InvalidRequestError
 from events.keys import ConversationKey, partition_for_key
 from events.log import EventLog
-from projectors.positions_watch import PositionsWatch, next_look
+from projectors.positions_watch import PositionsWatch, read_until_passed
 from projectors.tokens import cached_counter as _counter
 from projectors.tokens import model_spec
 from query_api.as_of import BeforeMessage, UnknownMessageError
@@ -152,13 +154,12 @@ async def _wait_for(
     if offset >= (await log.end_offsets([partition]))[partition]:
         raise ApiError(422, "offset_beyond_log_end", f"partition {partition} of the log holds no offset {offset} yet",
                        field="min_offset", partition=partition)  # fmt: skip
-    deadline = time.monotonic() + timeout_s
-    while (position := await reads.projection_position(partition)) <= offset:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            # The projectors may run in other processes (API-only instances): say how far they got.
-            raise ApiError(503, "not_caught_up", f"the read models have not reached offset {offset} of partition "
-                           f"{partition} within {timeout_s:g} s (the projection's next offset there is {position}): "
-                           "the projectors are behind or not running; retry later",
-                           partition=partition, projected=position)  # fmt: skip
-        await next_look(watch, partition, offset, remaining)
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    position = await read_until_passed(functools.partial(reads.projection_position, partition), watch, partition,
+                                       offset, deadline=deadline)  # fmt: skip
+    if position <= offset:
+        # The projectors may run in other processes (API-only instances): say how far they got.
+        raise ApiError(503, "not_caught_up", f"the read models have not reached offset {offset} of partition "
+                       f"{partition} within {timeout_s:g} s (the projection's next offset there is {position}): "
+                       "the projectors are behind or not running; retry later",
+                       partition=partition, projected=position)  # fmt: skip
