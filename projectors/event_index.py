@@ -49,9 +49,22 @@ def _copy_statement(schema: str) -> sql.Composed:
     return statement.format(s=sql.Identifier(schema))
 
 
-async def write_event_index(cur: AsyncCursor[Any], schema: str, decoded: Sequence[Decoded]) -> None:
+@functools.lru_cache(maxsize=64)
+def _insert_statement(schema: str) -> sql.Composed:
+    statement = sql.SQL('INSERT INTO {s}.event_index (conversation_key, event_id, partition, "offset") '
+                        "VALUES (%s, %s, %s, %s)")  # fmt: skip
+    return statement.format(s=sql.Identifier(schema))
+
+
+async def write_event_index(
+    cur: AsyncCursor[Any], schema: str, decoded: Sequence[Decoded], *, inserts: bool = False
+) -> None:
+    """``inserts``: as INSERTs (queued in the caller's pipeline), not COPY."""
     rows = index_rows(decoded)
     if not rows:
+        return
+    if inserts:
+        await cur.executemany(_insert_statement(schema), rows)
         return
     async with cur.copy(_copy_statement(schema)) as copy:
         for row in rows:

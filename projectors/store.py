@@ -40,6 +40,10 @@ from projectors.writes import DEAD_LETTER_INSERT, BatchWriter
 Cursor = AsyncCursor[Any]
 log = structlog.get_logger(__name__)
 
+# Batches of at most this many records are written with INSERTs in a pipeline, larger ones with
+# COPY (which cannot be pipelined, and is cheaper per row once there are a few dozen).
+PIPELINED_BATCH = 16
+
 
 class PostgresProjectionStore:
     """The :class:`~projectors.ports.ProjectionStore` of one Postgres schema (one projection version)."""
@@ -148,6 +152,8 @@ class PostgresProjectionStore:
         """One transaction: check the positions, fold, write, move the positions. ``refused``:
         Postgres refused this batch in an earlier transaction; find the records it refuses."""
         moved = {p: expected[p] for p in new_positions}
+        if refused is None and len(decoded) <= PIPELINED_BATCH:
+            return await self._apply_pipelined(decoded, moved, new_positions, counter=counter)
         async with (
             self._pool.connection() as conn,
             conn.transaction(),
@@ -160,6 +166,25 @@ class PostgresProjectionStore:
                 await self._check_positions(cur, moved)
                 outcome = await self._write_isolating(cur, decoded, parked_override=None, refused=refused)
             await write_event_index(cur, self.schema, decoded)  # every record, whatever the fold made of it
+            await self._move_positions(cur, moved, new_positions)
+        return outcome
+
+    async def _apply_pipelined(
+        self, decoded: Sequence[Decoded], moved: Mapping[int, int], new_positions: Mapping[int, int], *,
+        counter: TokenCounting,
+    ) -> BatchOutcome:  # fmt: skip
+        """The transaction of a small batch (what a read-your-writes request waits for) in three
+        round trips instead of about ten: BEGIN goes with the reads; the rows, as INSERTs, with
+        the position move; then the COMMIT. The same statements otherwise, and the same outcome."""
+        async with (
+            self._pool.connection() as conn,
+            conn.pipeline(),
+            conn.transaction(),
+            conn.cursor(row_factory=dict_row) as cur,
+        ):
+            outcome = await self._fold(cur, decoded, parked_override=None, positions=moved)
+            await self._writer.write(cur, outcome, counter=counter, inserts=True)
+            await write_event_index(cur, self.schema, decoded, inserts=True)
             await self._move_positions(cur, moved, new_positions)
         return outcome
 

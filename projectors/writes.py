@@ -58,8 +58,16 @@ class BatchWriter:
     def _q(self, text: LiteralString) -> sql.Composed:
         return in_schema(self.schema, text)
 
-    async def _copy(self, cur: Cursor, table: LiteralString, columns: Sequence[str], rows: Sequence[Any]) -> None:
+    async def _copy(
+        self, cur: Cursor, table: LiteralString, columns: Sequence[str], rows: Sequence[Any], *, inserts: bool = False
+    ) -> None:
+        """``rows`` into ``table``: by COPY, or with ``inserts`` one INSERT per row (queued in
+        the caller's pipeline: COPY cannot be pipelined, and for a few rows its own round trips
+        cost more than the INSERTs)."""
         if not rows:
+            return
+        if inserts:
+            await cur.executemany(self._insert(table, columns), rows)
             return
         statement = self._statements.get((table, *columns))
         if statement is None:
@@ -70,12 +78,24 @@ class BatchWriter:
             for row in rows:
                 await copy.write_row(row)
 
-    async def write(self, cur: Cursor, out: BatchOutcome, *, counter: TokenCounting | None = None) -> None:
-        """``counter``: instead of the writer's own (one answering from counts made ahead)."""
+    def _insert(self, table: LiteralString, columns: Sequence[str]) -> sql.Composed:
+        statement = self._statements.get(("insert", table, *columns))
+        if statement is None:
+            statement = self._statements[("insert", table, *columns)] = sql.SQL(
+                "INSERT INTO {s}.{t} ({c}) VALUES ({v})"
+            ).format(s=sql.Identifier(self.schema), t=sql.Identifier(table), c=sql.SQL(column_list(columns)),
+                     v=sql.SQL(", ").join(sql.Placeholder() * len(columns)))  # fmt: skip
+        return statement
+
+    async def write(
+        self, cur: Cursor, out: BatchOutcome, *, counter: TokenCounting | None = None, inserts: bool = False
+    ) -> None:
+        """``counter``: instead of the writer's own (one answering from counts made ahead).
+        ``inserts``: rows go as INSERTs, not COPY (for a small batch in a pipeline)."""
         rows = transcript_copy_rows(out.transcript, counter or self._counter)
-        await self._copy(cur, "transcript", TRANSCRIPT_COLUMNS, rows)
-        await self._copy(cur, "summaries", SUMMARY_COLUMNS, summary_copy_rows(out.summaries))
-        await self._copy(cur, "event_ids", ("conversation_key", "event_id"), out.applied_event_ids)
+        await self._copy(cur, "transcript", TRANSCRIPT_COLUMNS, rows, inserts=inserts)
+        await self._copy(cur, "summaries", SUMMARY_COLUMNS, summary_copy_rows(out.summaries), inserts=inserts)
+        await self._copy(cur, "event_ids", ("conversation_key", "event_id"), out.applied_event_ids, inserts=inserts)
         # After the COPY: a decision may concern rows of this very batch. Each one names its
         # rows (projectors/state.py decided them); nothing is decided here.
         if out.redactions:
@@ -111,7 +131,7 @@ class BatchWriter:
                 args,
             )
         await self._write_states(cur, out)
-        await self._write_poison(cur, out)
+        await self._write_poison(cur, out, inserts=inserts)
 
     def _set(self, cleared: sql.Composable, rest: LiteralString) -> sql.Composed:
         """``UPDATE transcript SET`` the ``cleared`` columns to NULL, then ``rest``."""
@@ -140,7 +160,7 @@ class BatchWriter:
                 )  # fmt: skip
             await cur.execute(statement, [rows])
 
-    async def _write_poison(self, cur: Cursor, out: BatchOutcome) -> None:
+    async def _write_poison(self, cur: Cursor, out: BatchOutcome, *, inserts: bool) -> None:
         for poison in out.poisoned:
             row = record_row(poison.record, poison.conversation_key)
             await cur.execute(
@@ -170,4 +190,5 @@ class BatchWriter:
                 ),
                 (*record_row(poison.record, poison.conversation_key), poison.error_code, poison.error, reason),
             )
-        await self._copy(cur, "held_records", HELD_COLUMNS, [record_row(r, key) for key, r in out.held])
+        await self._copy(cur, "held_records", HELD_COLUMNS, [record_row(r, key) for key, r in out.held],
+                         inserts=inserts)  # fmt: skip

@@ -14,10 +14,12 @@ from convlog.ops.export import ExportFilter, export_transcripts
 from events.blocks import blocks_from_json, blocks_to_json, reasoning_text
 from events.codec import EventCodec
 from events.embedded_log import EmbeddedEventLog
+from events.event_types import SummaryRecorded
 from events.keys import ConversationKey
 from events.producer import ConversationProducer
 from events.strict_json import compact_json
 from projectors.errors import PositionConflictError, ProjectionError
+from projectors.store import PIPELINED_BATCH
 from projectors.tokens import TokenCounter, get_encoding
 from projectors.versions import compare
 from tests.native_support import NATIVE_SECRETS, thinking_answer, tool_result
@@ -214,6 +216,34 @@ async def test_a_rebuild_equals_the_live_tables_and_a_corrupted_row_is_found(
     await projection.execute(tamper, str(OA))
     async with projection.pool.connection() as conn:
         assert await compare(conn, projection.version.schema, rebuilt.schema) == [("transcript", str(OA))]
+
+
+async def test_small_batches_written_by_inserts_equal_large_ones_written_by_copy(
+    projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer
+) -> None:
+    """A batch of up to PIPELINED_BATCH records (what read-your-writes waits for) goes to
+    Postgres as INSERTs in one pipeline, a larger one by COPY: the same rows either way, in every
+    read model and the event index — native blocks, summaries, redactions and clears included."""
+    oa = await append_oa_conversation(producer, OA)
+    await append_tools_conversation(producer, TOOLS)
+    await _native_conversation(producer)
+    covered = oa[7].message_id or ""  # the third answer
+    await producer.append(OA, SummaryRecorded("s1", "加班申请的审批流程", covered, "test-model", "v1"), event_id="s1")
+    secret = await producer.append_user(OA, "my id number is 12345")
+    await producer.redact(OA, secret.message_id or "", reason="pii")
+    await producer.clear(TOOLS)
+    await producer.append_user(TOOLS, "again")
+    records = len((await log.read(dict.fromkeys(range(log.partition_count), 0), max_records=10_000,
+                                  timeout_s=0)).records)  # fmt: skip
+    assert records > 2 * PIPELINED_BATCH  # the large batches below do take the COPY path
+    await project_all(log, projection.store(), batch_size=1)
+    copied = await projection.new_version()
+    await project_all(log, projection.store(schema=copied.schema, fail_fast=True), batch_size=1000)
+    async with projection.pool.connection() as conn:
+        assert await compare(conn, projection.version.schema, copied.schema) == []
+    index = 'SELECT conversation_key, event_id, partition, "offset" FROM {s}.event_index ORDER BY 3, 4'
+    assert await projection.rows(index) == await projection.rows(index, schema=copied.schema)
+    assert len(await projection.rows(index)) == records
 
 
 async def _checksums(projection: Projection) -> object:
