@@ -239,6 +239,13 @@ async def test_as_of_rebuilds_each_context_with_the_window_of_the_version_that_s
             _, early_rebuilt = await _live_and_rebuilt(service, early_at)
             _, late_rebuilt = await _live_and_rebuilt(service, late_at)
         assert (early_rebuilt, late_rebuilt) == (early, late)  # its window and hand-over outlive it
+        # convlog replay as well: version 1's window for the early point (12 -> 4 would start at 0).
+        replay = await asyncio.to_thread(
+            convlog_cli, _env(url, tmp_path), "replay", str(KEY), "--as-of", str(early_at), "--budget-tokens", "100000"
+        )
+        assert replay.returncode == 0, replay.stderr
+        context = json.loads(replay.stdout.split("tokens):\n", 1)[1])
+        assert _questions(json.dumps(context).encode()) == _questions(early)
 
 
 async def _before_message(service: Service, message_id: str) -> bytes:
