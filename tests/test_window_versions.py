@@ -24,7 +24,7 @@ from convlog.settings import Settings
 from events.event_types import SummaryRecorded
 from events.keys import ConversationKey
 from projectors.migrate import migrate
-from projectors.versions import versions
+from projectors.versions import policy_served_at, versions
 from projectors.window import WindowPolicy
 from query_api.http import create_app
 from tests.projection_support import temporary_database
@@ -263,3 +263,29 @@ def _env(url: str, data_dir: Path) -> dict[str, str]:
     for name in ("CONVLOG_KAFKA_BOOTSTRAP", "CONVLOG_WINDOW_MAX_TURNS", "CONVLOG_WINDOW_KEEP_TURNS"):
         env.pop(name, None)
     return env
+
+
+async def test_0007_records_the_versions_switched_before_it_in_the_order_they_went_live(pg_admin_url: str) -> None:
+    """Version 1 was dropped; 2 and 3 were built side by side and 3 was switched to first. Each
+    version that was live gets its row in the order they went live (not their numbers), with the
+    one live before it as its hand-over; the first one known (3: version 1 left nothing) counts
+    as live from the start; a building one has none."""
+    async with temporary_database(pg_admin_url) as url:
+        assert await migrate(url, target=6) == [1, 2, 3, 4, 5, 6]
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            await conn.execute(
+                "INSERT INTO convlog.projection_versions (projection, version, schema_name, status, created_at, "
+                "switched_at, window_max_turns, window_keep_turns) VALUES "
+                "('read_models', 2, 'convlog_read_models_v2', 'live', '2026-01-01', '2026-03-01', 8, 6), "
+                "('read_models', 3, 'convlog_read_models_v3', 'retired', '2026-01-02', '2026-02-01', 10, 3), "
+                "('read_models', 4, 'convlog_read_models_v4', 'building', '2026-04-01', NULL, 12, 4)"
+            )
+        assert await migrate(url) == [7]
+        async with await psycopg.AsyncConnection.connect(url) as conn:
+            cur = await conn.execute(
+                "SELECT version, window_max_turns, window_keep_turns, previous_schema, live_from "
+                "FROM convlog.live_periods ORDER BY became_live_at"
+            )
+            assert await cur.fetchall() == [(3, 10, 3, None, {}), (2, 8, 6, "convlog_read_models_v3", {})]
+            # The schemas are gone here: no positions to hand over, so the latest one holds everywhere.
+            assert await policy_served_at(conn, 0, 0) == WindowPolicy(8, 6)
