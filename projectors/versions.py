@@ -7,22 +7,32 @@ compares checksums, and :func:`switch` makes it live in one transaction; the old
 Each version records the window policy it is made with (migration 0006): whatever projects into,
 verifies or rebuilds contexts of a version uses that one, not the current settings, so a changed
 setting or default takes effect with the next rebuild and never moves a version's windows.
+
+And each time a version becomes live, ``convlog.live_periods`` (migration 0007) records from where
+on each partition it served, with its window, kept after the version is dropped: a context served
+before a switch is rebuilt (``as_of``) with the window of the version that served it
+(:func:`policy_served_at`). The hand-over on a partition is the replaced version's position
+there: the live projectors project it until they see the switch (within ``CONVLOG_VERSION_POLL_S``),
+so its positions, final once they followed, are read while its schema exists; ``convlog drop``
+copies them into the row first (:func:`keep_hand_over`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
 from psycopg import AsyncConnection, sql
 from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from projectors.errors import ProjectionError
 from projectors.event_index import ensure_event_index
+from projectors.pg import pg_errors
 from projectors.window import WindowPolicy
 
 READ_MODELS = "read_models"
@@ -87,6 +97,12 @@ async def create_version(
             [projection, version, schema, status, status, policy.max_turns, policy.keep_turns],
         )
         await ensure_event_index(conn, schema)  # a savepoint of this transaction
+        if status == "live":  # the first: live from offset 0 everywhere
+            await cur.execute(
+                "INSERT INTO convlog.live_periods (projection, version, window_max_turns, window_keep_turns) "
+                "VALUES (%s, %s, %s, %s)",
+                [projection, version, policy.max_turns, policy.keep_turns],
+            )
     return ProjectionVersion(projection, version, schema, status, policy)
 
 
@@ -135,19 +151,85 @@ async def version_of_schema(conn: AsyncConnection[Any], schema: str) -> Projecti
 
 
 async def switch(conn: AsyncConnection[Any], projection: str, version: int) -> None:
-    """Make ``version`` live and retire the previous live one, atomically."""
+    """Make ``version`` live and retire the previous live one, atomically; record the hand-over
+    (the retired version's positions now, refined by :func:`policy_served_at` while it exists)."""
     async with conn.transaction(), conn.cursor() as cur:
+        await cur.execute(_VERSIONS_LOCK)
         await cur.execute(
-            "UPDATE convlog.projection_versions SET status = 'retired' WHERE projection = %s AND status = 'live'",
+            "UPDATE convlog.projection_versions SET status = 'retired' WHERE projection = %s AND status = 'live' "
+            "RETURNING schema_name",
             [projection],
         )
+        retired = await cur.fetchone()
         await cur.execute(
             "UPDATE convlog.projection_versions SET status = 'live', switched_at = now() "
-            "WHERE projection = %s AND version = %s AND status <> 'live' RETURNING version",
+            "WHERE projection = %s AND version = %s AND status <> 'live' "
+            "RETURNING window_max_turns, window_keep_turns",
             [projection, version],
         )
-        if await cur.fetchone() is None:
+        made = await cur.fetchone()
+        if made is None:
             raise ProjectionError(f"{projection} has no version {version} to switch to")
+        previous = None if retired is None else retired[0]
+        live_from = {} if previous is None else await _positions(conn, previous)
+        await cur.execute(
+            "INSERT INTO convlog.live_periods (projection, version, window_max_turns, window_keep_turns, "
+            "previous_schema, live_from) VALUES (%s, %s, %s, %s, %s, %s)",
+            [projection, version, made[0], made[1], previous, Jsonb({str(p): o for p, o in live_from.items()})],
+        )
+
+
+async def _positions(conn: AsyncConnection[Any], schema: str) -> dict[int, int]:
+    cur = await conn.execute(sql.SQL("SELECT partition, next_offset FROM {}.positions").format(sql.Identifier(schema)))
+    return {int(p): int(o) for p, o in await cur.fetchall()}
+
+
+async def policy_served_at(
+    conn: AsyncConnection[Any], partition: int, offset: int, projection: str = READ_MODELS
+) -> WindowPolicy | None:
+    """The window policy of the version that served the context as of the event at ``offset`` of
+    ``partition``: the latest one to become live whose hand-over there is at most ``offset`` (the
+    first one known, for an offset before every hand-over); None before any version was live."""
+    async with conn.cursor() as cur:
+        await cur.execute(
+            "SELECT window_max_turns, window_keep_turns, (live_from ->> %s)::bigint, "
+            "CASE WHEN to_regclass(quote_ident(previous_schema) || '.positions') IS NOT NULL THEN previous_schema END "
+            "FROM convlog.live_periods WHERE projection = %s ORDER BY became_live_at DESC, seq DESC",
+            [str(partition), projection],
+        )
+        periods = await cur.fetchall()
+    for max_turns, keep_turns, recorded, kept in periods:
+        live_from = recorded or 0
+        if kept is not None:  # the replaced version is still there: its positions are the hand-over
+            live_from = max(live_from, (await _positions(conn, kept)).get(partition, 0))
+        if offset >= live_from:
+            return WindowPolicy(max_turns, keep_turns)
+    return WindowPolicy(periods[-1][0], periods[-1][1]) if periods else None
+
+
+def served_policies(
+    pool: AsyncConnectionPool[Any], fallback: WindowPolicy, projection: str = READ_MODELS
+) -> Callable[[int, int], Awaitable[WindowPolicy]]:
+    """:func:`policy_served_at` on connections of ``pool`` (``fallback`` before any version was
+    live): what the API's and ``convlog replay``'s as-of contexts are rebuilt with."""
+
+    async def policy_at(partition: int, offset: int) -> WindowPolicy:
+        with pg_errors(f"look up the version live at offset {offset} of partition {partition}"):
+            async with pool.connection() as conn:
+                found = await policy_served_at(conn, partition, offset, projection)
+        return fallback if found is None else found
+
+    return policy_at
+
+
+async def keep_hand_over(conn: AsyncConnection[Any], projection: str, schema: str) -> None:
+    """Before ``schema`` (a retired version) is dropped: copy its positions, final since the live
+    projectors followed the switch, into the hand-over of the version that replaced it."""
+    positions = await _positions(conn, schema)
+    await conn.execute(
+        "UPDATE convlog.live_periods SET live_from = %s WHERE projection = %s AND previous_schema = %s",
+        [Jsonb({str(p): o for p, o in positions.items()}), projection, schema],
+    )
 
 
 async def checksums(

@@ -7,6 +7,12 @@ context assembled from them is the one served right after that event. The log ne
 but people may: a redaction or an erasure recorded later still applies — such content is
 never served again, even for the past.
 
+Which window: each read-models version serves with its own (a changed window is a rebuild and a
+switch), so the API passes a :data:`PolicyAt` that names the window of the version live when the
+context's last event was projected (projectors/versions.py ``policy_served_at``): a context
+served before a switch is rebuilt with the old version's window, one served after it with the
+new one's.
+
 The HTTP API passes the conversation's events as read through the event index
 (query_api/log_reads.py: the cost of the conversation, not of its partition); without them
 this scans the conversation's partition from ``start_offset`` on (``convlog replay``).
@@ -14,7 +20,7 @@ this scans the conversation's partition from ``start_offset`` on (``convlog repl
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from events.codec import EventCodec, default_codec
@@ -31,6 +37,9 @@ from projectors.window import WindowPolicy
 from query_api.context import context_start
 from query_api.context_types import StoredMessage, StoredSummary
 from query_api.ports import ContextInputs
+
+PolicyAt = Callable[[int, int], Awaitable[WindowPolicy]]
+"""(partition, offset) -> the window policy of the version that served the context as of that event."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +71,7 @@ async def context_inputs_as_of(
     point: int | BeforeMessage,
     *,
     encoding: str,
-    policy: WindowPolicy,
+    policy: WindowPolicy | PolicyAt,
     max_event_bytes: int,
     codec: EventCodec | None = None,
     start_offset: int = 0,
@@ -70,7 +79,8 @@ async def context_inputs_as_of(
 ) -> ContextInputs | None:
     """The inputs of the context right after the event at offset ``point`` of the
     conversation's partition (or right before a message, :class:`BeforeMessage`); None if the
-    conversation had no event by then. Raises :class:`UnknownMessageError`."""
+    conversation had no event by then. ``policy``: the window, or what names it for the
+    conversation's last event by then. Raises :class:`UnknownMessageError`."""
     codec = codec or default_codec()
     if pairs is None:
         pairs = [pair async for pair in conversation_events(log, key, codec=codec, start_offset=start_offset)]
@@ -78,6 +88,8 @@ async def context_inputs_as_of(
     before = [record for record, _ in pairs if record.offset <= as_of]
     if not before:
         return None
+    if not isinstance(policy, WindowPolicy):  # the version that served it: live when its last event was projected
+        policy = await policy(before[-1].partition, before[-1].offset)
     decoded = decode_batch([r for r, _ in pairs], codec=codec, max_event_bytes=max_event_bytes)
     # The rows as of ``as_of``, with the decisions of the whole history applied: a redaction or
     # an erase recorded later still applies (content is never served again, even for the past),

@@ -15,7 +15,7 @@ from events.keys import ConversationKey
 from events.log import EventLog, LogRecord
 from projectors.tokens import DEFAULT_COUNTED, cached_counter
 from projectors.window import WindowPolicy
-from query_api.as_of import BeforeMessage, context_inputs_as_of
+from query_api.as_of import BeforeMessage, PolicyAt, context_inputs_as_of
 from query_api.context import assemble
 from query_api.context_types import Context, ContextRequest, ModelSpec
 from query_api.ports import ContextInputs
@@ -28,7 +28,7 @@ async def context_as_of(
     *,
     request: ContextRequest,
     spec: ModelSpec,
-    policy: WindowPolicy,
+    policy: WindowPolicy | PolicyAt,
     max_event_bytes: int,
     start_offset: int,
     pairs: Sequence[tuple[LogRecord, Event]] | None = None,

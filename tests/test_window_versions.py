@@ -24,7 +24,7 @@ from convlog.settings import Settings
 from events.event_types import SummaryRecorded
 from events.keys import ConversationKey
 from projectors.migrate import migrate
-from projectors.versions import versions
+from projectors.versions import policy_served_at, versions
 from projectors.window import WindowPolicy
 from query_api.http import create_app
 from tests.projection_support import temporary_database
@@ -126,10 +126,12 @@ async def _version_before_0006(url: str) -> None:
         )
 
 
-async def _recorded(url: str) -> list[tuple[Any, ...]]:
+async def _recorded(url: str, table: str = "projection_versions") -> list[tuple[Any, ...]]:
     async with await psycopg.AsyncConnection.connect(url) as conn:
         cur = await conn.execute(
-            "SELECT version, window_max_turns, window_keep_turns FROM convlog.projection_versions ORDER BY version"
+            sql.SQL("SELECT version, window_max_turns, window_keep_turns FROM convlog.{} ORDER BY version").format(
+                sql.Identifier(table)
+            )
         )
         return await cur.fetchall()
 
@@ -148,8 +150,9 @@ async def test_0006_records_on_older_versions_the_window_they_ran_with(
     async with temporary_database(pg_admin_url) as url:
         await _version_before_0006(url)
         settings = Settings.from_env(env)
-        assert await migrate(url, legacy_window=settings.legacy_window_policy()) == [6]
+        assert await migrate(url, legacy_window=settings.legacy_window_policy()) == [6, 7]
         assert await _recorded(url) == [(1, *expected)]
+        assert await _recorded(url, "live_periods") == [(1, *expected)]  # 0007: live from the start with it
         # Once recorded it stays: other settings later change nothing (the migration is applied).
         assert await migrate(url, legacy_window=WindowPolicy(20, 2)) == []
         assert await _recorded(url) == [(1, *expected)]
@@ -193,3 +196,96 @@ async def test_verify_replay_and_positions_use_the_live_versions_window_not_the_
         assert positions.returncode == 0, positions.stderr
         assert "read_models v1 (live) window: at most 8 turns, dropping to 6" in positions.stdout
         assert "the settings name at most 12 turns, dropping to 4" in positions.stdout
+
+
+async def _forget_the_switches(url: str) -> None:
+    """The database as a build before 0007 left it: no record of when each version became live."""
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        await conn.execute("DROP TABLE convlog.live_periods")
+        await conn.execute("DELETE FROM convlog.schema_migrations WHERE version = 7")
+
+
+async def test_as_of_rebuilds_each_context_with_the_window_of_the_version_that_served_it(
+    pg_admin_url: str, tmp_path: Path
+) -> None:
+    """Served under version 1 (8 -> 6), then version 2 (12 -> 4) after a rebuild and a switch:
+    as_of rebuilds either, byte for byte, with its own window — after 0007 back-fills a database
+    switched before it, and after the old version is dropped."""
+    async with temporary_database(pg_admin_url) as url:
+        async with running_service(_settings(url, tmp_path, window_max_turns=8, window_keep_turns=6)) as service:
+            early_at = await _ask(service, range(10))
+            early, _ = await _live_and_rebuilt(service, early_at)
+        assert _questions(early) == [f"question {i}" for i in range(3, 10)]  # 8 -> 6 (12 -> 4 would keep all)
+        assert await rebuild(_settings(url, tmp_path), RebuildOptions(switch=True), asyncio.Event()) == 0
+        async with running_service(_settings(url, tmp_path)) as service:
+            late_at = await _ask(service, range(10, 20))
+            late, late_rebuilt = await _live_and_rebuilt(service, late_at)
+            _, early_rebuilt = await _live_and_rebuilt(service, early_at)
+            before_switch = await _before_message(service, "q10")  # what the model saw answering q9
+        assert _questions(late) == [f"question {i}" for i in range(9, 20)]  # 12 -> 4 over the whole log
+        assert early_rebuilt == early  # under version 1's window, byte for byte
+        assert late_rebuilt == late  # and version 2's
+        assert before_switch == early
+
+        await _forget_the_switches(url)  # switched before 0007: its back-fill knows where
+        async with running_service(_settings(url, tmp_path)) as service:
+            _, early_rebuilt = await _live_and_rebuilt(service, early_at)
+            _, late_rebuilt = await _live_and_rebuilt(service, late_at)
+        assert (early_rebuilt, late_rebuilt) == (early, late)
+
+        drop = await asyncio.to_thread(convlog_cli, _env(url, tmp_path), "drop", "read_models", "--version", "1")
+        assert drop.returncode == 0, drop.stdout + drop.stderr
+        async with running_service(_settings(url, tmp_path)) as service:
+            _, early_rebuilt = await _live_and_rebuilt(service, early_at)
+            _, late_rebuilt = await _live_and_rebuilt(service, late_at)
+        assert (early_rebuilt, late_rebuilt) == (early, late)  # its window and hand-over outlive it
+        # convlog replay as well: version 1's window for the early point (12 -> 4 would start at 0).
+        replay = await asyncio.to_thread(
+            convlog_cli, _env(url, tmp_path), "replay", str(KEY), "--as-of", str(early_at), "--budget-tokens", "100000"
+        )
+        assert replay.returncode == 0, replay.stderr
+        context = json.loads(replay.stdout.split("tokens):\n", 1)[1])
+        assert _questions(json.dumps(context).encode()) == _questions(early)
+
+
+async def _before_message(service: Service, message_id: str) -> bytes:
+    transport = httpx.ASGITransport(app=create_app(service.deps))
+    async with httpx.AsyncClient(transport=transport, base_url="http://convlog") as client:
+        params = {"model": "gpt-4o", "budget_tokens": 100_000, "before_message": message_id}
+        got = await client.get("/v1/users/u1/conversations/c1/context", params=params, headers=A)
+    assert got.status_code == 200, got.text
+    return got.content
+
+
+def _env(url: str, data_dir: Path) -> dict[str, str]:
+    env = {**os.environ, "CONVLOG_DATABASE_URL": url, "CONVLOG_DATA_DIR": str(data_dir),
+           "CONVLOG_PARTITIONS": "2", "CONVLOG_LOG_LEVEL": "warning"}  # fmt: skip
+    for name in ("CONVLOG_KAFKA_BOOTSTRAP", "CONVLOG_WINDOW_MAX_TURNS", "CONVLOG_WINDOW_KEEP_TURNS"):
+        env.pop(name, None)
+    return env
+
+
+async def test_0007_records_the_versions_switched_before_it_in_the_order_they_went_live(pg_admin_url: str) -> None:
+    """Version 1 was dropped; 2 and 3 were built side by side and 3 was switched to first. Each
+    version that was live gets its row in the order they went live (not their numbers), with the
+    one live before it as its hand-over; the first one known (3: version 1 left nothing) counts
+    as live from the start; a building one has none."""
+    async with temporary_database(pg_admin_url) as url:
+        assert await migrate(url, target=6) == [1, 2, 3, 4, 5, 6]
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            await conn.execute(
+                "INSERT INTO convlog.projection_versions (projection, version, schema_name, status, created_at, "
+                "switched_at, window_max_turns, window_keep_turns) VALUES "
+                "('read_models', 2, 'convlog_read_models_v2', 'live', '2026-01-01', '2026-03-01', 8, 6), "
+                "('read_models', 3, 'convlog_read_models_v3', 'retired', '2026-01-02', '2026-02-01', 10, 3), "
+                "('read_models', 4, 'convlog_read_models_v4', 'building', '2026-04-01', NULL, 12, 4)"
+            )
+        assert await migrate(url) == [7]
+        async with await psycopg.AsyncConnection.connect(url) as conn:
+            cur = await conn.execute(
+                "SELECT version, window_max_turns, window_keep_turns, previous_schema, live_from "
+                "FROM convlog.live_periods ORDER BY became_live_at"
+            )
+            assert await cur.fetchall() == [(3, 10, 3, None, {}), (2, 8, 6, "convlog_read_models_v3", {})]
+            # The schemas are gone here: no positions to hand over, so the latest one holds everywhere.
+            assert await policy_served_at(conn, 0, 0) == WindowPolicy(8, 6)

@@ -106,6 +106,7 @@ def _timestamp(text: str) -> Any:
 def _replay(settings: Settings, args: argparse.Namespace) -> int:
     from convlog.ops.replay import first_offset, replay  # noqa: PLC0415
     from convlog.ops.resources import live_read_models, opened_log  # noqa: PLC0415
+    from projectors.versions import served_policies  # noqa: PLC0415
     from query_api.as_of import BeforeMessage  # noqa: PLC0415
     from query_api.context_types import ContextRequest  # noqa: PLC0415
 
@@ -118,7 +119,8 @@ def _replay(settings: Settings, args: argparse.Namespace) -> int:
             start = await first_offset(handle, key)
             point = BeforeMessage(args.before_message) if args.before_message is not None else args.as_of
             await replay(event_log, key, as_of=point, start_offset=start or 0, request=request,
-                         max_event_bytes=settings.max_event_bytes, policy=handle.live.policy,
+                         max_event_bytes=settings.max_event_bytes,
+                         policy=served_policies(handle.pool, handle.live.policy),
                          default_encoding=settings.default_encoding,
                          counted=settings.counted_encodings())  # fmt: skip
 

@@ -56,6 +56,7 @@ from projectors.versions import (
     READ_MODELS,
     ProjectionVersion,
     create_version,
+    keep_hand_over,
     live_version,
     switch,
     version_of_schema,
@@ -357,6 +358,8 @@ async def drop(settings: Settings, projection: str, version: int) -> int:
                     f"version {version} of {projection} is live and cannot be dropped; "
                     f"make another version live first (convlog rebuild {projection} --switch)"
                 )
+            if status == "retired":  # where the version that replaced it began serving (as_of needs it)
+                await keep_hand_over(conn, projection, schema)
             await conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
             await conn.execute(
                 "DELETE FROM convlog.projection_versions WHERE projection = %s AND version = %s", [projection, version]

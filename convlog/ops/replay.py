@@ -25,7 +25,7 @@ from events.reading import conversation_events
 from projectors.pg import pg_errors
 from projectors.tokens import DEFAULT_COUNTED, model_spec
 from projectors.window import WindowPolicy
-from query_api.as_of import BeforeMessage, as_of_offset
+from query_api.as_of import BeforeMessage, PolicyAt, as_of_offset
 from query_api.context_types import ContextRequest
 from query_api.served import context_as_of, context_body
 
@@ -50,7 +50,7 @@ async def replay(
     start_offset: int,
     request: ContextRequest,
     max_event_bytes: int,
-    policy: WindowPolicy,
+    policy: WindowPolicy | PolicyAt,
     default_encoding: str,
     counted: Collection[str] = DEFAULT_COUNTED,
     out: Callable[[str], None] = print,

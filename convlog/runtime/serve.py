@@ -37,8 +37,7 @@ from projectors.migrate import migrate
 from projectors.pg import PgPool, open_pool, retrying
 from projectors.positions_watch import PositionsWatch
 from projectors.tokens import model_spec
-from projectors.versions import live_version
-from projectors.window import WindowPolicy
+from projectors.versions import live_version, served_policies
 from query_api.http import ApiDeps, create_app
 from query_api.metrics import Metrics
 from query_api.positions_listener import PositionsListener
@@ -65,7 +64,6 @@ class _LiveReads:
     def __init__(self, pool: PgPool, ttl_s: float = 5.0) -> None:
         self._pool, self._ttl_s = pool, ttl_s
         self._reads: PostgresReadModels | None = None
-        self._policy = WindowPolicy()
         self._at = 0.0
 
     async def __call__(self) -> PostgresReadModels:
@@ -76,13 +74,8 @@ class _LiveReads:
                 raise ConfigurationError("no live read-models version (run convlog migrate / convlog project)")
             if self._reads is None or self._reads.schema != live.schema:
                 self._reads = PostgresReadModels(self._pool, schema=live.schema)
-            self._policy, self._at = live.policy, time.monotonic()
+            self._at = time.monotonic()
         return self._reads
-
-    async def policy(self) -> WindowPolicy:
-        """The live version's window policy: as-of contexts are rebuilt with it."""
-        await self()
-        return self._policy
 
 
 async def _schema_of(reads: _LiveReads) -> str:
@@ -144,8 +137,8 @@ async def running_service(settings: Settings) -> AsyncIterator[Service]:
             default_encoding=default_encoding,
             counted_encodings=settings.counted_encodings(),
             max_body_bytes=settings.max_event_bytes * 2,
-            policy=settings.window_policy(),  # unused while live_policy answers (the live version's)
-            live_policy=reads.policy,
+            # as_of: the window of the version that served the context (live when its event was projected)
+            policy_at=served_policies(pool, settings.window_policy()),
             max_event_bytes=settings.max_event_bytes,
             log_behind=guard.check_read,
             positions=watch,

@@ -20,6 +20,7 @@ from events.producer import Appended, ConversationProducer
 from projectors.positions_watch import PositionsWatch
 from projectors.tokens import DEFAULT_COUNTED
 from projectors.window import WindowPolicy
+from query_api.as_of import PolicyAt
 from query_api.cache_prefix import PrefixMemory
 from query_api.http.fast_json import FastJSONResponse
 from query_api.log_reads import conversation_records, log_holds
@@ -55,8 +56,8 @@ class ApiDeps:
     image_turns: int = 2
     max_body_bytes: int = 2 * 1024 * 1024
     wait_for_offset_s: float = 5.0
-    policy: WindowPolicy = field(default_factory=WindowPolicy)  # as-of rebuilds', unless live_policy is given
-    live_policy: Callable[[], Awaitable[WindowPolicy]] | None = None  # the window policy of the version reads reads
+    policy: WindowPolicy = field(default_factory=WindowPolicy)  # as-of rebuilds', unless policy_at is given
+    policy_at: PolicyAt | None = None  # the window of the version that served a context as of an event
     max_event_bytes: int = 1024 * 1024
     log_behind: Callable[[int], None] | None = None  # raises for a partition whose records the log lost
     prefixes: PrefixMemory = field(default_factory=PrefixMemory)  # the last context served, for its cacheable prefix

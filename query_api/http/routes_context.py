@@ -44,8 +44,8 @@ def context_routes(deps: ApiDeps) -> APIRouter:
         """The context as served at ``as_of`` / before ``before_message``, rebuilt from the log."""
         pairs = await unless_disconnected(http_request, requests.logged_events(key))
         point = as_of if as_of is not None else BeforeMessage(before_message or "")
-        # The window policy the live version was projected with (it served those contexts).
-        policy = deps.policy if deps.live_policy is None else await deps.live_policy()
+        # The window of the version that served it: live when the context's last event was projected.
+        policy = deps.policy if deps.policy_at is None else deps.policy_at
         try:
             served = await unless_disconnected(http_request, context_as_of(
                 deps.log, key, point, request=request, spec=spec, policy=policy,
