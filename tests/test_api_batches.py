@@ -121,6 +121,29 @@ async def test_a_repeated_list_answers_the_first_append(client: httpx.AsyncClien
     assert await _end(service, "again") == end
 
 
+async def test_a_key_that_looks_like_a_batch_messages_id_is_refused_before_anything_is_appended(
+    client: httpx.AsyncClient, service: Service
+) -> None:
+    """A batch under key ``k`` gives its later messages the event ids ``k/1``, ``k/2``, …; a
+    message appended earlier under the key ``k/1`` would take that id, and the projections keep
+    the first event of a conversation with an id — the batch's second message, acknowledged, would
+    never be stored. So keys ending in ``/<number>`` are refused, for messages and redactions."""
+    await _post(client, "ids", {"role": "user", "content": "first"})
+    before = await _end(service, "ids")
+    for value in ("k/1", "order-7/0", "a/b/12"):
+        refused = await _post(client, "ids", {"role": "user", "content": "hi"}, **{"Idempotency-Key": value})
+        assert refused.status_code == 422, refused.text
+        error = refused.json()["error"]
+        assert (error["code"], error["field"]) == ("invalid_idempotency_key", "Idempotency-Key")
+        assert value in error["message"]
+    redact = await client.post(f"{BASE}/ids/messages/m/redact", json={}, headers={**A, "Idempotency-Key": "r/2"})
+    assert (redact.status_code, redact.json()["error"]["code"]) == (422, "invalid_idempotency_key")
+    assert await _end(service, "ids") == before
+    for value in ("k/one", "k/", "v1.2", "2024/12/01-a"):  # not a derived id's shape: accepted
+        assert (await _post(client, "ids", {"role": "user", "content": value}, **{"Idempotency-Key": value})
+                ).status_code == 202  # fmt: skip
+
+
 async def test_unknown_formats_are_422_and_the_schema_lists_them(client: httpx.AsyncClient) -> None:
     response = await _post(client, "f", {"role": "user", "content": "x"}, "klingon")
     assert (response.status_code, response.json()["error"]["code"]) == (422, "unknown_format")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import re
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Header, Query
@@ -77,7 +78,7 @@ def append_routes(deps: ApiDeps) -> APIRouter:
     ) -> JSONResponse:
         key = requests.key_of(authorization, user_id, conversation_id)
         try:
-            batch = deps.producer.build_native(key, format, message, event_id=idempotency_key or None)
+            batch = deps.producer.build_native(key, format, message, event_id=_event_id(idempotency_key))
         except InvalidRequestError as e:  # unknown_format
             raise ApiError(422, e.code, str(e), field="format") from e
         messages = tuple(e.body for e in batch.events if isinstance(e.body, MessageAppended))
@@ -115,7 +116,7 @@ def append_routes(deps: ApiDeps) -> APIRouter:
         if not isinstance(reason, str) or not reason:
             raise ApiError(422, "invalid_reason", "reason must be a non-empty string", field="reason")
         await requests.held_by_log(key)
-        return accepted(await deps.producer.redact(key, message_id, reason=reason, event_id=idempotency_key or None))
+        return accepted(await deps.producer.redact(key, message_id, reason=reason, event_id=_event_id(idempotency_key)))
 
     @router.post(PREFIX + "/{conversation_id}/clear", status_code=202)
     async def clear(user_id: str, conversation_id: str, authorization: AuthHeader = None) -> JSONResponse:
@@ -130,6 +131,23 @@ def append_routes(deps: ApiDeps) -> APIRouter:
         return accepted(await deps.producer.erase(key, reason="erased through the API"))
 
     return router
+
+
+# The event ids convlog gives a batch's later messages: ``<first>/1``, ``<first>/2``, …
+_DERIVED_EVENT_ID = re.compile(r"/[0-9]+\Z")
+
+
+def _event_id(idempotency_key: str | None) -> str | None:
+    """The event id an ``Idempotency-Key`` gives (None: a fresh one). A key of a derived id's
+    shape could take the id of a later batch's message, which the projections would then drop as
+    a repeat: 422 ``invalid_idempotency_key`` before anything is appended."""
+    if not idempotency_key:
+        return None
+    if _DERIVED_EVENT_ID.search(idempotency_key):
+        raise ApiError(422, "invalid_idempotency_key", f"Idempotency-Key {idempotency_key!r} ends in '/<number>', "
+                       "the shape of the ids convlog gives the later messages of a batch; use another key",
+                       field="Idempotency-Key")  # fmt: skip
+    return idempotency_key
 
 
 def _answer(format: str, payload: object, appended: list[Appended]) -> JSONResponse:  # noqa: A002
