@@ -27,6 +27,7 @@ import statistics
 import time
 import uuid
 from collections.abc import Coroutine
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -78,14 +79,21 @@ def _warm_keys(partitions: int) -> list[ConversationKey]:
     return list(keys.values())
 
 
-async def _timed(workers: list[Coroutine[Any, Any, None]], count: int) -> float:
+@dataclass(frozen=True)
+class Run:
+    rate: float  # events/s
+    cpu_us: float  # this process's CPU time per event: the client's own cost, whatever the broker does
+
+
+async def _timed(workers: list[Coroutine[Any, Any, None]], count: int) -> Run:
     gc.collect()  # this run starts without the garbage of the one before
-    started = time.perf_counter()
+    cpu, started = time.process_time(), time.perf_counter()
     await asyncio.gather(*workers)
-    return count / (time.perf_counter() - started)
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
+    return Run(count / elapsed, cpu / count * 1e6)
 
 
-async def run_convlog(bootstrap: str, topic: str, events: list[Event], workers: int) -> float:
+async def run_convlog(bootstrap: str, topic: str, events: list[Event], workers: int) -> Run:
     log = await KafkaEventLog.connect(bootstrap=bootstrap, topic=topic, partitions=PARTITIONS)
     producer = ConversationProducer(log, producer="bench")
     body = events[0].body
@@ -104,13 +112,11 @@ async def run_convlog(bootstrap: str, topic: str, events: list[Event], workers: 
 async def _raw_producer(bootstrap: str, topic: str) -> AIOKafkaProducer:
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, **RAW_SETTINGS)
     await producer.start()
-    await asyncio.gather(
-        *(producer.send_and_wait(topic, b"warm-up", key=b"w", partition=p) for p in range(PARTITIONS))
-    )
+    await asyncio.gather(*(producer.send_and_wait(topic, b"warm-up", key=b"w", partition=p) for p in range(PARTITIONS)))
     return producer
 
 
-async def run_raw(bootstrap: str, topic: str, encoded: list[tuple[bytes, bytes, bytes]], workers: int) -> float:
+async def run_raw(bootstrap: str, topic: str, encoded: list[tuple[bytes, bytes, bytes]], workers: int) -> Run:
     producer = await _raw_producer(bootstrap, topic)
 
     async def worker(share: list[tuple[bytes, bytes, bytes]]) -> None:
@@ -157,6 +163,11 @@ async def _topic(bootstrap: str, side: str) -> str:
     return log.topic
 
 
+def _summary(runs: list[Run]) -> str:
+    rate, cpu = statistics.median(r.rate for r in runs), statistics.median(r.cpu_us for r in runs)
+    return f"{rate:,.0f} events/s, {cpu:.1f} µs of client CPU an event"
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--events", type=int, default=10_000, help="events per run")
@@ -185,7 +196,9 @@ async def main() -> None:
     # pair first, then paired runs in alternating order; the median of the pairs' ratios.
     await run_raw(bootstrap, raw_topic, encoded, args.workers)
     await run_convlog(bootstrap, api_topic, events, args.workers)
-    raws, apis, ratios = [], [], []
+    raws: list[Run] = []
+    apis: list[Run] = []
+    ratios: list[float] = []
     for i in range(args.rounds):
         if i % 2 == 0:
             raw = await run_raw(bootstrap, raw_topic, encoded, args.workers)
@@ -195,15 +208,18 @@ async def main() -> None:
             raw = await run_raw(bootstrap, raw_topic, encoded, args.workers)
         raws.append(raw)
         apis.append(api)
-        ratios.append(api / raw)
-        print(f"  run {i + 1}: raw {raw:>9,.0f}/s  convlog {api:>9,.0f}/s  ratio {api / raw:.2f}")
+        ratios.append(api.rate / raw.rate)
+        print(
+            f"  run {i + 1}: raw {raw.rate:>9,.0f}/s ({raw.cpu_us:4.1f} µs CPU/event)"
+            f"  convlog {api.rate:>9,.0f}/s ({api.cpu_us:4.1f} µs)  ratio {ratios[-1]:.2f}"
+        )
     ceiling = await run_raw_pipelined(bootstrap, raw_topic, encoded)
     ratio = statistics.median(ratios)
     print_table(
         "Producer API next to raw aiokafka (bench/produce.py)",
         [
-            Row("raw aiokafka, same shape (median)", f"{statistics.median(raws):,.0f} events/s"),
-            Row("convlog producer API (median)", f"{statistics.median(apis):,.0f} events/s"),
+            Row("raw aiokafka, same shape (median)", _summary(raws)),
+            Row("convlog producer API (median)", _summary(apis)),
             Row(
                 f"ratio convlog / raw (median of {len(ratios)} pairs)",
                 f"{ratio:.2f} ({min(ratios):.2f}–{max(ratios):.2f})",
