@@ -119,7 +119,9 @@ def _message_record(b: MessageAppended) -> Record:
         "role": b.role,
         "content": content,
         "name": b.name,
-        "tool_calls": [{"id": t.id, "name": t.name, "arguments": t.arguments} for t in b.tool_calls],
+        "tool_calls": [{"id": t.id, "name": t.name, "arguments": t.arguments} for t in b.tool_calls]
+        if b.tool_calls
+        else [],  # most messages have none: no comprehension (a function call) for them
         "tool_call_id": b.tool_call_id,
         "reasoning_content": b.reasoning_content,
         "thinking_duration_ms": b.thinking_duration_ms,
@@ -252,15 +254,6 @@ _FROM_RECORD: Final[dict[str, Callable[[Record], EventBody]]] = {
 _conversation_key: Final = functools.lru_cache(maxsize=4096)(ConversationKey)
 
 
-def _micros(value: datetime) -> int:
-    if value.utcoffset() is None:
-        raise InvalidEventError("must be timezone-aware", field="occurred_at")
-    micros = (value - _EPOCH) // _MICRO
-    if not _MIN_MICROS <= micros <= _MAX_MICROS:
-        raise InvalidEventError("outside the years 1..9999 in UTC", field="occurred_at")
-    return micros
-
-
 # ---- the codec -------------------------------------------------------------------------------
 
 
@@ -345,12 +338,18 @@ class EventCodec:
             raise InvalidEventError(f"unknown body type {type(event.body).__name__}", field="body")
         name, to_record = converter
         key = event.key
+        occurred_at = event.occurred_at
+        if occurred_at.utcoffset() is None:
+            raise InvalidEventError("must be timezone-aware", field="occurred_at")
+        micros = (occurred_at - _EPOCH) // _MICRO
+        if not _MIN_MICROS <= micros <= _MAX_MICROS:
+            raise InvalidEventError("outside the years 1..9999 in UTC", field="occurred_at")
         return {
             "event_id": event.event_id,
             "tenant_id": key.tenant_id,
             "user_id": key.user_id,
             "conversation_id": key.conversation_id,
-            "occurred_at": _micros(event.occurred_at),
+            "occurred_at": micros,
             "producer": event.producer,
             "body": (name, to_record(event.body)),
         }

@@ -127,13 +127,8 @@ class ConversationProducer:
         occurred_at: datetime | None = None,
     ) -> tuple[Event, bytes]:
         """Validate and encode an event without appending it (what :meth:`append` sends)."""
-        event = Event(
-            event_id=event_id or self._new_id(),
-            key=key,
-            occurred_at=occurred_at or self._clock(),
-            producer=self._producer,
-            body=body,
-        )
+        # Event's fields in order (positional: the hot path's one construction per append).
+        event = Event(event_id or self._new_id(), key, occurred_at or self._clock(), self._producer, body)
         validate_event(event)
         data = self._codec.encode(event)
         if len(data) > self._max_event_bytes:
