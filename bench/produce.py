@@ -48,7 +48,9 @@ def make_events(n: int, conversations: int) -> list[Event]:
     return [
         Event(
             event_id=str(uuid.uuid4()),
-            key=ConversationKey("bench", f"user-{i % 97}", f"conv-{i % conversations}"),
+            # conversation c belongs to one user: `conversations` keys in all (97 users x 500
+            # conversation ids made 10,000 distinct keys of 10,000 events, one event each)
+            key=ConversationKey("bench", f"user-{i % conversations % 97}", f"conv-{i % conversations}"),
             occurred_at=now,
             producer="bench",
             body=MessageAppended(message_id=f"m{i}", role="user" if i % 2 == 0 else "assistant", content=TEXT),
