@@ -177,6 +177,38 @@ def _compile_record(schema: Any, named: dict[str, Writer], kinds: dict[str, str]
     return write
 
 
+def compile_object_writer(
+    schema: Any,
+    named: dict[str, Writer],
+    kinds: dict[str, str],
+    *,
+    fetch: dict[str, str],
+    writers: dict[str, Writer],
+    namespace: dict[str, Any],
+) -> Writer:
+    """A writer of the record ``schema`` from an object instead of a dict (no record to build
+    first): field ``f`` is the Python expression ``fetch[f]`` over ``value`` (names it uses come
+    from ``namespace``), or ``value.f``; it is written by ``writers[f]`` or as the field's type.
+    Every value is fetched before any is written, as when the record was built first. ``named``
+    and ``kinds`` must hold the schema's named types (a writer compiled from the whole schema)."""
+    named, kinds = dict(named), dict(kinds)  # compiling the fields again must not replace the codec's own
+    ns: dict[str, Any] = {**namespace, "_write_long": _write_long}
+    fields = schema["fields"]
+    lines = ["def write_object(value, out):"]
+    lines += [f"    v{i} = {fetch.get(f['name'], 'value.' + f['name'])}" for i, f in enumerate(fields)]
+    for i, f in enumerate(fields):
+        ns[f"w{i}"] = writers.get(f["name"]) or compile_writer(f["type"], named, kinds)
+        lines.append(f"    v = v{i}")
+        if f["name"] in writers:
+            lines.append(f"    w{i}(v, out)")
+        else:
+            lines.extend("    " + line for line in _field_lines(f["type"], f"w{i}", kinds, ns))
+    lines.append("    return None")
+    exec("\n".join(lines), ns)  # noqa: S102 - source built from the schema's field names and the caller's expressions
+    write: Writer = ns["write_object"]
+    return write
+
+
 _STRING_LINES: Final = (
     "b = v.encode()",  # a lone surrogate raises UnicodeEncodeError, a ValueError
     "n = len(b)",
