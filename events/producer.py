@@ -144,9 +144,9 @@ class ConversationProducer:
         occurred_at: datetime | None = None,
     ) -> Appended:
         event, data = self.build(key, body, event_id=event_id, occurred_at=occurred_at)
-        # append_built's body, inlined: a coroutine less to make and resume per append.
+        # append_built's body (and appended_at's), inlined: a coroutine less to make and resume per append.
         coordinates = await self._log.append(key=key.encode(), value=data, headers=_type_header(event))
-        return appended_at(event, coordinates)
+        return Appended(event.event_id, coordinates, body.message_id if isinstance(body, MessageAppended) else None)
 
     async def append_built(self, event: Event, data: bytes) -> Appended:
         """Append an event :meth:`build` (or :meth:`build_message`) made, as those bytes."""

@@ -285,7 +285,7 @@ def _non_negative(value: int | None, field: str) -> None:
 
 
 def _check_metadata(metadata: Mapping[str, str]) -> None:
-    if not isinstance(metadata, Mapping):
+    if type(metadata) is not dict and not isinstance(metadata, Mapping):  # a dict: no ABC check
         raise InvalidEventError("must be an object of strings", field="metadata")
     for k, v in metadata.items():
         if not isinstance(k, str) or not isinstance(v, str):
