@@ -126,19 +126,7 @@ def compile_writer(schema: Any, named: dict[str, Writer], kinds: dict[str, str] 
         return _compile_union(schema, named, kinds)
     kind = schema["type"]
     if kind in ("record", "error"):
-        fields: list[tuple[str, Writer, Any]] = []
-
-        def write_record(value: dict[str, Any], out: bytearray) -> None:
-            # A field the value lacks takes the schema's default (as fastavro does): records
-            # built for an older version still write under a newer one.
-            for name, write, default in fields:
-                write(value[name] if default is _REQUIRED else value.get(name, default), out)
-
-        named[schema["name"]], kinds[schema["name"]] = write_record, "record"
-        fields.extend(
-            (f["name"], compile_writer(f["type"], named, kinds), f.get("default", _REQUIRED)) for f in schema["fields"]
-        )
-        return write_record
+        return _compile_record(schema, named, kinds)
     if kind == "enum":
         index = {symbol: i for i, symbol in enumerate(schema["symbols"])}
 
@@ -155,6 +143,115 @@ def compile_writer(schema: Any, named: dict[str, Writer], kinds: dict[str, str] 
     if kind == "fixed":
         raise ValueError("fixed is not used by convlog schemas")
     return _PRIMITIVES[kind]
+
+
+def _compile_record(schema: Any, named: dict[str, Writer], kinds: dict[str, str]) -> Writer:
+    """One generated function per record: its fields written in a row, without a call per
+    field for the common shapes (a string, an absent optional, an empty map or array) — a
+    call per field was most of an event's encoding time. Every other value goes to the
+    field's compiled writer, which also raises for values that do not fit."""
+    name = schema["name"]
+    compiled: list[Writer] = []
+
+    def write_recursive(value: Any, out: bytearray) -> None:  # a reference from inside itself
+        compiled[0](value, out)
+
+    named[name], kinds[name] = write_recursive, "record"
+    namespace: dict[str, Any] = {"_write_long": _write_long}
+    lines = ["def write_record(value, out):"]
+    for i, f in enumerate(schema["fields"]):
+        namespace[f"w{i}"] = compile_writer(f["type"], named, kinds)
+        # A field the value lacks takes the schema's default (as fastavro does): records
+        # built for an older version still write under a newer one.
+        if "default" in f:
+            namespace[f"d{i}"] = f["default"]
+            lines.append(f"    v = value.get({f['name']!r}, d{i})")
+        else:
+            lines.append(f"    v = value[{f['name']!r}]")
+        lines.extend("    " + line for line in _field_lines(f["type"], f"w{i}", kinds, namespace))
+    lines.append("    return None")
+    exec("\n".join(lines), namespace)  # noqa: S102 - source built above from the schema's field names (repr)
+    write: Writer = namespace["write_record"]
+    compiled.append(write)
+    named[name] = write
+    return write
+
+
+def compile_object_writer(
+    schema: Any,
+    named: dict[str, Writer],
+    kinds: dict[str, str],
+    *,
+    fetch: dict[str, str],
+    writers: dict[str, Writer],
+    namespace: dict[str, Any],
+) -> Writer:
+    """A writer of the record ``schema`` from an object instead of a dict (no record to build
+    first): field ``f`` is the Python expression ``fetch[f]`` over ``value`` (names it uses come
+    from ``namespace``), or ``value.f``; it is written by ``writers[f]`` or as the field's type.
+    Every value is fetched before any is written, as when the record was built first. ``named``
+    and ``kinds`` must hold the schema's named types (a writer compiled from the whole schema)."""
+    named, kinds = dict(named), dict(kinds)  # compiling the fields again must not replace the codec's own
+    ns: dict[str, Any] = {**namespace, "_write_long": _write_long}
+    fields = schema["fields"]
+    lines = ["def write_object(value, out):"]
+    lines += [f"    v{i} = {fetch.get(f['name'], 'value.' + f['name'])}" for i, f in enumerate(fields)]
+    for i, f in enumerate(fields):
+        ns[f"w{i}"] = writers.get(f["name"]) or compile_writer(f["type"], named, kinds)
+        lines.append(f"    v = v{i}")
+        if f["name"] in writers:
+            lines.append(f"    w{i}(v, out)")
+        else:
+            lines.extend("    " + line for line in _field_lines(f["type"], f"w{i}", kinds, ns))
+    lines.append("    return None")
+    exec("\n".join(lines), ns)  # noqa: S102 - source built from the schema's field names and the caller's expressions
+    write: Writer = ns["write_object"]
+    return write
+
+
+_STRING_LINES: Final = (
+    "b = v.encode()",  # a lone surrogate raises UnicodeEncodeError, a ValueError
+    "n = len(b)",
+    "if n < 64:",
+    "    out.append(n << 1)",  # zigzag(n), one byte
+    "else:",
+    "    _write_long(n, out)",
+    "out += b",
+)
+
+
+def _field_lines(field_type: Any, writer: str, kinds: dict[str, str], namespace: dict[str, Any]) -> list[str]:
+    """Source writing ``v`` as ``field_type``: inline for the common shapes, else ``writer``
+    (the field's compiled writer), which writes the same bytes for those shapes too."""
+    call = f"{writer}(v, out)"
+    if field_type == "string":
+        return ["if type(v) is str:", *("    " + line for line in _STRING_LINES), "else:", "    " + call]
+    if isinstance(field_type, dict) and field_type.get("type") == "enum":
+        # The symbol's index, zigzagged and varint-encoded once; an unknown one raises in writer.
+        symbols = {s: _long_bytes(i) for i, s in enumerate(field_type["symbols"])}
+        namespace[f"{writer}_symbols"] = symbols
+        return [f"b = {writer}_symbols.get(v) if type(v) is str else None", "if b is None:", "    " + call, "else:",
+                "    out += b"]  # fmt: skip
+    if isinstance(field_type, list):
+        # As write_union picks: None only fits null; a str fits the first string or enum branch.
+        branch_kinds = [_branch_kind(b, kinds) for b in field_type]
+        lines = []
+        if "null" in branch_kinds and branch_kinds.index("null") < 64:
+            lines += ["if v is None:", f"    out.append({branch_kinds.index('null') << 1})"]
+        text = next((i for i, kind in enumerate(branch_kinds) if kind in ("string", "enum")), None)
+        if text is not None and branch_kinds[text] == "string" and text < 64:
+            lines += [f"{'elif' if lines else 'if'} type(v) is str:", f"    out.append({text << 1})"]
+            lines += ["    " + line for line in _STRING_LINES]
+        return [*lines, "else:", "    " + call] if lines else [call]
+    if isinstance(field_type, dict) and field_type.get("type") in ("array", "map"):
+        return ["if not v:", "    out.append(0)", "else:", "    " + call]  # as _compile_blocks writes it
+    return [call]
+
+
+def _long_bytes(value: int) -> bytes:
+    out = bytearray()
+    _write_long(value, out)
+    return bytes(out)
 
 
 def _branch_name(branch: Any) -> str:
@@ -176,7 +273,10 @@ def _compile_union(branches: list[Any], named: dict[str, Writer], named_kinds: d
     def write_union(value: Any, out: bytearray) -> None:
         if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str) and value[0] in by_name:
             i, write = by_name[value[0]]
-            _write_long(i, out)
+            if i < 64:
+                out.append(i << 1)  # zigzag(i), one byte
+            else:
+                _write_long(i, out)
             write(value[1], out)
             return
         for i, accepts, write in candidates:

@@ -58,18 +58,15 @@ from events.event_types import (
     ToolCallBlock,
     Usage,
 )
+from events.event_writer import compile_event_writer, content_value, micros, tool_call_records, usage_value
 from events.keys import ConversationKey
 
 MAGIC: Final = b"\xc3\x01"
 HEADER_SIZE: Final = 10
 _NS: Final = "convlog.events."
 _TEXT_PART: Final = _NS + "TextPart"
-_IMAGE_PART: Final = _NS + "ImagePart"
 _SCHEMA_FILE: Final = re.compile(r"event\.v([1-9][0-9]*)\.avsc")
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
-_MICRO: Final = timedelta(microseconds=1)
-_MIN_MICROS: Final = (datetime.min.replace(tzinfo=UTC) - _EPOCH) // _MICRO
-_MAX_MICROS: Final = (datetime.max.replace(tzinfo=UTC) - _EPOCH) // _MICRO
 
 Record: TypeAlias = dict[str, Any]
 
@@ -105,37 +102,17 @@ _BLOCK_BODIES: Final[dict[str, Callable[[Record], Block]]] = {
 def _message_record(b: MessageAppended) -> Record:
     if b.blocks:  # the blocks are the truth; the Chat Completions view is derived on read
         return _native_message_record(b)
-    content: Any = b.content
-    if content is not None and not isinstance(content, str):
-        content = [
-            (_TEXT_PART, {"text": p.text})
-            if isinstance(p, TextPart)
-            else (_IMAGE_PART, {"url": p.url, "detail": p.detail})
-            for p in content
-        ]
-    u = b.usage
     return {
         "message_id": b.message_id,
         "role": b.role,
-        "content": content,
+        "content": content_value(b.content),
         "name": b.name,
-        "tool_calls": [{"id": t.id, "name": t.name, "arguments": t.arguments} for t in b.tool_calls],
+        "tool_calls": tool_call_records(b.tool_calls),
         "tool_call_id": b.tool_call_id,
         "reasoning_content": b.reasoning_content,
         "thinking_duration_ms": b.thinking_duration_ms,
         "model": b.model,
-        "usage": None
-        if u is None
-        else (
-            _NS + "Usage",
-            {
-                "prompt_tokens": u.prompt_tokens,
-                "completion_tokens": u.completion_tokens,
-                "cached_tokens": u.cached_tokens,
-                "reasoning_tokens": u.reasoning_tokens,
-                "cache_write_tokens": u.cache_write_tokens,
-            },
-        ),
+        "usage": usage_value(b.usage),
         "finish_reason": b.finish_reason,
         "metadata": b.metadata,
         "blocks": [],
@@ -248,24 +225,24 @@ _FROM_RECORD: Final[dict[str, Callable[[Record], EventBody]]] = {
 }
 
 
+def _body_record(body: EventBody) -> tuple[str, Record]:
+    """The body union's value: the branch's name and the body's record."""
+    converter = _TO_RECORD.get(type(body))
+    if converter is None:
+        raise InvalidEventError(f"unknown body type {type(body).__name__}", field="body")
+    name, to_record = converter
+    return name, to_record(body)
+
+
 # Keys repeat from event to event (a conversation is many events): validate each one once.
 _conversation_key: Final = functools.lru_cache(maxsize=4096)(ConversationKey)
-
-
-def _micros(value: datetime) -> int:
-    if value.utcoffset() is None:
-        raise InvalidEventError("must be timezone-aware", field="occurred_at")
-    micros = (value - _EPOCH) // _MICRO
-    if not _MIN_MICROS <= micros <= _MAX_MICROS:
-        raise InvalidEventError("outside the years 1..9999 in UTC", field="occurred_at")
-    return micros
 
 
 # ---- the codec -------------------------------------------------------------------------------
 
 
 class _Version:
-    __slots__ = ("fingerprint", "number", "read", "schema", "write")
+    __slots__ = ("fingerprint", "number", "read", "schema", "write", "write_event")
 
     def __init__(self, number: int, path: Path) -> None:
         try:
@@ -274,7 +251,10 @@ class _Version:
             self.schema = cast("Record", parse_schema(_strip_logical_types(raw), named_schemas={}))
             self.fingerprint = bytes.fromhex(avro_fingerprint(to_parsing_canonical_form(raw), "CRC-64-AVRO"))
             self.read = compile_reader(self.schema, {})
-            self.write = compile_writer(self.schema, {})
+            named: dict[str, Any] = {}
+            kinds: dict[str, str] = {}
+            self.write = compile_writer(self.schema, named, kinds)
+            self.write_event = compile_event_writer(self.schema, named, kinds, _body_record)
         except Exception as e:  # anything wrong with a schema file is a configuration error
             raise ConfigurationError(f"cannot load Avro schema {path}: {e!r}") from e
         self.number = number
@@ -331,7 +311,10 @@ class EventCodec:
         """Raises :class:`InvalidEventError` when the event does not fit the schema."""
         try:
             out = bytearray(self._header)
-            self._current.write(self.to_record(event), out)
+            if self._current.write_event is None:
+                self._current.write(self.to_record(event), out)
+            else:  # the same bytes, without making the record first (events.event_writer)
+                self._current.write_event(event, out)
         except InvalidEventError:
             raise
         except (KeyError, ValueError, TypeError, AttributeError, OverflowError) as e:
@@ -340,19 +323,15 @@ class EventCodec:
 
     def to_record(self, event: Event) -> Record:
         """The event as the Avro record the current schema writes (fastavro's value shapes)."""
-        converter = _TO_RECORD.get(type(event.body))
-        if converter is None:
-            raise InvalidEventError(f"unknown body type {type(event.body).__name__}", field="body")
-        name, to_record = converter
         key = event.key
         return {
             "event_id": event.event_id,
             "tenant_id": key.tenant_id,
             "user_id": key.user_id,
             "conversation_id": key.conversation_id,
-            "occurred_at": _micros(event.occurred_at),
+            "occurred_at": micros(event.occurred_at),
             "producer": event.producer,
-            "body": (name, to_record(event.body)),
+            "body": _body_record(event.body),
         }
 
     def decode(self, data: bytes | memoryview) -> Event:

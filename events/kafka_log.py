@@ -50,6 +50,9 @@ _POSITION_CHECK_S = 0.05
 # reads the reader's partitions are paused, so it sends no fetch at all while idle; this bounds
 # how long a read that waits at a partition's end (tail) keeps the connection busy.
 _READER_FETCH_WAIT_MS = 100
+# Keys whose partition is remembered (murmur2 in Python is ~2.5 µs a key; a conversation's
+# events share one key). Past this many the memo starts over.
+_PARTITION_MEMO_SIZE = 65536
 
 
 def convert_kafka_error(e: BaseException, *, action: str) -> LogError:
@@ -82,6 +85,7 @@ class KafkaEventLog:
         self._deadlines = _AckDeadlines(append_timeout_s)
         self._consumer: AIOKafkaConsumer | None = None
         self._next: dict[int, int] = {}  # where the reader's fetch position is, per assigned partition
+        self._partition_of: dict[bytes, int] = {}
         # One reader consumer serves every read: concurrent readers (each with its own positions)
         # take turns, or one would receive records fetched from the other's positions.
         self._read_lock = asyncio.Lock()
@@ -148,7 +152,7 @@ class KafkaEventLog:
 
     async def append(self, *, key: bytes, value: bytes, headers: Sequence[tuple[str, bytes]] = ()) -> Coordinates:
         self._check_open()
-        partition = partition_for_key(key, self._partition_count)
+        partition = self._partition(key)
         # send() itself is bounded by request_timeout_ms (metadata and buffer waits); the
         # acknowledgement is not — aiokafka retries a batch for as long as the broker is away.
         sending = self._producer.send(self._topic, value, key=key, partition=partition, headers=list(headers))
@@ -161,7 +165,7 @@ class KafkaEventLog:
         self._check_open()
         if not values:
             return []
-        partition = partition_for_key(key, self._partition_count)
+        partition = self._partition(key)
         limit = self._max_request_size
         too_large = LogError(
             f"appending {len(values)} records to {self._topic}[{partition}] as one batch: together they exceed "
@@ -177,6 +181,14 @@ class KafkaEventLog:
         sending = self._producer.send_batch(batch, self._topic, partition=partition)
         metadata = await self._acknowledged(sending, partition)
         return [Coordinates(metadata.partition, metadata.offset + i) for i in range(len(values))]
+
+    def _partition(self, key: bytes) -> int:
+        partition = self._partition_of.get(key)
+        if partition is None:
+            if len(self._partition_of) >= _PARTITION_MEMO_SIZE:
+                self._partition_of.clear()
+            partition = self._partition_of[key] = partition_for_key(key, self._partition_count)
+        return partition
 
     async def _acknowledged(self, sending: Awaitable[asyncio.Future[Any]], partition: int) -> Any:
         """The broker's acknowledgement of a send (RecordMetadata; of a batch: its first offset)."""

@@ -10,7 +10,7 @@ import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import cast
+from typing import Any, cast
 
 from events.errors import InvalidEventError
 from events.event_types import (
@@ -79,8 +79,18 @@ def check_storable(event: Event) -> None:
 
 
 def _bad(text: str) -> bool:
-    # An ASCII string holds no surrogate: a NUL is all to look for (memchr, not a regex).
-    return ("\x00" in text) if text.isascii() else _UNSTORABLE.search(text) is not None
+    # An ASCII string holds no surrogate: a NUL is all to look for (memchr, not a regex). Any
+    # other string: a NUL, or a surrogate, which is exactly what UTF-8 cannot encode (strict
+    # encoding is a C loop, three times as fast as the regex on CJK text).
+    if "\x00" in text:
+        return True
+    if text.isascii():
+        return False
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 _LEAVES = frozenset({type(None), bool, int, float, datetime})
@@ -92,35 +102,45 @@ _GETTERS: dict[type, Callable[[object], tuple[object, ...]]] = {
 }
 
 
+def _keys_and_values(mapping: Any) -> tuple[object, ...]:
+    return (*mapping, *mapping.values())
+
+
+def _same(items: Any) -> tuple[object, ...]:
+    return cast("tuple[object, ...]", items)  # a list walks as well as a tuple
+
+
+_GETTERS.update({tuple: _same, list: _same, dict: _keys_and_values})
+
+
 def storable(value: object) -> bool:
     """True when no string of ``value`` is unstorable. The projector validates every record it
     reads, so this is the fast walk (about a microsecond an event): the event model's own
-    shapes by exact type, each object's fields fetched in one call, empty ones skipped, the
-    checks of :func:`_bad` inlined; the general walk for any other type."""
-    kind = type(value)  # exact types: `type(x) is` does not narrow, hence the casts
+    shapes by exact type, each object's fields fetched in one call, empty ones skipped; the
+    general walk for any other type. (Values are ``Any`` here: ``type(x) is`` does not narrow,
+    and a ``cast`` is a function call per string.)"""
+    item: Any = value
+    kind = type(item)
     if kind is str:
-        return not _bad(cast("str", value))
+        return not _bad(item)
     if kind in _LEAVES:
         return True
-    items: Sequence[object]
     getter = _GETTERS.get(kind)
-    if getter is not None:
-        items = getter(value)
-    elif kind is tuple or kind is list:
-        items = cast("Sequence[object]", value)
-    elif kind is dict:
-        mapping = cast("dict[object, object]", value)
-        items = (*mapping, *mapping.values())
-    else:
+    if getter is None:
         return _unstorable_path(value) is None
+    items: Sequence[Any] = getter(item)
     for item in items:
         if not item:  # None, "", 0 and empty containers: most optional fields, nothing to look at
             continue
         kind = type(item)
-        if kind is str:
-            text = cast("str", item)
-            if ("\x00" in text) if text.isascii() else _UNSTORABLE.search(text):
+        if kind is str:  # _bad, inlined: most of an event's strings are walked here
+            if "\x00" in item:
                 return False
+            if not item.isascii():
+                try:
+                    item.encode()
+                except UnicodeEncodeError:
+                    return False
         elif kind not in _LEAVES and not storable(item):
             return False
     return True

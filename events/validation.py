@@ -262,7 +262,7 @@ def _check_json_text(text: object, field: str, *, object_only: bool = False) -> 
 def _require_id(value: str, field: str) -> None:
     if not isinstance(value, str):
         raise InvalidEventError("must be a string", field=field)
-    if not value.strip():
+    if not value or value.isspace():  # as `not value.strip()`, without a copy
         raise InvalidEventError("must not be empty", field=field)
     if len(value) > MAX_ID_LENGTH:
         raise InvalidEventError(f"longer than {MAX_ID_LENGTH} characters", field=field)
@@ -271,7 +271,7 @@ def _require_id(value: str, field: str) -> None:
 def _require_text(value: str | None, field: str) -> None:
     if not isinstance(value, str):
         raise InvalidEventError("must be a string", field=field)
-    if not value.strip():
+    if not value or value.isspace():
         raise InvalidEventError("must not be empty", field=field)
 
 
@@ -285,7 +285,7 @@ def _non_negative(value: int | None, field: str) -> None:
 
 
 def _check_metadata(metadata: Mapping[str, str]) -> None:
-    if not isinstance(metadata, Mapping):
+    if type(metadata) is not dict and not isinstance(metadata, Mapping):  # a dict: no ABC check
         raise InvalidEventError("must be an object of strings", field="metadata")
     for k, v in metadata.items():
         if not isinstance(k, str) or not isinstance(v, str):
