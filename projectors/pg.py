@@ -18,6 +18,7 @@ import random
 import re
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, TypeAlias, TypeVar
 
 import psycopg
@@ -32,6 +33,7 @@ from projectors.pool_check import IdleCheck
 
 __all__ = [
     "PgPool",
+    "SessionLimits",
     "convert_pg_error",
     "describe_url",
     "is_refusal_sqlstate",
@@ -54,6 +56,14 @@ _RETRIABLE_SQLSTATES = frozenset(
         "57P02",  # crash_shutdown: another backend crashed, the server restarts
         "57P03",  # cannot_connect_now: starting up / recovering
         "57P05",  # idle_session_timeout: the server closed an idle session
+        # A session's own limits (SessionLimits): a lock held by a stalled or slower transaction,
+        # or a statement slower than its bound, is worth another attempt on a fresh transaction; so
+        # is a session Postgres ended for idling in a transaction (a frozen projector, resumed: the
+        # positions fence then refuses its batch).
+        "55P03",  # lock_not_available: lock_timeout
+        "57014",  # query_canceled: statement_timeout (or pg_cancel_backend)
+        "25P03",  # idle_in_transaction_session_timeout
+        "25P04",  # transaction_timeout
         "40001",  # serialization_failure
         "40P01",  # deadlock_detected
     }
@@ -90,6 +100,60 @@ _PERMANENT_CONNECT_FAILURES = re.compile(
     r"|invalid (connection option|URI|integer value)|missing \"=\" after"
 )
 _DEFAULT_CONNECT_TIMEOUT_S = 10
+# TCP keepalives on every connection, both ends: a peer gone silent (a network partition, a
+# machine powered off) is found after idle + interval * count = 25 s instead of the kernel's
+# two hours. The client's (libpq) end the driver's wait; the server's (its tcp_keepalives_*
+# settings, per session) end the backend of a client that vanished, releasing its locks.
+# A URL's own keepalives_* parameters win over these.
+KEEPALIVES_IDLE_S, KEEPALIVES_INTERVAL_S, KEEPALIVES_COUNT = 10, 5, 3
+
+
+@dataclass(frozen=True, slots=True)
+class SessionLimits:
+    """Bounds a pool's sessions put on themselves (seconds; None or 0: Postgres' default, no bound).
+
+    ``lock_timeout_s``: a statement waiting that long for a lock fails (SQLSTATE 55P03, retriable).
+    ``statement_timeout_s``: a statement running that long is cancelled (57014, retriable).
+    ``idle_in_transaction_timeout_s``: Postgres ends a session idle that long inside a
+    transaction (a frozen client), so its locks are released.
+    """
+
+    lock_timeout_s: float | None = None
+    statement_timeout_s: float | None = None
+    idle_in_transaction_timeout_s: float | None = None
+
+    def server_settings(self) -> dict[str, str]:
+        """The session settings (name -> value in milliseconds or seconds) these limits mean,
+        with the server's end of the TCP keepalives."""
+        out = {
+            "tcp_keepalives_idle": str(KEEPALIVES_IDLE_S),
+            "tcp_keepalives_interval": str(KEEPALIVES_INTERVAL_S),
+            "tcp_keepalives_count": str(KEEPALIVES_COUNT),
+        }
+        for name, seconds in (
+            ("lock_timeout", self.lock_timeout_s),
+            ("statement_timeout", self.statement_timeout_s),
+            ("idle_in_transaction_session_timeout", self.idle_in_transaction_timeout_s),
+        ):
+            if seconds:
+                out[name] = str(max(1, round(seconds * 1000)))
+        return out
+
+
+class _ConfigureSession:
+    """The pool's ``configure`` callback: one round trip per new connection sets its limits.
+    ``set_config`` rather than the startup packet's ``options``: poolers such as PgBouncer
+    refuse unknown startup parameters."""
+
+    def __init__(self, settings: dict[str, str]) -> None:
+        self._names, self._values = list(settings), list(settings.values())
+
+    async def __call__(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        await conn.execute(
+            "SELECT set_config(name, value, false) FROM unnest(%s::text[], %s::text[]) AS s(name, value)",
+            [self._names, self._values],
+        )
+        await conn.commit()  # the pool takes only idle connections
 
 
 def is_retriable_sqlstate(sqlstate: str) -> bool:
@@ -206,6 +270,7 @@ async def open_pool(
     name: str = "convlog",
     timeout_s: float = 30.0,
     acquire_timeout_s: float = 5.0,
+    limits: SessionLimits | None = None,
 ) -> PgPool:
     """An opened pool of non-autocommit connections (``application_name`` = ``name``).
 
@@ -214,6 +279,8 @@ async def open_pool(
     and report themselves not ready, instead of hanging. Connections unused for over a second are
     checked when taken from the pool, so ones broken by a server restart are replaced instead of
     handed out (:mod:`projectors.pool_check`: a busy pool pays no round trip for the check).
+    Every connection has TCP keepalives at both ends (KEEPALIVES_*); ``limits`` bounds what its
+    sessions wait for and how long they may idle in a transaction (:class:`SessionLimits`).
     Raises :class:`StoreUnavailableError` (retriable) if Postgres cannot be reached in time,
     :class:`ProjectionError` if it refuses us for good (no such database or role, bad password)
     and :class:`~events.errors.ConfigurationError` for a malformed URL.
@@ -225,6 +292,9 @@ async def open_pool(
     kwargs: dict[str, Any] = {"autocommit": False, "application_name": name}
     if "connect_timeout" not in params:
         kwargs["connect_timeout"] = _DEFAULT_CONNECT_TIMEOUT_S
+    if not any(k.startswith("keepalives") for k in params):
+        kwargs |= {"keepalives": 1, "keepalives_idle": KEEPALIVES_IDLE_S,
+                   "keepalives_interval": KEEPALIVES_INTERVAL_S, "keepalives_count": KEEPALIVES_COUNT}  # fmt: skip
     pool: PgPool = psycopg_pool.AsyncConnectionPool(
         url,
         min_size=min_size,
@@ -234,6 +304,7 @@ async def open_pool(
         open=False,
         timeout=acquire_timeout_s,
         check=IdleCheck(),
+        configure=_ConfigureSession((limits or SessionLimits()).server_settings()),
     )
     action = f"open pool {name!r} to {describe_url(url)}"
     try:

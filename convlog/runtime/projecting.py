@@ -19,9 +19,10 @@ from events.log import EventLog
 from projectors.kafka_source import KafkaGroupSource
 from projectors.log_source import LogSource
 from projectors.migrate import migrate
-from projectors.pg import PgPool, open_pool, retrying
+from projectors.pg import PgPool, SessionLimits, open_pool, retrying
 from projectors.ports import RecordSource
 from projectors.runner import Projector, ProjectorStats
+from projectors.stalled_sessions import watch_stalled_blockers
 from projectors.store import PostgresProjectionStore
 from projectors.tokens import TokenCounter
 from projectors.topics import claim_topic
@@ -29,6 +30,19 @@ from projectors.versions import ProjectionVersion, ensure_live_version, live_ver
 from projectors.window import WindowPolicy
 
 log = structlog.get_logger(__name__)
+
+POOL_NAME = "convlog-projector"  # its sessions' application_name: the stalled-session watch looks for it
+
+
+def projector_session_limits(settings: Settings) -> SessionLimits:
+    """What a projector's Postgres sessions may wait for and idle in a transaction: a frozen
+    projector's locks are released, and its successor's batch fails (retriable) instead of
+    waiting on them for minutes."""
+    return SessionLimits(
+        lock_timeout_s=settings.projector_lock_timeout_s,
+        statement_timeout_s=settings.projector_statement_timeout_s,
+        idle_in_transaction_timeout_s=settings.projector_idle_in_transaction_timeout_s,
+    )
 
 
 def build_projector(
@@ -185,8 +199,10 @@ async def run_projector(settings: Settings, stop: asyncio.Event) -> LiveProjecto
         await retrying(lambda: migrate(url, legacy_window=legacy), action="migrating")  # waits out a Postgres outage
     finally:
         await topic
-    pool = await retrying(lambda: open_pool(url, name="convlog-projector"), action="connecting")
+    limits = projector_session_limits(settings)
+    pool = await retrying(lambda: open_pool(url, name=POOL_NAME, limits=limits), action="connecting")
     event_log = None
+    watch: asyncio.Task[None] | None = None
     try:
         if not settings.kafka_bootstrap:
             event_log = await open_event_log(settings)
@@ -194,9 +210,16 @@ async def run_projector(settings: Settings, stop: asyncio.Event) -> LiveProjecto
         registry = CollectorRegistry()
         registry.register(ProjectorCollector(projector))
         start_metrics_endpoint(registry, settings)
+        if limits.idle_in_transaction_timeout_s:  # Postgres ends an idle one; this, one frozen in a COPY
+            watch = asyncio.create_task(watch_stalled_blockers(
+                pool, stop, application_name=POOL_NAME, stalled_s=limits.idle_in_transaction_timeout_s))  # fmt: skip
         await projector.run(stop)
         return projector
     finally:
+        if watch is not None:
+            watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watch
         if event_log is not None:
             await event_log.close()
         await pool.close()
