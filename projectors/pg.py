@@ -14,6 +14,7 @@ block of Postgres work (keep the block to Postgres work: it converts ``Connectio
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import random
 import re
 from collections.abc import Awaitable, Callable, Iterator
@@ -35,6 +36,7 @@ __all__ = [
     "PgPool",
     "SessionLimits",
     "convert_pg_error",
+    "database_identity",
     "describe_url",
     "is_refusal_sqlstate",
     "is_retriable_sqlstate",
@@ -318,6 +320,33 @@ async def open_pool(
         await pool.close()
         raise
     return pool
+
+
+_UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]")
+
+
+async def database_identity(pool: PgPool) -> str:
+    """``<database name>-<8 hex>``: which database this is, across servers — its name, readable,
+    and a hash of the server's system identifier (``pg_control_system()``, set when the cluster
+    was initialised) with that name. Two deployments' databases differ in it even when they share
+    a name (``convlog`` on two servers); a physical clone (a restored base backup, a promoted
+    replica) keeps the system identifier, so it names itself as its original does. Where the
+    identifier may not be read (a managed service restricting the function), the name alone."""
+    with pg_errors("reading the database's identity"):
+        async with pool.connection() as conn:
+            name_row = await (await conn.execute("SELECT current_database()")).fetchone()
+            assert name_row is not None
+            name = str(name_row[0])
+            try:
+                async with conn.transaction():  # a savepoint: a refusal leaves the connection usable
+                    row = await (await conn.execute("SELECT system_identifier FROM pg_control_system()")).fetchone()
+            except psycopg.errors.InsufficientPrivilege:
+                row = None
+    readable = _UNSAFE_NAME_CHARS.sub("_", name)[:48]
+    if row is None:
+        return readable
+    digest = hashlib.sha256(f"{row[0]}/{name}".encode()).hexdigest()[:8]
+    return f"{readable}-{digest}"
 
 
 async def _connect_failure(url: str, kwargs: dict[str, Any]) -> psycopg.Error | None:
