@@ -92,6 +92,11 @@ class Settings(BaseSettings):
         description="tiktoken encodings the projector counts and stores, comma-separated (`o200k_base`, "
         "`cl100k_base`); a context for a model on another one counts its messages when read (cached)",
     )  # fmt: skip
+    kafka_ack_timeout_s: float = Field(
+        30.0, gt=0,
+        description="how long an append waits for Kafka's acknowledgement before it answers 503 (retriable; it may "
+        "still be written: retry with the same Idempotency-Key)",
+    )  # fmt: skip
     kafka_session_timeout_ms: int = Field(
         10_000, ge=1, description="consumer-group session timeout of the projector and the summarizer"
     )
