@@ -139,7 +139,7 @@ async def test_a_session_frozen_in_a_copy_is_ended_once_it_blocks_another(pool: 
     try:
         await asyncio.sleep(1.5)  # past the bound: Postgres' idle-in-transaction timeout does not apply in a COPY
         assert await _state(db_url, pid) == ("active", "ClientRead")
-        assert await end_stalled_blockers(pool, application_name=APP, stalled_s=1.0) == []  # blocks nobody
+        assert await end_stalled_blockers(pool, applications=[APP], stalled_s=1.0) == []  # blocks nobody
 
         async def successor() -> None:
             async def batch() -> None:
@@ -151,12 +151,12 @@ async def test_a_session_frozen_in_a_copy_is_ended_once_it_blocks_another(pool: 
         waiting = asyncio.create_task(successor())
         await asyncio.sleep(0.2)  # waiting for the frozen session's lock
         # A bound it has not stalled for yet: left alone; then past it, ended.
-        assert await end_stalled_blockers(pool, application_name=APP, stalled_s=60.0) == []
-        assert await end_stalled_blockers(pool, application_name="another-app", stalled_s=1.0) == []
+        assert await end_stalled_blockers(pool, applications=[APP], stalled_s=60.0) == []
+        assert await end_stalled_blockers(pool, applications=["another-app"], stalled_s=1.0) == []
         began = time.monotonic()
         ended: list[int] = []
         while not ended and time.monotonic() - began < 5:  # between lock timeouts the successor is not waiting
-            ended = await end_stalled_blockers(pool, application_name=APP, stalled_s=1.0)
+            ended = await end_stalled_blockers(pool, applications=[APP], stalled_s=1.0)
             await asyncio.sleep(0.05)
         assert ended == [pid]
         await asyncio.wait_for(waiting, 5)

@@ -31,7 +31,10 @@ from projectors.window import WindowPolicy
 
 log = structlog.get_logger(__name__)
 
-POOL_NAME = "convlog-projector"  # its sessions' application_name: the stalled-session watch looks for it
+POOL_NAME = "convlog-projector"  # its sessions' application_name
+# The application names of processes that project (``convlog project``, ``convlog serve`` with its
+# projector): a stalled session of one that blocks another's batch is ended (projectors.stalled_sessions).
+PROJECTING_APPLICATIONS = (POOL_NAME, "convlog-serve")
 
 
 def projector_session_limits(settings: Settings) -> SessionLimits:
@@ -159,6 +162,25 @@ class LiveProjector:
         return version.schema
 
     async def run(self, stop: asyncio.Event) -> None:
+        """Project until ``stop`` is set. With Kafka, other processes may own these partitions
+        next: meanwhile a stalled session (a frozen process's) that blocks this one's batches is
+        ended, see :mod:`projectors.stalled_sessions`."""
+        stalled_s = self._settings.projector_idle_in_transaction_timeout_s
+        if not (self._settings.kafka_bootstrap and stalled_s):
+            return await self._run(stop)
+        watching = asyncio.Event()
+        watch = asyncio.create_task(
+            watch_stalled_blockers(self._pool, watching, applications=PROJECTING_APPLICATIONS, stalled_s=stalled_s)
+        )
+        try:
+            await self._run(stop)
+        finally:
+            watching.set()
+            watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watch
+
+    async def _run(self, stop: asyncio.Event) -> None:
         schema = self.schema if self.current is not None else await self.start_version()
         while True:
             assert self.current is not None
@@ -221,7 +243,6 @@ async def run_projector(settings: Settings, stop: asyncio.Event) -> LiveProjecto
     limits = projector_session_limits(settings)
     pool = await retrying(lambda: open_pool(url, name=POOL_NAME, limits=limits), action="connecting")
     event_log = None
-    watch: asyncio.Task[None] | None = None
     try:
         if not settings.kafka_bootstrap:
             event_log = await open_event_log(settings)
@@ -229,16 +250,9 @@ async def run_projector(settings: Settings, stop: asyncio.Event) -> LiveProjecto
         registry = CollectorRegistry()
         registry.register(ProjectorCollector(projector))
         start_metrics_endpoint(registry, settings)
-        if limits.idle_in_transaction_timeout_s:  # Postgres ends an idle one; this, one frozen in a COPY
-            watch = asyncio.create_task(watch_stalled_blockers(
-                pool, stop, application_name=POOL_NAME, stalled_s=limits.idle_in_transaction_timeout_s))  # fmt: skip
         await projector.run(stop)
         return projector
     finally:
-        if watch is not None:
-            watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watch
         if event_log is not None:
             await event_log.close()
         await pool.close()

@@ -9,6 +9,7 @@ ends an idle transaction (``idle_in_transaction_session_timeout``), the projecto
 in a COPY (no Postgres timeout interrupts that wait), and a lock wait fails retriably
 (``lock_timeout``) instead of lasting until TCP gives up. The frozen process is then resumed: its
 batch is refused by the positions fence, nothing is applied twice, ``convlog verify`` is clean.
+The frozen member is a ``convlog project``, or a ``convlog serve`` running its projector.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import asyncio
 import contextlib
 import random
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -26,10 +29,10 @@ import pytest
 from convlog.settings import Settings
 from convlog.wiring import make_producer
 from events.kafka_log import KafkaEventLog
-from tests.cluster.group_members import Member, start_member
+from tests.cluster.group_members import REPO, Member, start_member
 from tests.cluster.test_projector_group_failover import Appends, Readable, until
 from tests.projection_support import Projection
-from tests.support import convlog_cli, unique_topic
+from tests.support import convlog_cli, free_port, unique_topic
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres, pytest.mark.slow]
 
@@ -64,6 +67,19 @@ def tcp_ports(pid: int) -> list[int]:
     return ports
 
 
+def start_serve_member(name: str, env: dict[str, str], log_dir: Path) -> Member:
+    """``convlog serve`` with its projector (no summarizer) as a member of the group, as
+    :func:`start_member` starts ``convlog project``: its sessions are the API's pool's, with no
+    limits of their own, so only the other member ends its stalled transaction."""
+    log_file = log_dir / f"{name}.log"
+    serve_env = {**env, "CONVLOG_LOG_LEVEL": "info", "CONVLOG_HTTP_PORT": str(free_port()),
+                 "CONVLOG_API_TOKENS": "acme:frozen-test-token"}  # fmt: skip
+    with log_file.open("ab") as out:
+        process = subprocess.Popen([sys.executable, "-m", "convlog.cli.main", "serve", "--no-summarizer"],
+                                   cwd=REPO, env=serve_env, stdout=out, stderr=out)  # fmt: skip
+    return Member(name, None, process, log_file)
+
+
 async def freeze_mid_transaction(member: Member, url: str, wanted: str, attempts: int = 400) -> int:
     """SIGSTOP ``member`` until it is caught inside a batch's transaction in state ``wanted``
     (``idle`` or ``copy``); the frozen session's backend pid."""
@@ -79,9 +95,13 @@ async def freeze_mid_transaction(member: Member, url: str, wanted: str, attempts
     pytest.fail(f"never caught {member.name} {wanted} in a transaction in {attempts} attempts\n{member.tail()}")
 
 
-@pytest.mark.parametrize("frozen_in", ["idle", "copy"])
+@pytest.mark.parametrize(
+    ("frozen_role", "frozen_in"),
+    [("project", "idle"), ("project", "copy"), ("serve", "idle")],
+    ids=["project-idle-in-transaction", "project-in-a-copy", "serve-idle-in-transaction"],
+)
 async def test_a_frozen_projector_does_not_block_its_successor(
-    frozen_in: str, kafka_bootstrap: str, projection: Projection, tmp_path: Path
+    frozen_role: str, frozen_in: str, kafka_bootstrap: str, projection: Projection, tmp_path: Path
 ) -> None:
     topic = unique_topic("frozen")
     settings = Settings(kafka_bootstrap=kafka_bootstrap, topic=topic, partitions=2)
@@ -96,7 +116,10 @@ async def test_a_frozen_projector_does_not_block_its_successor(
     }
     appends = Appends(make_producer(log, settings, producer="frozen-test"))
     readable = Readable(projection)
-    first = start_member("first", env, tmp_path, instance_id=None)
+    if frozen_role == "serve":
+        first = start_serve_member("first", env, tmp_path)
+    else:
+        first = start_member("first", env, tmp_path, instance_id=None)
     members = [first]
     tasks = [asyncio.create_task(appends.run()), asyncio.create_task(readable.run())]
     try:
@@ -139,8 +162,8 @@ async def test_a_frozen_projector_does_not_block_its_successor(
         await log.close()
 
     frozen.changes()  # its log read to the end: the fence's refusals counted
-    print(f"frozen {frozen_in}: partition {frozen_partition} projected again {takeover_s:.1f} s after the freeze;"
-          f" the resumed member's batches refused by the fence: {frozen.conflicts}")  # fmt: skip
+    print(f"frozen {frozen_role} {frozen_in}: partition {frozen_partition} projected again {takeover_s:.1f} s"
+          f" after the freeze; the resumed member's batches refused by the fence: {frozen.conflicts}")  # fmt: skip
     assert "ProjectionError" not in frozen_log, frozen.tail()
     assert frozen.conflicts >= 1, frozen.tail()  # it retried its batch when resumed: the positions fence refused it
     # Every acknowledged event projected exactly once, at its coordinates; nothing dead-lettered.
