@@ -92,6 +92,11 @@ class Settings(BaseSettings):
         description="tiktoken encodings the projector counts and stores, comma-separated (`o200k_base`, "
         "`cl100k_base`); a context for a model on another one counts its messages when read (cached)",
     )  # fmt: skip
+    kafka_ack_timeout_s: float = Field(
+        30.0, gt=0,
+        description="how long an append waits for Kafka's acknowledgement before it answers 503 (retriable; it may "
+        "still be written: retry with the same Idempotency-Key)",
+    )  # fmt: skip
     kafka_session_timeout_ms: int = Field(
         10_000, ge=1, description="consumer-group session timeout of the projector and the summarizer"
     )
@@ -101,6 +106,19 @@ class Settings(BaseSettings):
     version_poll_s: float = Field(
         1.0, ge=0.01, description="how often `project` / `serve` check which read-models version is live"
     )
+    # A frozen projector (stopped, paused, partitioned away) must not block its partitions' next
+    # owner on the row locks of its transaction: its sessions bound themselves (0: no bound).
+    projector_lock_timeout_s: float = Field(
+        10.0, ge=0, description="a projector statement waiting that long for a lock fails and is retried"
+    )
+    projector_statement_timeout_s: float = Field(
+        60.0, ge=0, description="a projector statement running that long is cancelled and retried"
+    )
+    projector_idle_in_transaction_timeout_s: float = Field(
+        30.0, ge=0,
+        description="a projector transaction stalled on its client that long (idle, or inside a COPY) is ended, "
+        "releasing its locks",
+    )  # fmt: skip
     projector: Literal["on", "off"] = Field(
         "on",
         description="`off`: `convlog serve` runs no projector (API only, needs Kafka; `convlog project` runs apart)",

@@ -23,6 +23,7 @@ async def open_event_log(settings: Settings, *, read_only: bool = False) -> Even
             topic=settings.topic,
             partitions=settings.partitions,
             max_request_size=settings.max_event_bytes + 64 * 1024,
+            append_timeout_s=settings.kafka_ack_timeout_s,
         )
     log.info("event_log.embedded", path=str(settings.embedded_log_path))
     return EmbeddedEventLog.open(settings.embedded_log_path, partitions=settings.partitions, read_only=read_only)

@@ -14,6 +14,7 @@ block of Postgres work (keep the block to Postgres work: it converts ``Connectio
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import random
 import re
 from collections.abc import Awaitable, Callable, Iterator
@@ -29,10 +30,19 @@ from psycopg.rows import TupleRow
 from events.errors import ConfigurationError, ConvlogError
 from projectors.errors import ProjectionError, RecordRefusedError, StoreUnavailableError
 from projectors.pool_check import IdleCheck
+from projectors.session_limits import (
+    KEEPALIVES_COUNT,
+    KEEPALIVES_IDLE_S,
+    KEEPALIVES_INTERVAL_S,
+    ConfigureSession,
+    SessionLimits,
+)
 
 __all__ = [
     "PgPool",
+    "SessionLimits",
     "convert_pg_error",
+    "database_identity",
     "describe_url",
     "is_refusal_sqlstate",
     "is_retriable_sqlstate",
@@ -54,6 +64,14 @@ _RETRIABLE_SQLSTATES = frozenset(
         "57P02",  # crash_shutdown: another backend crashed, the server restarts
         "57P03",  # cannot_connect_now: starting up / recovering
         "57P05",  # idle_session_timeout: the server closed an idle session
+        # A session's own limits (SessionLimits): a lock held by a stalled or slower transaction,
+        # or a statement slower than its bound, is worth another attempt on a fresh transaction; so
+        # is a session Postgres ended for idling in a transaction (a frozen projector, resumed: the
+        # positions fence then refuses its batch).
+        "55P03",  # lock_not_available: lock_timeout
+        "57014",  # query_canceled: statement_timeout (or pg_cancel_backend)
+        "25P03",  # idle_in_transaction_session_timeout
+        "25P04",  # transaction_timeout
         "40001",  # serialization_failure
         "40P01",  # deadlock_detected
     }
@@ -206,6 +224,7 @@ async def open_pool(
     name: str = "convlog",
     timeout_s: float = 30.0,
     acquire_timeout_s: float = 5.0,
+    limits: SessionLimits | None = None,
 ) -> PgPool:
     """An opened pool of non-autocommit connections (``application_name`` = ``name``).
 
@@ -214,6 +233,8 @@ async def open_pool(
     and report themselves not ready, instead of hanging. Connections unused for over a second are
     checked when taken from the pool, so ones broken by a server restart are replaced instead of
     handed out (:mod:`projectors.pool_check`: a busy pool pays no round trip for the check).
+    Every connection has TCP keepalives at both ends (KEEPALIVES_*); ``limits`` bounds what its
+    sessions wait for and how long they may idle in a transaction (:class:`SessionLimits`).
     Raises :class:`StoreUnavailableError` (retriable) if Postgres cannot be reached in time,
     :class:`ProjectionError` if it refuses us for good (no such database or role, bad password)
     and :class:`~events.errors.ConfigurationError` for a malformed URL.
@@ -225,6 +246,9 @@ async def open_pool(
     kwargs: dict[str, Any] = {"autocommit": False, "application_name": name}
     if "connect_timeout" not in params:
         kwargs["connect_timeout"] = _DEFAULT_CONNECT_TIMEOUT_S
+    if not any(k.startswith("keepalives") for k in params):
+        kwargs |= {"keepalives": 1, "keepalives_idle": KEEPALIVES_IDLE_S,
+                   "keepalives_interval": KEEPALIVES_INTERVAL_S, "keepalives_count": KEEPALIVES_COUNT}  # fmt: skip
     pool: PgPool = psycopg_pool.AsyncConnectionPool(
         url,
         min_size=min_size,
@@ -234,6 +258,7 @@ async def open_pool(
         open=False,
         timeout=acquire_timeout_s,
         check=IdleCheck(),
+        configure=ConfigureSession((limits or SessionLimits()).server_settings()),
     )
     action = f"open pool {name!r} to {describe_url(url)}"
     try:
@@ -247,6 +272,33 @@ async def open_pool(
         await pool.close()
         raise
     return pool
+
+
+_UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]")
+
+
+async def database_identity(pool: PgPool) -> str:
+    """``<database name>-<8 hex>``: which database this is, across servers — its name, readable,
+    and a hash of the server's system identifier (``pg_control_system()``, set when the cluster
+    was initialised) with that name. Two deployments' databases differ in it even when they share
+    a name (``convlog`` on two servers); a physical clone (a restored base backup, a promoted
+    replica) keeps the system identifier, so it names itself as its original does. Where the
+    identifier may not be read (a managed service restricting the function), the name alone."""
+    with pg_errors("reading the database's identity"):
+        async with pool.connection() as conn:
+            name_row = await (await conn.execute("SELECT current_database()")).fetchone()
+            assert name_row is not None
+            name = str(name_row[0])
+            try:
+                async with conn.transaction():  # a savepoint: a refusal leaves the connection usable
+                    row = await (await conn.execute("SELECT system_identifier FROM pg_control_system()")).fetchone()
+            except psycopg.errors.InsufficientPrivilege:
+                row = None
+    readable = _UNSAFE_NAME_CHARS.sub("_", name)[:48]
+    if row is None:
+        return readable
+    digest = hashlib.sha256(f"{row[0]}/{name}".encode()).hexdigest()[:8]
+    return f"{readable}-{digest}"
 
 
 async def _connect_failure(url: str, kwargs: dict[str, Any]) -> psycopg.Error | None:

@@ -85,6 +85,11 @@ RETRIABLE = [
     errors.IdleSessionTimeout("terminating connection due to idle-session timeout"),
     errors.SerializationFailure("could not serialize access"),
     errors.DeadlockDetected("deadlock detected"),
+    # A session's own limits (SessionLimits): another attempt, on a fresh transaction, can succeed.
+    errors.LockNotAvailable("canceling statement due to lock timeout"),  # 55P03
+    errors.QueryCanceled("canceling statement due to statement timeout"),  # 57014
+    errors.IdleInTransactionSessionTimeout("terminating connection due to idle-in-transaction timeout"),
+    errors.lookup("25P04")("terminating connection due to transaction timeout"),
     psycopg_pool.PoolTimeout("couldn't get a connection after 30.00 sec"),
     psycopg_pool.TooManyRequests("the pool has already 10 requests waiting"),
     TimeoutError("timed out"),
@@ -94,7 +99,6 @@ RETRIABLE = [
 NOT_RETRIABLE = [
     (errors.SyntaxError('syntax error at or near "SELEC"'), "42601"),
     (errors.UndefinedTable('relation "nope" does not exist'), "42P01"),
-    (errors.QueryCanceled("canceling statement due to statement timeout"), "57014"),
     (errors.DatabaseDropped("database dropped"), "57P04"),
     (errors.InternalError_("could not read block"), "XX000"),
 ]

@@ -37,7 +37,10 @@ class RetryPolicy:
     attempts: int = 4
     backoff_s: float = 0.1
     max_backoff_s: float = 2.0
-    total_s: float = 15.0
+    # Longer than serve's default wait for Kafka's acknowledgement (CONVLOG_KAFKA_ACK_TIMEOUT_S,
+    # 30 s): a client gives up on an append only after the service has stopped waiting for it, so
+    # its last try, with the same Idempotency-Key, finds the append if it landed late.
+    total_s: float = 45.0
 
     def __post_init__(self) -> None:
         if self.attempts < 1 or self.backoff_s < 0 or self.max_backoff_s < 0 or self.total_s < 0:

@@ -19,9 +19,10 @@ from events.log import EventLog
 from projectors.kafka_source import KafkaGroupSource
 from projectors.log_source import LogSource
 from projectors.migrate import migrate
-from projectors.pg import PgPool, open_pool, retrying
+from projectors.pg import PgPool, SessionLimits, database_identity, open_pool, retrying
 from projectors.ports import RecordSource
 from projectors.runner import Projector, ProjectorStats
+from projectors.stalled_sessions import watch_stalled_blockers
 from projectors.store import PostgresProjectionStore
 from projectors.tokens import TokenCounter
 from projectors.topics import claim_topic
@@ -30,24 +31,55 @@ from projectors.window import WindowPolicy
 
 log = structlog.get_logger(__name__)
 
+POOL_NAME = "convlog-projector"  # its sessions' application_name
+# The application names of processes that project (``convlog project``, ``convlog serve`` with its
+# projector): a stalled session of one that blocks another's batch is ended (projectors.stalled_sessions).
+PROJECTING_APPLICATIONS = (POOL_NAME, "convlog-serve")
+
+
+def projector_session_limits(settings: Settings) -> SessionLimits:
+    """What a projector's Postgres sessions may wait for and idle in a transaction: a frozen
+    projector's locks are released, and its successor's batch fails (retriable) instead of
+    waiting on them for minutes."""
+    return SessionLimits(
+        lock_timeout_s=settings.projector_lock_timeout_s,
+        statement_timeout_s=settings.projector_statement_timeout_s,
+        idle_in_transaction_timeout_s=settings.projector_idle_in_transaction_timeout_s,
+    )
+
+
+def projector_group(topic: str, database: str, schema: str) -> str:
+    """The projector's consumer group: ``convlog.projector.<topic>.<database>.<schema>``.
+
+    One group per read-models version of one database projecting one topic. The topic too, as
+    the summarizer's: deployments sharing a cluster (each its own topic, all with the default
+    schema name and often the same instance ids) must not share a group, or each start
+    rebalances the others and static members fence them. And the database
+    (:func:`~projectors.pg.database_identity`): two databases projecting one topic (a staging
+    copy of the read models, a second region) each need every partition; in one group they
+    would split them, each projecting half the log."""
+    return f"convlog.projector.{topic}.{database}.{schema}"
+
 
 def build_projector(
     settings: Settings, pool: PgPool, schema: str, event_log: EventLog | None,
     *, on_committed: Callable[[Mapping[int, int]], None] | None = None, policy: WindowPolicy | None = None,
+    database: str = "",
 ) -> Projector:  # fmt: skip
     """A projector for ``schema``: a Kafka consumer group member when Kafka is configured, else a
     reader of ``event_log`` (the embedded log, which only one process may open). ``on_committed``
     hears each committed batch's positions (``convlog serve`` wakes read-your-writes waiters).
-    ``policy``: the window policy of the version ``schema`` holds (default: the settings')."""
+    ``policy``: the window policy of the version ``schema`` holds (default: the settings').
+    ``database``: the pool's :func:`~projectors.pg.database_identity`, for the group's name
+    (needed with Kafka)."""
     source: RecordSource
     if settings.kafka_bootstrap:
+        if not database:
+            raise ValueError("a Kafka projector's group is named for its database: pass database_identity(pool)")
         source = KafkaGroupSource(
             bootstrap=settings.kafka_bootstrap,
             topic=settings.topic,
-            # The topic too, as the summarizer's: deployments sharing a cluster (each its own
-            # topic, all with the default schema name and often the same instance ids) must not
-            # share a group, or each start rebalances the others and static members fence them.
-            group_id=f"convlog.projector.{settings.topic}.{schema}",
+            group_id=projector_group(settings.topic, database, schema),
             # How long a crashed member keeps its partitions before the group moves them.
             session_timeout_ms=settings.kafka_session_timeout_ms,
             heartbeat_interval_ms=1000,
@@ -99,6 +131,7 @@ class LiveProjector:
     ) -> None:  # fmt: skip
         self._settings, self._pool, self._event_log = settings, pool, event_log
         self._on_committed = on_committed
+        self._database = ""  # database_identity(pool), read once, when a Kafka group is first joined
         self._poll_s = poll_s if poll_s is not None else settings.version_poll_s
         self.current: Projector | None = None
         self.schema: str | None = None
@@ -120,12 +153,34 @@ class LiveProjector:
         """Pick the live version (creating the first one) and build its projector."""
         policy = self._settings.window_policy()  # a new version's; an existing one keeps its own
         version = await checked_live_version(self._pool, self._settings.topic, policy=policy)
+        if self._settings.kafka_bootstrap and not self._database:
+            self._database = await retrying(lambda: database_identity(self._pool), action="identifying the database")
         self.current = build_projector(self._settings, self._pool, version.schema, self._event_log,
-                                       on_committed=self._on_committed, policy=version.policy)  # fmt: skip
+                                       on_committed=self._on_committed, policy=version.policy,
+                                       database=self._database)  # fmt: skip
         self.schema, self.version = version.schema, version
         return version.schema
 
     async def run(self, stop: asyncio.Event) -> None:
+        """Project until ``stop`` is set. With Kafka, other processes may own these partitions
+        next: meanwhile a stalled session (a frozen process's) that blocks this one's batches is
+        ended, see :mod:`projectors.stalled_sessions`."""
+        stalled_s = self._settings.projector_idle_in_transaction_timeout_s
+        if not (self._settings.kafka_bootstrap and stalled_s):
+            return await self._run(stop)
+        watching = asyncio.Event()
+        watch = asyncio.create_task(
+            watch_stalled_blockers(self._pool, watching, applications=PROJECTING_APPLICATIONS, stalled_s=stalled_s)
+        )
+        try:
+            await self._run(stop)
+        finally:
+            watching.set()
+            watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watch
+
+    async def _run(self, stop: asyncio.Event) -> None:
         schema = self.schema if self.current is not None else await self.start_version()
         while True:
             assert self.current is not None
@@ -185,7 +240,8 @@ async def run_projector(settings: Settings, stop: asyncio.Event) -> LiveProjecto
         await retrying(lambda: migrate(url, legacy_window=legacy), action="migrating")  # waits out a Postgres outage
     finally:
         await topic
-    pool = await retrying(lambda: open_pool(url, name="convlog-projector"), action="connecting")
+    limits = projector_session_limits(settings)
+    pool = await retrying(lambda: open_pool(url, name=POOL_NAME, limits=limits), action="connecting")
     event_log = None
     try:
         if not settings.kafka_bootstrap:
