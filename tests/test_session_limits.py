@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -163,3 +164,16 @@ async def test_a_session_frozen_in_a_copy_is_ended_once_it_blocks_another(pool: 
         assert await _state(db_url, pid) is None
     finally:
         frozen.close()
+
+
+async def test_a_projecting_serve_bounds_its_sessions(pg_admin_url: str, tmp_path: Path) -> None:
+    """``convlog serve`` with its projector shares one pool between the API and the projector:
+    that pool gets the projector's bounds too (a frozen serve must not hold its partitions' locks)."""
+    from convlog.runtime.serve import running_service  # noqa: PLC0415 - the whole service, for this test only
+
+    async with temporary_database(pg_admin_url) as url:
+        settings = Settings(database_url=url, data_dir=tmp_path, partitions=2, api_tokens="acme:t", summarizer="off")
+        async with running_service(settings) as service, service.pool.connection() as conn:
+            row = await (await conn.execute("SELECT current_setting('idle_in_transaction_session_timeout'), "
+                                            "current_setting('lock_timeout')")).fetchone()  # fmt: skip
+    assert row == ("30s", "10s")

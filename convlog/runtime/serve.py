@@ -26,7 +26,7 @@ from convlog.local.embedded_pg import database_url
 from convlog.runtime.http_server import server_config
 from convlog.runtime.log_guard import LogGuard
 from convlog.runtime.metrics_server import ProjectorCollector
-from convlog.runtime.projecting import LiveProjector, checked_live_version
+from convlog.runtime.projecting import LiveProjector, checked_live_version, projector_session_limits
 from convlog.runtime.readiness import Readiness
 from convlog.runtime.summarizing import build_summarizer
 from convlog.settings import Settings
@@ -105,7 +105,10 @@ async def running_service(settings: Settings) -> AsyncIterator[Service]:
     roles = serve_roles(settings)
     url = await asyncio.to_thread(database_url, settings)
     await retrying(lambda: migrate(url, legacy_window=settings.legacy_window_policy()), action="migrating")
-    pool = await retrying(lambda: open_pool(url, name="convlog-serve"), action="connecting")
+    # A projecting serve's sessions get the projector's bounds (a frozen one must not hold its
+    # partitions' locks from the next owner); the API's reads are well inside them.
+    limits = projector_session_limits(settings) if "projector" in roles else None
+    pool = await retrying(lambda: open_pool(url, name="convlog-serve", limits=limits), action="connecting")
     event_log = await open_event_log(settings)
     stop = asyncio.Event()
     try:
