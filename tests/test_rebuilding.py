@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from convlog.ops.rebuilding import DEFAULT_WORKERS, RebuildOptions, building, shares, worker_count
+from convlog.ops.rebuild_sharing import shares
+from convlog.ops.rebuilding import DEFAULT_WORKERS, RebuildOptions, building, worker_count
 from convlog.runtime.serve import running_service
 from convlog.settings import Settings
 from events.codec import default_codec
