@@ -19,12 +19,13 @@ import contextlib
 import json
 import signal
 import sys
+import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 import structlog
 
-from convlog.ops.common import INTERRUPTED
+from convlog.ops.common import INTERRUPTED, say
 from convlog.settings import Settings
 from events.errors import ConvlogError
 from events.log import EventLog
@@ -132,6 +133,7 @@ class _Sharing:
         self._batch_size = batch_size
         self._stop = stop
         self._halt = asyncio.Event()  # the operator's stop, or a failure anywhere
+        self._started = time.monotonic()
 
     async def run(self) -> None:
         own = asyncio.create_task(self._projector.run(self._halt, until=self._until))
@@ -187,7 +189,9 @@ class _Sharing:
         await self._source.release(share)
         for p in share:
             self._until.pop(p, None)
-        log.info("rebuild.handed_over", partitions=share)
+        if share:
+            say(f"a worker process joined after {time.monotonic() - self._started:.1f} s: "
+                f"partitions {', '.join(map(str, share))} handed over to it")  # fmt: skip
         return {p: self._todo[p] for p in share}
 
 
