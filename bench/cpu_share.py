@@ -92,6 +92,7 @@ class CpuShares:
     wall_s: float = 0.0
     _first: dict[int, float] = field(default_factory=dict)
     _last: dict[int, tuple[str, float]] = field(default_factory=dict)
+    _groups: dict[int, tuple[str, int]] = field(default_factory=dict)  # pid -> (group, parent pid)
     _done: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     _machine: float = 0.0
@@ -107,27 +108,37 @@ class CpuShares:
             return "Kafka broker"
         if self.postmaster is not None and ppid == self.postmaster:
             title = _cmdline(pid)
-            if title.startswith("postgres: ") and " 127.0.0.1(" not in title and "[local]" not in title:
+            if not title.startswith("postgres: "):
+                return "other"  # just forked: its title does not say yet what it serves
+            if "(" not in title and "[local]" not in title:  # a backend's title has its client's address
                 return "Postgres background"
             return "Postgres backends" if f" {self.database} " in title else "other"
         return "other"
 
     def _sample(self, *, first: bool = False) -> None:
-        for pid_dir in PROC.iterdir():
-            if not pid_dir.name.isdigit():
+        """Each process' CPU so far. Cheap after the first call (on the sampling thread, beside a
+        rebuild running in this process): a process is classified once — again only while it is
+        an unclassified child of the postmaster — and only the run's own are read again."""
+        for name in os.listdir(PROC):  # noqa: PTH208 - names only, no Path per process every 50 ms
+            if not name.isdigit():
                 continue
-            pid = int(pid_dir.name)
-            stat = _stat(pid)
-            if stat is None:
-                continue
-            ppid, cpu = stat
+            pid = int(name)
             if first:
-                self._first[pid] = cpu
+                stat = _stat(pid)
+                if stat is not None:
+                    self._first[pid] = stat[1]
                 continue
-            known = self._last.get(pid)
-            # A backend's title names its database only once it authenticated: look again until then.
-            group = known[0] if known is not None and known[0] != "other" else self._group(pid, ppid)
-            self._last[pid] = (group, cpu)
+            known = self._groups.get(pid)
+            if known is None or (known[0] == "other" and known[1] == self.postmaster):
+                stat = _stat(pid)
+                if stat is None:
+                    continue
+                known = self._groups[pid] = (self._group(pid, stat[0]), stat[0])
+            if known[0] == "other":
+                continue
+            stat = _stat(pid)
+            if stat is not None:
+                self._last[pid] = (known[0], stat[1])
 
     def start(self) -> None:
         self._machine, self._started = _machine_busy_s(), time.perf_counter()

@@ -63,8 +63,8 @@ async def timed_rebuild(
             cur = await conn.execute("SELECT pg_backend_pid()")
             row = await cur.fetchone()
             await conn.commit()
+            postmaster = parent_pid(row[0]) if row is not None else None  # while that backend lives
         await pool.close()
-        postmaster = parent_pid(row[0]) if row is not None else None
         shares = CpuShares(conninfo_to_dict(url)["dbname"], postmaster, listening_pid(kafka_port(bootstrap)))
         settings = Settings(kafka_bootstrap=bootstrap, database_url=url, topic=topic)
         shares.start()
