@@ -90,6 +90,7 @@ class CpuShares:
     interval_s: float = 0.05
     seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(GROUPS, 0.0))
     wall_s: float = 0.0
+    worker_start: tuple[float, float] = (0.0, 0.0)  # (wall, CPU seconds) a worker process takes to be ready
     _first: dict[int, float] = field(default_factory=dict)
     _last: dict[int, tuple[str, float]] = field(default_factory=dict)
     _groups: dict[int, tuple[str, int]] = field(default_factory=dict)  # pid -> (group, parent pid)
