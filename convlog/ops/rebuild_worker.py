@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from convlog.ops.common import INTERRUPTED, ops_resources, run_interruptibly
 from convlog.ops.rebuild_sharing import READY, RETRIABLE
-from convlog.ops.rebuilding import load_counter, make_store, poison_stop
+from convlog.ops.rebuilding import load_counter, make_store, poison_stop, rebuild_gc
 from convlog.settings import Settings
 from events.errors import ConvlogError
 from projectors.fold import PoisonRecordError
@@ -40,7 +40,8 @@ async def work(settings: Settings, args: argparse.Namespace, stop: asyncio.Event
             return 0
         projector = Projector(LogSource(event_log, until), store, batch_size=args.batch_size, fetch_timeout_s=0.2)
         try:
-            await projector.run(stop, until=until)
+            with rebuild_gc():
+                await projector.run(stop, until=until)
         except PoisonRecordError as e:
             raise poison_stop(e) from e
         reached = await store.positions(sorted(until))
