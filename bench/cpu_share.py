@@ -90,7 +90,8 @@ class CpuShares:
     interval_s: float = 0.05
     seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(GROUPS, 0.0))
     wall_s: float = 0.0
-    worker_start: tuple[float, float] = (0.0, 0.0)  # (wall, CPU seconds) a worker process takes to be ready
+    # (wall, its CPU, the Kafka broker's, its Postgres backends') seconds a worker process takes to be ready
+    worker_start: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
     _first: dict[int, float] = field(default_factory=dict)
     _last: dict[int, tuple[str, float]] = field(default_factory=dict)
     _groups: dict[int, tuple[str, int]] = field(default_factory=dict)  # pid -> (group, parent pid)
