@@ -165,6 +165,9 @@ class _Sharing:
             if ready.done() and ready.result():
                 wanted = not own.done() and not self._halt.is_set()
                 await worker.hand(await self._hand_over() if wanted else {})  # {}: nothing left for it, it exits
+                if self._halt.is_set() and worker.proc.returncode is None:  # came during the hand-over
+                    with contextlib.suppress(ProcessLookupError):
+                        worker.proc.send_signal(signal.SIGINT)
             elif worker.proc.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
                     worker.proc.kill()  # still starting, and no longer needed: it holds nothing yet
