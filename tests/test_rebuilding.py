@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from convlog.ops.rebuilding import DEFAULT_WORKERS, RebuildOptions, building, shares, worker_count
+from convlog.ops.rebuild_sharing import _share_for, shares
+from convlog.ops.rebuilding import DEFAULT_WORKERS, RebuildOptions, building, worker_count
 from convlog.runtime.serve import running_service
 from convlog.settings import Settings
 from events.codec import default_codec
@@ -29,6 +30,16 @@ def test_shares_give_every_partition_to_exactly_one_worker_and_balance_the_work(
     assert sorted(p for g in groups for p in g) == sorted(todo)
     assert sorted(sum(g.values()) for g in groups) == [550, 600, 900]
     assert shares({0: 10}, 4) == [{0: 10}]  # never more workers than partitions
+
+
+def test_a_ready_worker_takes_its_part_of_what_is_left_and_nothing_below_a_batch() -> None:
+    left = {0: 900, 1: 100, 2: 500, 3: 500}
+    # One worker ready, none still starting: about half, this process keeps the rest.
+    assert sum(left[p] for p in _share_for(left, 1, batch_size=100)) == 1000
+    # Another worker still starting: a third, this process keeps its part and the other's.
+    assert sum(left[p] for p in _share_for(left, 2, batch_size=100)) == 500
+    assert _share_for(left, 1, batch_size=2000) == []  # less than a batch: not worth handing over
+    assert _share_for({0: 5000}, 1, batch_size=100) == []  # one partition left cannot be split
 
 
 def test_worker_count_is_one_per_50k_records_with_kafka_and_one_with_the_embedded_log() -> None:

@@ -106,6 +106,23 @@ async def _clean_rebuild_equals(projection: Projection, bootstrap: str, topic: s
         assert await compare(conn, schema, clean.schema) == []
 
 
+async def test_a_worker_process_that_joins_takes_over_partitions_and_the_version_equals_a_clean_rebuild(
+    projection: Projection, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    async with _fresh_topic(kafka_bootstrap, "rebuild-share") as (topic, log, producer):
+        written = await _write(producer, conversations=200, turns=40)
+        await project_all(log, projection.store(), batch_size=2000)
+    env = _env(projection, kafka_bootstrap, topic, tmp_path)
+    # Batches of 20 keep this process busy for seconds: the worker is ready long before it is done.
+    code, out, err = await _cli(env, "rebuild", "read_models", "--workers", "2", "--batch-size", "20", "--verify")
+    assert code == 0, (out, err)
+    assert "handed over to it" in out  # the worker built a share of the partitions...
+    assert "checksums match" in out
+    [(rows,)] = await projection.rows("SELECT count(*) FROM {s}.event_ids", schema=schema_name("read_models", 2))
+    assert rows == written  # ...and no event was applied twice, nor skipped, across the hand-over
+    await _clean_rebuild_equals(projection, kafka_bootstrap, topic, schema_name("read_models", 2))
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 async def test_rebuild_interrupted_with_ctrl_c_and_resumed_equals_an_uninterrupted_one(
     projection: Projection, kafka_bootstrap: str, tmp_path: Path, workers: int
