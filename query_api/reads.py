@@ -12,9 +12,10 @@ retriable ones as :class:`~projectors.errors.StoreUnavailableError`, the rest as
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from collections.abc import Callable, Sequence
+from dataclasses import fields, replace
 from datetime import datetime
-from typing import Any, LiteralString
+from typing import Any, LiteralString, TypeVar
 
 import orjson
 import psycopg
@@ -42,6 +43,8 @@ from query_api.ports import (
 )
 
 __all__ = ["PostgresReadModels"]
+
+_T = TypeVar("_T")
 
 _NEWEST = (1 << 63) - 1  # "before" of the first transcript page
 
@@ -322,13 +325,30 @@ def _json(text: str | None) -> Any:
 
 
 def _message(row: tuple[Any, ...], encoding: str) -> StoredMessage:
-    fields = list(row[2:])  # after the kind and the head
-    fields[4] = _json(fields[4])  # content
-    fields[6] = tuple(_json(fields[6]) or ())  # tool_calls: a JSON list (or NULL) -> tuple of dicts
-    if fields[16] is None:  # blocks: NULL for a Chat Completions message, most rows
-        fields[16] = ()
-    else:
-        fields[16] = blocks_from_json(fields[16])
-    if fields[13] is None or fields[14] is None:  # the projector does not count this encoding
-        fields[13], fields[14] = message_counts_at_read(fields[4], fields[6], fields[16], fields[8], encoding)
-    return StoredMessage(*fields)
+    values = list(row[2:])  # after the kind and the head
+    values[4] = _json(values[4])  # content
+    values[6] = () if values[6] is None else tuple(json.loads(values[6]))  # tool_calls: a JSON list -> tuple of dicts
+    values[16] = () if values[16] is None else blocks_from_json(values[16])  # NULL for a Chat Completions message
+    if values[13] is None or values[14] is None:  # the projector does not count this encoding
+        values[13], values[14] = message_counts_at_read(values[4], values[6], values[16], values[8], encoding)
+    return _stored_message(values)
+
+
+def _slots_constructor(cls: type[_T]) -> Callable[[Sequence[Any]], _T]:
+    """``cls(*values)`` for a frozen slots dataclass, without its ``__init__``: a frozen
+    dataclass's sets every field through ``object.__setattr__``, ~2 us for StoredMessage's 22,
+    paid for every row of every context. This one stores the values straight into the slots
+    (their member descriptors), as ``__init__`` would, in a function generated once (as the
+    dataclass generates ``__init__``), without a loop."""
+    if hasattr(cls, "__post_init__"):
+        raise TypeError(f"{cls.__name__} has a __post_init__, which this constructor would skip")
+    names = [f.name for f in fields(cls)]  # type: ignore[arg-type]  # a dataclass
+    namespace: dict[str, Any] = {"new": object.__new__, "cls": cls}
+    namespace |= {f"set_{name}": getattr(cls, name).__set__ for name in names}
+    body = "".join(f"    set_{name}(o, v[{i}])\n" for i, name in enumerate(names))
+    exec(f"def construct(v):\n    o = new(cls)\n{body}    return o\n", namespace)  # noqa: S102 -- our own field names
+    construct: Callable[[Sequence[Any]], _T] = namespace["construct"]
+    return construct
+
+
+_stored_message = _slots_constructor(StoredMessage)
