@@ -23,7 +23,7 @@ from query_api.context_types import Context, ContextRequest, ModelSpec, Reasonin
 from query_api.disconnects import unless_disconnected
 from query_api.http.deps import PREFIX, ApiDeps, ApiError, AuthHeader, Requests
 from query_api.http.fast_json import FastJSONResponse
-from query_api.http.strict_json import StrictJsonRoute
+from query_api.http.fast_params import FastParamsRoute
 from query_api.ports import ContextInputs, ReadModels
 from query_api.served import context_as_of, context_body
 
@@ -34,7 +34,8 @@ MAX_NEWEST = 4096  # beyond that, read the whole range
 
 
 def context_routes(deps: ApiDeps) -> APIRouter:
-    router = APIRouter(route_class=StrictJsonRoute)
+    # The hot route: its parameters validated without FastAPI's per-request introspection.
+    router = APIRouter(route_class=FastParamsRoute)
     requests = Requests(deps)
 
     async def served_then(
