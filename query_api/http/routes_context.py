@@ -81,7 +81,6 @@ def context_routes(deps: ApiDeps) -> APIRouter:
         except InvalidRequestError as e:
             raise ApiError(422, "invalid_request", str(e), field="model") from e
         reads = await deps.reads()
-        partition = partition_for_key(key.encode(), deps.log.partition_count)
         request = ContextRequest(model, budget_tokens, reserve_tokens, tools_tokens, reasoning, deps.image_turns,
                                  format=format, cache=cache)  # fmt: skip
         if as_of is not None and before_message is not None:
@@ -91,6 +90,7 @@ def context_routes(deps: ApiDeps) -> APIRouter:
             ctx, inputs = await served_then(http_request, key, request, spec, as_of, before_message)
         else:
             if min_offset is not None:
+                partition = partition_for_key(key.encode(), deps.log.partition_count)
                 if deps.log_behind is not None:  # never confirm an offset the projection did not take from this log
                     deps.log_behind(partition)
                 waited = time.perf_counter()
