@@ -48,21 +48,21 @@ class FastParamsRoute(StrictJsonRoute):
             return super().get_route_handler()
         endpoint: Callable[..., Coroutine[Any, Any, Any]] = d.call
         request_name = d.request_param_name
-        path = [(f, f.name, ("path", f.name)) for f in d.path_params]
-        query = [(f, f.name, ("query", f.name)) for f in d.query_params]
-        headers = [(f, _header_name(f), ("header", _header_name(f))) for f in d.header_params]
+        path = [_Param(f, f.name, "path") for f in d.path_params]
+        query = [_Param(f, f.name, "query") for f in d.query_params]
+        headers = [_Param(f, _header_name(f), "header") for f in d.header_params]
 
         async def handler(request: Request) -> Response:
             values: dict[str, Any] = {}
             errors: list[Any] = []
-            for fields_, source in ((path, request.path_params), (query, request.query_params),
-                                    (headers, request.headers)):  # fmt: skip
-                for field, name, loc in fields_:
-                    value, field_errors = _validated(field, source.get(name), loc)
-                    if field_errors:
-                        errors.extend(field_errors)
+            for params, source in ((path, request.path_params), (query, request.query_params),
+                                   (headers, request.headers)):  # fmt: skip
+                for param in params:
+                    value, param_errors = param.validated(source.get(param.name))
+                    if param_errors:
+                        errors.extend(param_errors)
                     else:
-                        values[field.name] = value
+                        values[param.field.name] = value
             if errors:
                 raise RequestValidationError(errors)
             if request_name is not None:
@@ -75,16 +75,26 @@ class FastParamsRoute(StrictJsonRoute):
         return handler
 
 
-def _validated(field: ModelField, value: Any, loc: tuple[str, str]) -> tuple[Any, list[Any]]:
-    """FastAPI's ``_validate_value_with_model_field`` for a scalar query, path or header value."""
-    if value is None:  # absent (a present value is a string)
-        if field.field_info.is_required():
-            return None, [get_missing_field_error(loc=loc)]
-        default = deepcopy(field.default)
-        if not field.field_info.validate_default:
-            return default, []
-        value = default
-    return field.validate(value, {}, loc=loc)
+class _Param:
+    """One parameter: where it is read, and FastAPI's ``_validate_value_with_model_field`` for
+    its value (a string, or None when absent)."""
+
+    def __init__(self, field: ModelField, name: str, source: str) -> None:
+        self.field, self.name, self.loc = field, name, (source, name)
+        self.required = field.field_info.is_required()
+        self.default = None if self.required else field.default
+        # deepcopy() of an immutable scalar is the value itself: skip the call for those.
+        self.copy_default = type(self.default) not in (type(None), bool, int, float, str)
+
+    def validated(self, value: str | None) -> tuple[Any, list[Any]]:
+        if value is None:
+            if self.required:
+                return None, [get_missing_field_error(loc=self.loc)]
+            default = deepcopy(self.default) if self.copy_default else self.default
+            if not self.field.field_info.validate_default:
+                return default, []
+            return self.field.validate(default, {}, loc=self.loc)
+        return self.field.validate(value, {}, loc=self.loc)
 
 
 def _header_name(field: ModelField) -> str:
