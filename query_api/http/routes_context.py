@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
+from collections import OrderedDict
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
@@ -33,10 +34,32 @@ NEWEST_FIRST = 128  # rows read first; most budgets end inside them
 MAX_NEWEST = 4096  # beyond that, read the whole range
 
 
+class RowsNeeded:
+    """How many newest rows the last context of a conversation, encoding and budget was read
+    with, for the ``size`` conversations served last: the next such context starts there, so a
+    long range (turns no summary covers yet) takes one read instead of two, a turn after turn.
+    Only a first guess: too few rows still read again, and a range shorter than the guess is
+    read whole — the answer is the one the whole range gives either way."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self._size = size
+        self._rows: OrderedDict[tuple[str, str, int], int | None] = OrderedDict()
+
+    def first(self, key: tuple[str, str, int]) -> int | None:
+        return self._rows.get(key, NEWEST_FIRST)
+
+    def read_with(self, key: tuple[str, str, int], newest: int | None) -> None:
+        self._rows[key] = newest
+        self._rows.move_to_end(key)
+        if len(self._rows) > self._size:
+            self._rows.popitem(last=False)
+
+
 def context_routes(deps: ApiDeps) -> APIRouter:
     # The hot route: its parameters validated without FastAPI's per-request introspection.
     router = APIRouter(route_class=FastParamsRoute)
     requests = Requests(deps)
+    rows_needed = RowsNeeded()
 
     async def served_then(
         http_request: Request, key: ConversationKey, request: ContextRequest, spec: ModelSpec,
@@ -96,7 +119,7 @@ def context_routes(deps: ApiDeps) -> APIRouter:
                 waited = time.perf_counter()
                 await _wait_for(reads, deps.log, partition, min_offset, deps.wait_for_offset_s, deps.positions)
                 deps.metrics.freshness(time.perf_counter() - waited)
-            ctx, inputs = await _assemble(reads, key, spec, request)
+            ctx, inputs = await _assemble(reads, key, spec, request, rows_needed)
         deps.metrics.context_served(ctx.token_count)
         # Plain JSON types already: skip FastAPI's encoder and response validation on the hot path.
         response = FastJSONResponse(context_body(ctx, inputs, spec, counted=deps.counted_encodings))
@@ -112,15 +135,18 @@ def context_routes(deps: ApiDeps) -> APIRouter:
 
 
 async def _assemble(
-    reads: ReadModels, key: ConversationKey, spec: ModelSpec, request: ContextRequest
-) -> tuple[Context, ContextInputs]:
+    reads: ReadModels, key: ConversationKey, spec: ModelSpec, request: ContextRequest,
+    rows_needed: RowsNeeded | None = None,
+) -> tuple[Context, ContextInputs]:  # fmt: skip
     """Turns no summary covers yet stay in the context's range, which can be long: read its
-    newest rows first, more only when the budget reaches back further (as many as the budget
+    newest rows first (as many as the conversation's last such context was read with, by
+    ``rows_needed``), more only when the budget reaches back further (as many as the budget
     needs by the first rows' costs, then everything) — the answer is the one the whole range
     gives."""
     count = _counter(spec.encoding)
     available = request.budget_tokens - request.reserve_tokens - request.tools_tokens
-    newest: int | None = NEWEST_FIRST
+    hint = (str(key), spec.encoding, available)
+    newest = NEWEST_FIRST if rows_needed is None else rows_needed.first(hint)
     while True:
         inputs = await reads.context_inputs(key, encoding=spec.encoding, newest=newest)
         if inputs is None:
@@ -137,6 +163,8 @@ async def _assemble(
             wanted = int(len(read) * available / spent * 1.5) + 1
             newest = None if newest is None or wanted > MAX_NEWEST else max(wanted, 2 * len(read))
             continue
+        if rows_needed is not None:
+            rows_needed.read_with(hint, newest)
         return ctx, inputs
 
 
