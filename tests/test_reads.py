@@ -440,6 +440,33 @@ async def test_driver_errors_become_convlog_errors(projection: Projection, reads
     assert (await reads.list_conversations("acme", "employee-42")) == ([], None)
 
 
+@pytest.mark.postgres
+async def test_a_context_read_on_a_connection_postgres_dropped_is_retriable_and_the_pool_recovers(
+    projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer
+) -> None:
+    """The context read runs in autocommit and puts the connection back as it found it; on a
+    connection that broke under it, that must not hide the retriable error."""
+    await append_oa_conversation(producer, OA)
+    await project_all(log, projection.store(policy=SEED_000_WINDOW))
+    pool = await open_pool(projection.url, max_size=1, name="convlog-test-dropped")
+    try:
+        reads = PostgresReadModels(pool, schema=projection.version.schema)
+        assert await reads.context_inputs(OA, encoding="o200k_base") is not None
+        async with pool.connection() as conn:
+            pid = (await (await conn.execute("SELECT pg_backend_pid()")).fetchone() or [0])[0]
+        async with projection.pool.connection() as admin:
+            await admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+        with pytest.raises(StoreUnavailableError):  # the connection was handed out a moment ago: not checked
+            await reads.context_inputs(OA, encoding="o200k_base")
+        inputs = await reads.context_inputs(OA, encoding="o200k_base")  # a new connection
+        assert inputs is not None
+        assert len(inputs.messages) == 20
+        async with pool.connection() as conn:
+            assert not conn.autocommit
+    finally:
+        await pool.close()
+
+
 async def test_arguments_are_checked_before_any_query() -> None:
     reads = PostgresReadModels(None, schema="s")  # type: ignore[arg-type]  # never reached
     with pytest.raises(ValueError, match="between 1 and 1000"):
