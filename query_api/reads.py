@@ -182,7 +182,7 @@ class PostgresReadModels:
                 try:
                     rows = await (await conn.execute(statement, {"k": str(key), "n": newest})).fetchall()
                 finally:
-                    if not conn.closed:  # as a connection Postgres dropped reads: the pool discards it
+                    if not conn.closed:  # one Postgres dropped reads as closed (the pool discards it)
                         await conn.set_autocommit(False)  # as the pool's other users expect it
         if not rows:
             return None
