@@ -49,9 +49,27 @@ async def test_the_next_context_of_a_long_range_is_read_once_with_as_many_rows_a
     assert reads.reads[0] == NEWEST_FIRST
     assert len(reads.reads) == 2  # the budget reached past the newest rows
     again, _ = await _assemble(reads, KEY, spec, request, rows_needed)
-    assert reads.reads[2:] == [reads.reads[1]]  # one read, as many rows as the last context needed
+    assert len(reads.reads) == 3  # one read: enough rows for the budget, by what they cost last time
+    hint = reads.reads[2]
+    assert hint is not None
+    assert hint > NEWEST_FIRST
     assert again == first
     assert len(first.fragment["messages"]) == 300
-    # Without the memory (or for another budget) it starts from the newest rows again.
+    # Without the memory it starts from the newest rows again.
     await _assemble(reads, KEY, spec, request)
     assert reads.reads[3] == NEWEST_FIRST
+
+    # Longer messages: the budget reaches back fewer rows, and the next first read shrinks.
+    for i in range(20):
+        await producer.append_user(KEY, f"long question {i}: " + "word " * 300, message_id=f"lu{i}")
+        await producer.append_assistant(KEY, f"long answer {i}: " + "word " * 300, message_id=f"la{i}")
+    await project_all(log, projection.store())
+    del reads.reads[:]
+    served, _ = await _assemble(reads, KEY, spec, request, rows_needed)
+    assert reads.reads == [hint]
+    await _assemble(reads, KEY, spec, request, rows_needed)
+    smaller = reads.reads[1]
+    assert smaller is not None
+    assert smaller < hint
+    assert len(reads.reads) == 2
+    assert served == (await _assemble(reads, KEY, spec, request))[0]  # the whole range's answer

@@ -7,6 +7,7 @@ import asyncio
 import functools
 import time
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
@@ -20,7 +21,7 @@ from projectors.tokens import cached_counter as _counter
 from projectors.tokens import model_spec
 from query_api.as_of import BeforeMessage, UnknownMessageError
 from query_api.context import NeedOlderMessagesError, assemble
-from query_api.context_types import Context, ContextRequest, ModelSpec, ReasoningPolicy
+from query_api.context_types import Context, ContextRequest, ModelSpec, ReasoningPolicy, StoredMessage
 from query_api.disconnects import unless_disconnected
 from query_api.http.deps import PREFIX, ApiDeps, ApiError, AuthHeader, Requests
 from query_api.http.fast_json import FastJSONResponse
@@ -35,11 +36,11 @@ MAX_NEWEST = 4096  # beyond that, read the whole range
 
 
 class RowsNeeded:
-    """How many newest rows the last context of a conversation, encoding and budget was read
-    with, for the ``size`` conversations served last: the next such context starts there, so a
-    long range (turns no summary covers yet) takes one read instead of two, a turn after turn.
-    Only a first guess: too few rows still read again, and a range shorter than the guess is
-    read whole — the answer is the one the whole range gives either way."""
+    """How many newest rows the next context of a conversation, encoding and budget should read
+    first, judged by what the rows of the last one cost, for the ``size`` long-range
+    conversations served last: a long range (turns no summary covers yet) takes one read
+    instead of two, turn after turn. Only a first guess: too few rows still read again, and a
+    range shorter than the guess is read whole — the answer is the whole range's either way."""
 
     def __init__(self, size: int = 4096) -> None:
         self._size = size
@@ -49,6 +50,10 @@ class RowsNeeded:
         return self._rows.get(key, NEWEST_FIRST)
 
     def read_with(self, key: tuple[str, str, int], newest: int | None) -> None:
+        """Start the next such context with ``newest`` rows (None: the whole range)."""
+        if newest is not None and newest <= NEWEST_FIRST:
+            self._rows.pop(key, None)  # the default does: keep the memory for long ranges
+            return
         self._rows[key] = newest
         self._rows.move_to_end(key)
         if len(self._rows) > self._size:
@@ -158,14 +163,20 @@ async def _assemble(
             )  # fmt: skip
         except NeedOlderMessagesError:
             # Read enough rows next time for the budget, judging by what these cost.
-            read = inputs.messages
-            spent = sum(m.tokens + spec.tokens_per_message + 1 for m in read) or 1
-            wanted = int(len(read) * available / spent * 1.5) + 1
-            newest = None if newest is None or wanted > MAX_NEWEST else max(wanted, 2 * len(read))
+            wanted = _rows_for(inputs.messages, available, spec)
+            newest = None if newest is None or wanted > MAX_NEWEST else max(wanted, 2 * len(inputs.messages))
             continue
-        if rows_needed is not None:
-            rows_needed.read_with(hint, newest)
+        if rows_needed is not None:  # by what these rows cost: fewer next time if they grew
+            wanted = _rows_for(inputs.messages, available, spec)
+            rows_needed.read_with(hint, None if wanted > MAX_NEWEST else wanted)
         return ctx, inputs
+
+
+def _rows_for(read: Sequence[StoredMessage], available: int, spec: ModelSpec) -> int:
+    """How many rows the budget reaches back to, with half again for a margin, judging by what
+    the rows ``read`` cost."""
+    spent = sum(m.tokens + spec.tokens_per_message + 1 for m in read) or 1
+    return int(len(read) * available / spent * 1.5) + 1
 
 
 async def _wait_for(
