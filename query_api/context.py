@@ -15,6 +15,7 @@ Every array is checked against the rules before it is returned.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -264,15 +265,25 @@ def _summary_units(summary: StoredSummary, cost: int, costs: _Costs) -> list[tup
     and header."""
     if costs.target.format == "anthropic":
         return [(f"summary:{summary.summary_id}", cost)]
-    text = SUMMARY_HEADER
-    before = costs.count(text)
-    units = [("summary-head", cost - costs.count(SUMMARY_HEADER + summary.text) + before)]
-    for i, line in enumerate(summary.text.split("\n")):
-        text += ("\n" if i else "") + line
-        now = costs.count(text)
+    before = costs.count(SUMMARY_HEADER)
+    return [("summary-head", cost - costs.count(SUMMARY_HEADER + summary.text) + before),
+            *_summary_line_units(summary.text, costs.count)]  # fmt: skip
+
+
+@functools.lru_cache(maxsize=256)
+def _summary_line_units(text: str, count: Count) -> tuple[tuple[str, int], ...]:
+    """The summary's lines as units (see :func:`_summary_units`). Cached: every context of a
+    conversation serves the same summary until the next one, and counting each line's prefix
+    again (a new string to hash and look up per line) was most of a short context's summary cost."""
+    prefix = SUMMARY_HEADER
+    before = count(prefix)
+    units = []
+    for i, line in enumerate(text.split("\n")):
+        prefix += ("\n" if i else "") + line
+        now = count(prefix)
         units.append((f"summary-line:{line}", now - before))
         before = now
-    return units
+    return tuple(units)
 
 
 def _violations(fragment: dict[str, Any], target: Target) -> list[str]:

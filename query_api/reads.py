@@ -11,11 +11,13 @@ retriable ones as :class:`~projectors.errors.StoreUnavailableError`, the rest as
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import replace
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import fields, replace
 from datetime import datetime
-from typing import Any, LiteralString
+from typing import Any, LiteralString, TypeVar
 
+import orjson
 import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
@@ -42,47 +44,62 @@ from query_api.ports import (
 
 __all__ = ["PostgresReadModels"]
 
+_T = TypeVar("_T")
+
 _NEWEST = (1 << 63) - 1  # "before" of the first transcript page
 
-# One snapshot for the context's statements: a projector committing in between cannot tear it.
-_SNAPSHOT = sql.SQL("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-
+# The context's inputs in ONE statement, so one snapshot by construction (no transaction to open
+# or commit) and one round trip of one query: a head row (kind 0: the conversation, its window
+# and current summary, and the first row of the context's range, as a JSON array), then the
+# system messages (kind 1) and the newest rows of the range (kind 2), each in seq order.
 _HEAD = (
     "SELECT c.epoch, c.last_partition, c.last_offset, "
     "CASE WHEN w.epoch = c.epoch THEN w.start_seq END AS window_start, c.turn_count, "
-    "EXISTS (SELECT FROM {s}.parked p WHERE p.conversation_key = c.conversation_key), "
+    "EXISTS (SELECT FROM {s}.parked p WHERE p.conversation_key = c.conversation_key) AS parked, "
     "m.summary_id, m.text, m.covers FROM {s}.conversations c "
     + WINDOW_AND_CURRENT_SUMMARY
     + "WHERE c.conversation_key = %(k)s"
 )
 # Where the context's messages start — query_api.context.context_start, here in SQL so that the
-# head and the messages go to Postgres together, in one round trip. (The as_of tests compare
-# contexts read this way with contexts rebuilt from the log through context_start.)
-_RANGE = (
-    "WITH h AS (" + _HEAD + "), r AS (SELECT h.epoch, CASE WHEN h.summary_id IS NULL OR h.covers IS NULL THEN 0 "
-    "WHEN h.window_start IS NULL THEN h.covers + 1 ELSE LEAST(h.window_start, h.covers + 1) END AS start FROM h) "
+# head and the messages are one statement. (The as_of tests compare contexts read this way with
+# contexts rebuilt from the log through context_start.)
+_START = (
+    "CASE WHEN h.summary_id IS NULL OR h.covers IS NULL THEN 0 "
+    "WHEN h.window_start IS NULL THEN h.covers + 1 ELSE LEAST(h.window_start, h.covers + 1) END"
 )
 _IN_RANGE = "AND seq >= (SELECT start FROM r) AND epoch = (SELECT epoch FROM r) AND role <> 'system' "
-# StoredMessage's fields, in its order (tool_calls is made a tuple in Python, blocks Blocks).
+# StoredMessage's fields, in its order (content, tool_calls and blocks as their JSON text: parsed
+# in Python, a plain string content by orjson; tool_calls is made a tuple, blocks Blocks).
 _MESSAGE = (
-    "SELECT seq, epoch, message_id, role, content, name, tool_calls, tool_call_id, reasoning_content, "
-    "finish_reason, flag, redacted_at IS NOT NULL, erased_at IS NOT NULL, {tokens}, {reasoning}, image_count, "
-    "blocks, api, provider, model, is_error, (usage ->> 'prompt_tokens')::bigint "
+    "NULL::text, seq, epoch, message_id, role, content::text, name, tool_calls::text, tool_call_id, "
+    "reasoning_content, finish_reason, flag, redacted_at IS NOT NULL, erased_at IS NOT NULL, {tokens}, {reasoning}, "
+    "image_count, blocks::text, api, provider, model, is_error, (usage ->> 'prompt_tokens')::bigint "
     "FROM {s}.transcript WHERE conversation_key = %(k)s "
 )
-_SYSTEM = _MESSAGE + "AND role = 'system' ORDER BY seq"  # the partial index transcript_system_messages
-_MESSAGES = _RANGE + _MESSAGE + _IN_RANGE + "ORDER BY seq"  # the primary key
-# The newest rows of that range only (a budget rarely reaches back far), and what the assembler
-# needs to report the turns it did not read: the first row of the range and the redacted
-# questions in it (the partial index transcript_redacted keeps that cheap).
-_NEWEST_ROWS = _RANGE + _MESSAGE + _IN_RANGE + "ORDER BY seq DESC LIMIT %(n)s"
+# What the assembler needs to report the turns it did not read: the first row of the range and
+# the redacted questions in it (the partial index transcript_redacted keeps that cheap).
 _FIRST = (
-    _RANGE
-    + "SELECT turn, role = 'user', (SELECT count(*) FROM {s}.transcript WHERE conversation_key = %(k)s "
+    "SELECT turn, role = 'user' AS is_user, (SELECT count(*) FROM {s}.transcript WHERE conversation_key = %(k)s "
     + _IN_RANGE
-    + "AND role = 'user' AND redacted_at IS NOT NULL) "
+    + "AND role = 'user' AND redacted_at IS NOT NULL) AS redacted "
     "FROM {s}.transcript WHERE conversation_key = %(k)s " + _IN_RANGE + "ORDER BY seq LIMIT 1"
 )
+# The head row's message columns are NULL (their types come from the other branches).
+_HEAD_ROW = (
+    "SELECT 0 AS kind, json_build_array(h.epoch, h.last_partition, h.last_offset, h.window_start, h.turn_count, "
+    "h.parked, h.summary_id, h.text, h.covers, f.turn, f.is_user, f.redacted)::text AS head, NULL AS seq"
+    + ", NULL" * 21
+    + " FROM h LEFT JOIN f ON true "
+)
+# The newest %(n)s rows of the range (a budget rarely reaches back far; NULL is LIMIT ALL: every
+# row) by the primary key, the system messages by the partial index transcript_system_messages.
+_CONTEXT = (
+    "WITH h AS (" + _HEAD + "), r AS (SELECT h.epoch, " + _START + " AS start FROM h), f AS (" + _FIRST + ") "
+    + _HEAD_ROW
+    + "UNION ALL (SELECT 1, " + _MESSAGE + "AND role = 'system' ORDER BY seq) "
+    "UNION ALL (SELECT 2, " + _MESSAGE + _IN_RANGE + "ORDER BY seq DESC LIMIT %(n)s) "
+    "ORDER BY kind, seq"
+)  # fmt: skip
 
 _TRANSCRIPT = """
 SELECT t.* FROM {s}.conversations c LEFT JOIN LATERAL (
@@ -135,11 +152,8 @@ class PostgresReadModels:
     def __init__(self, pool: PgPool, *, schema: str) -> None:
         self._pool = pool
         self.schema = schema
-        self._head = self._q(_HEAD)
-        self._system = {e: self._q(_SYSTEM, e) for e in ENCODINGS}
-        self._messages = {e: self._q(_MESSAGES, e) for e in ENCODINGS}
-        self._newest = {e: self._q(_NEWEST_ROWS, e) for e in ENCODINGS}
-        self._first = self._q(_FIRST)
+        # Composed once: psycopg would compose a Composed again on every execute.
+        self._context = {e: self._q(_CONTEXT, e).as_bytes(None) for e in ENCODINGS}
         self._transcript = self._q(_TRANSCRIPT)
         self._summaries = self._q(_SUMMARIES)
         self._list = sql.SQL(_LIST).format(item=self._q(_ITEM))
@@ -155,41 +169,34 @@ class PostgresReadModels:
     async def context_inputs(
         self, key: ConversationKey, *, encoding: str, newest: int | None = None
     ) -> ContextInputs | None:
-        """None when the conversation is unknown. One round trip: the snapshot, the head, the
-        system messages and the messages from the start (a primary-key range) — all of them, or
-        with ``newest`` only that many of the newest — go in one pipeline with the commit."""
-        if encoding not in ENCODINGS:
+        """None when the conversation is unknown. One statement (one snapshot, one round trip, on
+        a connection in autocommit: no transaction to open or close): the head, the system
+        messages and the messages from the start (a primary-key range) — all of them, or with
+        ``newest`` only that many of the newest."""
+        statement = self._context.get(encoding)
+        if statement is None:
             raise InvalidRequestError(f"unknown encoding {encoding!r}; expected one of {', '.join(ENCODINGS)}")
-        k = {"k": str(key), "n": newest}
         with pg_errors(f"read the context inputs of {key}"):
             async with self._pool.connection() as conn:
-                async with conn.pipeline():
-                    await conn.execute(_SNAPSHOT)
-                    head_cur = await conn.execute(self._head, k)
-                    system_cur = await conn.execute(self._system[encoding], k)
-                    if newest is None:
-                        messages_cur = await conn.execute(self._messages[encoding], k)
-                    else:
-                        messages_cur = await conn.execute(self._newest[encoding], k)
-                        first_cur = await conn.execute(self._first, k)
-                    await conn.commit()
-                head = await head_cur.fetchone()
-                if head is None:
-                    return None
-                system = _messages(await system_cur.fetchall(), encoding)
-                rows = await messages_cur.fetchall()
-                first = await first_cur.fetchone() if newest is not None else None
-        epoch, partition, last_offset, window_start, turn_count, parked, summary_id, text, covers = head
+                await conn.set_autocommit(True)
+                try:
+                    rows = await (await conn.execute(statement, {"k": str(key), "n": newest})).fetchall()
+                finally:
+                    if not conn.closed:  # one Postgres dropped reads as closed (the pool discards it)
+                        await conn.set_autocommit(False)  # as the pool's other users expect it
+        if not rows:
+            return None
+        (epoch, partition, last_offset, window_start, turn_count, parked, summary_id, text, covers, first_turn,
+         first_is_user, redacted_questions) = orjson.loads(rows[0][1])  # fmt: skip
+        system = tuple(_message(r, encoding) for r in rows if r[0] == 1)
+        messages = tuple(_message(r, encoding) for r in rows if r[0] == 2)
         summary = None
         if summary_id is not None and covers is not None:
             summary = StoredSummary(summary_id, text, covers, cached_counter(encoding)(text))
         if newest is None:
-            return ContextInputs(key, epoch, parked, system, summary, window_start, _messages(rows, encoding),
-                                 partition, last_offset)  # fmt: skip
-        messages = _messages(list(reversed(rows)), encoding)
+            return ContextInputs(key, epoch, parked, system, summary, window_start, messages, partition, last_offset)
         usable = 0
-        if first is not None:
-            first_turn, first_is_user, redacted_questions = first
+        if first_turn is not None:
             usable = usable_turns(turn_count, first_turn, first_is_user=first_is_user,
                                   redacted_questions=redacted_questions)  # fmt: skip
         return ContextInputs(
@@ -304,16 +311,44 @@ class PostgresReadModels:
         return () if row is None else tuple(row[0])
 
 
-def _messages(rows: Sequence[tuple[Any, ...]], encoding: str) -> tuple[StoredMessage, ...]:
-    return tuple(_message(list(r), encoding) for r in rows)
+def _json(text: str | None) -> Any:
+    """A json column's value: a string (most contents) by orjson, exact for a JSON string; the
+    rest (parts, tool calls, blocks: numbers orjson would turn to floats past 64 bits) by json."""
+    if text is None:
+        return None
+    if text[0] == '"':
+        try:
+            return orjson.loads(text)
+        except orjson.JSONDecodeError:  # a lone surrogate, which json reads
+            pass
+    return json.loads(text)
 
 
-def _message(fields: list[Any], encoding: str) -> StoredMessage:
-    fields[6] = tuple(fields[6] or ())  # tool_calls: a JSON list (or NULL) -> tuple of dicts
-    if fields[16] is None:  # blocks: NULL for a Chat Completions message, most rows
-        fields[16] = ()
-    else:
-        fields[16] = blocks_from_json(fields[16])
-    if fields[13] is None or fields[14] is None:  # the projector does not count this encoding
-        fields[13], fields[14] = message_counts_at_read(fields[4], fields[6], fields[16], fields[8], encoding)
-    return StoredMessage(*fields)
+def _message(row: tuple[Any, ...], encoding: str) -> StoredMessage:
+    values = list(row[2:])  # after the kind and the head
+    values[4] = _json(values[4])  # content
+    values[6] = () if values[6] is None else tuple(json.loads(values[6]))  # tool_calls: a JSON list -> tuple of dicts
+    values[16] = () if values[16] is None else blocks_from_json(values[16])  # NULL for a Chat Completions message
+    if values[13] is None or values[14] is None:  # the projector does not count this encoding
+        values[13], values[14] = message_counts_at_read(values[4], values[6], values[16], values[8], encoding)
+    return _stored_message(values)
+
+
+def _slots_constructor(cls: type[_T]) -> Callable[[Sequence[Any]], _T]:
+    """``cls(*values)`` for a frozen slots dataclass, without its ``__init__``: a frozen
+    dataclass's sets every field through ``object.__setattr__``, ~2 us for StoredMessage's 22,
+    paid for every row of every context. This one stores the values straight into the slots
+    (their member descriptors), as ``__init__`` would, in a function generated once (as the
+    dataclass generates ``__init__``), without a loop."""
+    if hasattr(cls, "__post_init__"):
+        raise TypeError(f"{cls.__name__} has a __post_init__, which this constructor would skip")
+    names = [f.name for f in fields(cls)]  # type: ignore[arg-type]  # a dataclass
+    namespace: dict[str, Any] = {"new": object.__new__, "cls": cls}
+    namespace |= {f"set_{name}": getattr(cls, name).__set__ for name in names}
+    body = "".join(f"    set_{name}(o, v[{i}])\n" for i, name in enumerate(names))
+    exec(f"def construct(v):\n    o = new(cls)\n{body}    return o\n", namespace)  # noqa: S102 -- our own field names
+    construct: Callable[[Sequence[Any]], _T] = namespace["construct"]
+    return construct
+
+
+_stored_message = _slots_constructor(StoredMessage)

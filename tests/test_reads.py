@@ -8,7 +8,6 @@ import base64
 import json
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
 from hypothesis import given
@@ -379,20 +378,16 @@ async def test_context_statements_use_the_indexes_for_a_conversation_among_many(
     inputs = await context(reads, OA)
     k = str(OA)
     assert inputs.summary is not None
-    params = {"k": k, "n": 3}
-    statements: list[tuple[sql.Composable, dict[str, Any], str]] = [
-        (reads._head, params, "transcript_by_message_id"),
-        (reads._system["o200k_base"], params, "transcript_system_messages"),
-        (reads._messages["o200k_base"], params, "transcript_pkey"),
-        (reads._newest["o200k_base"], params, "transcript_pkey"),
-        (reads._first, params, "transcript_pkey"),
-    ]
-    for statement, params, index in statements:
+    # One statement: the head by its primary key (and what the summary covers by message id),
+    # the system messages by their partial index, the range and its first row by the primary key.
+    for n in (3, None):
         async with projection.pool.connection() as conn:
-            cur = await conn.execute(sql.SQL("EXPLAIN ") + statement, params)
+            cur = await conn.execute(b"EXPLAIN " + reads._context["o200k_base"], {"k": k, "n": n})
             plan = "\n".join(row[0] for row in await cur.fetchall())
         assert "Seq Scan" not in plan, plan
-        assert index in plan, plan
+        for index in ("conversations_pkey", "transcript_by_message_id", "transcript_system_messages",
+                      "transcript_pkey", "transcript_redacted"):  # fmt: skip
+            assert index in plan, plan
 
 
 @pytest.mark.postgres
@@ -443,6 +438,33 @@ async def test_driver_errors_become_convlog_errors(projection: Projection, reads
     with pytest.raises(ProjectionError, match="closed"):
         await closed.projection_position(0)
     assert (await reads.list_conversations("acme", "employee-42")) == ([], None)
+
+
+@pytest.mark.postgres
+async def test_a_context_read_on_a_connection_postgres_dropped_is_retriable_and_the_pool_recovers(
+    projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer
+) -> None:
+    """The context read runs in autocommit and puts the connection back as it found it; on a
+    connection that broke under it, that must not hide the retriable error."""
+    await append_oa_conversation(producer, OA)
+    await project_all(log, projection.store(policy=SEED_000_WINDOW))
+    pool = await open_pool(projection.url, max_size=1, name="convlog-test-dropped")
+    try:
+        reads = PostgresReadModels(pool, schema=projection.version.schema)
+        assert await reads.context_inputs(OA, encoding="o200k_base") is not None
+        async with pool.connection() as conn:
+            pid = (await (await conn.execute("SELECT pg_backend_pid()")).fetchone() or [0])[0]
+        async with projection.pool.connection() as admin:
+            await admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+        with pytest.raises(StoreUnavailableError):  # the connection was handed out a moment ago: not checked
+            await reads.context_inputs(OA, encoding="o200k_base")
+        inputs = await reads.context_inputs(OA, encoding="o200k_base")  # a new connection
+        assert inputs is not None
+        assert len(inputs.messages) == 20
+        async with pool.connection() as conn:
+            assert not conn.autocommit
+    finally:
+        await pool.close()
 
 
 async def test_arguments_are_checked_before_any_query() -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
+from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
@@ -19,11 +21,11 @@ from projectors.tokens import cached_counter as _counter
 from projectors.tokens import model_spec
 from query_api.as_of import BeforeMessage, UnknownMessageError
 from query_api.context import NeedOlderMessagesError, assemble
-from query_api.context_types import Context, ContextRequest, ModelSpec, ReasoningPolicy
+from query_api.context_types import Context, ContextRequest, ModelSpec, ReasoningPolicy, StoredMessage
 from query_api.disconnects import unless_disconnected
 from query_api.http.deps import PREFIX, ApiDeps, ApiError, AuthHeader, Requests
 from query_api.http.fast_json import FastJSONResponse
-from query_api.http.strict_json import StrictJsonRoute
+from query_api.http.fast_params import FastParamsRoute
 from query_api.ports import ContextInputs, ReadModels
 from query_api.served import context_as_of, context_body
 
@@ -33,9 +35,36 @@ NEWEST_FIRST = 128  # rows read first; most budgets end inside them
 MAX_NEWEST = 4096  # beyond that, read the whole range
 
 
+class RowsNeeded:
+    """How many newest rows the next context of a conversation, encoding and budget should read
+    first, judged by what the rows of the last one cost, for the ``size`` long-range
+    conversations served last: a long range (turns no summary covers yet) takes one read
+    instead of two, turn after turn. Only a first guess: too few rows still read again, and a
+    range shorter than the guess is read whole — the answer is the whole range's either way."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self._size = size
+        self._rows: OrderedDict[tuple[str, str, int], int | None] = OrderedDict()
+
+    def first(self, key: tuple[str, str, int]) -> int | None:
+        return self._rows.get(key, NEWEST_FIRST)
+
+    def read_with(self, key: tuple[str, str, int], newest: int | None) -> None:
+        """Start the next such context with ``newest`` rows (None: the whole range)."""
+        if newest is not None and newest <= NEWEST_FIRST:
+            self._rows.pop(key, None)  # the default does: keep the memory for long ranges
+            return
+        self._rows[key] = newest
+        self._rows.move_to_end(key)
+        if len(self._rows) > self._size:
+            self._rows.popitem(last=False)
+
+
 def context_routes(deps: ApiDeps) -> APIRouter:
-    router = APIRouter(route_class=StrictJsonRoute)
+    # The hot route: its parameters validated without FastAPI's per-request introspection.
+    router = APIRouter(route_class=FastParamsRoute)
     requests = Requests(deps)
+    rows_needed = RowsNeeded()
 
     async def served_then(
         http_request: Request, key: ConversationKey, request: ContextRequest, spec: ModelSpec,
@@ -80,7 +109,6 @@ def context_routes(deps: ApiDeps) -> APIRouter:
         except InvalidRequestError as e:
             raise ApiError(422, "invalid_request", str(e), field="model") from e
         reads = await deps.reads()
-        partition = partition_for_key(key.encode(), deps.log.partition_count)
         request = ContextRequest(model, budget_tokens, reserve_tokens, tools_tokens, reasoning, deps.image_turns,
                                  format=format, cache=cache)  # fmt: skip
         if as_of is not None and before_message is not None:
@@ -90,12 +118,13 @@ def context_routes(deps: ApiDeps) -> APIRouter:
             ctx, inputs = await served_then(http_request, key, request, spec, as_of, before_message)
         else:
             if min_offset is not None:
+                partition = partition_for_key(key.encode(), deps.log.partition_count)
                 if deps.log_behind is not None:  # never confirm an offset the projection did not take from this log
                     deps.log_behind(partition)
                 waited = time.perf_counter()
                 await _wait_for(reads, deps.log, partition, min_offset, deps.wait_for_offset_s, deps.positions)
                 deps.metrics.freshness(time.perf_counter() - waited)
-            ctx, inputs = await _assemble(reads, key, spec, request)
+            ctx, inputs = await _assemble(reads, key, spec, request, rows_needed)
         deps.metrics.context_served(ctx.token_count)
         # Plain JSON types already: skip FastAPI's encoder and response validation on the hot path.
         response = FastJSONResponse(context_body(ctx, inputs, spec, counted=deps.counted_encodings))
@@ -111,15 +140,18 @@ def context_routes(deps: ApiDeps) -> APIRouter:
 
 
 async def _assemble(
-    reads: ReadModels, key: ConversationKey, spec: ModelSpec, request: ContextRequest
-) -> tuple[Context, ContextInputs]:
+    reads: ReadModels, key: ConversationKey, spec: ModelSpec, request: ContextRequest,
+    rows_needed: RowsNeeded | None = None,
+) -> tuple[Context, ContextInputs]:  # fmt: skip
     """Turns no summary covers yet stay in the context's range, which can be long: read its
-    newest rows first, more only when the budget reaches back further (as many as the budget
+    newest rows first (as many as the conversation's last such context was read with, by
+    ``rows_needed``), more only when the budget reaches back further (as many as the budget
     needs by the first rows' costs, then everything) — the answer is the one the whole range
     gives."""
     count = _counter(spec.encoding)
     available = request.budget_tokens - request.reserve_tokens - request.tools_tokens
-    newest: int | None = NEWEST_FIRST
+    hint = (str(key), spec.encoding, available)
+    newest = NEWEST_FIRST if rows_needed is None else rows_needed.first(hint)
     while True:
         inputs = await reads.context_inputs(key, encoding=spec.encoding, newest=newest)
         if inputs is None:
@@ -131,12 +163,20 @@ async def _assemble(
             )  # fmt: skip
         except NeedOlderMessagesError:
             # Read enough rows next time for the budget, judging by what these cost.
-            read = inputs.messages
-            spent = sum(m.tokens + spec.tokens_per_message + 1 for m in read) or 1
-            wanted = int(len(read) * available / spent * 1.5) + 1
-            newest = None if newest is None or wanted > MAX_NEWEST else max(wanted, 2 * len(read))
+            wanted = _rows_for(inputs.messages, available, spec)
+            newest = None if newest is None or wanted > MAX_NEWEST else max(wanted, 2 * len(inputs.messages))
             continue
+        if rows_needed is not None:  # by what these rows cost: fewer next time if they grew
+            wanted = _rows_for(inputs.messages, available, spec)
+            rows_needed.read_with(hint, None if wanted > MAX_NEWEST else wanted)
         return ctx, inputs
+
+
+def _rows_for(read: Sequence[StoredMessage], available: int, spec: ModelSpec) -> int:
+    """How many rows the budget reaches back to, with half again for a margin, judging by what
+    the rows ``read`` cost."""
+    spent = sum(m.tokens + spec.tokens_per_message + 1 for m in read) or 1
+    return int(len(read) * available / spent * 1.5) + 1
 
 
 async def _wait_for(
