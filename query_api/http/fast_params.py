@@ -26,7 +26,13 @@ from copy import deepcopy
 from typing import Any
 
 from fastapi import Request, Response
-from fastapi._compat import ModelField, get_missing_field_error
+
+try:  # FastAPI's own, not public: a FastAPI without them gets its own handler on every route
+    from fastapi._compat import ModelField, get_missing_field_error
+except ImportError:  # pragma: no cover - depends on the installed FastAPI
+    _FAST = False
+else:
+    _FAST = True
 from fastapi.exceptions import RequestValidationError
 
 from query_api.http.strict_json import StrictJsonRoute
@@ -40,12 +46,20 @@ class FastParamsRoute(StrictJsonRoute):
     per-request introspection. Any other route is handled as a :class:`StrictJsonRoute`."""
 
     def get_route_handler(self) -> _Handler:
+        try:
+            return self._fast_handler() or super().get_route_handler()
+        except AttributeError:  # a FastAPI whose dependant or fields look otherwise: FastAPI's own handler
+            return super().get_route_handler()
+
+    def _fast_handler(self) -> _Handler | None:
+        if not _FAST:
+            return None
         d = self.dependant
         special = (d.body_params, d.cookie_params, d.dependencies, d.websocket_param_name, d.http_connection_param_name,
                    d.response_param_name, d.background_tasks_param_name, d.security_scopes_param_name)  # fmt: skip
         fields = [*d.path_params, *d.query_params, *d.header_params]
         if any(special) or not all(_plain(f) for f in fields) or not inspect.iscoroutinefunction(d.call):
-            return super().get_route_handler()
+            return None
         endpoint: Callable[..., Coroutine[Any, Any, Any]] = d.call
         request_name = d.request_param_name
         path = [_Param(f, f.name, "path") for f in d.path_params]
