@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, LiteralString
 
-from psycopg import AsyncConnection, sql
+from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 
 from projectors.errors import PositionConflictError
@@ -62,7 +62,7 @@ class BatchInputReader:
     def __init__(self, schema: str) -> None:
         self._schema = schema
 
-    def _q(self, text: LiteralString) -> sql.Composed:
+    def _q(self, text: LiteralString) -> bytes:
         return in_schema(self._schema, text)
 
     async def read(
@@ -73,7 +73,7 @@ class BatchInputReader:
         offset), those positions are locked first and must agree, else
         :class:`PositionConflictError` (the transaction is then to be rolled back)."""
         keys = sorted(look.keys)
-        queries: dict[str, tuple[sql.Composed, list[Any]]] = {}
+        queries: dict[str, tuple[bytes, list[Any]]] = {}
         if positions is not None:
             queries["positions"] = (self._q(POSITIONS_FOR_UPDATE), [sorted(positions)])
         queries["states"] = (self._q(_STATES), [keys])
@@ -118,7 +118,7 @@ def check_positions(expected: Mapping[int, int], stored: Mapping[int, int]) -> N
 
 
 async def _pipelined(
-    conn: AsyncConnection[Any], queries: Mapping[str, tuple[sql.Composed, Sequence[Any]]]
+    conn: AsyncConnection[Any], queries: Mapping[str, tuple[bytes, Sequence[Any]]]
 ) -> dict[str, list[dict[str, Any]]]:
     """Each query's rows, the queries sent in order as one pipeline (one round trip)."""
     cursors = {}

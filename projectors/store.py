@@ -83,7 +83,7 @@ class PostgresProjectionStore:
     def skips(self) -> Mapping[tuple[int, int], str]:
         return self._skips
 
-    def _q(self, text: LiteralString) -> sql.Composed:
+    def _q(self, text: LiteralString) -> bytes:
         return in_schema(self.schema, text)
 
     async def positions(self, partitions: Sequence[int]) -> dict[int, int]:

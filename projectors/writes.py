@@ -53,9 +53,9 @@ class BatchWriter:
         self.schema = schema
         self._counter = counter
         # Statements composed once (formatting parses the template on every call).
-        self._statements: dict[Any, sql.Composed] = {}
+        self._statements: dict[Any, bytes] = {}
 
-    def _q(self, text: LiteralString) -> sql.Composed:
+    def _q(self, text: LiteralString) -> bytes:
         return in_schema(self.schema, text)
 
     async def _copy(
@@ -71,20 +71,22 @@ class BatchWriter:
             return
         statement = self._statements.get((table, *columns))
         if statement is None:
-            statement = self._statements[(table, *columns)] = sql.SQL("COPY {s}.{t} ({c}) FROM STDIN").format(
-                s=sql.Identifier(self.schema), t=sql.Identifier(table), c=sql.SQL(column_list(columns))
+            statement = self._statements[(table, *columns)] = (
+                sql.SQL("COPY {s}.{t} ({c}) FROM STDIN")
+                .format(s=sql.Identifier(self.schema), t=sql.Identifier(table), c=sql.SQL(column_list(columns)))
+                .as_bytes(None)
             )
         async with cur.copy(statement) as copy:
             for row in rows:
                 await copy.write_row(row)
 
-    def _insert(self, table: LiteralString, columns: Sequence[str]) -> sql.Composed:
+    def _insert(self, table: LiteralString, columns: Sequence[str]) -> bytes:
         statement = self._statements.get(("insert", table, *columns))
         if statement is None:
             statement = self._statements[("insert", table, *columns)] = sql.SQL(
                 "INSERT INTO {s}.{t} ({c}) VALUES ({v})"
             ).format(s=sql.Identifier(self.schema), t=sql.Identifier(table), c=sql.SQL(column_list(columns)),
-                     v=sql.SQL(", ").join(sql.Placeholder() * len(columns)))  # fmt: skip
+                     v=sql.SQL(", ").join(sql.Placeholder() * len(columns))).as_bytes(None)  # fmt: skip
         return statement
 
     async def write(
@@ -157,7 +159,7 @@ class BatchWriter:
                 ).format(
                     s=sql.Identifier(self.schema), t=sql.Identifier(table), cols=sql.SQL(column_list(columns)),
                     u=sql.SQL(updates),
-                )  # fmt: skip
+                ).as_bytes(None)  # fmt: skip
             await cur.execute(statement, [rows])
 
     async def _write_poison(self, cur: Cursor, out: BatchOutcome, *, inserts: bool) -> None:
