@@ -24,6 +24,7 @@ from psycopg_pool import AsyncConnectionPool
 from events.codec import EventCodec
 from events.log import LogRecord
 from projectors.batch_inputs import POSITIONS_FOR_UPDATE, BatchInputReader, check_positions
+from projectors.batch_statement import BatchStatement, is_plain
 from projectors.errors import PositionConflictError, ProjectionError, RecordRefusedError
 from projectors.event_index import ensure_event_index, write_event_index
 from projectors.fold import BatchOutcome, Decoded, decode_batch, fold_batch, lookups
@@ -33,7 +34,7 @@ from projectors.ports import UNREADABLE_BATCH, BatchReport
 from projectors.positions_watch import positions_channel, positions_payload
 from projectors.prepare import AheadCounter, PreparedBatch, prepare_batch
 from projectors.read_sql import in_schema
-from projectors.rows import TokenCounting, record_from_row
+from projectors.rows import TokenCounting, index_rows, record_from_row, transcript_copy_rows
 from projectors.window import WindowPolicy
 from projectors.writes import DEAD_LETTER_INSERT, BatchWriter
 
@@ -72,6 +73,7 @@ class PostgresProjectionStore:
         self._counter = AheadCounter(counter)  # counts the next batch's texts before its transaction
         self._writer = BatchWriter(schema, self._counter)
         self._inputs = BatchInputReader(schema)
+        self._one_statement = BatchStatement(schema)
         self._policy = policy
         self._max_event_bytes = max_event_bytes
         self._fail_fast = fail_fast
@@ -183,9 +185,19 @@ class PostgresProjectionStore:
             conn.cursor(row_factory=dict_row) as cur,
         ):
             outcome = await self._fold(cur, decoded, parked_override=None, positions=moved)
-            await self._writer.write(cur, outcome, counter=counter, inserts=True)
-            await write_event_index(cur, self.schema, decoded, inserts=True)
-            await self._move_positions(cur, moved, new_positions)
+            if is_plain(outcome):  # the common batch: everything in one statement
+                notify = (positions_channel(self.schema), positions_payload(new_positions)) if self._notify else None
+                statement, params = self._one_statement.compose(
+                    outcome, transcript=transcript_copy_rows(outcome.transcript, counter), index=index_rows(decoded),
+                    expected=moved, new=new_positions, notify=notify,
+                )  # fmt: skip
+                await cur.execute(statement, params)
+                if len(await cur.fetchall()) != len(new_positions):  # cannot happen under FOR UPDATE
+                    raise PositionConflictError("a position changed inside the batch transaction")
+            else:
+                await self._writer.write(cur, outcome, counter=counter, inserts=True)
+                await write_event_index(cur, self.schema, decoded, inserts=True)
+                await self._move_positions(cur, moved, new_positions)
         return outcome
 
     async def _write_isolating(

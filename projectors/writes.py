@@ -46,6 +46,17 @@ DEAD_LETTER_INSERT: LiteralString = (
 )
 
 
+def state_upsert(schema: str, table: str, columns: Sequence[str]) -> sql.Composed:
+    """Upsert the ``table`` rows of a JSON array (one parameter; :func:`~projectors.rows.states_json`)."""
+    return sql.SQL(
+        "INSERT INTO {s}.{t} ({cols}) SELECT {cols} FROM jsonb_populate_recordset(NULL::{s}.{t}, %s::jsonb) "
+        "ON CONFLICT (conversation_key) DO UPDATE SET {u}"
+    ).format(
+        s=sql.Identifier(schema), t=sql.Identifier(table), cols=sql.SQL(", ").join(map(sql.Identifier, columns)),
+        u=sql.SQL(", ").join(sql.SQL("{c} = excluded.{c}").format(c=sql.Identifier(c)) for c in columns[1:]),
+    )  # fmt: skip
+
+
 class BatchWriter:
     """Writes a :class:`~projectors.fold.BatchOutcome` into the tables of schema ``schema``."""
 
@@ -149,18 +160,9 @@ class BatchWriter:
             ("conversations", CONVERSATION_COLUMNS, conversations),
             ("windows", WINDOW_COLUMNS, windows),
         ):
-            statement = self._statements.get(("upsert", table))
-            if statement is None:
-                updates = ", ".join(f'"{c}" = excluded."{c}"' for c in columns[1:])
-                statement = self._statements[("upsert", table)] = sql.SQL(
-                    "INSERT INTO {s}.{t} ({cols}) SELECT {cols} "
-                    "FROM jsonb_populate_recordset(NULL::{s}.{t}, %s::jsonb) "
-                    "ON CONFLICT (conversation_key) DO UPDATE SET {u}"
-                ).format(
-                    s=sql.Identifier(self.schema), t=sql.Identifier(table), cols=sql.SQL(column_list(columns)),
-                    u=sql.SQL(updates),
-                ).as_bytes(None)  # fmt: skip
-            await cur.execute(statement, [rows])
+            if ("upsert", table) not in self._statements:
+                self._statements["upsert", table] = state_upsert(self.schema, table, columns).as_bytes(None)
+            await cur.execute(self._statements["upsert", table], [rows])
 
     async def _write_poison(self, cur: Cursor, out: BatchOutcome, *, inserts: bool) -> None:
         for poison in out.poisoned:

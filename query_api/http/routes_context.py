@@ -16,7 +16,7 @@ from events.blocks import ApiFormat
 from events.errors import InvalidRequestError
 from events.keys import ConversationKey, partition_for_key
 from events.log import EventLog
-from projectors.positions_watch import PositionsWatch, read_until_passed
+from projectors.positions_watch import PositionsWatch, next_look, read_until_passed
 from projectors.tokens import cached_counter as _counter
 from projectors.tokens import model_spec
 from query_api.as_of import BeforeMessage, UnknownMessageError
@@ -117,14 +117,7 @@ def context_routes(deps: ApiDeps) -> APIRouter:
         if not live:  # rebuilt from the log, exactly as served then
             ctx, inputs = await served_then(http_request, key, request, spec, as_of, before_message)
         else:
-            if min_offset is not None:
-                partition = partition_for_key(key.encode(), deps.log.partition_count)
-                if deps.log_behind is not None:  # never confirm an offset the projection did not take from this log
-                    deps.log_behind(partition)
-                waited = time.perf_counter()
-                await _wait_for(reads, deps.log, partition, min_offset, deps.wait_for_offset_s, deps.positions)
-                deps.metrics.freshness(time.perf_counter() - waited)
-            ctx, inputs = await _assemble(reads, key, spec, request, rows_needed)
+            ctx, inputs = await _live(deps, reads, key, spec, request, rows_needed, min_offset)
         deps.metrics.context_served(ctx.token_count)
         # Plain JSON types already: skip FastAPI's encoder and response validation on the hot path.
         response = FastJSONResponse(context_body(ctx, inputs, spec, counted=deps.counted_encodings))
@@ -137,6 +130,36 @@ def context_routes(deps: ApiDeps) -> APIRouter:
         return response
 
     return router
+
+
+async def _live(
+    deps: ApiDeps, reads: ReadModels, key: ConversationKey, spec: ModelSpec, request: ContextRequest,
+    rows_needed: RowsNeeded, min_offset: int | None,
+) -> tuple[Context, ContextInputs]:  # fmt: skip
+    """The live context; with ``min_offset``, once the read models hold it (read-your-writes).
+    The projector's commit is taken as a hint and confirmed by the context read itself
+    (:func:`_reflects`); only when that read does not show it does the wait ask the read models'
+    positions, and read again."""
+    if min_offset is None:
+        return await _assemble(reads, key, spec, request, rows_needed)
+    partition = partition_for_key(key.encode(), deps.log.partition_count)
+    if deps.log_behind is not None:  # never confirm an offset the projection did not take from this log
+        deps.log_behind(partition)
+    waited = time.perf_counter()
+    hinted = await _wait_for(reads, deps.log, partition, min_offset, deps.wait_for_offset_s, deps.positions,
+                             trust_hint=True)  # fmt: skip
+    deps.metrics.freshness(time.perf_counter() - waited)
+    try:
+        ctx, inputs = await _assemble(reads, key, spec, request, rows_needed)
+        if not hinted or _reflects(inputs, partition, min_offset):
+            return ctx, inputs
+    except ApiError as e:
+        if not hinted or e.status != 404:
+            raise  # (a 404 after a hint: not even the conversation is in these read models yet)
+    # The hint is not in these read models (another version's commit, or an offset of another
+    # conversation): wait for the read models' own word, then read again.
+    await _wait_for(reads, deps.log, partition, min_offset, deps.wait_for_offset_s, deps.positions)
+    return await _assemble(reads, key, spec, request, rows_needed)
 
 
 async def _assemble(
@@ -181,20 +204,27 @@ def _rows_for(read: Sequence[StoredMessage], available: int, spec: ModelSpec) ->
 
 async def _wait_for(
     reads: ReadModels, log: EventLog, partition: int, offset: int, timeout_s: float,
-    watch: PositionsWatch | None = None,
-) -> None:  # fmt: skip
+    watch: PositionsWatch | None = None, *, trust_hint: bool = False,
+) -> bool:  # fmt: skip
     """Read-your-writes: wait (bounded) until the projection applied ``offset``. An offset the
     log does not hold can never be reached: 422 at once, instead of polling Postgres for the
     whole wait (the log's end is asked only when the projection is not there yet). With
     ``watch`` (told the commits of this process's projector, and of every projector while its
     Postgres listener is up) the wait ends at the commit that passes ``offset``; the read
-    models confirm it, so a hint never serves a version that lacks it."""
+    models confirm it, so a hint never serves a version that lacks it — with ``trust_hint``,
+    the caller does, from the context it reads next (:func:`_reflects`: one round trip fewer),
+    and True says the wait ended on the watch's word alone."""
+    seen = watch.commits if watch is not None else 0
     if await reads.projection_position(partition) > offset:
-        return
+        return False
     if offset >= (await log.end_offsets([partition]))[partition]:
         raise ApiError(422, "offset_beyond_log_end", f"partition {partition} of the log holds no offset {offset} yet",
                        field="min_offset", partition=partition)  # fmt: skip
     deadline = asyncio.get_running_loop().time() + timeout_s
+    if trust_hint and watch is not None:
+        await next_look(watch, partition, offset, timeout_s, seen=seen)
+        if watch.passed(partition, offset):
+            return True
     position = await read_until_passed(functools.partial(reads.projection_position, partition), watch, partition,
                                        offset, deadline=deadline)  # fmt: skip
     if position <= offset:
@@ -203,3 +233,10 @@ async def _wait_for(
                        f"{partition} within {timeout_s:g} s (the projection's next offset there is {position}): "
                        "the projectors are behind or not running; retry later",
                        partition=partition, projected=position)  # fmt: skip
+    return False
+
+
+def _reflects(inputs: ContextInputs, partition: int, offset: int) -> bool:
+    """Whether these read models (one snapshot) hold ``offset`` of ``partition`` for sure: the
+    conversation's own last event is at or past it (positions and rows commit together)."""
+    return inputs.partition == partition and inputs.last_offset >= offset
