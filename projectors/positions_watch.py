@@ -55,6 +55,17 @@ class PositionsWatch:
             self._committed.set()
             self._committed = asyncio.Event()
 
+    def behind(self, partition: int, offset: int) -> bool:
+        """Whether the last commit of ``partition`` that a listening watch heard has not passed
+        ``offset``: then the read models, which it hears every commit of, have not either —
+        unless it missed one (a version switch): that costs one fallback interval, no answer."""
+        position = self._positions.get(partition)
+        return self.listening and position is not None and position <= offset
+
+    def forget(self) -> None:
+        """Drop what was heard: a listener that (re)starts listening may have missed commits."""
+        self._positions.clear()
+
     def passed(self, partition: int, offset: int) -> bool:
         """Whether a commit this process heard of moved ``partition`` past ``offset``."""
         return self._positions.get(partition, 0) > offset

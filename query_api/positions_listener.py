@@ -56,6 +56,7 @@ class PositionsListener:
                     if channel is not None:
                         await conn.execute(sql.SQL("UNLISTEN {}").format(sql.Identifier(channel)))
                     await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(live)))
+                    self._watch.forget()  # commits made while it was not listening were not heard
                     channel, self._watch.listening = live, True
                     log.info("positions_listener.listening", channel=channel)
                 async for notify in conn.notifies(timeout=self._check_s):

@@ -18,7 +18,7 @@ from events.codec import default_codec
 from events.embedded_log import EmbeddedEventLog
 from events.keys import ConversationKey, partition_for_key
 from events.producer import ConversationProducer
-from projectors.positions_watch import PositionsWatch, parse_positions, positions_payload
+from projectors.positions_watch import FALLBACK_S, PositionsWatch, parse_positions, positions_payload
 from projectors.store import PostgresProjectionStore
 from projectors.tokens import TokenCounter
 from projectors.window import WindowPolicy
@@ -216,3 +216,37 @@ async def test_a_commit_landing_while_the_position_is_read_is_not_missed_for_a_p
     await _wait_for(cast("ReadModels", positions), log, partition, offset, 5.0, watch)
     assert time.perf_counter() - started < 0.01  # a poll interval is 20 ms
     assert positions.reads == 3
+
+
+async def test_a_listening_watch_that_says_behind_saves_the_first_read_and_a_stale_one_still_answers(
+    log: EmbeddedEventLog, producer: ConversationProducer
+) -> None:
+    """With ``trust_hint`` (the context route) a listening watch that heard the partition's last
+    commit, not past the offset, stands in for the first read of the position; the commit's hint
+    ends the wait (the route confirms it from the context it reads). A watch that missed commits
+    (it says behind, the read models are past) costs one fallback interval, and the read models
+    answer."""
+    partition, offset = await appended(producer, log)
+    watch = PositionsWatch()
+    watch.listening = True
+    watch.committed({partition: offset})  # heard: the partition is at the offset, not past it
+    positions = Positions()
+    waiting = asyncio.create_task(
+        _wait_for(cast("ReadModels", positions), log, partition, offset, 5.0, watch, trust_hint=True)
+    )
+    await asyncio.sleep(0.05)
+    assert not waiting.done()
+    watch.committed({partition: offset + 1})
+    assert await asyncio.wait_for(waiting, 0.1) is True
+    assert positions.reads == 0
+
+    stale = PositionsWatch()
+    stale.listening = True
+    stale.committed({partition: offset})
+    positions.next_offset = offset + 1  # committed, but this watch never heard it
+    started = time.perf_counter()
+    confirmed = await _wait_for(cast("ReadModels", positions), log, partition, offset, 5.0, stale, trust_hint=True)
+    assert confirmed is False  # the read models' own word
+    assert time.perf_counter() - started < FALLBACK_S + 0.05
+    stale.forget()  # as a listener does when it starts listening: nothing heard, so nothing trusted
+    assert not stale.behind(partition, offset)

@@ -215,7 +215,9 @@ async def _wait_for(
     the caller does, from the context it reads next (:func:`_reflects`: one round trip fewer),
     and True says the wait ended on the watch's word alone."""
     seen = watch.commits if watch is not None else 0
-    if await reads.projection_position(partition) > offset:
+    # A listening watch that says the partition is behind saves the read that would say so too.
+    skip_first_read = trust_hint and watch is not None and watch.behind(partition, offset)
+    if not skip_first_read and await reads.projection_position(partition) > offset:
         return False
     if offset >= (await log.end_offsets([partition]))[partition]:
         raise ApiError(422, "offset_beyond_log_end", f"partition {partition} of the log holds no offset {offset} yet",
