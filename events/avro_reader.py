@@ -149,7 +149,11 @@ def _compile_record(schema: Any, named: dict[str, Reader]) -> Reader:
     namespace: dict[str, Any] = {"_read_long": _read_long, "_read_string": _read_string}
     lines = ["def read_record(buf, pos):", "    size = len(buf)"]
     for i, f in enumerate(schema["fields"]):
-        namespace[f"r{i}"] = compile_reader(f["type"], named)
+        if isinstance(f["type"], list):  # its branches' readers are for the inline dispatch too
+            namespace[f"u{i}"], namespace[f"t{i}"] = parts = _union_parts(f["type"], named)
+            namespace[f"r{i}"] = _compile_union(f["type"], named, parts)
+        else:
+            namespace[f"r{i}"] = compile_reader(f["type"], named)
         lines.extend("    " + line for line in _field_lines(f["type"], i, namespace))
     values = ", ".join(f"{f['name']!r}: v{i}" for i, f in enumerate(schema["fields"]))
     lines.append(f"    return {{{values}}}, pos")
@@ -208,20 +212,47 @@ def _field_lines(field_type: Any, i: int, namespace: dict[str, Any]) -> list[str
     if isinstance(field_type, dict) and field_type.get("type") in ("array", "map"):
         empty = "[]" if field_type["type"] == "array" else "{}"
         return ["if buf[pos] == 0:", f"    {v} = {empty}", "    pos += 1", "else:", "    " + call]
-    if isinstance(field_type, list) and field_type and field_type[0] == "null":
-        lines = ["b = buf[pos]", "if b == 0:", f"    {v} = None", "    pos += 1"]
-        if len(field_type) == 2 and field_type[1] in ("string", "long"):  # ["null", T]: index 1 is b == 2
-            value_lines = _string_lines(v, "1") if field_type[1] == "string" else _long_lines(v, "1")
-            lines += ["elif b == 2:", *("    " + line for line in value_lines)]
-        return [*lines, "else:", "    " + call]  # another index, valid or not, goes to r{i}
+    if isinstance(field_type, list):
+        return _union_lines(field_type, i, namespace[f"t{i}"])
     return [call]
 
 
-def _compile_union(branches: list[Any], named: dict[str, Reader]) -> Reader:
+def _union_parts(branches: list[Any], named: dict[str, Reader]) -> tuple[tuple[Reader, ...], tuple[str | None, ...]]:
+    """Each branch's reader, and the name its values are tagged with (None: a bare value)."""
     readers = tuple(compile_reader(b, named) for b in branches)
     names = [b.get("name") if isinstance(b, dict) else None if b in _PRIMITIVES else b for b in branches]
     # Like fastavro's return_named_type_override: a union with one named type gives bare values.
     tags = tuple(names) if sum(n is not None for n in names) > 1 else (None,) * len(names)
+    return readers, tags
+
+
+def _union_lines(branches: list[Any], i: int, tags: tuple[str | None, ...]) -> list[str]:
+    """Source reading union field ``i`` into ``v{i}`` when its index takes one byte: null and
+    an untagged string or long inline, any other branch by its reader ``u{i}[index]``. A
+    negative or too large index (an odd byte, or one past the branches) or a longer varint
+    goes to ``r{i}``, which reads it or refuses it."""
+    v, lines = f"v{i}", ["b = buf[pos]"]
+    for k, branch in enumerate(branches[:64]):
+        if branch == "null":
+            lines += [f"{'elif' if len(lines) > 1 else 'if'} b == {2 * k}:", f"    {v} = None", "    pos += 1"]
+        elif branch in ("string", "long") and tags[k] is None:
+            value_lines = _string_lines(v, "1") if branch == "string" else _long_lines(v, "1")
+            lines += [f"{'elif' if len(lines) > 1 else 'if'} b == {2 * k}:", *("    " + line for line in value_lines)]
+    if any(b not in ("null", "string", "long") or tags[k] is not None for k, b in enumerate(branches[:64])):
+        limit = 2 * min(len(branches), 64)
+        lines += [f"{'elif' if len(lines) > 1 else 'if'} b < {limit} and not b & 1:",
+                  f"    x, pos = u{i}[b >> 1](buf, pos + 1)"]  # fmt: skip
+        # As read_union: a named branch's value is tagged in a union of several named types.
+        lines += [f"    t = t{i}[b >> 1]", f"    {v} = x if t is None else (t, x)"] if any(tags) else [f"    {v} = x"]
+    return [*lines, "else:", f"    {v}, pos = r{i}(buf, pos)"]
+
+
+def _compile_union(
+    branches: list[Any],
+    named: dict[str, Reader],
+    parts: tuple[tuple[Reader, ...], tuple[str | None, ...]] | None = None,
+) -> Reader:
+    readers, tags = _union_parts(branches, named) if parts is None else parts
 
     def read_union(buf: bytes, pos: int) -> tuple[Any, int]:
         i, pos = _read_long(buf, pos)

@@ -257,6 +257,7 @@ CORRUPT: dict[str, bytes] = {
     "finish_reason enum index -1": record(1, message(finish_reason=zz(1) + zz(-1))),
     # The record readers read these fields inline (events/avro_reader.py): still refused there.
     # Each would decode to a valid event if an index wrapped around or took the wrong branch.
+    "body union index -1 before a valid ConversationStarted": record(-1, zz(0) * 2),
     "name union index -1": record(1, message(name=zz(-1))),
     "name union index 2": record(1, message(name=zz(2) + s("x"))),
     "thinking_duration_ms union index -1": record(1, message(thinking_duration_ms=zz(-1))),
@@ -310,6 +311,9 @@ def test_corruption_messages_say_what_is_wrong() -> None:
     assert "UTF-8" in message_of("invalid UTF-8")
     assert "union index -1" in message_of("body union index -1")
     assert "enum index 4" in message_of("role enum index 4")
+    assert "union index 6 out of range" in message_of("body union index 6")
+    assert "enum index 2 out of range" in message_of("media kind enum index 2")
+    assert "union index 2 out of range" in message_of("name union index 2")
 
 
 def test_unknown_fingerprint_is_refused_with_the_fingerprint() -> None:
