@@ -135,10 +135,11 @@ def compile_reader(schema: Any, named: dict[str, Reader]) -> Reader:
 
 def _compile_record(schema: Any, named: dict[str, Reader]) -> Reader:
     """One generated function per record: its fields read in a row, without a call per field
-    for the common shapes (a string, an absent or a string/long optional, an enum symbol, an
-    empty array or map, a one-byte long) — a call per field was most of a record's reading
-    time. Whatever else a field holds (a longer varint, a bad index, a non-minimal encoding)
-    goes to the field's compiled reader, which reads it or raises as before."""
+    for the common shapes (a string, a one-byte long, an enum symbol, an empty array or map, a
+    union's null, string or long branch; its other branches by their reader, without the
+    union's) — a call per field was most of a record's reading time. Whatever else a field
+    holds (a longer varint, a bad index, a non-minimal encoding) goes to the field's compiled
+    reader, which reads it or raises as before."""
     name = schema["name"]
     compiled: list[Reader] = []
 
@@ -212,7 +213,7 @@ def _field_lines(field_type: Any, i: int, namespace: dict[str, Any]) -> list[str
     if isinstance(field_type, dict) and field_type.get("type") in ("array", "map"):
         empty = "[]" if field_type["type"] == "array" else "{}"
         return ["if buf[pos] == 0:", f"    {v} = {empty}", "    pos += 1", "else:", "    " + call]
-    if isinstance(field_type, list):
+    if isinstance(field_type, list) and field_type:
         return _union_lines(field_type, i, namespace[f"t{i}"])
     return [call]
 
