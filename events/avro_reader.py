@@ -5,7 +5,9 @@ index, so a corrupt record decodes to a different, valid-looking event instead o
 This reader refuses bad indices, truncation, invalid UTF-8, over-long varints and oversized
 block counts with :class:`CorruptRecordError`; on valid data it returns exactly what fastavro
 returns (``return_named_type=True``), which a test checks. No schema resolution: older writer
-versions are resolved by fastavro after this reader has checked them.
+versions are resolved by fastavro after this reader has checked them. Each record is read by a
+function generated for it (as events/avro_writer.py writes them): the projector decodes every
+record, and a call per field was most of the time.
 """
 
 from __future__ import annotations
@@ -102,21 +104,7 @@ def compile_reader(schema: Any, named: dict[str, Reader]) -> Reader:
         return _compile_union(schema, named)
     kind = schema["type"]
     if kind in ("record", "error"):
-        fields: list[tuple[str, Reader, int]] = []
-
-        def read_record(buf: bytes, pos: int) -> tuple[dict[str, Any], int]:
-            record: dict[str, Any] = {}
-            for name, read, empty in fields:
-                if empty and buf[pos] == 0:  # null, or no items: the one byte is the value
-                    record[name] = None if empty == _NULL else [] if empty == _ARRAY else {}
-                    pos += 1
-                else:
-                    record[name], pos = read(buf, pos)
-            return record, pos
-
-        named[schema["name"]] = read_record
-        fields.extend((f["name"], compile_reader(f["type"], named), _empty_value(f["type"])) for f in schema["fields"])
-        return read_record
+        return _compile_record(schema, named)
     if kind == "enum":
         symbols = tuple(schema["symbols"])
 
@@ -145,26 +133,127 @@ def compile_reader(schema: Any, named: dict[str, Reader]) -> Reader:
     return _PRIMITIVES[kind]
 
 
-_NULL, _ARRAY, _MAP = 1, 2, 3
+def _compile_record(schema: Any, named: dict[str, Reader]) -> Reader:
+    """One generated function per record: its fields read in a row, without a call per field
+    for the common shapes (a string, a one-byte long, an enum symbol, an empty array or map, a
+    union's null, string or long branch; its other branches by their reader, without the
+    union's) — a call per field was most of a record's reading time. Whatever else a field
+    holds (a longer varint, a bad index, a non-minimal encoding) goes to the field's compiled
+    reader, which reads it or raises as before."""
+    name = schema["name"]
+    compiled: list[Reader] = []
+
+    def read_recursive(buf: bytes, pos: int) -> tuple[Any, int]:  # a reference from inside itself
+        return compiled[0](buf, pos)
+
+    named[name] = read_recursive
+    namespace: dict[str, Any] = {"_read_long": _read_long, "_read_string": _read_string}
+    lines = ["def read_record(buf, pos):", "    size = len(buf)"]
+    for i, f in enumerate(schema["fields"]):
+        if isinstance(f["type"], list):  # its branches' readers are for the inline dispatch too
+            namespace[f"u{i}"], namespace[f"t{i}"] = parts = _union_parts(f["type"], named)
+            namespace[f"r{i}"] = _compile_union(f["type"], named, parts)
+        else:
+            namespace[f"r{i}"] = compile_reader(f["type"], named)
+        lines.extend("    " + line for line in _field_lines(f["type"], i, namespace))
+    values = ", ".join(f"{f['name']!r}: v{i}" for i, f in enumerate(schema["fields"]))
+    lines.append(f"    return {{{values}}}, pos")
+    exec("\n".join(lines), namespace)  # noqa: S102 - source built above from the schema's field names (repr)
+    read: Reader = namespace["read_record"]
+    compiled.append(read)
+    named[name] = read
+    return read
 
 
-def _empty_value(schema: Any) -> int:
-    """Whether a field whose first byte is 0 is that byte alone, and what it is then:
-    ``["null", ...]`` (union index 0: null), an array or a map with no items; else 0. Most of
-    an event's fields are one of these and empty, so the record reader takes them inline,
-    without a call (the projector decodes every record)."""
-    if isinstance(schema, list) and schema and schema[0] == "null":
-        return _NULL
-    if isinstance(schema, dict) and schema.get("type") in ("array", "map"):
-        return _ARRAY if schema["type"] == "array" else _MAP
-    return 0
+def _string_lines(v: str, at: str) -> list[str]:
+    """Source reading a string at ``pos + at`` into ``v`` when its length takes one byte (the
+    usual case), else through _read_string (a longer or a non-minimal length, or an error)."""
+    start = "pos" if at == "0" else f"pos + {at}"
+    return [
+        f"n = buf[{start}]",
+        "if n < 0x80 and not n & 1:",
+        f"    end = {start} + 1 + (n >> 1)",
+        "    if end > size:",
+        f"        raise EOFError(f'{{n >> 1}} bytes announced, {{size - ({start}) - 1}} left')",
+        f"    {v} = buf[{start} + 1 : end].decode()",  # invalid UTF-8 raises UnicodeDecodeError
+        "    pos = end",
+        "else:",
+        f"    {v}, pos = _read_string(buf, {start})",
+    ]
 
 
-def _compile_union(branches: list[Any], named: dict[str, Reader]) -> Reader:
+def _long_lines(v: str, at: str) -> list[str]:
+    """Source reading a long at ``pos + at`` into ``v``: inline when it takes one byte."""
+    start = "pos" if at == "0" else f"pos + {at}"
+    return [
+        f"b = buf[{start}]",
+        "if b < 0x80:",
+        f"    {v} = (b >> 1) ^ -(b & 1)",
+        f"    pos = {start} + 1",
+        "else:",
+        f"    {v}, pos = _read_long(buf, {start})",
+    ]
+
+
+def _field_lines(field_type: Any, i: int, namespace: dict[str, Any]) -> list[str]:
+    """Source reading field ``i`` (of ``field_type``) into ``v{i}``: inline for the common
+    shapes, else ``r{i}`` (the field's compiled reader), which reads those shapes alike."""
+    v, call = f"v{i}", f"v{i}, pos = r{i}(buf, pos)"
+    if field_type == "string":
+        return _string_lines(v, "0")
+    if field_type == "long":
+        return _long_lines(v, "0")
+    if isinstance(field_type, dict) and field_type.get("type") == "enum" and len(field_type["symbols"]) <= 64:
+        namespace[f"s{i}"] = tuple(field_type["symbols"])
+        # A one-byte even varint below 2 * len(symbols) is a valid index; anything else
+        # (a negative or too large index, a longer varint) is for r{i} to read or refuse.
+        limit = 2 * len(field_type["symbols"])
+        return ["b = buf[pos]", f"if b < {limit} and not b & 1:", f"    {v} = s{i}[b >> 1]", "    pos += 1",
+                "else:", "    " + call]  # fmt: skip
+    if isinstance(field_type, dict) and field_type.get("type") in ("array", "map"):
+        empty = "[]" if field_type["type"] == "array" else "{}"
+        return ["if buf[pos] == 0:", f"    {v} = {empty}", "    pos += 1", "else:", "    " + call]
+    if isinstance(field_type, list) and field_type:
+        return _union_lines(field_type, i, namespace[f"t{i}"])
+    return [call]
+
+
+def _union_parts(branches: list[Any], named: dict[str, Reader]) -> tuple[tuple[Reader, ...], tuple[str | None, ...]]:
+    """Each branch's reader, and the name its values are tagged with (None: a bare value)."""
     readers = tuple(compile_reader(b, named) for b in branches)
     names = [b.get("name") if isinstance(b, dict) else None if b in _PRIMITIVES else b for b in branches]
     # Like fastavro's return_named_type_override: a union with one named type gives bare values.
     tags = tuple(names) if sum(n is not None for n in names) > 1 else (None,) * len(names)
+    return readers, tags
+
+
+def _union_lines(branches: list[Any], i: int, tags: tuple[str | None, ...]) -> list[str]:
+    """Source reading union field ``i`` into ``v{i}`` when its index takes one byte: null and
+    an untagged string or long inline, any other branch by its reader ``u{i}[index]``. A
+    negative or too large index (an odd byte, or one past the branches) or a longer varint
+    goes to ``r{i}``, which reads it or refuses it."""
+    v, lines = f"v{i}", ["b = buf[pos]"]
+    for k, branch in enumerate(branches[:64]):
+        if branch == "null":
+            lines += [f"{'elif' if len(lines) > 1 else 'if'} b == {2 * k}:", f"    {v} = None", "    pos += 1"]
+        elif branch in ("string", "long") and tags[k] is None:
+            value_lines = _string_lines(v, "1") if branch == "string" else _long_lines(v, "1")
+            lines += [f"{'elif' if len(lines) > 1 else 'if'} b == {2 * k}:", *("    " + line for line in value_lines)]
+    if any(b not in ("null", "string", "long") or tags[k] is not None for k, b in enumerate(branches[:64])):
+        limit = 2 * min(len(branches), 64)
+        lines += [f"{'elif' if len(lines) > 1 else 'if'} b < {limit} and not b & 1:",
+                  f"    x, pos = u{i}[b >> 1](buf, pos + 1)"]  # fmt: skip
+        # As read_union: a named branch's value is tagged in a union of several named types.
+        lines += [f"    t = t{i}[b >> 1]", f"    {v} = x if t is None else (t, x)"] if any(tags) else [f"    {v} = x"]
+    return [*lines, "else:", f"    {v}, pos = r{i}(buf, pos)"]
+
+
+def _compile_union(
+    branches: list[Any],
+    named: dict[str, Reader],
+    parts: tuple[tuple[Reader, ...], tuple[str | None, ...]] | None = None,
+) -> Reader:
+    readers, tags = _union_parts(branches, named) if parts is None else parts
 
     def read_union(buf: bytes, pos: int) -> tuple[Any, int]:
         i, pos = _read_long(buf, pos)

@@ -60,6 +60,7 @@ from events.event_types import (
 )
 from events.event_writer import compile_event_writer, content_value, micros, tool_call_records, usage_value
 from events.keys import ConversationKey
+from events.slot_builder import slot_builder
 
 MAGIC: Final = b"\xc3\x01"
 HEADER_SIZE: Final = 10
@@ -69,6 +70,10 @@ _SCHEMA_FILE: Final = re.compile(r"event\.v([1-9][0-9]*)\.avsc")
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 
 Record: TypeAlias = dict[str, Any]
+
+# Decoding builds an event per record: without a frozen __init__'s setattr per field (events/slot_builder.py).
+_new_event: Final = slot_builder(Event)
+_new_message: Final = slot_builder(MessageAppended)
 
 # ---- hand-written converters -----------------------------------------------------------------
 
@@ -160,7 +165,7 @@ def _message_body(r: Record) -> MessageAppended:
         calls = r["tool_calls"]  # most messages have none: no generator for them
         tool_calls = tuple(ToolCall(t["id"], t["name"], t["arguments"]) for t in calls) if calls else ()
     u = r["usage"]
-    return MessageAppended(
+    return _new_message(
         message_id=r["message_id"],
         role=r["role"],
         content=content,
@@ -357,10 +362,10 @@ class EventCodec:
                     return_named_type_override=True,
                 )
             name, body = record["body"]
-            return Event(
+            return _new_event(
                 event_id=record["event_id"],
                 key=_conversation_key(record["tenant_id"], record["user_id"], record["conversation_id"]),
-                occurred_at=_EPOCH + timedelta(microseconds=record["occurred_at"]),
+                occurred_at=_EPOCH + timedelta(0, 0, record["occurred_at"]),  # (days, seconds, microseconds)
                 producer=record["producer"],
                 body=_FROM_RECORD[name](body),
             )

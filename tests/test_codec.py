@@ -213,6 +213,19 @@ def test_hand_written_records_decode() -> None:
     assert CODEC.decode(record(5, zz(0) + zz(1) + zz(7))).body == ConversationErased(only_if_last_offset=7)
 
 
+def test_non_minimal_varints_decode_where_the_record_reader_reads_inline() -> None:
+    one, seven, zero = b"\x82\x00", b"\x8e\x00", b"\x80\x00"  # zigzag 1, 7, 0 in two bytes
+    body = message(
+        message_id=b"\x86\x00m-1",
+        role=one,
+        name=one + one + b"n",
+        thinking_duration_ms=one + seven,
+        tool_calls=zero,
+        provider=zero,
+    )
+    assert CODEC.decode(record(1, body)).body == MessageAppended("m-1", "user", name="n", thinking_duration_ms=7)
+
+
 def test_spec_legal_block_encodings_decode() -> None:
     call = s("c1") + s("f") + s("{}")
     blocks = zz(1) + call + zz(-1) + zz(len(call)) + call + zz(0)  # second block carries its size
@@ -242,6 +255,20 @@ CORRUPT: dict[str, bytes] = {
     "finish_reason union index 2": record(1, message(finish_reason=zz(2))),
     "finish_reason enum index 5": record(1, message(finish_reason=zz(1) + zz(5))),
     "finish_reason enum index -1": record(1, message(finish_reason=zz(1) + zz(-1))),
+    # The record readers read these fields inline (events/avro_reader.py): still refused there.
+    # Each would decode to a valid event if an index wrapped around or took the wrong branch.
+    "body union index -1 before a valid ConversationStarted": record(-1, zz(0) * 2),
+    "name union index -1": record(1, message(name=zz(-1))),
+    "name union index 2": record(1, message(name=zz(2) + s("x"))),
+    "thinking_duration_ms union index -1": record(1, message(thinking_duration_ms=zz(-1))),
+    "usage tokens union index -1": record(1, message(usage=zz(1) + zz(-1) + zz(0) * 4)),
+    "block union index -1": record(1, message(blocks=zz(1) + zz(-1) + s("p") + s("{}") + zz(0))),
+    "text block item_id union index -1": record(1, message(blocks=zz(1) + zz(0) + s("x") + zz(-1) + zz(0) * 2)),
+    "media kind enum index 2": record(1, message(blocks=zz(1) + zz(1) + zz(2) + zz(0) * 7)),
+    "media kind enum index -1": record(1, message(blocks=zz(1) + zz(1) + zz(-1) + zz(0) * 7)),
+    "role enum index 64": record(1, message(role=zz(64))),
+    "string running past the end": record(1, zz(5) + b"ab"),
+    "optional string running past the end": record(4, zz(1) + zz(5) + b"ab"),
     "varint over 64 bits": record(1, message(thinking_duration_ms=zz(1) + b"\xff" * 10 + b"\x01")),
     "negative string length": record(1, message(message_id=zz(-3) + b"abc")),
     "array count beyond the record": record(1, message(tool_calls=zz(1 << 40))),
@@ -284,6 +311,9 @@ def test_corruption_messages_say_what_is_wrong() -> None:
     assert "UTF-8" in message_of("invalid UTF-8")
     assert "union index -1" in message_of("body union index -1")
     assert "enum index 4" in message_of("role enum index 4")
+    assert "union index 6 out of range" in message_of("body union index 6")
+    assert "enum index 2 out of range" in message_of("media kind enum index 2")
+    assert "union index 2 out of range" in message_of("name union index 2")
 
 
 def test_unknown_fingerprint_is_refused_with_the_fingerprint() -> None:

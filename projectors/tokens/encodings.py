@@ -33,7 +33,6 @@ are replaced by U+FFFD (tiktoken's own behaviour), so counting never raises on a
 
 from __future__ import annotations
 
-import base64
 import binascii
 import functools
 import gzip
@@ -207,13 +206,16 @@ def _read_verified(path: Path, *, name: str, expected_sha256: str) -> bytes:
 
 def _parse_ranks(contents: bytes, path: Path) -> dict[bytes, int]:
     """The ``.tiktoken`` format, parsed as ``tiktoken.load.load_tiktoken_bpe`` does."""
+    # binascii.a2b_base64 is what base64.b64decode calls, without its per-call argument
+    # handling: the same bytes, ~85 instead of ~115 ms for o200k_base's 200,000 lines at start.
+    a2b_base64 = binascii.a2b_base64
     ranks: dict[bytes, int] = {}
     for line in contents.splitlines():
         if not line:
             continue
         try:
             token, rank = line.split()
-            ranks[base64.b64decode(token)] = int(rank)
+            ranks[a2b_base64(token)] = int(rank)
         except (ValueError, binascii.Error) as e:  # unreachable once the sha256 matched
             raise ConfigurationError(f"cannot parse line {line[:80]!r} of the BPE file {path}") from e
     return ranks
