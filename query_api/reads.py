@@ -12,10 +12,9 @@ retriable ones as :class:`~projectors.errors.StoreUnavailableError`, the rest as
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
-from dataclasses import fields, replace
+from dataclasses import replace
 from datetime import datetime
-from typing import Any, LiteralString, TypeVar
+from typing import Any, LiteralString
 
 import orjson
 import psycopg
@@ -25,6 +24,7 @@ from psycopg.rows import dict_row
 from events.blocks import blocks_from_json
 from events.errors import InvalidRequestError
 from events.keys import ConversationKey
+from events.slot_builder import slot_builder
 from events.validation import unstorable_char
 from projectors.pg import PgPool, pg_errors
 from projectors.read_sql import WINDOW_AND_CURRENT_SUMMARY
@@ -44,7 +44,6 @@ from query_api.ports import (
 
 __all__ = ["PostgresReadModels"]
 
-_T = TypeVar("_T")
 
 _NEWEST = (1 << 63) - 1  # "before" of the first transcript page
 
@@ -334,21 +333,5 @@ def _message(row: tuple[Any, ...], encoding: str) -> StoredMessage:
     return _stored_message(values)
 
 
-def _slots_constructor(cls: type[_T]) -> Callable[[Sequence[Any]], _T]:
-    """``cls(*values)`` for a frozen slots dataclass, without its ``__init__``: a frozen
-    dataclass's sets every field through ``object.__setattr__``, ~2 us for StoredMessage's 22,
-    paid for every row of every context. This one stores the values straight into the slots
-    (their member descriptors), as ``__init__`` would, in a function generated once (as the
-    dataclass generates ``__init__``), without a loop."""
-    if hasattr(cls, "__post_init__"):
-        raise TypeError(f"{cls.__name__} has a __post_init__, which this constructor would skip")
-    names = [f.name for f in fields(cls)]  # type: ignore[arg-type]  # a dataclass
-    namespace: dict[str, Any] = {"new": object.__new__, "cls": cls}
-    namespace |= {f"set_{name}": getattr(cls, name).__set__ for name in names}
-    body = "".join(f"    set_{name}(o, v[{i}])\n" for i, name in enumerate(names))
-    exec(f"def construct(v):\n    o = new(cls)\n{body}    return o\n", namespace)  # noqa: S102 -- our own field names
-    construct: Callable[[Sequence[Any]], _T] = namespace["construct"]
-    return construct
-
-
-_stored_message = _slots_constructor(StoredMessage)
+# ~2 us a row through the frozen dataclass's __init__, paid for every row of every context.
+_stored_message = slot_builder(StoredMessage, positional=True)

@@ -48,3 +48,24 @@ def test_a_class_without_slots_is_built_by_its_own_init() -> None:
         a: int
 
     assert slot_builder(Plain) is Plain
+
+
+def test_a_positional_builder_takes_a_row_in_field_order() -> None:
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Row:
+        a: int
+        b: str
+
+    built = slot_builder(Row, positional=True)((1, "x"))
+    assert built == Row(1, "x")
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Checked:
+        a: int
+
+        def __post_init__(self) -> None:
+            if self.a < 0:
+                raise ValueError("negative")
+
+    with pytest.raises(ValueError, match="negative"):  # its own __init__, validation included
+        slot_builder(Checked, positional=True)((-1,))
