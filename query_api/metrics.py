@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 
@@ -38,10 +40,18 @@ class Metrics:
         self.dead_letters = Gauge("convlog_dead_letters", "Records dead-lettered by this process",
                                   registry=self.registry)  # fmt: skip
         self.content_type = CONTENT_TYPE_LATEST
+        # Each request's labelled children, looked up once: labels() takes a lock and checks the
+        # values every time (~3 us each, twice a request). Bounded: route templates x methods x statuses.
+        self._request_children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+        self._prefix_children: dict[str, tuple[Any, Any]] = {}
 
     def request(self, route: str, method: str, status: int, seconds: float) -> None:
-        self._requests.labels(route, method, str(status)).inc()
-        self._latency.labels(route).observe(seconds)
+        children = self._request_children.get((route, method, status))
+        if children is None:
+            children = self._request_children[route, method, status] = (
+                self._requests.labels(route, method, str(status)), self._latency.labels(route))  # fmt: skip
+        children[0].inc()
+        children[1].observe(seconds)
 
     def context_served(self, tokens: int) -> None:
         self._context_tokens.observe(tokens)
@@ -52,8 +62,11 @@ class Metrics:
     def cacheable_prefix(self, fmt: str, *, prefix: int, tokens: int) -> None:
         """A context with ``prefix`` of its ``tokens`` equal to the previous one's: the two
         counters' ratio is the share of prompt tokens a provider's cache could serve."""
-        self._prefix_tokens.labels(fmt).inc(prefix)
-        self._prefix_total.labels(fmt).inc(tokens)
+        children = self._prefix_children.get(fmt)
+        if children is None:
+            children = self._prefix_children[fmt] = (self._prefix_tokens.labels(fmt), self._prefix_total.labels(fmt))
+        children[0].inc(prefix)
+        children[1].inc(tokens)
 
     def render(self) -> str:
         return generate_latest(self.registry).decode()
