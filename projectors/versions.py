@@ -222,6 +222,32 @@ def served_policies(
     return policy_at
 
 
+async def policy_of_version(
+    conn: AsyncConnection[Any], version: int, projection: str = READ_MODELS
+) -> WindowPolicy | None:
+    """The window policy version ``version`` served contexts with (None: it was never live)."""
+    cur = await conn.execute(
+        "SELECT window_max_turns, window_keep_turns FROM convlog.live_periods "
+        "WHERE projection = %s AND version = %s ORDER BY seq DESC LIMIT 1",
+        [projection, version],
+    )
+    row = await cur.fetchone()
+    return None if row is None else WindowPolicy(row[0], row[1])
+
+
+def version_policies(
+    pool: AsyncConnectionPool[Any], projection: str = READ_MODELS
+) -> Callable[[int], Awaitable[WindowPolicy | None]]:
+    """:func:`policy_of_version` on connections of ``pool``: the API's ``read_models_version``."""
+
+    async def policy_of(version: int) -> WindowPolicy | None:
+        with pg_errors(f"look up the window of read-models version {version}"):
+            async with pool.connection() as conn:
+                return await policy_of_version(conn, version, projection)
+
+    return policy_of
+
+
 async def keep_hand_over(conn: AsyncConnection[Any], projection: str, schema: str) -> None:
     """Before ``schema`` (a retired version) is dropped: copy its positions, final since the live
     projectors followed the switch, into the hand-over of the version that replaced it."""

@@ -44,6 +44,7 @@ class InMemoryReadModels:
     def __init__(self, tables: MemoryTables) -> None:
         self.tables = tables
         self.schema = tables.schema
+        self.version: int | None = None
 
     async def context_inputs(
         self, key: ConversationKey, *, encoding: str, newest: int | None = None

@@ -81,6 +81,10 @@ class ReadModels(Protocol):
     query API asks. Unknown conversations are None, not errors; a store that cannot answer
     raises a :class:`~events.errors.ConvlogError` (retriable when trying again may help)."""
 
+    # The number of the read-models version read (None: not a numbered version, as in memory):
+    # a live context names it, so that an audit rebuilds it with that version's window.
+    version: int | None
+
     async def context_inputs(
         self, key: ConversationKey, *, encoding: str, newest: int | None = None
     ) -> ContextInputs | None:

@@ -148,9 +148,10 @@ _MESSAGE_EVENT_AT = 'SELECT "offset" FROM {s}.transcript WHERE conversation_key 
 class PostgresReadModels:
     """The :class:`~query_api.ports.ReadModels` of one projection version's schema (normally the live one)."""
 
-    def __init__(self, pool: PgPool, *, schema: str) -> None:
+    def __init__(self, pool: PgPool, *, schema: str, version: int | None = None) -> None:
         self._pool = pool
         self.schema = schema
+        self.version = version
         # Composed once: psycopg would compose a Composed again on every execute.
         self._context = {e: self._q(_CONTEXT, e).as_bytes(None) for e in ENCODINGS}
         self._transcript = self._q(_TRANSCRIPT)

@@ -289,3 +289,44 @@ async def test_0007_records_the_versions_switched_before_it_in_the_order_they_we
             assert await cur.fetchall() == [(3, 10, 3, None, {}), (2, 8, 6, "convlog_read_models_v3", {})]
             # The schemas are gone here: no positions to hand over, so the latest one holds everywhere.
             assert await policy_served_at(conn, 0, 0) == WindowPolicy(8, 6)
+
+
+async def test_a_context_names_its_version_and_an_audit_naming_it_rebuilds_an_idle_re_read(
+    pg_admin_url: str, tmp_path: Path
+) -> None:
+    """A conversation read again after a switch, with no event of its own since, is served by the
+    new version with the new window: the log alone cannot tell that read from the first one. The
+    live context says which version served it (Convlog-Read-Models-Version), and as_of with that
+    read_models_version rebuilds it byte for byte; without it, as_of gives the first reading."""
+    async with temporary_database(pg_admin_url) as url:
+        async with running_service(_settings(url, tmp_path, window_max_turns=8, window_keep_turns=6)) as service:
+            at = await _ask(service, range(10))
+            first, first_version = await _served(service, {"min_offset": at})
+        assert first_version == "1"
+        assert await rebuild(_settings(url, tmp_path), RebuildOptions(switch=True), asyncio.Event()) == 0
+        async with running_service(_settings(url, tmp_path)) as service:
+            again, again_version = await _served(service, {})
+            assert again_version == "2"
+            assert _questions(again) != _questions(first)  # 12 -> 4 keeps every turn: another context
+            assert (await _served(service, {"as_of": at}))[0] == first  # the first reading, as before
+            as_v2, version = await _served(service, {"as_of": at, "read_models_version": 2})
+            assert (as_v2, version) == (again, None)  # byte for byte; a rebuilt context names no version
+            assert (await _served(service, {"as_of": at, "read_models_version": 1}))[0] == first
+            for params, code in (({"as_of": at, "read_models_version": 9}, "unknown_version"),
+                                 ({"read_models_version": 2}, "invalid_request")):  # fmt: skip
+                refused = await _get(service, params)
+                assert (refused.status_code, refused.json()["error"]["code"]) == (422, code)
+                assert refused.json()["error"]["field"] == "read_models_version"
+
+
+async def _get(service: Service, params: dict[str, Any]) -> httpx.Response:
+    transport = httpx.ASGITransport(app=create_app(service.deps))
+    async with httpx.AsyncClient(transport=transport, base_url="http://convlog") as client:
+        return await client.get("/v1/users/u1/conversations/c1/context",
+                                params={"model": "gpt-4o", "budget_tokens": 100_000, **params}, headers=A)  # fmt: skip
+
+
+async def _served(service: Service, params: dict[str, Any]) -> tuple[bytes, str | None]:
+    got = await _get(service, params)
+    assert got.status_code == 200, got.text
+    return got.content, got.headers.get("Convlog-Read-Models-Version")

@@ -37,7 +37,7 @@ from projectors.migrate import migrate
 from projectors.pg import PgPool, open_pool, retrying
 from projectors.positions_watch import PositionsWatch
 from projectors.tokens import model_spec
-from projectors.versions import live_version, served_policies
+from projectors.versions import live_version, served_policies, version_policies
 from query_api.http import ApiDeps, create_app
 from query_api.metrics import Metrics
 from query_api.positions_listener import PositionsListener
@@ -73,7 +73,7 @@ class _LiveReads:
             if live is None:
                 raise ConfigurationError("no live read-models version (run convlog migrate / convlog project)")
             if self._reads is None or self._reads.schema != live.schema:
-                self._reads = PostgresReadModels(self._pool, schema=live.schema)
+                self._reads = PostgresReadModels(self._pool, schema=live.schema, version=live.version)
             self._at = time.monotonic()
         return self._reads
 
@@ -142,6 +142,7 @@ async def running_service(settings: Settings) -> AsyncIterator[Service]:
             max_body_bytes=settings.max_event_bytes * 2,
             # as_of: the window of the version that served the context (live when its event was projected)
             policy_at=served_policies(pool, settings.window_policy()),
+            version_policy=version_policies(pool),
             max_event_bytes=settings.max_event_bytes,
             log_behind=guard.check_read,
             positions=watch,

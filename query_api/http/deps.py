@@ -58,6 +58,9 @@ class ApiDeps:
     wait_for_offset_s: float = 5.0
     policy: WindowPolicy = field(default_factory=WindowPolicy)  # as-of rebuilds', unless policy_at is given
     policy_at: PolicyAt | None = None  # the window of the version that served a context as of an event
+    # The window of a numbered read-models version (None: it never was live), for an audit that
+    # names the version a context said it was served by (Convlog-Read-Models-Version).
+    version_policy: Callable[[int], Awaitable[WindowPolicy | None]] | None = None
     max_event_bytes: int = 1024 * 1024
     log_behind: Callable[[int], None] | None = None  # raises for a partition whose records the log lost
     prefixes: PrefixMemory = field(default_factory=PrefixMemory)  # the last context served, for its cacheable prefix

@@ -19,7 +19,8 @@ from events.log import EventLog
 from projectors.positions_watch import PositionsWatch, next_look, read_until_passed
 from projectors.tokens import cached_counter as _counter
 from projectors.tokens import model_spec
-from query_api.as_of import BeforeMessage, UnknownMessageError
+from projectors.window import WindowPolicy
+from query_api.as_of import BeforeMessage, PolicyAt, UnknownMessageError
 from query_api.context import NeedOlderMessagesError, assemble
 from query_api.context_types import Context, ContextRequest, ModelSpec, ReasoningPolicy, StoredMessage
 from query_api.disconnects import unless_disconnected
@@ -30,6 +31,10 @@ from query_api.ports import ContextInputs, ReadModels
 from query_api.served import context_as_of, context_body
 
 CACHEABLE_PREFIX_HEADER = "Convlog-Cacheable-Prefix-Tokens"
+# The read-models version a live context was served from: with ``as_of`` (or ``before_message``)
+# and ``read_models_version``, an audit rebuilds it with that version's window, even where the
+# log alone cannot tell (a conversation read again after a switch with no event of its own).
+VERSION_HEADER = "Convlog-Read-Models-Version"
 """Leading tokens of this context equal to the previous one served for the conversation (query_api/cache_prefix.py)."""
 NEWEST_FIRST = 128  # rows read first; most budgets end inside them
 MAX_NEWEST = 4096  # beyond that, read the whole range
@@ -68,13 +73,21 @@ def context_routes(deps: ApiDeps) -> APIRouter:
 
     async def served_then(
         http_request: Request, key: ConversationKey, request: ContextRequest, spec: ModelSpec,
-        as_of: int | None, before_message: str | None,
+        as_of: int | None, before_message: str | None, version: int | None,
     ) -> tuple[Context, ContextInputs]:  # fmt: skip
-        """The context as served at ``as_of`` / before ``before_message``, rebuilt from the log."""
+        """The context as served at ``as_of`` / before ``before_message``, rebuilt from the log;
+        with ``version``, as read-models version ``version`` served it."""
+        policy: WindowPolicy | PolicyAt | None
+        if version is not None:
+            policy = None if deps.version_policy is None else await deps.version_policy(version)
+            if policy is None:
+                raise ApiError(422, "unknown_version", f"read-models version {version} never served contexts",
+                               field="read_models_version")  # fmt: skip
+        else:
+            # The window of the version that served it: live when the context's last event was projected.
+            policy = deps.policy if deps.policy_at is None else deps.policy_at
         pairs = await unless_disconnected(http_request, requests.logged_events(key))
         point = as_of if as_of is not None else BeforeMessage(before_message or "")
-        # The window of the version that served it: live when the context's last event was projected.
-        policy = deps.policy if deps.policy_at is None else deps.policy_at
         try:
             served = await unless_disconnected(http_request, context_as_of(
                 deps.log, key, point, request=request, spec=spec, policy=policy,
@@ -101,6 +114,7 @@ def context_routes(deps: ApiDeps) -> APIRouter:
         min_offset: Annotated[int | None, Query(ge=0)] = None,
         as_of: Annotated[int | None, Query(ge=0)] = None,
         before_message: Annotated[str | None, Query(min_length=1, max_length=128)] = None,
+        read_models_version: Annotated[int | None, Query(ge=1)] = None,
         authorization: AuthHeader = None,
     ) -> FastJSONResponse:
         key = requests.key_of(authorization, user_id, conversation_id)
@@ -114,8 +128,12 @@ def context_routes(deps: ApiDeps) -> APIRouter:
         if as_of is not None and before_message is not None:
             raise ApiError(422, "invalid_request", "give as_of or before_message, not both", field="before_message")
         live = as_of is None and before_message is None
+        if live and read_models_version is not None:
+            raise ApiError(422, "invalid_request", "read_models_version goes with as_of or before_message",
+                           field="read_models_version")  # fmt: skip
         if not live:  # rebuilt from the log, exactly as served then
-            ctx, inputs = await served_then(http_request, key, request, spec, as_of, before_message)
+            ctx, inputs = await served_then(http_request, key, request, spec, as_of, before_message,
+                                            read_models_version)  # fmt: skip
         else:
             ctx, inputs = await _live(deps, reads, key, spec, request, rows_needed, min_offset)
         deps.metrics.context_served(ctx.token_count)
@@ -123,6 +141,8 @@ def context_routes(deps: ApiDeps) -> APIRouter:
         response = FastJSONResponse(context_body(ctx, inputs, spec, counted=deps.counted_encodings))
         # A header, so that the body stays what as_of rebuilds byte for byte; a context rebuilt for
         # an audit is not one a model was sent again.
+        if live and reads.version is not None:
+            response.headers[VERSION_HEADER] = str(reads.version)
         prefix = deps.prefixes.served((str(key), format, model), ctx.units) if live else None
         if prefix is not None:
             response.headers[CACHEABLE_PREFIX_HEADER] = str(prefix)
