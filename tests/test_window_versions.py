@@ -317,6 +317,18 @@ async def test_a_context_names_its_version_and_an_audit_naming_it_rebuilds_an_id
                 refused = await _get(service, params)
                 assert (refused.status_code, refused.json()["error"]["code"]) == (422, code)
                 assert refused.json()["error"]["field"] == "read_models_version"
+        # convlog replay as well.
+        for version, expected in (("2", again), ("1", first)):
+            replay = await asyncio.to_thread(convlog_cli, _env(url, tmp_path), "replay", str(KEY), "--as-of", str(at),
+                                             "--budget-tokens", "100000", "--read-models-version", version)  # fmt: skip
+            assert replay.returncode == 0, replay.stderr
+            assert _questions(json.dumps(json.loads(replay.stdout.split("tokens):\n", 1)[1])).encode()) == _questions(
+                expected
+            )
+        unknown = await asyncio.to_thread(convlog_cli, _env(url, tmp_path), "replay", str(KEY), "--as-of", str(at),
+                                          "--read-models-version", "9")  # fmt: skip
+        assert unknown.returncode != 0
+        assert "version 9 never served contexts" in unknown.stderr
 
 
 async def _get(service: Service, params: dict[str, Any]) -> httpx.Response:

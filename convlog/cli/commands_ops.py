@@ -35,6 +35,8 @@ def register(sub: Any) -> None:
     replay.add_argument("--budget-tokens", type=_positive, default=128_000, metavar="N", help="default 128000")
     replay.add_argument("--reserve-tokens", type=_offset, default=0, metavar="N", help="kept free for the answer")
     replay.add_argument("--reasoning", choices=REASONING_POLICIES, default="omit")
+    replay.add_argument("--read-models-version", type=_positive, metavar="N",
+                        help="with version N's window (a context's Convlog-Read-Models-Version header)")  # fmt: skip
     replay.set_defaults(handler=_replay)
 
     tail = sub.add_parser("tail", help="follow a conversation's events live (Ctrl-C stops)")
@@ -106,8 +108,10 @@ def _timestamp(text: str) -> Any:
 def _replay(settings: Settings, args: argparse.Namespace) -> int:
     from convlog.ops.replay import first_offset, replay  # noqa: PLC0415
     from convlog.ops.resources import live_read_models, opened_log  # noqa: PLC0415
-    from projectors.versions import served_policies  # noqa: PLC0415
-    from query_api.as_of import BeforeMessage  # noqa: PLC0415
+    from events.errors import InvalidRequestError  # noqa: PLC0415
+    from projectors.versions import policy_of_version, served_policies  # noqa: PLC0415
+    from projectors.window import WindowPolicy  # noqa: PLC0415
+    from query_api.as_of import BeforeMessage, PolicyAt  # noqa: PLC0415
     from query_api.context_types import ContextRequest  # noqa: PLC0415
 
     key = ConversationKey.parse(args.key)
@@ -118,9 +122,16 @@ def _replay(settings: Settings, args: argparse.Namespace) -> int:
         async with live_read_models(settings) as handle, opened_log(settings, read_only=True) as event_log:
             start = await first_offset(handle, key)
             point = BeforeMessage(args.before_message) if args.before_message is not None else args.as_of
+            policy: WindowPolicy | PolicyAt | None = served_policies(handle.pool, handle.live.policy)
+            if args.read_models_version is not None:
+                async with handle.pool.connection() as conn:
+                    policy = await policy_of_version(conn, args.read_models_version)
+                if policy is None:
+                    raise InvalidRequestError(f"read-models version {args.read_models_version} never served contexts")
+            assert policy is not None
             await replay(event_log, key, as_of=point, start_offset=start or 0, request=request,
                          max_event_bytes=settings.max_event_bytes,
-                         policy=served_policies(handle.pool, handle.live.policy),
+                         policy=policy,
                          default_encoding=settings.default_encoding,
                          counted=settings.counted_encodings())  # fmt: skip
 
