@@ -13,7 +13,7 @@ Anything else goes the statement-per-table way (projectors/writes.py).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, LiteralString
 
 from psycopg import sql
 
@@ -28,15 +28,31 @@ from projectors.rows import (
 )
 from projectors.writes import state_upsert
 
-__all__ = ["BatchStatement", "is_plain"]
+__all__ = ["MOVE_POSITIONS", "BatchStatement", "is_plain", "move_params", "moved_rows"]
 
 _EVENT_ID_COLUMNS = ("conversation_key", "event_id")
 _INDEX_COLUMNS = ("conversation_key", "event_id", "partition", "offset")
-_MOVE = sql.SQL(
+# A batch's position move, as a CTE: fenced on the offsets the batch started from (under the
+# batch's FOR UPDATE it cannot miss; it guards a bug), one row per moved partition. Both write
+# paths end with it (store.py's statement per table, and the one statement here).
+MOVE_POSITIONS: LiteralString = (
     "moved AS (UPDATE {s}.positions AS p SET next_offset = v.next FROM unnest(%s::int[], %s::bigint[], "
     "%s::bigint[]) AS v(partition, next, expected) "
     "WHERE p.partition = v.partition AND p.next_offset = v.expected RETURNING p.partition)"
 )
+
+
+def moved_rows(*, notify: bool) -> LiteralString:
+    """What follows :data:`MOVE_POSITIONS`: its rows, with ``notify`` a ``pg_notify`` beside them
+    (no extra round trip: Postgres delivers one notification for identical ones of a transaction,
+    and only at its commit)."""
+    return "SELECT partition, pg_notify(%s, %s) FROM moved" if notify else "SELECT partition FROM moved"
+
+
+def move_params(expected: Mapping[int, int], new: Mapping[int, int], notify: tuple[str, str] | None) -> list[Any]:
+    """The parameters of :data:`MOVE_POSITIONS` and :func:`moved_rows` (``notify``: channel, payload)."""
+    parts = sorted(new)
+    return [parts, [new[p] for p in parts], [expected[p] for p in parts], *(notify or ())]
 
 
 def is_plain(out: BatchOutcome) -> bool:
@@ -67,10 +83,7 @@ class BatchStatement:
         params: list[Any] = [value for _, _, rows in tables for row in rows for value in row]
         if out.states:
             params += states_json(list(out.states.values()))
-        parts = sorted(new)
-        params += [parts, [new[p] for p in parts], [expected[p] for p in parts]]
-        if notify is not None:
-            params += notify
+        params += move_params(expected, new, notify)
         shape = (*(len(rows) for _, _, rows in tables), bool(out.states), notify is not None)
         statement = self._cache.get(shape)
         if statement is None:
@@ -94,6 +107,6 @@ class BatchStatement:
             for table, columns in (("conversations", CONVERSATION_COLUMNS), ("windows", WINDOW_COLUMNS)):
                 ctes.append(sql.SQL("{n} AS ({u})").format(n=sql.Identifier(f"w_{table}"),
                                                           u=state_upsert(self._schema, table, columns)))  # fmt: skip
-        ctes.append(_MOVE.format(s=s))
-        tail = sql.SQL("SELECT partition, pg_notify(%s, %s) FROM moved" if notify else "SELECT partition FROM moved")
+        ctes.append(sql.SQL(MOVE_POSITIONS).format(s=s))
+        tail = sql.SQL(moved_rows(notify=notify))
         return sql.SQL("WITH {ctes} {tail}").format(ctes=sql.SQL(", ").join(ctes), tail=tail).as_bytes(None)

@@ -24,7 +24,7 @@ from psycopg_pool import AsyncConnectionPool
 from events.codec import EventCodec
 from events.log import LogRecord
 from projectors.batch_inputs import POSITIONS_FOR_UPDATE, BatchInputReader, check_positions
-from projectors.batch_statement import BatchStatement, is_plain
+from projectors.batch_statement import MOVE_POSITIONS, BatchStatement, is_plain, move_params, moved_rows
 from projectors.errors import PositionConflictError, ProjectionError, RecordRefusedError
 from projectors.event_index import ensure_event_index, write_event_index
 from projectors.fold import BatchOutcome, Decoded, decode_batch, fold_batch, lookups
@@ -186,10 +186,9 @@ class PostgresProjectionStore:
         ):
             outcome = await self._fold(cur, decoded, parked_override=None, positions=moved)
             if is_plain(outcome):  # the common batch: everything in one statement
-                notify = (positions_channel(self.schema), positions_payload(new_positions)) if self._notify else None
                 statement, params = self._one_statement.compose(
                     outcome, transcript=transcript_copy_rows(outcome.transcript, counter), index=index_rows(decoded),
-                    expected=moved, new=new_positions, notify=notify,
+                    expected=moved, new=new_positions, notify=self._notification(new_positions),
                 )  # fmt: skip
                 await cur.execute(statement, params)
                 if len(await cur.fetchall()) != len(new_positions):  # cannot happen under FOR UPDATE
@@ -256,21 +255,15 @@ class PostgresProjectionStore:
         await cur.execute(self._q(POSITIONS_FOR_UPDATE), [sorted(expected)])
         check_positions(expected, {row["partition"]: row["next_offset"] for row in await cur.fetchall()})
 
+    def _notification(self, new: Mapping[int, int]) -> tuple[str, str] | None:
+        """The channel and payload a batch's commit notifies (None: this store does not)."""
+        return (positions_channel(self.schema), positions_payload(new)) if self._notify else None
+
     async def _move_positions(self, cur: Cursor, expected: Mapping[int, int], new: Mapping[int, int]) -> None:
-        parts = sorted(new)
-        update: LiteralString = (
-            "UPDATE {s}.positions AS p SET next_offset = v.next FROM unnest(%s::int[], %s::bigint[], "
-            "%s::bigint[]) AS v(partition, next, expected) "
-            "WHERE p.partition = v.partition AND p.next_offset = v.expected RETURNING p.partition"
-        )
-        params: list[Any] = [parts, [new[p] for p in parts], [expected[p] for p in parts]]
-        if self._notify:
-            # In the same statement, no extra round trip: Postgres delivers one notification for
-            # identical ones of a transaction, and only at its commit.
-            update = "WITH moved AS (" + update + ") SELECT partition, pg_notify(%s, %s) FROM moved"
-            params += [positions_channel(self.schema), positions_payload(new)]
-        await cur.execute(self._q(update), params)
-        if len(await cur.fetchall()) != len(parts):  # cannot happen under FOR UPDATE; guards a bug
+        notify = self._notification(new)
+        statement = self._q("WITH " + MOVE_POSITIONS + " " + moved_rows(notify=notify is not None))
+        await cur.execute(statement, move_params(expected, new, notify))
+        if len(await cur.fetchall()) != len(new):  # cannot happen under FOR UPDATE; guards a bug
             raise PositionConflictError("a position changed inside the batch transaction")
 
     async def _fold(
