@@ -126,8 +126,8 @@ class ConvlogSession(SessionABC):
         self._wrote(redacted.offset)
         if holder.role != "assistant":
             return cast("TResponseInputItem", last if holder.role != "system" else _system_item(holder))
-        left, _ = await self._served()
-        gone = served[_kept_prefix(served, left) :]  # the holder's served items, in order
+        left, left_leading = await self._served()
+        gone = served[kept_after_pop(served, left, leading=(leading, left_leading)) :]  # the holder's served items
         if len(gone) > 1:  # the other items of the message stay served: a new message holds them
             rest = gone[:-1]
             await self._append(rest, content=f"pop {redacted.last.event_id}")
@@ -227,13 +227,41 @@ def _holds(message: TranscriptMessage, item: Mapping[str, Any], *, leading: bool
     return True
 
 
-def _kept_prefix(before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, Any]]) -> int:
-    """How many leading items of ``before`` are still served, at the end of ``after`` (a
-    budget may let older items in at its front once the popped ones are gone)."""
-    for kept in range(len(before) - 1, -1, -1):
+def kept_after_pop(
+    before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, Any]], *, leading: tuple[bool, bool]
+) -> int:
+    """How many leading items of ``before`` (the items served before a pop) are not the popped
+    message's: ``before[kept:]`` are its served items, in order. ``leading`` says whether each
+    list starts with the instructions item.
+
+    What is served may change at its front between the two reads, beside the pop: a budget may
+    let older items in once the popped ones are gone (``after`` ends with ``before[:kept]``), and
+    a summary recorded meanwhile replaces the instructions and covers the oldest items (``after``'s
+    items are a tail of what is left). Taking the whole list as popped then re-appended the
+    conversation's served history as a new message: every turn the summary had just covered came
+    back. So when the instructions differ, the items are lined up without them."""
+    for kept in range(len(before) - 1, 0, -1):
         if kept <= len(after) and list(after[len(after) - kept :]) == list(before[:kept]):
             return kept
-    return 0
+    if (leading[0] and leading[1] and before[0] == after[0]) or not (leading[0] or leading[1]):
+        return 0  # the same instructions (or none): nothing before the popped message is served any more
+    mine, theirs = list(before[1:] if leading[0] else before), list(after[1:] if leading[1] else after)
+    for popped in range(1, len(mine)):
+        left = mine[: len(mine) - popped]
+        shorter = min(len(left), len(theirs))
+        if shorter and left[len(left) - shorter :] == theirs[len(theirs) - shorter :]:
+            return len(before) - popped
+    # Nothing is left to line up with (the summary covers every other item): the popped message's
+    # items are the trailing run only an assistant message gives.
+    popped = 0
+    while popped < len(mine) and _assistant_side(mine[len(mine) - 1 - popped]):
+        popped += 1
+    return len(before) - max(popped, 1)
+
+
+def _assistant_side(item: Mapping[str, Any]) -> bool:
+    kind = item.get("type", "message")
+    return kind in {"reasoning", "function_call"} or (kind == "message" and item.get("role") == "assistant")
 
 
 def _system_item(message: TranscriptMessage) -> dict[str, Any]:

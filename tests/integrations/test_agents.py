@@ -356,16 +356,20 @@ async def test_the_summary_leads_the_items_and_is_never_popped(summarising: str)
         session = ConvlogSession(new_id(), client=convlog, user_id=USER)
         for t in range(8):
             await session.add_items(_items(("user", f"My favourite number is {t}."), ("assistant", f"Noted: {t}.")))
+        # The window keeps turns 6 and 7 (at most 4 turns, 2 kept); the summarizer may record the
+        # turns that left it in steps (0-2, then 3-5): pop only once it has caught up, or a step
+        # landing mid-test changes how many items are served.
+        window = _items(("user", "My favourite number is 6."), ("assistant", "Noted: 6."),
+                        ("user", "My favourite number is 7."), ("assistant", "Noted: 7."))  # fmt: skip
         deadline = asyncio.get_running_loop().time() + 30
-        while (items := await session.get_items())[0].get("role") != "system":
-            assert asyncio.get_running_loop().time() < deadline, "no summary was served"
+        while (items := await session.get_items())[0].get("role") != "system" or items[1:] != window:
+            assert asyncio.get_running_loop().time() < deadline, f"the summary did not catch up: {items}"
             await asyncio.sleep(0.2)
         summaries = [s for s in await convlog.summaries(USER, session.session_id) if s.status == "current"]
         assert len(summaries) == 1
         lead, rest = items[0], items[1:]
         assert str(lead.get("content")).endswith(str(summaries[0].text))
-        assert 2 <= len(rest) < 16  # the turns the summary covers left the window
-        assert rest[-2:] == _items(("user", "My favourite number is 7."), ("assistant", "Noted: 7."))
+        assert "My favourite number is 5." in str(lead.get("content"))  # the turns that left the window
         assert await session.get_items(limit=len(items)) == items  # the summary counts as an item
         assert await session.get_items(limit=2) == rest[-2:]
         for _ in rest:
