@@ -34,7 +34,7 @@ from convlog.wiring import make_producer, open_event_log
 from events.errors import ConfigurationError
 from events.log import EventLog
 from projectors.migrate import migrate
-from projectors.pg import PgPool, open_pool, retrying
+from projectors.pg import PgPool, database_identity, open_pool, retrying
 from projectors.positions_watch import PositionsWatch
 from projectors.tokens import model_spec
 from projectors.versions import live_version, served_policies, version_policies
@@ -149,7 +149,10 @@ async def running_service(settings: Settings) -> AsyncIterator[Service]:
         )
         summarizer = None
         if "summarizer" in roles:
-            summarizer = build_summarizer(settings, pool, appending, registry=metrics.registry)
+            database = ""
+            if settings.kafka_bootstrap:
+                database = await retrying(lambda: database_identity(pool), action="identifying the database")
+            summarizer = build_summarizer(settings, pool, appending, registry=metrics.registry, database=database)
         if projector is not None:
             background["projector"] = asyncio.create_task(projector.run(stop), name="projector")
         if summarizer is not None:

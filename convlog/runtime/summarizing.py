@@ -24,7 +24,7 @@ from events.log import EventLog
 from projectors.kafka_source import KafkaGroupSource
 from projectors.log_source import LogSource
 from projectors.migrate import migrate
-from projectors.pg import PgPool, open_pool, retrying
+from projectors.pg import PgPool, database_identity, open_pool, retrying
 from projectors.ports import RecordSource
 from summarizer.metrics import SummarizerMetrics
 from summarizer.offline_model import OfflineSummaryModel
@@ -37,8 +37,18 @@ log = structlog.get_logger(__name__)
 
 
 def consumer_name(settings: Settings) -> str:
-    """The summarizer's consumer group and positions name: one summarizer per topic."""
+    """The summarizer's positions name (rows of ``convlog.summarizer_positions`` in its database):
+    one summarizer per topic and database."""
     return f"convlog.summarizer.{settings.topic}"
+
+
+def summarizer_group(topic: str, database: str) -> str:
+    """The summarizer's consumer group: ``convlog.summarizer.<topic>.<database>``. The database
+    (:func:`~projectors.pg.database_identity`) as in the projector's group: two deployments
+    summarizing one topic into two databases each need every partition; in one group they split
+    them, and each database's summaries then covered only the conversations of its half. The
+    group only assigns partitions (positions live in Postgres), so renaming it loses nothing."""
+    return f"convlog.summarizer.{topic}.{database}"
 
 
 def summary_model(settings: Settings) -> SummaryModel:
@@ -61,15 +71,19 @@ def build_summarizer(
     event_log: EventLog,
     *,
     registry: CollectorRegistry | None = None,
+    database: str = "",
 ) -> Summarizer:
     """A summarizer appending through ``event_log``: a Kafka consumer group member when Kafka is
-    configured, else a reader of ``event_log`` itself (the embedded log)."""
+    configured, else a reader of ``event_log`` itself (the embedded log). ``database``: the
+    pool's :func:`~projectors.pg.database_identity`, for the group's name (needed with Kafka)."""
     source: RecordSource
     if settings.kafka_bootstrap:
+        if not database:
+            raise ValueError("a Kafka summarizer's group is named for its database: pass database_identity(pool)")
         source = KafkaGroupSource(
             bootstrap=settings.kafka_bootstrap,
             topic=settings.topic,
-            group_id=consumer_name(settings),
+            group_id=summarizer_group(settings.topic, database),
             client_id="convlog-summarizer",
             session_timeout_ms=settings.kafka_session_timeout_ms,
             heartbeat_interval_ms=1000,
@@ -106,7 +120,8 @@ async def run_summarizer(settings: Settings, stop: asyncio.Event) -> Summarizer:
     event_log = await open_event_log(settings)
     try:
         registry = CollectorRegistry()
-        summarizer = build_summarizer(settings, pool, event_log, registry=registry)
+        database = await retrying(lambda: database_identity(pool), action="identifying the database")
+        summarizer = build_summarizer(settings, pool, event_log, registry=registry, database=database)
         start_metrics_endpoint(registry, settings)
         await summarizer.run(stop)
         return summarizer

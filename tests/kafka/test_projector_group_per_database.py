@@ -1,6 +1,6 @@
 """Two databases projecting one topic — the same read-models schema name in both (one manifest,
-two regions) — are two consumer groups: each database's projector owns every partition and
-projects every event, instead of the two splitting them."""
+two regions) — are two consumer groups (the summarizer's too): each database's projector owns
+every partition and projects every event, instead of the two splitting them."""
 
 from __future__ import annotations
 
@@ -8,13 +8,16 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import cast
 
 import pytest
 
 from convlog.runtime.projecting import projector_group
+from convlog.runtime.summarizing import build_summarizer, summarizer_group
 from convlog.settings import Settings
 from events.kafka_log import KafkaEventLog
 from events.keys import ConversationKey
+from events.log import EventLog
 from events.producer import ConversationProducer
 from projectors.pg import database_identity
 from tests.cluster.group_members import Member, start_member
@@ -47,6 +50,14 @@ async def test_database_identity_is_readable_stable_and_differs_per_database(
     assert theirs != mine
     group = projector_group("convlog.events", mine, "convlog_read_models_v1")
     assert group == f"convlog.projector.convlog.events.{mine}.convlog_read_models_v1"
+    assert summarizer_group("convlog.events", mine) != summarizer_group("convlog.events", theirs)
+    assert summarizer_group("convlog.events", mine) == f"convlog.summarizer.convlog.events.{mine}"
+
+
+def test_a_kafka_summarizer_is_not_built_without_its_database(projection: Projection) -> None:
+    settings = Settings(kafka_bootstrap="127.0.0.1:1", topic="convlog.events")
+    with pytest.raises(ValueError, match="named for its database"):
+        build_summarizer(settings, projection.pool, cast("EventLog", None))
 
 
 @pytest.mark.slow
