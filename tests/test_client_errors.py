@@ -38,6 +38,7 @@ from convlog.client import (
     UnreachableError,
 )
 from convlog.client.config import endpoint
+from convlog.settings import Settings
 from events.errors import ConvlogError, InvalidEventError, InvalidRequestError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -308,6 +309,21 @@ def test_the_timeout_bounds_each_try() -> None:
     assert isinstance(raised.value.__cause__, httpx.ReadTimeout)
     assert len(recorder.requests) == FAST.attempts
     assert seen[0] == {"connect": 1.5, "read": 1.5, "write": 1.5, "pool": 1.5}
+
+
+def test_by_default_a_try_waits_for_the_answer_longer_than_the_service_waits_for_kafka() -> None:
+    seen: list[dict[str, float | None]] = []
+
+    def record(request: httpx.Request) -> httpx.Response:
+        seen.append(request.extensions["timeout"])
+        return httpx.Response(200, json={"status": "ok"})
+
+    with client(Recorder(record)) as c:
+        assert c.healthz()
+    read = seen[0]["read"]
+    assert read is not None
+    assert read > Settings.model_fields["kafka_ack_timeout_s"].default  # a slow append is waited for, not sent again
+    assert seen[0] == {"connect": 10.0, "read": read, "write": 10.0, "pool": 10.0}
 
 
 def test_a_real_timeout_against_a_silent_server() -> None:

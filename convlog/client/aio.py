@@ -13,7 +13,7 @@ import httpx
 
 from convlog.client import calls
 from convlog.client.calls import Call
-from convlog.client.config import endpoint, headers
+from convlog.client.config import DEFAULT_TIMEOUT, endpoint, headers
 from convlog.client.retry import RetryPolicy
 from convlog.client.types import (
     AppendResult,
@@ -30,8 +30,9 @@ T = TypeVar("T")
 
 class AsyncConvlogClient:
     """convlog's HTTP API as methods. ``base_url`` and ``token`` default to ``CONVLOG_URL`` and
-    ``CONVLOG_TOKEN``; ``timeout`` (seconds, or an ``httpx.Timeout``) bounds each try, ``retry``
-    the tries (see :mod:`convlog.client.retry`); ``transport`` replaces httpx's (tests, proxies).
+    ``CONVLOG_TOKEN``; ``timeout`` (seconds, or an ``httpx.Timeout``; default 10 s, 35 s for the
+    answer: :data:`~convlog.client.config.DEFAULT_TIMEOUT`) bounds each try, ``retry`` the tries
+    (see :mod:`convlog.client.retry`); ``transport`` replaces httpx's (tests, proxies).
     Failures raise :class:`convlog.client.errors.ClientError` subclasses. Use it as an async context
     manager, or ``aclose()`` it: it keeps a connection pool."""
 
@@ -40,7 +41,7 @@ class AsyncConvlogClient:
         base_url: str | None = None,
         *,
         token: str | None = None,
-        timeout: float | httpx.Timeout = 10.0,
+        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
         retry: RetryPolicy | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:

@@ -12,9 +12,16 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
+import httpx
+
 DEFAULT_URL = "http://127.0.0.1:8080"  # where `convlog serve` listens by default
 URL_VARIABLE = "CONVLOG_URL"
 TOKEN_VARIABLE = "CONVLOG_TOKEN"  # noqa: S105 -- the variable's name, not a token
+# Each try's bounds: 10 s to connect, send and get a pooled connection; 35 s for the answer,
+# longer than serve's default wait for Kafka's acknowledgement (CONVLOG_KAFKA_ACK_TIMEOUT_S, 30 s).
+# A shorter read bound gave up on an append the service was still waiting on and sent it again:
+# with the same Idempotency-Key the read models kept one, but the log held the message twice.
+DEFAULT_TIMEOUT = httpx.Timeout(10.0, read=35.0)
 
 
 def endpoint(
