@@ -20,7 +20,6 @@ import argparse
 import asyncio
 import os
 import resource
-import sys
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -32,7 +31,7 @@ from project import Ceiling, fresh_topic, necessary_work, print_cpu_budget, prin
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from convlog.ops.rebuild_sharing import READY
+from convlog.ops.rebuild_sharing import READY, start_worker
 from convlog.ops.rebuilding import RebuildOptions, rebuild
 from convlog.settings import Settings
 from projectors.migrate import migrate
@@ -88,16 +87,14 @@ async def timed_rebuild(
 
 
 async def worker_start(settings: Settings) -> tuple[float, float]:
-    """(wall, CPU seconds) a rebuild worker process takes to be ready (imports, token tables,
-    connections, its store), as each worker but the first pays before it takes any partition."""
+    """(wall, CPU seconds) a rebuild worker process takes to be ready (forked: its connections and
+    store; started afresh where it cannot fork: imports and token tables too), as each worker but
+    the first pays before it takes any partition — started the way ``convlog rebuild`` starts one."""
     async with await psycopg.AsyncConnection.connect(settings.database_url) as conn:
         building = [v for v in await versions(conn) if v.status == "building"]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "convlog.ops.rebuild_worker", building[-1].schema, "-", env=settings.subprocess_env(),
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
-    )  # fmt: skip
+    proc = await start_worker(building[-1].schema, [], settings.subprocess_env())
     assert proc.stdin is not None
     assert proc.stdout is not None
     while (line := await proc.stdout.readline()) and line.decode().strip() != READY:
@@ -168,7 +165,7 @@ async def main() -> None:
         ("CPU available to the second worker (cores idle in the 1-worker run)",
          f"{max(0.0, cores - one_cpu.cores_ours - one_cpu.cores('other')):.2f}", "", None),
         ("2 workers / 1 worker the free cores allow at 1-worker CPU per event", f"{bound:.2f}", "", None),
-        ("a worker process's start (imports, token tables, connections): wall / CPU of it / Kafka (shared) / Postgres",
+        ("a worker process's start (forked: connections, store): wall / CPU of it / Kafka (shared) / Postgres",
          f"{start_wall:.2f} s / {start_cpu:.2f} / {start_kafka_cpu:.2f} / {start_pg_cpu:.2f} s", "", None),
         ("2 workers / 1 worker the free cores allow, that start paid", f"{bound_started:.2f}", "", None),
     ])  # fmt: skip

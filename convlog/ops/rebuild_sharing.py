@@ -1,8 +1,9 @@
 """A rebuild with several worker processes: this process starts at once, the others join when ready.
 
-A worker process costs most of a second of CPU before it can project anything (imports, the
-tiktoken tables, connections); this process has paid all of that already. So it does not wait
-for them: it projects every partition itself from the start, and each worker, once it has
+A worker process costs time before it can project anything — forked from this process
+(:mod:`convlog.ops.forked`), its connections and store; started afresh, most of a second of CPU
+for imports and the tiktoken tables too — and this process has paid all of that already. So it
+does not wait for them: it projects every partition itself from the start, and each worker, once it has
 started, connected and built its store, says so (``ready`` on its stdout) and is handed a share
 of the partitions this process has not finished yet — about half of what is left with two
 workers. Handing a partition over waits for the batch in flight on it (the projector's revoke),
@@ -22,10 +23,12 @@ import sys
 import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import structlog
 
 from convlog.ops.common import INTERRUPTED, say
+from convlog.ops.forked import CAN_FORK, fork_worker
 from convlog.settings import Settings
 from events.errors import ConvlogError
 from events.log import EventLog
@@ -37,13 +40,19 @@ log = structlog.get_logger(__name__)
 
 READY = "convlog-rebuild-worker: ready"  # a worker's line on stdout once it can project
 RETRIABLE = 75  # a worker's exit code for a retriable error (as the CLI's)
+# How long this process waits for forked workers (ready in tens of milliseconds) before it starts
+# projecting itself: their shares are then handed over before it reads anything.
+FORKED_READY_GRACE_S = 1.0
 
 
 class SharingSource(LogSource):
     """The log source of this process' own projector: its partitions can be handed over."""
 
     async def release(self, partitions: Collection[int]) -> None:
-        """Stop reading ``partitions``; returns once no batch of theirs is in flight any more."""
+        """Stop reading ``partitions``; returns once no batch of theirs is in flight any more.
+        Before the projector started, they are simply never read."""
+        if self._partitions is not None:
+            self._partitions -= frozenset(partitions)
         owned = frozenset(partitions) & self.assigned
         for p in owned:
             self._next.pop(p, None)
@@ -55,9 +64,26 @@ class SharingSource(LogSource):
             await self._listener.on_revoked(owned)
 
 
+class WorkerProcess(Protocol):
+    """What a worker is to this process: an :class:`asyncio.subprocess.Process` (a worker started
+    afresh) or a :class:`~convlog.ops.forked.ForkedWorker`."""
+
+    @property
+    def stdin(self) -> asyncio.StreamWriter | None: ...
+    @property
+    def stdout(self) -> asyncio.StreamReader | None: ...
+    @property
+    def stderr(self) -> asyncio.StreamReader | None: ...
+    @property
+    def returncode(self) -> int | None: ...
+    async def wait(self) -> int: ...
+    def send_signal(self, sig: int) -> None: ...
+    def kill(self) -> None: ...
+
+
 @dataclass
 class _Worker:
-    proc: asyncio.subprocess.Process
+    proc: WorkerProcess
     handed: bool = False  # given a share (possibly empty): its exit code counts
     stderr: bytearray = field(default_factory=bytearray)
 
@@ -115,16 +141,18 @@ async def build_sharing(
     every process stopped, with ``stop`` after its batch in flight."""
     flags = ["--batch-size", str(batch_size)] + (["--park-poison"] if park_poison else [])
     env = settings.subprocess_env()
-    pool = [_Worker(await _start(store.schema, flags, env)) for _ in range(workers - 1)]
-    await _Sharing(event_log, store, todo, pool, batch_size=batch_size, stop=stop).run()
+    pool = [_Worker(await start_worker(store.schema, flags, env)) for _ in range(workers - 1)]
+    grace_s = FORKED_READY_GRACE_S if CAN_FORK else 0.0
+    await _Sharing(event_log, store, todo, pool, batch_size=batch_size, stop=stop, ready_grace_s=grace_s).run()
 
 
 class _Sharing:
     def __init__(
         self, event_log: EventLog, store: ProjectionStore, todo: Mapping[int, int], pool: list[_Worker], *,
-        batch_size: int, stop: asyncio.Event,
+        batch_size: int, stop: asyncio.Event, ready_grace_s: float = 0.0,
     ) -> None:  # fmt: skip
         self._todo = todo
+        self._ready_grace_s = ready_grace_s
         self._until = dict(todo)  # this process' partitions: its projector reads it live, hand-overs shrink it
         self._source = SharingSource(event_log, self._until)
         self._projector = Projector(self._source, store, batch_size=batch_size, fetch_timeout_s=0.2)
@@ -136,11 +164,21 @@ class _Sharing:
         self._started = time.monotonic()
 
     async def run(self) -> None:
+        keeping = [asyncio.create_task(w.keep_stderr()) for w in self._pool]
+        readiness = [asyncio.create_task(w.wait_ready()) for w in self._pool]
+        if readiness and self._ready_grace_s:
+            # Forked workers are ready within tens of milliseconds: hand them their shares before
+            # this process reads anything, instead of waiting for its first batch to commit.
+            await asyncio.wait(readiness, timeout=self._ready_grace_s)
+            for worker, ready in zip(self._pool, readiness, strict=True):
+                if ready.done() and ready.result():
+                    await worker.hand(await self._hand_over())
         own = asyncio.create_task(self._projector.run(self._halt, until=self._until))
         forwarding = asyncio.create_task(self._stop.wait())
         forwarding.add_done_callback(lambda _: self._halt.set())
         stopping = asyncio.create_task(self._stop_workers())
-        serving = [asyncio.create_task(self._serve(w, own)) for w in self._pool]
+        serving = [asyncio.create_task(self._serve(w, own, r, k))
+                   for w, r, k in zip(self._pool, readiness, keeping, strict=True)]  # fmt: skip
         try:
             await asyncio.gather(own, *serving)
         finally:
@@ -156,13 +194,16 @@ class _Sharing:
                 with contextlib.suppress(ProcessLookupError):
                     worker.proc.send_signal(signal.SIGINT)
 
-    async def _serve(self, worker: _Worker, own: asyncio.Task[None]) -> None:
-        stderr = asyncio.create_task(worker.keep_stderr())
-        ready = asyncio.create_task(worker.wait_ready())
+    async def _serve(
+        self, worker: _Worker, own: asyncio.Task[None], ready: asyncio.Task[bool], stderr: asyncio.Task[None]
+    ) -> None:
         halted = asyncio.create_task(self._halt.wait())
         try:
-            await asyncio.wait({ready, own, halted}, return_when=asyncio.FIRST_COMPLETED)
-            if ready.done() and ready.result():
+            if not worker.handed:
+                await asyncio.wait({ready, own, halted}, return_when=asyncio.FIRST_COMPLETED)
+            if worker.handed:
+                pass  # its share was handed before this process started projecting
+            elif ready.done() and ready.result():
                 wanted = not own.done() and not self._halt.is_set()
                 await worker.hand(await self._hand_over() if wanted else {})  # {}: nothing left for it, it exits
                 if self._halt.is_set() and worker.proc.returncode is None:  # came during the hand-over
@@ -224,9 +265,12 @@ def shares(todo: Mapping[int, int], workers: int) -> list[dict[int, int]]:
     return [share for _, share in loads]
 
 
-async def _start(schema: str, flags: list[str], env: dict[str, str]) -> asyncio.subprocess.Process:
+async def start_worker(schema: str, flags: list[str], env: dict[str, str]) -> WorkerProcess:
     """A worker that starts, says it is ready, and reads its share on stdin. In a session of its
-    own: a terminal's Ctrl-C reaches it once, through this process."""
+    own: a terminal's Ctrl-C reaches it once, through this process. Forked where it can be (it
+    then has nothing to load: :mod:`convlog.ops.forked`), else started afresh."""
+    if CAN_FORK:
+        return await fork_worker([schema, "-", *flags], env)
     return await asyncio.create_subprocess_exec(
         sys.executable, "-m", "convlog.ops.rebuild_worker", schema, "-", *flags, env=env,
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,

@@ -16,6 +16,9 @@ from typing import Any
 import psycopg
 import pytest
 
+from convlog.ops.forked import CAN_FORK
+from convlog.ops.rebuilding import RebuildOptions, rebuild
+from convlog.settings import Settings
 from events.kafka_log import KafkaEventLog
 from events.keys import ConversationKey
 from events.producer import ConversationProducer
@@ -121,6 +124,31 @@ async def test_a_worker_process_that_joins_takes_over_partitions_and_the_version
     [(rows,)] = await projection.rows("SELECT count(*) FROM {s}.event_ids", schema=schema_name("read_models", 2))
     assert rows == written  # ...and no event was applied twice, nor skipped, across the hand-over
     await _clean_rebuild_equals(projection, kafka_bootstrap, topic, schema_name("read_models", 2))
+
+
+@pytest.mark.skipif(not CAN_FORK, reason="workers are forked on Linux only")
+async def test_a_forked_worker_leaves_the_connections_of_the_process_it_was_forked_from_alone(
+    projection: Projection, kafka_bootstrap: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The worker is forked from a process holding Kafka and Postgres connections (here: pytest's,
+    and the rebuild's own): the child must neither use nor close them."""
+    async with _fresh_topic(kafka_bootstrap, "rebuild-fork") as (topic, log, producer):
+        written = await _write(producer, conversations=200, turns=40)
+        await project_all(log, projection.store(), batch_size=2000)
+        settings = Settings(kafka_bootstrap=kafka_bootstrap, database_url=projection.url, topic=topic,
+                            partitions=PARTITIONS, data_dir=tmp_path)  # fmt: skip
+        async with await psycopg.AsyncConnection.connect(projection.url) as mine:
+            await mine.execute("SELECT 1")
+            code = await rebuild(settings, RebuildOptions(batch_size=20, workers=2, verify=True), asyncio.Event())
+            assert code == 0
+            assert "handed over to it" in capsys.readouterr().out  # a forked worker took a share
+            assert await (await mine.execute("SELECT 1")).fetchone() == (1,)  # still this process's
+        assert sum((await log.end_offsets(range(PARTITIONS))).values()) == written
+        [(rows,)] = await projection.rows("SELECT count(*) FROM {s}.event_ids", schema=schema_name("read_models", 2))
+        assert rows == written
+        assert await projection.rows("SELECT 1") == [(1,)]  # the fixture's pool too
+        await _clean_rebuild_equals(projection, kafka_bootstrap, topic, schema_name("read_models", 2))
+        assert await producer.append_user(ConversationKey("acme", "u", "after"), "still mine")
 
 
 @pytest.mark.parametrize("workers", [1, 2])
