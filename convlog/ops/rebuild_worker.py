@@ -20,10 +20,11 @@ from collections.abc import Sequence
 
 from convlog.ops.common import INTERRUPTED, ops_resources, run_interruptibly
 from convlog.ops.rebuild_sharing import READY, RETRIABLE
-from convlog.ops.rebuilding import load_counter, make_store, poison_stop, rebuild_gc
+from convlog.ops.rebuilding import load_counter, make_store, poison_stop
 from convlog.settings import Settings
 from events.errors import ConvlogError
 from projectors.fold import PoisonRecordError
+from projectors.gc_tuning import projection_gc
 from projectors.log_source import LogSource
 from projectors.runner import Projector
 
@@ -40,7 +41,7 @@ async def work(settings: Settings, args: argparse.Namespace, stop: asyncio.Event
             return 0
         projector = Projector(LogSource(event_log, until), store, batch_size=args.batch_size, fetch_timeout_s=0.2)
         try:
-            with rebuild_gc():
+            with projection_gc():
                 await projector.run(stop, until=until)
         except PoisonRecordError as e:
             raise poison_stop(e) from e

@@ -16,6 +16,7 @@ from convlog.settings import Settings
 from convlog.wiring import ensure_kafka_topic, open_event_log
 from events.codec import default_codec
 from events.log import EventLog
+from projectors.gc_tuning import projection_gc
 from projectors.kafka_source import KafkaGroupSource
 from projectors.log_source import LogSource
 from projectors.migrate import migrate
@@ -250,7 +251,8 @@ async def run_projector(settings: Settings, stop: asyncio.Event) -> LiveProjecto
         registry = CollectorRegistry()
         registry.register(ProjectorCollector(projector))
         start_metrics_endpoint(registry, settings)
-        await projector.run(stop)
+        with projection_gc():
+            await projector.run(stop)
         return projector
     finally:
         if event_log is not None:

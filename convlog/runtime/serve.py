@@ -33,6 +33,7 @@ from convlog.settings import Settings
 from convlog.wiring import make_producer, open_event_log
 from events.errors import ConfigurationError
 from events.log import EventLog
+from projectors.gc_tuning import projection_gc
 from projectors.migrate import migrate
 from projectors.pg import PgPool, database_identity, open_pool, retrying
 from projectors.positions_watch import PositionsWatch
@@ -237,7 +238,8 @@ def main(settings: Settings) -> None:
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, lambda: setattr(server, "should_exit", True))
-            await server.serve()
+            with projection_gc():  # its projector's batches and its requests alike
+                await server.serve()
 
     # uvloop: the same asyncio API on libuv, a cheaper loop for every socket the service serves.
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
