@@ -42,6 +42,7 @@ from events.keys import ConversationKey
 from events.producer import ConversationProducer
 from projectors.event_index import INDEX_COLUMNS
 from projectors.fold import BatchInputs, decode_batch, fold_batch
+from projectors.gc_tuning import projection_gc
 from projectors.log_source import LogSource
 from projectors.migrate import migrate
 from projectors.pg import open_pool
@@ -341,7 +342,8 @@ async def main() -> None:
     until = await log.end_offsets()
     cpu, server = time.process_time(), await postgres_cpu_s(pool)
     started = time.perf_counter()
-    await projector.run(asyncio.Event(), until=until)
+    with projection_gc():  # as `convlog project` and `convlog serve` run their projector
+        await projector.run(asyncio.Event(), until=until)
     project_s = time.perf_counter() - started
     project_cpu_s = time.process_time() - cpu + await postgres_cpu_s(pool) - server
     await log.close()
