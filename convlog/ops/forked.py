@@ -11,8 +11,8 @@ Postgres, the event loop's), its loop, its garbage. So the child, at once:
 - points every inherited descriptor above 2 at ``/dev/null`` (not closed: a number left free
   would be reused by the child's own connections, and a stray close of the old one would then
   close a new one), after putting its pipes on 0, 1 and 2;
-- drops the parent's signal wake-up descriptor, starts a session of its own, takes the worker's
-  environment, and runs :func:`convlog.ops.rebuild_worker.main` on a new event loop;
+- drops the parent's signal wake-up descriptor, starts a session of its own, and runs
+  :func:`convlog.ops.rebuild_worker.main` on a new event loop, with the worker's settings;
 - leaves with ``os._exit``: no parent's ``atexit`` or buffered output runs twice.
 
 The parent sees the surface of :class:`asyncio.subprocess.Process` that
@@ -83,8 +83,8 @@ async def fork_worker(argv: Sequence[str], env: dict[str, str]) -> ForkedWorker:
     if pid == 0:  # pragma: no cover - the child; its behaviour is the rebuild tests' (it exits, never returns)
         code = _CRASHED
         try:
-            _become_worker(in_r, out_w, err_w, env)
-            code = rebuild_worker.main(list(argv))
+            _become_worker(in_r, out_w, err_w)
+            code = rebuild_worker.main(list(argv), env=env)
         except BaseException:  # noqa: BLE001 - whatever it was, the parent reads it on stderr
             traceback.print_exc()
         finally:
@@ -102,7 +102,7 @@ async def fork_worker(argv: Sequence[str], env: dict[str, str]) -> ForkedWorker:
     return ForkedWorker(pid, stdin, stdout, stderr)
 
 
-def _become_worker(stdin: int, stdout: int, stderr: int, env: dict[str, str]) -> None:  # pragma: no cover - child
+def _become_worker(stdin: int, stdout: int, stderr: int) -> None:  # pragma: no cover - child
     gc.freeze()
     for fd, target in ((stdin, 0), (stdout, 1), (stderr, 2)):
         os.dup2(fd, target)
@@ -117,8 +117,6 @@ def _become_worker(stdin: int, stdout: int, stderr: int, env: dict[str, str]) ->
             with contextlib.suppress(OSError):  # the listing's own descriptor, gone by now
                 os.dup2(devnull, fd)
     os.setsid()
-    os.environ.clear()
-    os.environ.update(env)
     # Fresh streams on 0, 1 and 2: the parent's may be wrappers of something else (a test's capture).
     sys.stdin = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115 - the process's own streams, kept open
     sys.stdout = open(1, "w", encoding="utf-8", buffering=1, closefd=False)  # noqa: SIM115

@@ -16,7 +16,7 @@ import argparse
 import asyncio
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from convlog.ops.common import INTERRUPTED, ops_resources, run_interruptibly
 from convlog.ops.rebuild_sharing import READY, RETRIABLE
@@ -69,7 +69,9 @@ async def assignment(stop: asyncio.Event) -> str | None:
         transport.close()
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, env: Mapping[str, str] | None = None) -> int:
+    """The worker; its settings from ``env`` (default: this process's environment — a forked
+    worker is handed the one a worker started afresh would have)."""
     parser = argparse.ArgumentParser(prog="convlog.ops.rebuild_worker")
     parser.add_argument("schema")
     parser.add_argument("until", help='JSON {"partition": offset to reach}, or - to read it from stdin once ready')
@@ -77,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--park-poison", action="store_true")
     args = parser.parse_args(argv)
     try:
-        return run_interruptibly(lambda stop: work(Settings.from_env(), args, stop))
+        return run_interruptibly(lambda stop: work(Settings.from_env(env), args, stop))
     except ConvlogError as e:
         sys.stderr.write(f"{e}\n")
         return RETRIABLE if e.retriable else 2
