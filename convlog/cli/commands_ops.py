@@ -1,4 +1,4 @@
-"""Operators' subcommands: replay, tail, positions, dead-letters, export, retention.
+"""Operators' subcommands: replay, tail, positions, dead-letters, export, retention, members.
 
 Argument parsing and printing only; the work is in :mod:`convlog.ops`.
 """
@@ -80,6 +80,25 @@ def register(sub: Any) -> None:
     retention.add_argument("--wait", type=float, default=60.0, metavar="SECONDS",
                            help="how long to wait for the projection to catch up first (default 60)")  # fmt: skip
     retention.set_defaults(handler=_retention)
+
+    members = sub.add_parser("members", help="the Kafka consumer group members of the projector or the summarizer")
+    member_actions = members.add_subparsers(dest="action", required=True, metavar="ACTION")
+    remove = member_actions.add_parser(
+        "remove", help="remove static members stopped for good: their partitions move at once, not after the "
+        "session timeout"
+    )  # fmt: skip
+    remove.add_argument("role", choices=("projector", "summarizer"))
+    remove.add_argument("instance_id", nargs="+", metavar="INSTANCE_ID",
+                        help="the member's CONVLOG_PROJECTOR_INSTANCE_ID / CONVLOG_SUMMARIZER_INSTANCE_ID")  # fmt: skip
+    members.set_defaults(handler=_members)
+
+
+def _members(settings: Settings, args: argparse.Namespace) -> int:
+    from convlog.ops.groups import remove_members  # noqa: PLC0415
+
+    removal = asyncio.run(remove_members(settings, args.role, args.instance_id))
+    print("\n".join(removal.lines()))
+    return 0 if removal.all_removed else 1
 
 
 def _offset(text: str) -> int:

@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry
 
 from convlog.local.embedded_pg import database_url
 from convlog.ops.common import run_interruptibly
+from convlog.ops.groups import projector_group
 from convlog.runtime.metrics_server import ProjectorCollector, start_metrics_endpoint
 from convlog.settings import Settings
 from convlog.wiring import ensure_kafka_topic, open_event_log
@@ -47,19 +48,6 @@ def projector_session_limits(settings: Settings) -> SessionLimits:
         statement_timeout_s=settings.projector_statement_timeout_s,
         idle_in_transaction_timeout_s=settings.projector_idle_in_transaction_timeout_s,
     )
-
-
-def projector_group(topic: str, database: str, schema: str) -> str:
-    """The projector's consumer group: ``convlog.projector.<topic>.<database>.<schema>``.
-
-    One group per read-models version of one database projecting one topic. The topic too, as
-    the summarizer's: deployments sharing a cluster (each its own topic, all with the default
-    schema name and often the same instance ids) must not share a group, or each start
-    rebalances the others and static members fence them. And the database
-    (:func:`~projectors.pg.database_identity`): two databases projecting one topic (a staging
-    copy of the read models, a second region) each need every partition; in one group they
-    would split them, each projecting half the log."""
-    return f"convlog.projector.{topic}.{database}.{schema}"
 
 
 def build_projector(

@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry
 
 from convlog.local.embedded_pg import database_url
 from convlog.ops.common import run_interruptibly
+from convlog.ops.groups import summarizer_group
 from convlog.runtime.metrics_server import start_metrics_endpoint
 from convlog.settings import Settings
 from convlog.wiring import make_producer, open_event_log
@@ -40,15 +41,6 @@ def consumer_name(settings: Settings) -> str:
     """The summarizer's positions name (rows of ``convlog.summarizer_positions`` in its database):
     one summarizer per topic and database."""
     return f"convlog.summarizer.{settings.topic}"
-
-
-def summarizer_group(topic: str, database: str) -> str:
-    """The summarizer's consumer group: ``convlog.summarizer.<topic>.<database>``. The database
-    (:func:`~projectors.pg.database_identity`) as in the projector's group: two deployments
-    summarizing one topic into two databases each need every partition; in one group they split
-    them, and each database's summaries then covered only the conversations of its half. The
-    group only assigns partitions (positions live in Postgres), so renaming it loses nothing."""
-    return f"convlog.summarizer.{topic}.{database}"
 
 
 def summary_model(settings: Settings) -> SummaryModel:

@@ -12,8 +12,8 @@ from typing import cast
 
 import pytest
 
-from convlog.runtime.projecting import projector_group
-from convlog.runtime.summarizing import build_summarizer, summarizer_group
+from convlog.ops.groups import projector_group, summarizer_group
+from convlog.runtime.summarizing import build_summarizer
 from convlog.settings import Settings
 from events.kafka_log import KafkaEventLog
 from events.keys import ConversationKey

@@ -1,0 +1,86 @@
+"""The consumer groups of convlog's Kafka readers, and ``convlog members remove``.
+
+The names are here, below the processes that join the groups (:mod:`convlog.runtime`) and the
+command that removes members from them, so that both use the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from convlog.ops.resources import live_read_models
+from convlog.settings import Settings
+from events.errors import ConfigurationError
+from events.kafka_groups import remove_static_members
+from projectors.pg import database_identity, retrying
+
+Role = Literal["projector", "summarizer"]
+ROLES: tuple[Role, ...] = ("projector", "summarizer")
+
+
+def projector_group(topic: str, database: str, schema: str) -> str:
+    """The projector's consumer group: ``convlog.projector.<topic>.<database>.<schema>``.
+
+    One group per read-models version of one database projecting one topic. The topic too, as
+    the summarizer's: deployments sharing a cluster (each its own topic, all with the default
+    schema name and often the same instance ids) must not share a group, or each start
+    rebalances the others and static members fence them. And the database
+    (:func:`~projectors.pg.database_identity`): two databases projecting one topic (a staging
+    copy of the read models, a second region) each need every partition; in one group they
+    would split them, each projecting half the log."""
+    return f"convlog.projector.{topic}.{database}.{schema}"
+
+
+def summarizer_group(topic: str, database: str) -> str:
+    """The summarizer's consumer group: ``convlog.summarizer.<topic>.<database>``. The database
+    (:func:`~projectors.pg.database_identity`) as in the projector's group: two deployments
+    summarizing one topic into two databases each need every partition; in one group they split
+    them, and each database's summaries then covered only the conversations of its half. The
+    group only assigns partitions (positions live in Postgres), so renaming it loses nothing."""
+    return f"convlog.summarizer.{topic}.{database}"
+
+
+@dataclass(frozen=True, slots=True)
+class Removal:
+    group: str
+    outcome: dict[str, str | None]  # instance id -> None (removed) or why not
+
+    @property
+    def all_removed(self) -> bool:
+        return all(why is None for why in self.outcome.values())
+
+    def lines(self) -> list[str]:
+        out = [f"consumer group {self.group}:"]
+        for instance, why in self.outcome.items():
+            if why is None:
+                out.append(f"  {instance}: removed; its partitions are assigned again now")
+            elif why == "UnknownMemberIdError":
+                out.append(f"  {instance}: not a member (never joined, already removed, or its session expired)")
+            else:
+                out.append(f"  {instance}: not removed ({why})")
+        return out
+
+
+async def group_of(settings: Settings, role: Role) -> str:
+    """The group ``role``'s processes of this deployment join: for the projector, the live
+    read-models version's (it follows a switch to the next one)."""
+    async with live_read_models(settings) as handle:
+        database = await retrying(lambda: database_identity(handle.pool), action="identifying the database")
+        if role == "projector":
+            return projector_group(settings.topic, database, handle.schema)
+        return summarizer_group(settings.topic, database)
+
+
+async def remove_members(settings: Settings, role: Role, instance_ids: Sequence[str]) -> Removal:
+    """Remove static members (by ``CONVLOG_PROJECTOR_INSTANCE_ID`` / ``CONVLOG_SUMMARIZER_INSTANCE_ID``)
+    stopped for good from their group: their partitions go to the other members at once instead
+    of after the session timeout."""
+    if not settings.kafka_bootstrap:
+        raise ConfigurationError("members are Kafka consumer group members: set CONVLOG_KAFKA_BOOTSTRAP")
+    ids = [i.strip() for i in instance_ids]
+    if not ids or any(not i for i in ids):
+        raise ConfigurationError("name each member by its instance id (a non-empty string)")
+    group = await group_of(settings, role)
+    return Removal(group, await remove_static_members(settings.kafka_bootstrap, group, list(dict.fromkeys(ids))))
