@@ -3,14 +3,16 @@
 A worker process costs time before it can project anything — forked from this process
 (:mod:`convlog.ops.forked`), its connections and store; started afresh, most of a second of CPU
 for imports and the tiktoken tables too — and this process has paid all of that already. So it
-does not wait for them: it projects every partition itself from the start, and each worker, once it has
-started, connected and built its store, says so (``ready`` on its stdout) and is handed a share
-of the partitions this process has not finished yet — about half of what is left with two
-workers. Handing a partition over waits for the batch in flight on it (the projector's revoke),
-so the worker resumes from the positions that batch stored: a partition is projected by one
-process at a time, and the positions fence would refuse a batch of a second anyway. A worker
-that becomes ready when too little is left gets nothing and exits; one still starting when
-this process has finished is stopped.
+waits for forked workers only briefly (:data:`FORKED_READY_GRACE_S`: they are ready in tens of
+milliseconds), handing each its share before it reads anything, and not at all for the others:
+it projects every partition not handed over itself, and each worker that becomes ready later
+(``ready`` on its stdout, once it has connected and built its store) is handed a share of the
+partitions this process has not finished yet — about half of what is left with two workers.
+Handing a partition over waits for the batch in flight on it (the projector's revoke), so the
+worker resumes from the positions that batch stored: a partition is projected by one process
+at a time, and the positions fence would refuse a batch of a second anyway. A worker that
+becomes ready when too little is left gets nothing and exits; one still starting when this
+process has finished is stopped.
 """
 
 from __future__ import annotations
