@@ -87,6 +87,8 @@ def register(sub: Any) -> None:
         "remove", help="remove static members stopped for good: their partitions move at once, not after the "
         "session timeout"
     )  # fmt: skip
+    listed = member_actions.add_parser("list", help="the group's members: instance ids, hosts, partitions")
+    listed.add_argument("role", choices=("projector", "summarizer"))
     remove.add_argument("role", choices=("projector", "summarizer"))
     remove.add_argument("instance_id", nargs="+", metavar="INSTANCE_ID",
                         help="the member's CONVLOG_PROJECTOR_INSTANCE_ID / CONVLOG_SUMMARIZER_INSTANCE_ID")  # fmt: skip
@@ -94,8 +96,11 @@ def register(sub: Any) -> None:
 
 
 def _members(settings: Settings, args: argparse.Namespace) -> int:
-    from convlog.ops.groups import remove_members  # noqa: PLC0415
+    from convlog.ops.groups import list_members, remove_members, render_members  # noqa: PLC0415
 
+    if args.action == "list":
+        print(render_members(asyncio.run(list_members(settings, args.role))))
+        return 0
     removal = asyncio.run(remove_members(settings, args.role, args.instance_id))
     print("\n".join(removal.lines()))
     return 0 if removal.all_removed else 1

@@ -1,4 +1,4 @@
-"""The consumer groups of convlog's Kafka readers, and ``convlog members remove``.
+"""The consumer groups of convlog's Kafka readers, and ``convlog members list|remove``.
 
 The names are here, below the processes that join the groups (:mod:`convlog.runtime`) and the
 command that removes members from them, so that both use the same.
@@ -13,7 +13,7 @@ from typing import Literal
 from convlog.ops.resources import live_read_models
 from convlog.settings import Settings
 from events.errors import ConfigurationError
-from events.kafka_groups import remove_static_members
+from events.kafka_groups import GroupState, describe_group, remove_static_members
 from projectors.pg import database_identity, retrying
 
 Role = Literal["projector", "summarizer"]
@@ -84,3 +84,20 @@ async def remove_members(settings: Settings, role: Role, instance_ids: Sequence[
         raise ConfigurationError("name each member by its instance id (a non-empty string)")
     group = await group_of(settings, role)
     return Removal(group, await remove_static_members(settings.kafka_bootstrap, group, list(dict.fromkeys(ids))))
+
+
+async def list_members(settings: Settings, role: Role) -> GroupState:
+    """The members of ``role``'s group of this deployment, with the partitions each was assigned."""
+    if not settings.kafka_bootstrap:
+        raise ConfigurationError("members are Kafka consumer group members: set CONVLOG_KAFKA_BOOTSTRAP")
+    return await describe_group(settings.kafka_bootstrap, await group_of(settings, role))
+
+
+def render_members(state: GroupState) -> str:
+    lines = [f"consumer group {state.group}: {state.state}, {len(state.members)} member(s)"]
+    if state.members:
+        lines.append(f"  {'instance id':<24} {'host':<16} partitions")
+    for m in state.members:
+        partitions = ", ".join(map(str, m.partitions)) or "-"
+        lines.append(f"  {m.instance_id or '(dynamic)':<24} {m.host.lstrip('/'):<16} {partitions}")
+    return "\n".join(lines)

@@ -1,4 +1,4 @@
-"""``convlog members remove``: a static member stopped for good gives its partitions back at once,
+"""``convlog members list|remove``: a static member stopped for good gives its partitions back at once,
 instead of after the session timeout — what a scale-down needs (a restart keeps them, on purpose)."""
 
 from __future__ import annotations
@@ -13,15 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from convlog.ops.groups import remove_members
+from convlog.ops.groups import list_members, remove_members
 from convlog.settings import Settings
 from events.errors import ConfigurationError
+from events.kafka_groups import GroupState
 from tests.cluster.group_members import REPO, Member, start_member
 from tests.projection_support import Projection
 from tests.support import unique_topic
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
 
+CLI = [sys.executable, "-m", "convlog.cli.main", "members"]
 SESSION_TIMEOUT_S = 20  # long, so that a partition moving sooner was moved by the removal
 
 
@@ -42,6 +44,21 @@ async def _until(condition: Callable[[], object], members: list[Member], what: s
     return time.monotonic() - started
 
 
+async def _until_members(settings: Settings, instance_ids: set[str]) -> GroupState:
+    """The group once it is stable with exactly these members, each assigned partitions."""
+    deadline = time.monotonic() + 30
+    while True:
+        state = await list_members(settings, "projector")
+        if (
+            state.state == "Stable"
+            and {m.instance_id for m in state.members} == instance_ids
+            and all(m.partitions for m in state.members)
+        ):
+            return state
+        assert time.monotonic() < deadline, state
+        await asyncio.sleep(0.2)
+
+
 async def test_a_removed_static_member_gives_its_partitions_back_at_once(
     projection: Projection, kafka_bootstrap: str, tmp_path: Path
 ) -> None:
@@ -53,10 +70,19 @@ async def test_a_removed_static_member_gives_its_partitions_back_at_once(
     try:
         await _until(lambda: staying.owned() and leaving.owned() and len(staying.owned() | leaving.owned()) == 4,
                      members, "both members to own partitions", 60)  # fmt: skip
+        settings = Settings(kafka_bootstrap=kafka_bootstrap, database_url=projection.url, topic=topic)
+        listed = await _until_members(settings, {"projector-a", "projector-b"})
+        owned = {m.instance_id: set(m.partitions) for m in listed.members}
+        assert owned == {"projector-a": set(staying.owned()), "projector-b": set(leaving.owned())}
+        shown = await asyncio.to_thread(subprocess.run, [*CLI, "list", "projector"], cwd=REPO, env=env,
+                                        capture_output=True, text=True)  # fmt: skip
+        assert shown.returncode == 0, shown
+        assert "Stable, 2 member(s)" in shown.stdout, shown.stdout
+        assert "projector-b" in shown.stdout, shown.stdout
         leaving.stop()  # SIGTERM: a static member does not leave its group; its partitions wait
         await asyncio.sleep(1)
         assert len(staying.owned()) < 4
-        command = [sys.executable, "-m", "convlog.cli.main", "members", "remove", "projector", "projector-b", "nobody"]
+        command = [*CLI, "remove", "projector", "projector-b", "nobody"]
         done = await asyncio.to_thread(subprocess.run, command, cwd=REPO, env=env, capture_output=True, text=True)
         assert done.returncode == 1, done  # one of the two was not a member
         assert "projector-b: removed" in done.stdout, done.stdout
@@ -65,7 +91,7 @@ async def test_a_removed_static_member_gives_its_partitions_back_at_once(
         print(f"the removed member's partitions moved {moved_s:.2f} s after the command (session timeout "
               f"{SESSION_TIMEOUT_S} s)")  # fmt: skip
         assert moved_s < SESSION_TIMEOUT_S / 2
-        settings = Settings(kafka_bootstrap=kafka_bootstrap, database_url=projection.url, topic=topic)
+        assert [m.instance_id for m in (await list_members(settings, "projector")).members] == ["projector-a"]
         again = await remove_members(settings, "projector", ["projector-b"])
         assert again.outcome == {"projector-b": "UnknownMemberIdError"}  # gone already
         assert not again.all_removed
