@@ -79,7 +79,12 @@ async def fork_worker(argv: Sequence[str], env: dict[str, str]) -> ForkedWorker:
     err_r, err_w = os.pipe()
     for stream in (sys.stdout, sys.stderr):
         stream.flush()  # or the child would write this process's buffered output again
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError:  # no memory or process slot for a copy: the caller starts a worker afresh
+        for fd in (in_r, in_w, out_r, out_w, err_r, err_w):
+            os.close(fd)
+        raise
     if pid == 0:  # pragma: no cover - the child; its behaviour is the rebuild tests' (it exits, never returns)
         code = _CRASHED
         try:

@@ -272,7 +272,10 @@ async def start_worker(schema: str, flags: list[str], env: dict[str, str]) -> Wo
     own: a terminal's Ctrl-C reaches it once, through this process. Forked where it can be (it
     then has nothing to load: :mod:`convlog.ops.forked`), else started afresh."""
     if CAN_FORK:
-        return await fork_worker([schema, "-", *flags], env)
+        try:
+            return await fork_worker([schema, "-", *flags], env)
+        except OSError as e:
+            log.warning("rebuild.worker_not_forked", error=str(e), hint="starting it afresh")
     return await asyncio.create_subprocess_exec(
         sys.executable, "-m", "convlog.ops.rebuild_worker", schema, "-", *flags, env=env,
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,

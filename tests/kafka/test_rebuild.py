@@ -16,6 +16,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from convlog.ops import forked
 from convlog.ops.forked import CAN_FORK
 from convlog.ops.rebuilding import RebuildOptions, rebuild
 from convlog.settings import Settings
@@ -149,6 +150,27 @@ async def test_a_forked_worker_leaves_the_connections_of_the_process_it_was_fork
         assert await projection.rows("SELECT 1") == [(1,)]  # the fixture's pool too
         await _clean_rebuild_equals(projection, kafka_bootstrap, topic, schema_name("read_models", 2))
         assert await producer.append_user(ConversationKey("acme", "u", "after"), "still mine")
+
+
+@pytest.mark.skipif(not CAN_FORK, reason="workers are forked on Linux only")
+async def test_a_worker_that_cannot_be_forked_is_started_afresh(
+    projection: Projection, kafka_bootstrap: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    def no_fork() -> int:
+        raise BlockingIOError(11, "Resource temporarily unavailable")  # fork(2)'s EAGAIN
+
+    monkeypatch.setattr(forked.os, "fork", no_fork)
+    async with _fresh_topic(kafka_bootstrap, "rebuild-nofork") as (topic, log, producer):
+        written = await _write(producer, conversations=200, turns=40)
+        await project_all(log, projection.store(), batch_size=2000)
+        settings = Settings(kafka_bootstrap=kafka_bootstrap, database_url=projection.url, topic=topic,
+                            partitions=PARTITIONS, data_dir=tmp_path)  # fmt: skip
+        code = await rebuild(settings, RebuildOptions(batch_size=20, workers=2, verify=True), asyncio.Event())
+        assert code == 0
+        assert "handed over to it" in capsys.readouterr().out  # the worker started afresh took a share
+        [(rows,)] = await projection.rows("SELECT count(*) FROM {s}.event_ids", schema=schema_name("read_models", 2))
+        assert rows == written
 
 
 @pytest.mark.parametrize("workers", [1, 2])
