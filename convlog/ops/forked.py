@@ -70,7 +70,8 @@ def _reap(pid: int) -> int:
 
 
 async def fork_worker(argv: Sequence[str], env: dict[str, str]) -> ForkedWorker:
-    """A child running ``rebuild_worker.main(argv)`` with ``env`` as its environment."""
+    """A child running ``rebuild_worker.main(argv)`` with the settings of ``env`` (what a worker
+    started afresh would find in its environment)."""
     from convlog.ops import rebuild_worker  # noqa: PLC0415 - imported here: the worker imports rebuild_sharing
 
     loop = asyncio.get_running_loop()
