@@ -239,20 +239,20 @@ def kept_after_pop(
     a summary recorded meanwhile replaces the instructions and covers the oldest items (``after``'s
     items are a tail of what is left). Taking the whole list as popped then re-appended the
     conversation's served history as a new message: every turn the summary had just covered came
-    back. So when the instructions differ, the items are lined up without them."""
+    back. So the items are lined up without the instructions; another writer's message appended
+    meanwhile (the tails then differ) leaves only the trailing items an assistant message gives
+    as popped, never the whole list."""
     for kept in range(len(before) - 1, 0, -1):
         if kept <= len(after) and list(after[len(after) - kept :]) == list(before[:kept]):
             return kept
-    if (leading[0] and leading[1] and before[0] == after[0]) or not (leading[0] or leading[1]):
-        return 0  # the same instructions (or none): nothing before the popped message is served any more
     mine, theirs = list(before[1:] if leading[0] else before), list(after[1:] if leading[1] else after)
     for popped in range(1, len(mine)):
         left = mine[: len(mine) - popped]
         shorter = min(len(left), len(theirs))
         if shorter and left[len(left) - shorter :] == theirs[len(theirs) - shorter :]:
             return len(before) - popped
-    # Nothing is left to line up with (the summary covers every other item): the popped message's
-    # items are the trailing run only an assistant message gives.
+    # Nothing lines up (the summary covers every other item, or another writer appended): the
+    # popped message's items are the trailing run only an assistant message gives.
     popped = 0
     while popped < len(mine) and _assistant_side(mine[len(mine) - 1 - popped]):
         popped += 1

@@ -56,3 +56,11 @@ def test_unchanged_instructions_keep_the_old_rule() -> None:
     before = [summary(2), reasoning(3), text(3)]  # the user message is cut: the message alone is served
     assert popped(before, [summary(2)]) == [reasoning(3), text(3)]
     assert popped([reasoning(3), text(3)], []) == [reasoning(3), text(3)]
+
+
+def test_another_writers_message_appended_meanwhile_does_not_make_the_history_popped() -> None:
+    """The old rule took every served item as popped when nothing lined up, and appended all but
+    the last again: the conversation's history, twice."""
+    before = [user(1), text(1), user(2), reasoning(2), text(2)]
+    assert popped(before, [user(1), text(1), user(2), user(9)]) == [reasoning(2), text(2)]
+    assert popped([user(1), text(1), user(2), text(2)], [user(1), text(1), user(2), user(9)]) == [text(2)]
