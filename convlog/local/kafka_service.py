@@ -12,6 +12,7 @@ Also holds the small process helpers shared with :mod:`convlog.local.postgres_se
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
 import hashlib
 import json
@@ -26,9 +27,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from convlog.local.kafka_wire import kafka_metadata
+from convlog.local.kafka_wire import ClusterMetadata, cluster_metadata
 from convlog.local.processes import (
     HOST,
+    PortTakenError,
     ServiceError,
     StoppedOnExit,
     cmdline,
@@ -273,19 +275,47 @@ class KafkaHandle(StoppedOnExit):
         return self
 
     def wait_ready(self, timeout: float = 120.0) -> None:
+        """Until our broker answers metadata requests; another cluster's broker on the port is refused."""
         deadline = time.monotonic() + timeout
         error: Exception | None = None
         while time.monotonic() < deadline:
             if not self.running:
                 raise ServiceError(f"Kafka exited during start-up; {self.log_path}:\n{self.log_tail()}")
             try:
-                if kafka_metadata(HOST, self.port, timeout=2.0)[0]:
+                metadata = cluster_metadata(HOST, self.port, timeout=2.0)
+                self.ensure_ours(metadata)
+                if metadata.brokers:
                     return
-            except (OSError, ServiceError, struct.error) as exc:
+            except (OSError, struct.error) as exc:
+                error = exc
+            except PortTakenError:
+                raise
+            except ServiceError as exc:
                 error = exc
             time.sleep(0.2)
         raise ServiceError(
             f"Kafka not ready on {self.bootstrap} after {timeout:.0f}s ({error}); {self.log_path}:\n{self.log_tail()}"
+        )
+
+    def expected_cluster_id(self) -> str | None:
+        """The cluster id this data dir was formatted with (None before the first format)."""
+        state_file = self.data_dir / "convlog-kafka.json"
+        with contextlib.suppress(OSError, ValueError):
+            state = json.loads(state_file.read_text())
+            if isinstance(state, dict) and isinstance(state.get("cluster_id"), str):
+                return str(state["cluster_id"])
+        return None
+
+    def ensure_ours(self, metadata: ClusterMetadata) -> None:
+        """Refuse a broker of another cluster on our port (taken between our check and our bind):
+        stop our broker, which cannot bind the port anyway, and raise :class:`PortTakenError`."""
+        expected = self.expected_cluster_id()
+        if expected is None or metadata.cluster_id == expected:
+            return
+        self.kill()
+        raise PortTakenError(
+            f"{self.bootstrap} is served by a broker of another Kafka cluster ({metadata.cluster_id}), "
+            f"not the one of {self.data_dir} ({expected}); refusing to use it"
         )
 
     def stop(self, timeout: float = 30.0) -> bool:

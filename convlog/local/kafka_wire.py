@@ -28,6 +28,7 @@ class PartitionState:
 
 @dataclass(frozen=True, slots=True)
 class ClusterMetadata:
+    cluster_id: str  # which cluster answered: a local service refuses a broker of another one
     brokers: tuple[int, ...]
     controller: int
     topics: tuple[str, ...]
@@ -94,7 +95,7 @@ def cluster_metadata(host: str, port: int, timeout: float = 5.0, topics: list[st
     for _ in range(take(">i")):
         brokers.append(take(">i"))
         string(), take(">i"), string()  # host, port, rack
-    string()  # cluster_id
+    cluster_id = string()
     controller = take(">i")
     names, partitions = [], []
     for _ in range(take(">i")):
@@ -108,7 +109,7 @@ def cluster_metadata(host: str, port: int, timeout: float = 5.0, topics: list[st
             index, leader = take(">i"), take(">i")
             replicas = ids()
             partitions.append(PartitionState(name, index, leader, replicas, ids()))
-    return ClusterMetadata(tuple(sorted(brokers)), controller, tuple(names), tuple(partitions))
+    return ClusterMetadata(cluster_id, tuple(sorted(brokers)), controller, tuple(names), tuple(partitions))
 
 
 def kafka_metadata(host: str, port: int, timeout: float = 5.0) -> tuple[list[int], list[str]]:

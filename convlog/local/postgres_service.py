@@ -26,12 +26,14 @@ from pathlib import Path
 
 from convlog.local.processes import (
     HOST,
+    PortTakenError,
     ServiceError,
     StoppedOnExit,
     cmdline,
     ensure_port_free,
     kill_tree,
     pid_alive,
+    port_in_use,
     process_tree,
     progress,
     read_pid,
@@ -193,17 +195,23 @@ class PostgresHandle(StoppedOnExit):
         return self
 
     def wait_ready(self, timeout: float = 60.0) -> None:
-        """Wait until ``SELECT 1`` works, creating the database on the way if it is missing."""
+        """Wait until this handle's own server serves, creating the database on the way if missing.
+
+        The server that answers must be the one of ``pgdata`` (``SHOW data_directory``), and the
+        child we started must still run: a port taken between our check and our server's bind
+        by another process, or another Postgres, is refused with :class:`PortTakenError` (our
+        child is stopped first), never used.
+        """
         import psycopg  # noqa: PLC0415 - keep `import convlog.local.devservices` light
         from psycopg import sql  # noqa: PLC0415
 
         deadline = time.monotonic() + timeout
         error: Exception | None = None
         while time.monotonic() < deadline:
-            if not (pid_alive(self._spawned) if self._spawned is not None else self.running):
-                raise ServiceError(f"Postgres is not running; {self.log_path}:\n{tail(self.log_path)}")
+            self._ensure_alive()
             try:
                 with psycopg.connect(self.url_for("postgres"), connect_timeout=2, autocommit=True) as conn:
+                    self._ensure_ours(conn.execute("SHOW data_directory").fetchone())
                     exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (self.database,)).fetchone()
                     if exists is None:
                         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(self.database)))
@@ -217,6 +225,31 @@ class PostgresHandle(StoppedOnExit):
         raise ServiceError(
             f"Postgres not ready on {HOST}:{self.port} after {timeout:.0f}s ({error}); "
             f"{self.log_path}:\n{tail(self.log_path)}"
+        )
+
+    def _ensure_alive(self) -> None:
+        """Our child (or, when another process started it, the postmaster of ``pgdata``) still runs."""
+        if pid_alive(self._spawned) if self._spawned is not None else self.running:
+            return
+        self._spawned = None
+        if port_in_use(self.port):  # it died because another process holds the port
+            raise PortTakenError(
+                f"Postgres of {self.pgdata} could not bind {HOST}:{self.port}: another process holds it; "
+                f"{self.log_path}:\n{tail(self.log_path, 5)}"
+            )
+        raise ServiceError(f"Postgres is not running; {self.log_path}:\n{tail(self.log_path)}")
+
+    def _ensure_ours(self, row: tuple[object, ...] | None) -> None:
+        """Refuse a server on our port that serves another data directory: stop our child, raise."""
+        served = str(row[0]) if row else "?"
+        if os.path.realpath(served) == os.path.realpath(self.pgdata):
+            return
+        if self._spawned is not None and pid_alive(self._spawned):
+            stop_process(self._spawned, signal.SIGINT, 10.0)  # it cannot bind the port anyway
+        self._spawned = None
+        raise PortTakenError(
+            f"{HOST}:{self.port} is served by another Postgres (data directory {served}), "
+            f"not the one of {self.pgdata}; refusing to use it"
         )
 
     def stop(self, timeout: float = 30.0) -> bool:

@@ -26,6 +26,14 @@ class ServiceError(ConvlogError, RuntimeError):
     code = "service_error"
 
 
+class PortTakenError(ServiceError):
+    """The service's port is held by another process: a foreign server answered there, or our
+    server could not bind it. Nothing of ours runs afterwards; a caller free to choose the port
+    (the embedded Postgres) tries another, one with a configured port reports it."""
+
+    code = "port_taken"
+
+
 class StoppedOnExit:
     """``with handle:`` stops the service (its ``stop()``) when the block ends, however it ends."""
 
@@ -159,17 +167,23 @@ def tail(path: Path, lines: int = 40) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def ensure_port_free(port: int, what: str) -> None:
-    """Fail early, with a clear message, if something already listens on 127.0.0.1:``port``."""
+def port_in_use(port: int) -> bool:
+    """Whether something holds 127.0.0.1:``port`` (binding it as servers do fails)."""
     with socket.socket() as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers do: TIME_WAIT is fine
         try:
             sock.bind((HOST, port))
-        except OSError as exc:
-            raise ServiceError(
-                f"{what}: {HOST}:{port} is already in use ({exc.strerror}); "
-                "stop whatever listens there or pick other ports"
-            ) from exc
+        except OSError:
+            return True
+    return False
+
+
+def ensure_port_free(port: int, what: str) -> None:
+    """Fail early, with a clear message, if something already listens on 127.0.0.1:``port``."""
+    if port_in_use(port):
+        raise PortTakenError(
+            f"{what}: {HOST}:{port} is already in use; stop whatever listens there or pick other ports"
+        )
 
 
 def spawn_detached(
