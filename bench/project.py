@@ -12,7 +12,7 @@
 4. The CPU budget: what each step costs per event, measured alone, and what the projector
    spends per event beyond the ceiling's steps.
 
-Ends with one markdown table ``| figure | value | target | met |`` (README's performance section).
+Ends with one markdown table ``| figure | value | target | met |`` (docs/performance.md).
 
     CONVLOG_KAFKA_BOOTSTRAP=... CONVLOG_DATABASE_URL=... python bench/project.py [--events N]
 """
@@ -280,7 +280,7 @@ def print_cpu_budget(n: int, parts: dict[str, float], measured: tuple[str, float
 
 
 def print_table(rows: Sequence[tuple[str, str, str, bool | None]]) -> None:
-    """The bench's figures as one markdown table (README's performance section is built from it)."""
+    """The bench's figures as one markdown table (docs/performance.md is built from it)."""
     print()
     print("| figure | value | target | met |")
     print("|---|---|---|---|")

@@ -9,7 +9,7 @@
    one, in a temporary database that is dropped afterwards — once with one worker process and
    once with two.
 
-Ends with one markdown table ``| figure | value | target | met |`` (README's performance section).
+Ends with one markdown table ``| figure | value | target | met |`` (docs/performance.md).
 
     CONVLOG_KAFKA_BOOTSTRAP=... CONVLOG_DATABASE_URL=... python bench/rebuild.py [--events N]
 """

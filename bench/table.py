@@ -1,5 +1,5 @@
 """The one table every bench ends with: ``| figure | value | target | met |`` in Markdown, so the
-README's performance section is a bench run's output pasted as it is."""
+docs/performance.md is a bench run's output pasted as it is."""
 
 from __future__ import annotations
 

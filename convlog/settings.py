@@ -12,7 +12,7 @@ A malformed or out-of-range value is one :class:`SettingsError` naming the varia
 config`` prints :func:`describe`: each setting's effective value and where it came from.
 
 ``Settings(...)`` built in code (tests, benchmarks) reads no environment: the defaults and the
-values given. The README's configuration table is checked against this declaration by a test.
+values given. The configuration table of docs/configuration.md is checked against this declaration by a test.
 """
 
 from __future__ import annotations

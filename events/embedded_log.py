@@ -342,7 +342,8 @@ def _load(fd: int, path: Path, partitions: int) -> tuple[int, list[array[int]], 
         ranges = "; ".join(r.describe() for r in found.corrupt)
         raise LogCorruptError(
             f"{path} is damaged: {ranges}. It was not opened for writing and is left untouched. "
-            "See `convlog log check`; `convlog log repair` moves the damaged bytes aside (README: When things go wrong)"
+            "See `convlog log check`; `convlog log repair` moves the damaged bytes aside"
+            " (docs/operating.md: When things go wrong)"
         )
     if found.torn_tail:
         log.warning(

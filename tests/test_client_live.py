@@ -15,7 +15,7 @@ import pytest
 from convlog.client import AsyncConvlogClient, ConvlogClient, NotFoundError, RejectedEventError, UnauthorizedError
 from tests.live_server import TOKEN, convlog_serve
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+CLIENT_PAGE = Path(__file__).resolve().parent.parent / "docs" / "client.md"
 
 pytestmark = pytest.mark.postgres
 
@@ -144,13 +144,13 @@ async def test_the_async_client_serves_a_chat_turn(served: str) -> None:
         assert (await client.erase("u2", conversation)).offset > asked.offset
 
 
-def test_the_readmes_example_runs(
+def test_the_client_page_example_runs(
     served: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    section = README.read_text(encoding="utf-8").split("\n### Python client\n", 1)[1].split("\n## ", 1)[0]
+    section = CLIENT_PAGE.read_text(encoding="utf-8")
     block = re.search(r"```python\n(.*?)```", section, re.DOTALL)
     assert block
     monkeypatch.setenv("CONVLOG_URL", served)
     monkeypatch.setenv("CONVLOG_TOKEN", TOKEN)
-    exec(block[1], {})  # noqa: S102 -- the README's own example
+    exec(block[1], {})  # noqa: S102 -- the docs' own example
     assert "{'role': 'user', 'content': 'Hello!'}" in capsys.readouterr().out

@@ -1,4 +1,4 @@
-"""The bound the README states for estimated budgets holds on real provider-reported prompt sizes.
+"""The bound docs/formats.md states for estimated budgets holds on real provider-reported prompt sizes.
 
 tests/fixtures/usage/<format>.json: requests whose prompt size Anthropic or Gemini reported
 (sources in each item). bench/estimate_error.py prints the full figures.

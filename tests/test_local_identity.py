@@ -144,8 +144,12 @@ def test_two_embedded_postgres_started_at_once_on_one_port_each_get_their_own(tm
         "print(e(pathlib.Path(sys.argv[1])))"
     )
     starters = [
-        subprocess.Popen(  # noqa: S603 - fixed argv
-            [sys.executable, "-c", code, str(d)], cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        subprocess.Popen(
+            [sys.executable, "-c", code, str(d)],
+            cwd=REPO_ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         for d in dirs
     ]
@@ -166,7 +170,7 @@ def test_two_embedded_postgres_started_at_once_on_one_port_each_get_their_own(tm
 @pytest.mark.kafka
 @pytest.mark.usefixtures("race")
 def test_a_broker_of_another_cluster_on_the_port_is_refused_not_used(kafka_bootstrap: str, tmp_path: Path) -> None:
-    port = int(kafka_bootstrap.split(",")[0].rsplit(":", 1)[1])  # the shared broker: not this data dir's
+    port = int(kafka_bootstrap.split(",", maxsplit=1)[0].rsplit(":", 1)[1])  # the shared broker: not this data dir's
     ours = KafkaHandle(tmp_path / "kafka", port=port, controller_port=free_port(), heap="256m")
     try:
         with pytest.raises(PortTakenError, match="another Kafka cluster"):

@@ -11,7 +11,7 @@ from convlog.settings import Settings
 
 
 def register(sub: Any) -> None:
-    log = sub.add_parser("log", help="check or repair the embedded log file (README: When things go wrong)")
+    log = sub.add_parser("log", help="check or repair the embedded log file (docs/operating.md: When things go wrong)")
     actions = log.add_subparsers(dest="action", required=True, metavar="ACTION")
     check = actions.add_parser("check", help="records, partitions and any damage; exit code 1 when damaged")
     repair = actions.add_parser(

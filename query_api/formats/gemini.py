@@ -7,7 +7,7 @@ one role are one Content: tool messages become ``functionResponse`` parts of one
 (every response of a parallel call in that content, with the next user message's parts after
 them, as Gemini's history has them).
 
-What a message of each origin becomes (the README switch table is built from this):
+What a message of each origin becomes (the switch table of docs/formats.md is built from this):
 
 - **Gemini, the same model** (``reasoning_served`` is None): its parts exactly as appended —
   thought parts with their ``thoughtSignature``, signatures on text and call parts, ``id``s,

@@ -1,17 +1,17 @@
-"""The README's framework examples, read from the README itself so that what users copy is what
-the tests run."""
+"""The framework examples of docs/adapters.md, read from the page itself so that what users copy
+is what the tests run."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-README = Path(__file__).parents[2] / "README.md"
+ADAPTERS_PAGE = Path(__file__).parents[2] / "docs" / "adapters.md"
 
 
 def readme_example(heading: str) -> str:
-    """The first ```python block under ``### <heading>``."""
-    text = README.read_text().split(f"\n### {heading}\n", 1)[1]
+    """The first ```python block under ``## <heading>``."""
+    text = ADAPTERS_PAGE.read_text().split(f"\n## {heading}\n", 1)[1]
     found = re.search(r"```python\n(.*?)```", text, re.S)
     assert found is not None, heading
     return found.group(1)

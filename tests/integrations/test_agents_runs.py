@@ -4,7 +4,7 @@ tool raising, one cancelled mid-call, one waiting for an approval given later (r
 its RunState) and one whose approval never comes — and no input the model ever receives
 breaks the Responses API's rules (no call without its output, no output without its call, no
 reasoning item cut from its item); the SDK's SQLiteSession sends the very same inputs. Then
-the one-line switch, and the README example."""
+the one-line switch, and the example of docs/adapters.md."""
 
 from __future__ import annotations
 
@@ -173,7 +173,7 @@ README_EXAMPLE = readme_example("OpenAI Agents SDK")
 
 
 async def test_the_readme_example_runs(served: str, capsys: pytest.CaptureFixture[str]) -> None:
-    """The README's example, run as written but for the service's address and token and a
+    """The example of docs/adapters.md, run as written but for the service's address and token and a
     scripted model instead of OpenAI's (no network in tests)."""
     from agents.testing import ScriptedModel, assistant_message  # noqa: PLC0415
 
@@ -183,7 +183,7 @@ async def test_the_readme_example_runs(served: str, capsys: pytest.CaptureFixtur
             .replace('instructions="Reply very concisely.")', 'instructions="Reply very concisely.", model=scripted)')
             .replace("conversation-1", new_id("readme")).replace("asyncio.run(main())", ""))  # fmt: skip
     namespace: dict[str, Any] = {"scripted": scripted, "__name__": "readme_example"}
-    exec(compile(code, "README.md", "exec"), namespace)  # noqa: S102 -- the README's own code
+    exec(compile(code, "docs/adapters.md", "exec"), namespace)  # noqa: S102 -- the docs' own code
     await namespace["main"]()
     lines = capsys.readouterr().out.splitlines()
     assert lines[:2] == ["San Francisco", "California"]

@@ -3,7 +3,7 @@ check of a chat history (add_message / add_messages / the async interface / clea
 and their results kept whole, one atomic and idempotent append per ``add_messages``, a
 multi-turn tool-using app through ``RunnableWithMessageHistory`` with langchain-core's fake
 chat models, the same app switched from ``InMemoryChatMessageHistory`` by one line, and the
-README's example."""
+example of docs/adapters.md."""
 
 from __future__ import annotations
 
@@ -324,7 +324,7 @@ def test_the_same_app_switched_from_in_memory_to_convlog_by_one_line(client: Con
     assert _plain(_history(client, session).messages) == _plain(store["s"].messages)
 
 
-# -- the README's example --------------------------------------------------------------------------
+# -- the example of docs/adapters.md --------------------------------------------------------------------------
 
 README_EXAMPLE = readme_example("LangChain")
 

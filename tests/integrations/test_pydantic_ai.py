@@ -559,7 +559,7 @@ def test_the_readme_example_runs(served: str, conversation: str, monkeypatch: py
     code = code.replace('Agent("anthropic:claude-sonnet-4-5", system', "Agent(TestModel(), system")
     assert code.count("TestModel()") == 1
     namespace: dict[str, Any] = {"TestModel": TestModel}
-    exec(code, namespace)  # noqa: S102 -- the README's own example
+    exec(code, namespace)  # noqa: S102 -- the docs' own example
     history = namespace["history"]
     loaded = history.load()
     assert [type(m) for m in loaded] == [ModelRequest, ModelResponse] * 2

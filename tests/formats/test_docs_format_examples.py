@@ -1,4 +1,4 @@
-"""The README's provider-format examples work as written: every ``curl … -X POST`` body is
+"""The provider-format examples of docs/formats.md work as written: every ``curl … -X POST`` body is
 appended with its ``?format=``, and every context ``curl`` answers 200 in its format."""
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ from tests.test_api_in_memory import A, client
 
 __all__ = ["client"]  # the fixture
 
-SECTION = Path(__file__).parents[2].joinpath("README.md").read_text().split("## Provider formats", 1)[1]
-SECTION = SECTION.split("\n## ", 1)[0]
+SECTION = Path(__file__).parents[2].joinpath("docs", "formats.md").read_text()
 
 
 def _commands() -> list[list[str]]:
@@ -27,7 +26,7 @@ def _commands() -> list[list[str]]:
     return out
 
 
-async def test_the_readmes_format_examples_run(client: httpx.AsyncClient) -> None:
+async def test_the_format_examples_of_the_docs_run(client: httpx.AsyncClient) -> None:
     commands = _commands()
     assert len(commands) >= 8
     for args in commands:
@@ -37,7 +36,7 @@ async def test_the_readmes_format_examples_run(client: httpx.AsyncClient) -> Non
             r = await client.post(url, json=body, headers=A)
             assert r.status_code == 202, (url, r.text)
         else:
-            for _ in range(100):  # the README reads without min_offset: the projection may lag a little
+            for _ in range(100):  # the page reads without min_offset: the projection may lag a little
                 r = await client.get(url, headers=A)
                 if r.status_code != 404:
                     break

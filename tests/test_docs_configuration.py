@@ -1,4 +1,4 @@
-"""The README's configuration table matches the one declaration (``convlog/settings.py``)."""
+"""The configuration table of docs/configuration.md matches the one declaration (``convlog/settings.py``)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ from pathlib import Path
 
 from convlog.settings import Settings, show, variable
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+CONFIGURATION_PAGE = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
 
 
 def table_rows() -> dict[str, str]:
     """{variable: its default cell} from the table under ``## Configuration``."""
-    section = README.read_text(encoding="utf-8").split("\n## Configuration\n", 1)[1].split("\n## ", 1)[0]
+    section = CONFIGURATION_PAGE.read_text(encoding="utf-8")
     rows: dict[str, str] = {}
     for line in section.splitlines():
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
@@ -36,9 +36,9 @@ def test_every_declared_setting_is_in_the_readme_with_its_default() -> None:
     rows = table_rows()
     declared = {variable(name): documented_default(field.default) for name, field in Settings.model_fields.items()}
     missing = sorted(set(declared) - set(rows))
-    assert missing == [], f"declared but not in the README's configuration table: {missing}"
+    assert missing == [], f"declared but not in docs/configuration.md's table: {missing}"
     wrong = {var: (rows[var], default) for var, default in declared.items() if not rows[var].startswith(default)}
-    assert wrong == {}, "README default cell vs the declared default"
+    assert wrong == {}, "the page's default cell vs the declared default"
 
 
 def test_the_readme_lists_no_undeclared_setting() -> None:
