@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 from convlog.cli.main import build_parser
-from convlog.demo.run import print_stop_hint
+from convlog.demo.run import print_stop_hint, print_try_it
 from convlog.local.embedded_pg import ensure_embedded_postgres
 from convlog.local.postgres_service import PostgresHandle
 from convlog.settings import Settings
+from events.keys import ConversationKey
 from tests.test_pg import require_pg_binaries
 
 
@@ -55,6 +56,16 @@ def test_convlog_stop_stops_the_embedded_postgres(
 
 def test_the_demo_names_convlog_stop_only_when_it_started_postgres(capsys: pytest.CaptureFixture[str]) -> None:
     print_stop_hint(Settings(data_dir=Path(".convlog")))
-    assert "convlog stop" in capsys.readouterr().out
+    assert "\n  .venv/bin/convlog stop" in capsys.readouterr().out
+    print_stop_hint(Settings(data_dir=Path("/srv/my demo")))
+    assert "CONVLOG_DATA_DIR='/srv/my demo' .venv/bin/convlog stop" in capsys.readouterr().out, "the data dir in effect"
     print_stop_hint(Settings(database_url=os.environ.get("CONVLOG_DATABASE_URL") or "postgresql://x/y"))
     assert capsys.readouterr().out == ""
+
+
+def test_the_demos_hints_use_the_port_and_data_dir_in_effect(capsys: pytest.CaptureFixture[str]) -> None:
+    print_try_it(ConversationKey("acme", "u1", "c1"), Settings(http_port=9191, data_dir=Path("/srv/demo")))
+    out = capsys.readouterr().out
+    assert "CONVLOG_DATA_DIR=/srv/demo CONVLOG_API_TOKENS=" in out
+    assert "http://127.0.0.1:9191/v1/users/u1/conversations/c1/context" in out
+    assert ":8080" not in out

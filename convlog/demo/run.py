@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import shlex
 from datetime import UTC, datetime
 
 from pydantic import SecretStr
@@ -94,7 +95,7 @@ async def run_demo(settings: Settings) -> None:
         await print_context(service, oa_key, model="gpt-4o-mini", budget_tokens=1200)
         await print_context(service, tools_key, model="deepseek-v4", budget_tokens=4000, reasoning="tool_turns")
         await print_claude_contexts(service, claude_key)
-    print_try_it(oa_key)
+    print_try_it(oa_key, settings)
     print_stop_hint(settings)
 
 
@@ -156,11 +157,19 @@ async def print_context(
     print()
 
 
-def print_try_it(key: ConversationKey) -> None:
-    base = f"http://127.0.0.1:8080/v1/users/{key.user_id}/conversations/{key.conversation_id}"
+def _as_set(settings: Settings) -> str:
+    """The variables a command needs to find what the demo used: its data dir, unless the default."""
+    default = Settings.model_fields["data_dir"].default
+    return "" if settings.data_dir == default else f"CONVLOG_DATA_DIR={shlex.quote(str(settings.data_dir))} "
+
+
+def print_try_it(key: ConversationKey, settings: Settings) -> None:
+    host = f"[{settings.http_host}]" if ":" in settings.http_host else settings.http_host
+    root = f"http://{host}:{settings.http_port}/v1/users/{key.user_id}/conversations"
+    base = f"{root}/{key.conversation_id}"
     auth = f'-H "Authorization: Bearer {DEMO_TOKEN}"'
     print("Try the API: start it with")
-    print(f"  CONVLOG_API_TOKENS=acme:{DEMO_TOKEN} .venv/bin/convlog serve")
+    print(f"  {_as_set(settings)}CONVLOG_API_TOKENS=acme:{DEMO_TOKEN} .venv/bin/convlog serve")
     print("then")
     print(f"  curl -s {auth} '{base}/context?model=gpt-4o-mini&budget_tokens=1200' | python3 -m json.tool")
     print(f"  curl -s {auth} -H 'Content-Type: application/json' -X POST '{base}/messages' \\")
@@ -168,7 +177,7 @@ def print_try_it(key: ConversationKey) -> None:
     print(f"  curl -s {auth} '{base}/messages?limit=5' | python3 -m json.tool")
     print(f"  curl -s {auth} '{base}/context?model=claude-sonnet-4-5&budget_tokens=1200&format=anthropic&cache=true'"
           " | python3 -m json.tool")  # fmt: skip
-    print(f"  curl -s {auth} 'http://127.0.0.1:8080/v1/users/{key.user_id}/conversations' | python3 -m json.tool")
+    print(f"  curl -s {auth} '{root}' | python3 -m json.tool")
 
 
 def print_stop_hint(settings: Settings) -> None:
@@ -176,7 +185,7 @@ def print_stop_hint(settings: Settings) -> None:
         return  # not ours to stop
     print("\nThe embedded Postgres keeps running for the next command (its data stays in "
           f"{settings.data_dir}/postgres). When you are done:")  # fmt: skip
-    print("  .venv/bin/convlog stop")
+    print(f"  {_as_set(settings)}.venv/bin/convlog stop")
 
 
 def main(settings: Settings | None = None) -> None:
