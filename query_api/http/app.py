@@ -12,6 +12,7 @@ from query_api.context_types import ContextBudgetExceededError
 from query_api.disconnects import ClientDisconnectedError
 from query_api.http.deps import ApiDeps, ApiError, error_response
 from query_api.http.middleware import LimitsAndMetrics
+from query_api.http.openapi import install_openapi
 from query_api.http.routes_appends import append_routes
 from query_api.http.routes_audit import audit_routes
 from query_api.http.routes_context import context_routes
@@ -35,6 +36,7 @@ def create_app(deps: ApiDeps) -> FastAPI:
     docs = (app.openapi_url, app.docs_url, app.redoc_url, app.swagger_ui_oauth2_redirect_url)
     public = frozenset([*PUBLIC_ROUTES, *(path for path in docs if path)])
     app.add_middleware(LimitsAndMetrics, deps=deps, public=public)
+    install_openapi(app, public=public)
     # Requests try the routes in the order they were added (the schema lists them so too): the
     # context, asked for every turn, first — each route tried before it cost ~4 us a request.
     for routes in (context_routes, health_routes, append_routes, audit_routes, conversation_routes):

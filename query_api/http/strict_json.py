@@ -1,4 +1,9 @@
-"""Request bodies read strictly (events/strict_json.py): every route's class."""
+"""Request bodies read strictly (events/strict_json.py): every route's class.
+
+A body is JSON whatever its ``Content-Type`` says when it says nothing or what curl's ``-d``
+sends (``application/x-www-form-urlencoded``); another non-JSON type is 415
+``unsupported_media_type``, naming the header to send.
+"""
 
 from __future__ import annotations
 
@@ -38,13 +43,37 @@ class _StrictJsonRequest(Request):
         return self._json
 
 
+# Read as JSON: no type, and curl's default for `-d` (a newcomer's first request). Neither can
+# be sent cross-site with the Authorization header a request needs without a CORS preflight.
+_READ_AS_JSON = frozenset({"", "application/x-www-form-urlencoded"})
+
+
+def _content_type_refused(request: Request) -> Response | None:
+    """None when the body is (or is read as) JSON; else a 415 saying what to send."""
+    media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if media == "application/json" or media.endswith("+json"):
+        return None
+    if media in _READ_AS_JSON:
+        headers = [(k, v) for k, v in request.scope["headers"] if k != b"content-type"]
+        request.scope["headers"] = [*headers, (b"content-type", b"application/json")]
+        return None
+    if request.headers.get("content-length", "0") == "0" and "transfer-encoding" not in request.headers:
+        return None  # no body: nothing to read in the wrong type
+    return error_response(415, "unsupported_media_type",
+                          f"the body must be JSON: send it with Content-Type: application/json (not {media})",
+                          field="Content-Type")  # fmt: skip
+
+
 class StrictJsonRoute(APIRoute):
     """FastAPI's documented hook for a custom Request class: every route reads JSON strictly."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
+        takes_body = self.body_field is not None
 
         async def strict(request: Request) -> Response:
+            if takes_body and (refused := _content_type_refused(request)) is not None:
+                return refused
             try:
                 return await handler(_StrictJsonRequest(request.scope, request.receive))
             except _BodyNotJsonError as e:

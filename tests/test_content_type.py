@@ -1,0 +1,47 @@
+"""A JSON body is read as JSON when its Content-Type says nothing, or what curl's ``-d`` sends
+(a newcomer's first request); another type is 415 naming the header to send."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from tests.test_api_in_memory import BASE, A, client
+
+__all__ = ["client"]  # the fixture
+
+BODY = json.dumps({"role": "user", "content": "hello"}).encode()
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    [None, "application/x-www-form-urlencoded", "application/json", "application/json; charset=utf-8",
+     "application/merge-patch+json"],
+)  # fmt: skip
+async def test_a_json_body_is_appended_whatever_curl_sent_as_its_type(
+    client: httpx.AsyncClient, content_type: str | None
+) -> None:
+    headers = dict(A) | ({"Content-Type": content_type} if content_type else {})
+    response = await client.post(f"{BASE}/ct/messages", content=BODY, headers=headers)
+    assert response.status_code == 202, response.text
+    params = {"model": "gpt-4o", "budget_tokens": 1000, "min_offset": response.json()["offset"]}
+    context = await client.get(f"{BASE}/ct/context", params=params, headers=A)
+    assert context.json()["messages"][-1] == {"role": "user", "content": "hello"}
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "multipart/form-data; boundary=x", "application/xml"])
+async def test_a_body_of_another_type_is_415_saying_what_to_send(client: httpx.AsyncClient, content_type: str) -> None:
+    response = await client.post(f"{BASE}/ct/messages", content=BODY, headers=A | {"Content-Type": content_type})
+    assert response.status_code == 415, response.text
+    error = response.json()["error"]
+    assert (error["code"], error["field"]) == ("unsupported_media_type", "Content-Type")
+    assert "Content-Type: application/json" in error["message"]
+
+
+async def test_a_bodyless_request_is_not_refused_for_its_type(client: httpx.AsyncClient) -> None:
+    appended = await client.post(f"{BASE}/ct/messages", content=BODY, headers=A)
+    message_id = appended.json()["message_id"]
+    redact = await client.post(f"{BASE}/ct/messages/{message_id}/redact", headers=A | {"Content-Type": "text/plain"})
+    assert redact.status_code == 202, redact.text
