@@ -119,6 +119,12 @@ def message_from_openai(message: Mapping[str, Any], *, message_id: str) -> Messa
     if not isinstance(message, Mapping):
         raise InvalidEventError("must be a message object", field="message")
     role = message.get("role")
+    if role is None and ("choices" in message or message.get("object") == "chat.completion"):
+        raise InvalidEventError(
+            "this is a whole ChatCompletion, not a message: append its choices[0].message, "
+            "with its finish_reason, model and usage (ConversationProducer.append_completion does that)",
+            field="choices",
+        )
     if role not in ROLES:
         raise InvalidEventError(f"unknown role {role!r}; expected one of {', '.join(ROLES)}", field="role")
     finish_reason = message.get("finish_reason")

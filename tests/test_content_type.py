@@ -1,5 +1,6 @@
-"""A JSON body is read as JSON when its Content-Type says nothing, or what curl's ``-d`` sends
-(a newcomer's first request); another type is 415 naming the header to send."""
+"""Bodies as a newcomer sends them: a JSON body is read as JSON when its Content-Type says nothing
+or what curl's ``-d`` sends; another type is 415 naming the header to send; a whole
+ChatCompletion sent as a message is refused saying which part to send."""
 
 from __future__ import annotations
 
@@ -45,3 +46,14 @@ async def test_a_bodyless_request_is_not_refused_for_its_type(client: httpx.Asyn
     message_id = appended.json()["message_id"]
     redact = await client.post(f"{BASE}/ct/messages/{message_id}/redact", headers=A | {"Content-Type": "text/plain"})
     assert redact.status_code == 202, redact.text
+
+
+async def test_a_whole_chat_completion_sent_as_a_message_is_refused_saying_so(client: httpx.AsyncClient) -> None:
+    choice = {"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}
+    completion = {"id": "chatcmpl-1", "object": "chat.completion", "model": "gpt-4o", "choices": [choice]}
+    response = await client.post(f"{BASE}/ct/messages", json=completion, headers=A)
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert (error["code"], error["field"]) == ("invalid_event", "choices")
+    assert "whole ChatCompletion" in error["message"]
+    assert "choices[0].message" in error["message"]
