@@ -206,3 +206,32 @@ async def test_arguments_naming_a_key_twice_in_the_log_are_served_not_dead_lette
         served[fmt] = r.json()
     assert served["anthropic"]["messages"][1]["content"][0]["input"] == {"a": 2}
     assert served["gemini"]["contents"][1]["parts"][0]["functionCall"]["args"] == {"a": 2}
+
+
+_OPENAI = ("gpt-5", "gpt-5-2025-08-07", "o3-mini", "openai/gpt-5-mini")
+_OTHERS = ("claude-sonnet-4-5", "claude-opus-4-1-20250805", "anthropic/claude-3-7-sonnet", "gemini-2.5-pro",
+           "gemini-2.5-flash", "google/gemini-2.0-flash")  # fmt: skip
+
+
+async def test_encrypted_reasoning_appended_without_a_model_goes_to_openai_models_only(
+    client: httpx.AsyncClient,
+) -> None:
+    """Items appended without their Response (the Agents SDK's) record no model: their reasoning,
+    encrypted by OpenAI, is still never served for another provider's model, in any format."""
+    _, payloads, _ = _responses("reasoning_function_calls.json")
+    r = await client.post(f"{BASE}/c/messages", params={"format": "responses"}, json=payloads[0], headers=A)
+    assert r.status_code == 202, r.text
+    blobs = _blobs(payloads)
+    assert blobs
+    for fmt in ("responses", "anthropic", "gemini", "chat_completions"):
+        for model in (*_OPENAI, *_OTHERS):
+            params = {"model": model, "budget_tokens": 100_000, "format": fmt, "min_offset": r.json()["offset"]}
+            served = await client.get(f"{BASE}/c/context", params=params, headers=A)
+            assert served.status_code == 200, served.text
+            validate_with_sdk(fmt, served.json())
+            kept = [blob in served.text for blob in blobs]
+            if fmt == "responses" and model in _OPENAI:
+                assert all(kept), model
+            else:
+                assert not any(kept), (fmt, model)
+                assert {d["what"] for d in served.json()["dropped"]} == {"reasoning"}, (fmt, model)
