@@ -44,7 +44,11 @@ _IMAGE_URL_PREFIXES = ("https://", "http://", "data:image/")
 _MAX_COUNT = (1 << 63) - 1
 
 
-def validate_event(event: Event) -> None:
+def validate_event(event: Event, *, stored: bool = False) -> None:
+    """Raises :class:`InvalidEventError` naming the field. ``stored``: an event read back from the
+    log (the fold), whose JSON text may name a key twice — another producer's, or appended before
+    convlog refused that (events/strict_json.py): the last value counts, as every renderer reads
+    it, rather than a dead letter that would park the conversation on a rebuild."""
     check_storable(event)
     _require_id(event.event_id, "event_id")
     if event.occurred_at.tzinfo is None:
@@ -53,7 +57,7 @@ def validate_event(event: Event) -> None:
         raise InvalidEventError("must not be empty", field="producer")
     body = event.body
     if isinstance(body, MessageAppended):
-        validate_message(body)
+        validate_message(body, stored=stored)
     elif isinstance(body, MessageRedacted):
         _require_id(body.message_id, "message_id")
         _require_text(body.reason, "reason")
@@ -77,7 +81,7 @@ def validate_event(event: Event) -> None:
         raise InvalidEventError(f"unknown event body {type(body).__name__}", field="body")
 
 
-def validate_message(msg: MessageAppended) -> None:
+def validate_message(msg: MessageAppended, *, stored: bool = False) -> None:
     _require_id(msg.message_id, "message_id")
     if msg.role not in ROLES:
         raise InvalidEventError(f"unknown role {msg.role!r}; expected one of {', '.join(ROLES)}", field="role")
@@ -90,7 +94,7 @@ def validate_message(msg: MessageAppended) -> None:
         for name in ("prompt_tokens", "completion_tokens", "cached_tokens", "reasoning_tokens", "cache_write_tokens"):
             _non_negative(getattr(msg.usage, name), f"usage.{name}")
     _check_metadata(msg.metadata)
-    _check_native(msg)
+    _check_native(msg, stored=stored)
     _check_content(msg)
     if msg.role != "assistant":
         for name in ("tool_calls", "reasoning_content", "thinking_duration_ms", "finish_reason"):
@@ -102,10 +106,10 @@ def validate_message(msg: MessageAppended) -> None:
     elif msg.tool_call_id is not None:
         raise InvalidEventError("only tool messages carry tool_call_id", field="tool_call_id")
     if msg.role == "assistant":
-        _check_tool_calls(msg)
+        _check_tool_calls(msg, stored=stored)
 
 
-def _check_native(msg: MessageAppended) -> None:
+def _check_native(msg: MessageAppended, *, stored: bool) -> None:
     """Schema v4's fields. The blocks are checked before the view derived from them, so an
     error names the block (``blocks[2].arguments``), not the tool call it became."""
     if msg.api is not None and msg.api not in API_FORMATS:
@@ -123,7 +127,7 @@ def _check_native(msg: MessageAppended) -> None:
         raise InvalidEventError("must be a list of blocks", field="blocks")
     call_ids: set[str] = set()
     for i, block in enumerate(msg.blocks):
-        _check_block(msg, block, f"blocks[{i}]", call_ids)
+        _check_block(msg, block, f"blocks[{i}]", call_ids, stored=stored)
     # The view is derived, never stated: a message whose view disagrees with its blocks would
     # be one thing in the log (the blocks) and another in the request that wrote it.
     content, tool_calls = chat_view(msg.blocks, role=msg.role)
@@ -140,7 +144,7 @@ def _check_native(msg: MessageAppended) -> None:
 _REASONING_PARTS = ("text", "summary", "signature", "redacted_data", "encrypted_content")
 
 
-def _check_block(msg: MessageAppended, block: object, field: str, call_ids: set[str]) -> None:
+def _check_block(msg: MessageAppended, block: object, field: str, call_ids: set[str], *, stored: bool) -> None:
     if isinstance(block, TextBlock):
         if not isinstance(block.text, str):
             raise InvalidEventError("must be a string", field=f"{field}.text")
@@ -149,22 +153,24 @@ def _check_block(msg: MessageAppended, block: object, field: str, call_ids: set[
     elif isinstance(block, ToolCallBlock | ReasoningBlock) and msg.role != "assistant":
         raise InvalidEventError(f"only assistant messages carry {type(block).__name__}", field=field)
     elif isinstance(block, ToolCallBlock):
-        _check_call_block(msg, block, field, call_ids)
+        _check_call_block(msg, block, field, call_ids, stored=stored)
     elif isinstance(block, ReasoningBlock):
         if all(getattr(block, part) is None for part in _REASONING_PARTS):
             raise InvalidEventError(f"a reasoning block needs one of {', '.join(_REASONING_PARTS)}", field=field)
     elif isinstance(block, OpaqueBlock):
         if not (isinstance(block.provider, str) and block.provider.strip()):
             raise InvalidEventError("must not be empty", field=f"{field}.provider")
-        _check_json_text(block.json, f"{field}.json")
+        _check_json_text(block.json, f"{field}.json", stored=stored)
         return
     else:
         raise InvalidEventError("must be a text, media, tool call, reasoning or opaque block", field=field)
     if block.extra is not None:
-        _check_json_text(block.extra, f"{field}.extra", object_only=True)
+        _check_json_text(block.extra, f"{field}.extra", object_only=True, stored=stored)
 
 
-def _check_call_block(msg: MessageAppended, block: ToolCallBlock, field: str, call_ids: set[str]) -> None:
+def _check_call_block(
+    msg: MessageAppended, block: ToolCallBlock, field: str, call_ids: set[str], *, stored: bool
+) -> None:
     if not (isinstance(block.id, str) and block.id):
         raise InvalidEventError("a tool call needs an id", field=f"{field}.id")
     if block.id in call_ids:
@@ -173,7 +179,7 @@ def _check_call_block(msg: MessageAppended, block: ToolCallBlock, field: str, ca
     if not (isinstance(block.name, str) and _NAME_RE.match(block.name)):
         raise InvalidEventError("must match ^[A-Za-z0-9_-]{1,64}$", field=f"{field}.name")
     if msg.finish_reason != "interrupted":  # as for tool_calls: a cut stream keeps its cut arguments
-        _check_json_text(block.arguments, f"{field}.arguments")
+        _check_json_text(block.arguments, f"{field}.arguments", stored=stored)
 
 
 _MEDIA_KINDS = ("image", "file")
@@ -223,7 +229,7 @@ def _check_content(msg: MessageAppended) -> None:
         raise InvalidEventError(f"a {msg.role} message needs content", field="content")
 
 
-def _check_tool_calls(msg: MessageAppended) -> None:
+def _check_tool_calls(msg: MessageAppended, *, stored: bool) -> None:
     seen: set[str] = set()
     for i, call in enumerate(msg.tool_calls):
         field = f"tool_calls[{i}]"
@@ -239,14 +245,14 @@ def _check_tool_calls(msg: MessageAppended) -> None:
         # An interrupted stream may stop mid-arguments; it is stored for audit and never served.
         if msg.finish_reason == "interrupted":
             continue
-        _check_json_text(call.arguments, f"{field}.arguments")
+        _check_json_text(call.arguments, f"{field}.arguments", stored=stored)
 
 
-def _check_json_text(text: object, field: str, *, object_only: bool = False) -> None:
+def _check_json_text(text: object, field: str, *, object_only: bool = False, stored: bool) -> None:
     if not isinstance(text, str):
         raise InvalidEventError("must be a string of JSON", field=field)
     try:
-        parsed = parse_json(text)
+        parsed = parse_json(text, stored=stored)
     except NotJsonError as e:
         raise InvalidEventError(f"not valid JSON ({e})", field=field) from e
     if object_only and not isinstance(parsed, dict):

@@ -87,7 +87,7 @@ def decode_one(record: LogRecord, *, codec: EventCodec, max_event_bytes: int) ->
         return poison("event_too_large", f"{len(record.value)} bytes, the limit is {max_event_bytes}")
     try:
         event = codec.decode(record.value)
-        validate_event(event)  # foreign producers bypass convlog's producer API
+        validate_event(event, stored=True)  # foreign producers bypass convlog's producer API
     except ConvlogError as e:
         return poison(e.code, str(e))
     if str(event.key) != key:

@@ -152,6 +152,18 @@ def test_strict_json_refuses_the_constants_and_keeps_json() -> None:
             parse_json(text)
 
 
+def test_strict_json_refuses_a_key_named_twice_and_text_not_in_utf8() -> None:
+    """What parsers read two ways (RFC 8259 §4, §8.1); text read back from the log keeps the last value."""
+    for text in ('{"a": 1, "a": 1}', '[{"b": {"a": 1, "a": 2}}]', b'{"a": 1, "a": 2}'):
+        with pytest.raises(ValueError, match="the key 'a' appears twice"):
+            parse_json(text)
+    assert parse_json('{"a": 1, "a": 2}', stored=True) == {"a": 2}
+    for encoding in ("utf-16", "utf-32", "utf-16-be", "utf-16-le", "utf-32-be", "utf-32-le"):
+        with pytest.raises(ValueError, match="must be UTF-8"):
+            parse_json('{"a": 1}'.encode(encoding))
+    assert parse_json('{"a": "é"}'.encode("utf-8-sig")) == {"a": "é"}  # §8.1: a parser may ignore the BOM
+
+
 @pytest.mark.parametrize(
     ("message", "field"),
     [
@@ -441,11 +453,78 @@ _ODD_BODY = st.one_of(
     st.sampled_from([b"NaN", b'{"role": "user", "content": Infinity}', b"", b"[" * 5000, b'{"role": "user"']),
 )
 _CONTENT_TYPES = ["application/json", "text/plain", "application/x-www-form-urlencoded", "multipart/form-data"]
+
+
+# Native payloads of each format (the appends' format is drawn apart from the body).
+_NATIVE_MESSAGES: list[dict[str, Any]] = [
+    {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+    {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {"q": {"r": 1}}}]},
+    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "x"}]},
+    {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+    {"type": "function_call_output", "call_id": "c1", "output": "x"},
+    {"role": "model", "parts": [{"functionCall": {"name": "f", "args": {"q": 1}}}]},
+]
+
+
+def _twice(doc: Any, where: tuple[str | int, ...], value: Any) -> str:
+    """JSON text of ``doc`` whose object at ``where`` names its first key twice, first with ``value``."""
+    if isinstance(doc, dict):
+        items = [f"{json.dumps(k)}: {_twice(v, where[1:], value) if where and k == where[0] else json.dumps(v)}"
+                 for k, v in doc.items()]  # fmt: skip
+        if not where:
+            items.insert(0, f"{json.dumps(next(iter(doc)))}: {json.dumps(value)}")
+        return "{" + ", ".join(items) + "}"
+    if isinstance(doc, list):
+        return "[" + ", ".join(_twice(v, where[1:], value) if where and i == where[0] else json.dumps(v)
+                               for i, v in enumerate(doc)) + "]"  # fmt: skip
+    return json.dumps(doc)
+
+
+@st.composite
+def _named_twice(draw: st.DrawFn) -> bytes:
+    """A message (Chat Completions or native) with one of its objects, at any depth, naming a key twice."""
+    message = draw(_messages() | st.sampled_from(_NATIVE_MESSAGES))
+    objects = [p for p in _paths(message) if isinstance(_get(message, p), dict) and _get(message, p)]
+    return _twice(message, draw(st.sampled_from(objects)), draw(_JSON | _TEXT)).encode()
+
+
+def _get(doc: Any, path: tuple[str | int, ...]) -> Any:
+    for step in path:
+        doc = doc[step]
+    return doc
+
+
+_NOT_UTF8 = st.sampled_from(["utf-16", "utf-32", "utf-16-le", "utf-32-be"])  # with a BOM and without
+_AMBIGUOUS_BODY = st.one_of(  # what parsers read two ways (issue 23, item 4): never accepted
+    _named_twice(),
+    st.builds(lambda m, e: json.dumps(m).encode(e), _messages() | st.sampled_from(_NATIVE_MESSAGES), _NOT_UTF8),
+)
+
+
+def _ambiguous(body: bytes) -> bool:
+    """Whether parsers may read ``body`` two ways: not UTF-8, or an object naming a key twice."""
+    if json.detect_encoding(body) not in ("utf-8", "utf-8-sig"):
+        return True
+    twice = False
+
+    def pairs(p: list[tuple[str, Any]]) -> dict[str, Any]:
+        nonlocal twice
+        twice = twice or len(dict(p)) < len(p)
+        return dict(p)
+
+    try:
+        json.loads(body, object_pairs_hook=pairs)
+    except (ValueError, RecursionError):
+        return False
+    return twice
+
+
 _BODY = st.one_of(  # (body, content type): mostly messages as JSON, the bodies the API reads
     st.tuples(_messages().map(lambda m: json.dumps(m).encode()), st.just("application/json")),
     st.tuples(_messages().map(lambda m: json.dumps(m).encode()), st.just("application/json")),
     st.tuples(st.lists(_messages(), max_size=4).map(lambda m: json.dumps(m).encode()), st.just("application/json")),
     st.tuples(_ODD_BODY, st.sampled_from(_CONTENT_TYPES)),
+    st.tuples(_AMBIGUOUS_BODY, st.just("application/json")),
 )
 
 
@@ -519,6 +598,8 @@ async def test_fuzzed_requests_on_every_endpoint_never_get_a_5xx(
             headers["Idempotency-Key"] = data.draw(_IDEMPOTENCY_KEY, label="key").encode("latin-1")
     response = await client.request(method, path, params=params, content=body, headers=headers)
     assert response.status_code != 500, (method, path, params, body, response.text)
+    if body is not None and template.endswith(("/messages", "/redact")) and _ambiguous(body):
+        assert response.status_code >= 400, (method, path, params, body, response.text)
     if response.status_code > 500:  # only an availability answer, never for the input
         assert path == "/readyz" or response.json()["error"]["code"] == "not_caught_up", response.text
 

@@ -48,7 +48,7 @@ from projectors.tokens.messages import (
     message_cost,
     text_message_cost,
 )
-from projectors.tokens.model_table import MODEL_TABLE, ModelSpec, model_spec, normalize_model_name
+from projectors.tokens.model_table import MODEL_TABLE, ModelSpec, model_spec, normalize_model_name, openai_model
 
 __all__ = [
     "DEFAULT_COUNTED",
@@ -81,6 +81,7 @@ __all__ = [
     "message_counts_at_read",
     "model_spec",
     "normalize_model_name",
+    "openai_model",
     "text_counter",
     "text_message_cost",
 ]

@@ -31,7 +31,7 @@ from typing import Final
 from events.errors import ConfigurationError, InvalidRequestError
 from projectors.tokens.encodings import ENCODINGS
 
-__all__ = ["MODEL_TABLE", "ModelSpec", "model_spec", "normalize_model_name"]
+__all__ = ["MODEL_TABLE", "ModelSpec", "model_spec", "normalize_model_name", "openai_model"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,3 +109,10 @@ def model_spec(model: str, *, default_encoding: str = "o200k_base") -> ModelSpec
         if _matches(name, family):
             return spec
     return ModelSpec(encoding=default_encoding, estimated=True)
+
+
+def openai_model(model: str) -> bool:
+    """Whether ``model`` is one of OpenAI's (a family of the table, by the rules above): what a
+    reasoning item OpenAI encrypted may go to. Raises :class:`InvalidRequestError` when empty."""
+    name = normalize_model_name(model)
+    return any(_matches(name, family) for family, _ in MODEL_TABLE)

@@ -252,7 +252,7 @@ def _reasoning(b: ReasoningBlock) -> dict[str, Any]:
 
 
 def _tool_use(b: ToolCallBlock, *, own: bool) -> dict[str, Any]:
-    parsed = parse_json(b.arguments)
+    parsed = parse_json(b.arguments, stored=True)
     arguments = parsed if isinstance(parsed, dict) else {"value": parsed}
     return _with_extra({"type": "tool_use", "id": wire_id(b.id), "name": b.name, "input": arguments}, b.extra, own=own)
 

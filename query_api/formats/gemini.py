@@ -164,7 +164,7 @@ class _Native:
     def native_extra(self, extra: str | None) -> dict[str, Any]:
         if not self.native or extra is None:
             return {}
-        doc: dict[str, Any] = parse_json(extra)
+        doc: dict[str, Any] = parse_json(extra, stored=True)
         if self.reasoning is not None and _SIGNATURE_KEYS & doc.keys():
             doc = {k: v for k, v in doc.items() if k not in _SIGNATURE_KEYS}
             self.drops.add(self.message.message_id, "signature", self.reasoning)
@@ -241,7 +241,7 @@ def _content_part(block: object, how: _Native, *, keep_images: bool) -> list[dic
         return _media(block, how)
     if isinstance(block, OpaqueBlock):
         if how.native and block.provider == "gemini":
-            doc: dict[str, Any] = parse_json(block.json)
+            doc: dict[str, Any] = parse_json(block.json, stored=True)
             if how.reasoning is not None and _SIGNATURE_KEYS & doc.keys():
                 doc = {k: v for k, v in doc.items() if k not in _SIGNATURE_KEYS}
                 how.drops.add(how.message.message_id, "signature", how.reasoning)
@@ -293,7 +293,7 @@ def _args(arguments: str) -> dict[str, Any]:
     if not arguments.strip():
         return {}
     try:
-        value = parse_json(arguments)
+        value = parse_json(arguments, stored=True)
     except NotJsonError:
         return {"arguments": arguments}
     return value if isinstance(value, dict) else {"arguments": arguments}
@@ -327,7 +327,7 @@ def _response(selected: Selected, calls: Mapping[str, ToolCallBlock], how: _Nati
                     if block.item_id is not None:
                         body["id"] = block.item_id
                     body["name"] = call.name if call is not None else message.name
-                    body["response"] = parse_json(block.text)
+                    body["response"] = parse_json(block.text, stored=True)
                     return how.part("functionResponse", body, extra)
     texts = []
     for block in blocks:

@@ -230,7 +230,11 @@ def _assistant_entries(
         if kind == "item" and record is not None:
             entries.append(_native_item(record, blocks, keep_images=selected.keep_images))
         elif kind == "whole" and isinstance(block, OpaqueBlock):
-            entries.append(json.loads(block.json))
+            item = json.loads(block.json)
+            if why_not is not None and "encrypted_content" in item:  # a compaction item: OpenAI's blob too
+                _drop(dropped, Dropped(message.message_id, "opaque", why_not))
+                item = None
+            entries.append(item)
         elif isinstance(block, ToolCallBlock):
             entries.append(_function_call(block, native=native) if block.id in selected.call_ids else None)
         elif isinstance(block, ReasoningBlock) and why_not is None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypeAlias
 
 from events.blocks import ApiFormat, Block, MediaBlock, TextBlock, ToolCallBlock
-from projectors.tokens import normalize_model_name
+from projectors.tokens import normalize_model_name, openai_model
 from query_api.context_types import StoredMessage
 
 __all__ = [
@@ -92,7 +92,8 @@ class Renderer(Protocol):
 # signatures to the model ("Invalid signature" elsewhere); a message of no recorded model cannot
 # be shown to be the target's. Responses reasoning items to OpenAI, and to the model when the
 # message records one (a model that does not reason refuses them, openai/openai-agents-python#569);
-# items appended without their response (the Agents SDK's) record none and stay served.
+# items appended without their response (the Agents SDK's) record none and go to OpenAI's models
+# only (projectors.tokens.openai_model) — never to a Claude or Gemini model behind a Responses API.
 _MODEL_BOUND: frozenset[str] = frozenset({"anthropic", "gemini"})
 
 
@@ -101,7 +102,9 @@ def reasoning_served(message: StoredMessage, target: Target) -> DropReason | Non
     if message.api != target.format or message.api == "chat_completions":
         return "other_provider"
     if not message.model:
-        return "other_model" if message.api in _MODEL_BOUND else None
+        if message.api in _MODEL_BOUND:
+            return "other_model"
+        return None if openai_model(target.model) else "other_provider"
     if not same_model(message.model, target.model):
         return "other_model"
     return None

@@ -225,6 +225,20 @@ def test_responses_reasoning_is_not_served_to_another_format_target() -> None:
     assert reasoning_served(rows[2], RESPONSES) is None
 
 
+def test_a_compaction_item_without_a_model_goes_to_openai_models_only() -> None:
+    """A compaction item's encrypted_content is OpenAI's, as a reasoning item's is: appended
+    without the model that made it, it still goes to no other provider's model."""
+    items = [{"type": "message", "role": "user", "content": "hi"},
+             {"type": "compaction", "id": "cmp_1", "encrypted_content": "gAAAA-compacted"},
+             {"type": "message", "role": "assistant", "content": "hello"}]  # fmt: skip
+    messages = parse_items(items)
+    assert serve(messages).fragment["input"] == items
+    for model in ("claude-sonnet-4-5", "gemini-2.5-pro"):
+        rendered = serve(messages, target=Target(format="responses", model=model))
+        assert "gAAAA-compacted" not in json.dumps(rendered.fragment)
+        assert rendered.dropped == (Dropped(messages[1].message_id, "opaque", "other_provider"),)
+
+
 def test_images_outside_the_image_turns_become_placeholders() -> None:
     user = parse_items(fixture("user_parts_and_refusal")["items"][0])[0]
     rendered = checked(render(RenderRequest(system=(), summary=None, target=RESPONSES,
