@@ -13,7 +13,7 @@ from functools import cache
 from typing import Any, cast
 
 from events.blocks import API_FORMATS
-from query_api.formats.types import Renderer
+from query_api.formats.types import Rendered, Renderer, RenderRequest, signatures_left_out
 
 __all__ = ["checker_for", "renderer_for"]
 
@@ -25,8 +25,15 @@ def _module(name: str) -> Any:
     return importlib.import_module(f"query_api.formats.{name}")
 
 
+@cache
 def renderer_for(name: str) -> Renderer:
-    return cast("Renderer", _module(name).render)
+    """The format's renderer, listing the Gemini signatures it leaves out (:func:`signatures_left_out`)."""
+    render = cast("Renderer", _module(name).render)
+
+    def rendered(request: RenderRequest, /) -> Rendered:
+        return signatures_left_out(request, render(request))
+
+    return rendered
 
 
 def checker_for(name: str) -> Callable[[Mapping[str, Any]], list[str]]:

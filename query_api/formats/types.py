@@ -9,6 +9,7 @@ it could not carry (:class:`Dropped`). Pure functions over frozen dataclasses.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypeAlias
@@ -145,3 +146,27 @@ def stored_blocks(message: StoredMessage) -> tuple[Block, ...]:
                 out.append(MediaBlock("image", url=image["url"], detail=image.get("detail")))
     out.extend(ToolCallBlock(c["id"], c["function"]["name"], c["function"]["arguments"]) for c in message.tool_calls)
     return tuple(out)
+
+
+def signatures_left_out(request: RenderRequest, rendered: Rendered) -> Rendered:
+    """``rendered`` with every message listed whose Gemini thought signatures (on its call and
+    text parts: a thought's own are reasoning, listed by the renderer) it has no place for —
+    every format but Gemini's — so no blob a provider needs back disappears silently."""
+    if request.target.format == "gemini":
+        return rendered
+    listed = {(d.message_id, d.what) for d in rendered.dropped}
+    extra: list[Dropped] = []
+    for selected in request.messages:
+        message = selected.message
+        if message.api == "gemini" and (message.message_id, "signature") not in listed and _signed(message):
+            extra.append(Dropped(message.message_id, "signature", "other_provider"))
+    return Rendered(rendered.fragment, (*rendered.dropped, *extra)) if extra else rendered
+
+
+def _signed(message: StoredMessage) -> bool:
+    for block in message.blocks:
+        if isinstance(block, ToolCallBlock) and block.signature:
+            return True
+        if isinstance(block, TextBlock) and block.extra and "thoughtSignature" in json.loads(block.extra):
+            return True
+    return False
