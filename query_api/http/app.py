@@ -55,6 +55,8 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, e: StarletteHTTPException) -> JSONResponse:
+        if isinstance(e, ConvlogError):  # a body refused while it streamed in (middleware.py)
+            return error_response(e.status_code, e.code, str(e.detail), headers=e.headers)
         code = {404: "not_found", 413: "payload_too_large"}.get(e.status_code, "http_error")
         return error_response(e.status_code, code, str(e.detail))
 
