@@ -164,7 +164,23 @@ def test_an_oversized_body_still_being_sent_gets_its_413(server: int, connection
         big.sendall(f"{APPEND}Content-Length: {size}\r\nConnection: {connection}\r\n\r\n".encode() + b"x" * 65536)
         time.sleep(0.5)  # the server has answered by now, the body's rest still to come
         big.sendall(b"x" * (size - 65536))
-        answer = _answer(big, limit_s=BODY_TIMEOUT_S + 2)
+        _assert_413(_answer(big, limit_s=BODY_TIMEOUT_S + 2))
+
+
+def test_an_oversized_chunked_body_gets_its_413_too(server: int) -> None:
+    """No length declared: the 413 comes once the body passed the limit, while the rest of it is
+    still being sent."""
+    chunk = b"x" * 65536
+    with socket.create_connection(("127.0.0.1", server)) as big:
+        big.sendall(f"{APPEND}Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n".encode())
+        for _ in range(48):  # 3 MiB
+            big.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            time.sleep(0.005)
+        big.sendall(b"0\r\n\r\n")
+        _assert_413(_answer(big, limit_s=BODY_TIMEOUT_S + 2))
+
+
+def _assert_413(answer: bytes) -> None:
     assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
     assert b'"payload_too_large"' in answer
     assert b"connection: close" in answer.lower()
