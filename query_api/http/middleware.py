@@ -23,6 +23,8 @@ class _BodyRefusedError(StarletteHTTPException, ConvlogError):
     """Raised while the body streams in; an HTTPException (first, so Starlette's handler
     lookup finds that one) so request parsing passes it on; answered with ``code``."""
 
+    code = "body_refused"
+
     def __init__(self, status: int, message: str) -> None:
         super().__init__(status, message, headers=CLOSE)
 
