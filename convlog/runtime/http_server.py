@@ -21,8 +21,8 @@ the response that says ``Connection: close`` is written — a 413 or 401 answere
 was read among them — and a socket closed with received bytes unread, or receiving more, makes
 the kernel send a reset, which can discard the answer before the client reads it and breaks
 its write (the client sees a broken pipe, not the 413). So the close waits: the protocol reads
-and discards the rest of that body, until it ends, the body's deadline passes or
-``MAX_DISCARDED_BYTES`` were thrown away, and then closes.
+and discards the rest of that body, until it ends, the body's deadline passes, nothing came for
+the request-head timeout or ``MAX_DISCARDED_BYTES`` were thrown away, and then closes.
 """
 
 from __future__ import annotations
@@ -81,6 +81,7 @@ class _BoundedHeadProtocol(HttpToolsProtocol):
     _body_deadline = 0.0  # (loop time) when the current body must have arrived
     closing_after_body = False  # a response asked to close: the body's rest is read, then the connection closed
     _discarded = 0  # bytes received since
+    _discarding_at = 0.0  # (loop time) when the last of them came
     _discard_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -90,6 +91,7 @@ class _BoundedHeadProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         if self.closing_after_body:
             self._discarded += len(data)
+            self._discarding_at = self.loop.time()
             if self._discarded > MAX_DISCARDED_BYTES:
                 self._close_now()
                 return
@@ -155,7 +157,18 @@ class _BoundedHeadProtocol(HttpToolsProtocol):
         self.closing_after_body = True
         self._disarm_head_deadline()
         self.flow.resume_reading()  # paused if the unread body had filled the buffer
-        self._discard_timer = self.loop.call_later(remaining, self._close_now)
+        self._discarding_at = self.loop.time()
+        self._discard_timer = self.loop.call_later(min(remaining, self.head_timeout_s), self._discard_deadline)
+
+    def _discard_deadline(self) -> None:
+        """Stops discarding at the body's deadline, or once the client sent nothing for the
+        request-head timeout (a client that declared a body it is not sending)."""
+        now = self.loop.time()
+        idle_until = self._discarding_at + self.head_timeout_s
+        if now >= min(idle_until, self._body_deadline):
+            self._close_now()
+        else:
+            self._discard_timer = self.loop.call_at(min(idle_until, self._body_deadline), self._discard_deadline)
 
     def _close_now(self) -> None:
         if self._discard_timer is not None:
