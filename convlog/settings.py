@@ -140,6 +140,11 @@ class Settings(BaseSettings):
         description="a connection without a complete request head that long after connecting or its last response "
         "is closed",
     )  # fmt: skip
+    http_body_timeout_s: float = Field(
+        30.0, ge=0.1,
+        description="a request whose body has not wholly arrived that long after its head is answered 408 "
+        "`body_timeout` and its connection closed",
+    )  # fmt: skip
     api_tokens: SecretStr | None = Field(
         None, description=f"`tenant:token` pairs, comma-separated ({TOKENS_FORMAT}); unset: every request is 401"
     )

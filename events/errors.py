@@ -23,6 +23,8 @@ list is exactly the classes the packages define, with these parents)::
         * NativeFormatError — events.errors
       * NotJsonError — events.strict_json, also a ValueError
       * InvalidRequestError — events.errors, also a ValueError
+        * OffsetBeyondLogEndError — query_api.as_of
+        * NoRoomError — query_api.context_types
       * DecodeError — events.errors
         * UnknownSchemaError — events.errors
         * CorruptRecordError — events.errors
@@ -50,7 +52,9 @@ list is exactly the classes the packages define, with these parents)::
       * ClientDisconnectedError — query_api.disconnects
       * IdempotencyKeyReusedError — query_api.idempotency
       * ApiError — query_api.http.deps
-      * _BodyTooLargeError — query_api.http.middleware, also a starlette HTTPException
+      * _BodyRefusedError — query_api.http.middleware, also a starlette HTTPException
+        * _BodyTooLargeError — query_api.http.middleware
+        * _BodyTimeoutError — query_api.http.middleware
       * _BodyNotJsonError — query_api.http.strict_json, also a starlette HTTPException
       * SummarizerError — summarizer.errors
         * LLMUnavailableError — summarizer.errors, retriable

@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from events.codec import EventCodec, default_codec
-from events.errors import ConvlogError
+from events.errors import ConvlogError, InvalidRequestError
 from events.event_types import Event, MessageAppended
 from events.keys import ConversationKey
 from events.log import EventLog, LogRecord
@@ -52,6 +52,24 @@ class BeforeMessage:
 
 class UnknownMessageError(ConvlogError):
     code = "unknown_message"
+
+
+class OffsetBeyondLogEndError(InvalidRequestError):
+    """An offset the conversation's partition does not hold yet: no context was served right
+    after it, and no projection reaches it (HTTP 422, for ``as_of`` and ``min_offset`` alike)."""
+
+    code = "offset_beyond_log_end"
+
+    def __init__(self, partition: int, offset: int) -> None:
+        super().__init__(f"partition {partition} of the log holds no offset {offset} yet")
+        self.partition = partition
+
+
+async def refuse_beyond_log_end(log: EventLog, partition: int, offset: int) -> None:
+    """:class:`OffsetBeyondLogEndError` unless the log's end on ``partition`` (its committed
+    end, for a transactional producer) is past ``offset``."""
+    if offset >= (await log.end_offsets([partition]))[partition]:
+        raise OffsetBeyondLogEndError(partition, offset)
 
 
 def as_of_offset(pairs: Sequence[tuple[LogRecord, Event]], point: int | BeforeMessage) -> int:

@@ -193,7 +193,7 @@ def assemble(
         turn = _build_turn(raw, costs, keep_images=keep_images, reasoning=request.reasoning)
         if turn is not None:
             turns.append(turn)
-    budget = request.budget_tokens - request.reserve_tokens - request.tools_tokens
+    budget = request.message_budget
     recent = {m.message_id for m in messages[-CALIBRATION_MESSAGES:]}
     estimate = estimate_for(
         spec, target, [s for t in turns for s in t.messages() if s.selected.message.message_id in recent]

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, get_args
 
 from events.blocks import ApiFormat, Block
-from events.errors import ConvlogError
+from events.errors import ConvlogError, InvalidRequestError
 from projectors.tokens import ModelSpec  # re-exported: the model table owns it
 
 if TYPE_CHECKING:
@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from query_api.formats.types import Dropped
 
 __all__ = ["REASONING_POLICIES", "Context", "ContextBudgetExceededError", "ContextRequest", "ModelSpec",
-           "ReasoningPolicy", "StoredMessage", "StoredSummary"]  # fmt: skip
+           "NoRoomError", "ReasoningPolicy", "StoredMessage", "StoredSummary"]  # fmt: skip
 
 ReasoningPolicy: TypeAlias = Literal["omit", "tool_turns", "all"]
 REASONING_POLICIES: tuple[ReasoningPolicy, ...] = get_args(ReasoningPolicy)  # for argparse choices
@@ -69,6 +69,26 @@ class ContextRequest:
     image_turns: int = 2  # only the last N turns keep their images
     format: ApiFormat = "chat_completions"  # the provider format the context is rendered in
     cache: bool = False  # anthropic: place cache_control breakpoints
+
+    @property
+    def message_budget(self) -> int:
+        """What the budget leaves for the messages: less the answer's reserve and the tools."""
+        return self.budget_tokens - self.reserve_tokens - self.tools_tokens
+
+    def refuse_no_room(self) -> None:
+        """:class:`NoRoomError` when the reserve and the tools take the whole budget: no context
+        could fit, whatever the conversation holds (checked where a request is taken)."""
+        if self.message_budget <= 0:
+            raise NoRoomError(
+                f"reserve_tokens ({self.reserve_tokens}) and tools_tokens ({self.tools_tokens}) leave none of "
+                f"budget_tokens ({self.budget_tokens}) for the messages"
+            )
+
+
+class NoRoomError(InvalidRequestError):
+    """A context request whose reserve and tools take its whole budget (HTTP 422)."""
+
+    code = "reserve_exceeds_budget"
 
 
 @dataclass(frozen=True, slots=True)

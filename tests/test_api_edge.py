@@ -644,3 +644,46 @@ async def test_a_min_offset_the_log_does_not_hold_is_a_422_at_once(client: httpx
     assert response.status_code == 422, response.text
     assert response.json()["error"]["code"] == "offset_beyond_log_end"
     assert asyncio.get_running_loop().time() - started < 1.0  # not the whole wait for read-your-writes
+
+
+@pytest.mark.postgres
+async def test_an_as_of_the_log_does_not_hold_is_the_422_min_offset_is(client: httpx.AsyncClient) -> None:
+    """One rule for both: no context "after" an event the log does not hold (the last one was 200)."""
+    appended = await client.post(f"{BASE}/c/messages", json={"role": "user", "content": "hi"}, headers=A)
+    assert appended.status_code == 202, appended.text
+    offset = appended.json()["offset"]
+    base = {"model": "gpt-4o", "budget_tokens": 1000}
+    for name in ("as_of", "min_offset"):
+        response = await client.get(f"{BASE}/c/context", params={**base, name: offset + 10**9}, headers=A)
+        assert response.status_code == 422, response.text
+        error = response.json()["error"]
+        assert (error["code"], error["field"]) == ("offset_beyond_log_end", name)
+        assert error["partition"] == appended.json()["partition"]
+    response = await client.get(f"{BASE}/c/context", params={**base, "as_of": offset}, headers=A)
+    assert response.status_code == 200, response.text
+
+
+@pytest.mark.postgres
+async def test_a_reserve_that_takes_the_whole_budget_is_a_422_that_says_so(client: httpx.AsyncClient) -> None:
+    appended = await client.post(f"{BASE}/c/messages", json={"role": "user", "content": "hi"}, headers=A)
+    assert appended.status_code == 202, appended.text
+    for extra in ({"as_of": appended.json()["offset"]}, {}):  # rebuilt or live, the same answer
+        params = {"model": "gpt-4o", "budget_tokens": 100, "reserve_tokens": 150, "tools_tokens": 50, **extra}
+        response = await client.get(f"{BASE}/c/context", params=params, headers=A)
+        assert response.status_code == 422, response.text
+        error = response.json()["error"]
+        assert (error["code"], error["field"]) == ("reserve_exceeds_budget", "reserve_tokens")
+        assert error["message"] == (
+            "reserve_tokens (150) and tools_tokens (50) leave none of budget_tokens (100) for the messages"
+        )
+
+
+@pytest.mark.postgres
+async def test_an_unknown_format_is_one_code_on_a_read_and_an_append(client: httpx.AsyncClient) -> None:
+    message = {"role": "user", "content": "hi"}
+    appended = await client.post(f"{BASE}/c/messages", params={"format": "klingon"}, json=message, headers=A)
+    read = await client.get(f"{BASE}/c/context", params={"model": "gpt-4o", "budget_tokens": 100, "format": "klingon"},
+                            headers=A)  # fmt: skip
+    for response in (appended, read):
+        assert response.status_code == 422, response.text
+        assert (response.json()["error"]["code"], response.json()["error"]["field"]) == ("unknown_format", "format")

@@ -46,6 +46,15 @@ async def test_events_replay_positions_and_verify_run_beside_serve_but_retention
             replay = await asyncio.to_thread(convlog_cli, env, "replay", str(KEY))
             assert replay.returncode == 0, replay.stderr
             assert '"content": "hello from beside serve"' in replay.stdout
+            # As the API's as_of (and min_offset): an offset the log does not hold is refused, not
+            # answered with the last context; so is a reserve that leaves the budget nothing.
+            beyond = await asyncio.to_thread(convlog_cli, env, "replay", str(KEY), "--as-of", "9999")
+            assert (beyond.returncode, beyond.stdout) == (2, ""), beyond.stdout
+            assert "holds no offset 9999" in beyond.stderr
+            no_room = await asyncio.to_thread(convlog_cli, env, "replay", str(KEY), "--budget-tokens", "100",
+                                              "--reserve-tokens", "200")  # fmt: skip
+            assert no_room.returncode == 2
+            assert "leave none of budget_tokens (100)" in no_room.stderr
             positions = await asyncio.to_thread(convlog_cli, env, "positions")
             assert positions.returncode == 0, positions.stderr
             assert "total lag 0" in positions.stdout

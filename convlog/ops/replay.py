@@ -25,7 +25,7 @@ from events.reading import conversation_events
 from projectors.pg import pg_errors
 from projectors.tokens import DEFAULT_COUNTED, model_spec
 from projectors.window import WindowPolicy
-from query_api.as_of import BeforeMessage, PolicyAt, as_of_offset
+from query_api.as_of import BeforeMessage, PolicyAt, as_of_offset, refuse_beyond_log_end
 from query_api.context_types import ContextRequest
 from query_api.served import context_as_of, context_body
 
@@ -57,7 +57,11 @@ async def replay(
 ) -> int:
     """Print the conversation's events and the context served right after ``as_of`` (default:
     its last event; a :class:`BeforeMessage`: right before that message was appended). Returns
-    the number of events; raises if there are none by then, or no such message."""
+    the number of events; raises if there are none by then, no such message, an offset past the
+    log's end, or a reserve that leaves the budget nothing."""
+    request.refuse_no_room()
+    if isinstance(as_of, int):  # as the API's as_of: no context "after" an event the log does not hold
+        await refuse_beyond_log_end(event_log, partition_for_key(key.encode(), event_log.partition_count), as_of)
     pairs = await _read_with_progress(event_log, key, start_offset)
     if not pairs:
         raise ConvlogError(f"the log has no events of {key}")

@@ -141,6 +141,7 @@ async def running_service(settings: Settings) -> AsyncIterator[Service]:
             default_encoding=default_encoding,
             counted_encodings=settings.counted_encodings(),
             max_body_bytes=settings.max_event_bytes * 2,
+            body_timeout_s=settings.http_body_timeout_s,
             # as_of: the window of the version that served the context (live when its event was projected)
             policy_at=served_policies(pool, settings.window_policy()),
             version_policy=version_policies(pool),

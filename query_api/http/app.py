@@ -27,6 +27,10 @@ Errors are JSON ``{"error": {"code", "message"}}`` (plus ``field`` for invalid i
 tenant's conversation and an unknown one are both 404; bad input is never a 5xx.
 """
 
+# A parameter whose refusal has a code of its own wherever it is read: ``format`` is validated by
+# FastAPI on a read (a Literal) and by the parser registry on an append, one code for both.
+FIELD_CODES = {"format": "unknown_format"}
+
 
 def create_app(deps: ApiDeps) -> FastAPI:
     app = FastAPI(title="convlog", version="0.1.0", description=DESCRIPTION)
@@ -53,10 +57,13 @@ def _add_error_handlers(app: FastAPI) -> None:
     async def invalid_request(_: Request, e: RequestValidationError) -> JSONResponse:
         first = e.errors()[0] if e.errors() else {}
         field = ".".join(str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path", "header"))
-        return error_response(422, "invalid_request", str(first.get("msg", "invalid request")), field=field or None)
+        code = FIELD_CODES.get(field, "invalid_request")
+        return error_response(422, code, str(first.get("msg", "invalid request")), field=field or None)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, e: StarletteHTTPException) -> JSONResponse:
+        if isinstance(e, ConvlogError):  # a body refused while it streamed in (middleware.py)
+            return error_response(e.status_code, e.code, str(e.detail), headers=e.headers)
         code = {404: "not_found", 413: "payload_too_large"}.get(e.status_code, "http_error")
         return error_response(e.status_code, code, str(e.detail))
 

@@ -55,6 +55,7 @@ class ApiDeps:
     counted_encodings: tuple[str, ...] = DEFAULT_COUNTED  # what the projector stores counts of; others: at read
     image_turns: int = 2
     max_body_bytes: int = 2 * 1024 * 1024
+    body_timeout_s: float = 30.0  # from the request's start until its body has wholly arrived: else 408
     wait_for_offset_s: float = 5.0
     policy: WindowPolicy = field(default_factory=WindowPolicy)  # as-of rebuilds', unless policy_at is given
     policy_at: PolicyAt | None = None  # the window of the version that served a context as of an event
@@ -77,8 +78,10 @@ def tenant_of(tokens: Mapping[str, str], authorization: str | None) -> str | Non
     return None
 
 
-def error_response(status: int, code: str, message: str, **extra: Any) -> JSONResponse:
-    return JSONResponse({"error": {"code": code, "message": message, **extra}}, status_code=status)
+def error_response(
+    status: int, code: str, message: str, *, headers: Mapping[str, str] | None = None, **extra: Any
+) -> JSONResponse:
+    return JSONResponse({"error": {"code": code, "message": message, **extra}}, status_code=status, headers=headers)
 
 
 def accepted(appended: Appended) -> JSONResponse:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from starlette.datastructures import Headers
@@ -12,15 +13,37 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from events.errors import ConvlogError
 from query_api.http.deps import ApiDeps, error_response, tenant_of
 
+# A request refused before its body was read closes its connection: the server then reads and
+# discards the rest of the body (bounded, convlog/runtime/http_server.py) so that the client,
+# still sending, gets the answer instead of a reset, and does not send its next request there.
+CLOSE = {"Connection": "close"}
 
-class _BodyTooLargeError(StarletteHTTPException, ConvlogError):
+
+class _BodyRefusedError(StarletteHTTPException, ConvlogError):
     """Raised while the body streams in; an HTTPException (first, so Starlette's handler
-    lookup finds that one) so request parsing passes it on."""
+    lookup finds that one) so request parsing passes it on; answered with ``code``."""
 
+    code = "body_refused"
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(status, message, headers=CLOSE)
+
+    def response(self) -> JSONResponse:
+        return error_response(self.status_code, self.code, self.detail, headers=self.headers)
+
+
+class _BodyTooLargeError(_BodyRefusedError):
     code = "payload_too_large"
 
     def __init__(self, limit: int) -> None:
         super().__init__(413, f"the body may be at most {limit} bytes")
+
+
+class _BodyTimeoutError(_BodyRefusedError):
+    code = "body_timeout"
+
+    def __init__(self, timeout_s: float) -> None:
+        super().__init__(408, f"the request's body did not arrive within {timeout_s:g} s")
 
 
 class LimitsAndMetrics:
@@ -40,15 +63,24 @@ class LimitsAndMetrics:
             return
         status = 500
         received = 0
-        limit = self.deps.max_body_bytes
+        body_done = False
+        limit, timeout_s = self.deps.max_body_bytes, self.deps.body_timeout_s
+        started = time.perf_counter()
 
         async def receive_counted() -> Message:  # a chunked body has no content-length to check
-            nonlocal received
-            message = await receive()
+            nonlocal received, body_done
+            if body_done:  # later messages (a disconnect) may be waited for as long as the route likes
+                return await receive()
+            try:  # a body trickled in (or never sent) holds its connection: bounded from the request's start
+                async with asyncio.timeout(timeout_s - (time.perf_counter() - started)):
+                    message = await receive()
+            except TimeoutError:
+                raise _BodyTimeoutError(timeout_s) from None
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > limit:
                     raise _BodyTooLargeError(limit)
+                body_done = not message.get("more_body", False)
             return message
 
         async def send_and_watch(message: Message) -> None:
@@ -57,12 +89,11 @@ class LimitsAndMetrics:
                 status = message["status"]
             await send(message)
 
-        started = time.perf_counter()
         try:
             await self.app(scope, receive_counted, send_and_watch)
-        except _BodyTooLargeError:
-            status = 413
-            await self._too_large()(scope, receive, send)
+        except _BodyRefusedError as e:  # (routes answer it themselves: app.py's handler)
+            status = e.status_code
+            await e.response()(scope, receive, send)
         route = getattr(scope.get("route"), "path", "unmatched")
         self.deps.metrics.request(route, scope["method"], status, time.perf_counter() - started)
 
@@ -79,10 +110,6 @@ class LimitsAndMetrics:
                 return True
         length = dict(scope["headers"]).get(b"content-length")
         if length is not None and (not length.isdigit() or int(length) > self.deps.max_body_bytes):
-            await self._too_large()(scope, receive, send)
+            await _BodyTooLargeError(self.deps.max_body_bytes).response()(scope, receive, send)
             return True
         return False
-
-    def _too_large(self) -> JSONResponse:
-        limit = self.deps.max_body_bytes
-        return error_response(413, "payload_too_large", f"the body may be at most {limit} bytes")

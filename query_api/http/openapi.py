@@ -114,10 +114,12 @@ _ERRORS = {
     "503": "retriable: the log or Postgres unreachable, the projection not caught up (`Retry-After`)",
 }
 
-_UNSUPPORTED = (
-    "a body of another type than JSON (`unsupported_media_type`); a body without a Content-Type, or "
-    "sent as application/x-www-form-urlencoded (curl's `-d`), is read as JSON"
-)
+_BODY_ERRORS = {
+    "408": "the body did not arrive within CONVLOG_HTTP_BODY_TIMEOUT_S of the request's head (`body_timeout`)",
+    "413": "the body is over the limit (`payload_too_large`, `event_too_large`)",
+    "415": "a body of another type than JSON (`unsupported_media_type`); a body without a Content-Type, or "
+    "sent as application/x-www-form-urlencoded (curl's `-d`), is read as JSON",
+}
 
 
 def install_openapi(app: FastAPI, *, public: frozenset[str]) -> None:
@@ -156,7 +158,8 @@ def _schema(app: FastAPI, public: frozenset[str]) -> dict[str, Any]:
             for status, description in _ERRORS.items():
                 responses[status] = {"description": description, **error}
             if "requestBody" in operation:
-                responses["415"] = {"description": _UNSUPPORTED, **error}
+                for status, description in _BODY_ERRORS.items():
+                    responses[status] = {"description": description, **error}
     ok = schema["paths"][CONTEXT_PATH]["get"]["responses"]["200"]
     ok["description"] = "the context to send, in the `format` asked for (the provider's own keys) with its accounting"
     ok["content"] = {"application/json": {"schema": {

@@ -20,9 +20,9 @@ from projectors.positions_watch import PositionsWatch, next_look, read_until_pas
 from projectors.tokens import cached_counter as _counter
 from projectors.tokens import model_spec
 from projectors.window import WindowPolicy
-from query_api.as_of import BeforeMessage, PolicyAt, UnknownMessageError
+from query_api.as_of import BeforeMessage, OffsetBeyondLogEndError, PolicyAt, UnknownMessageError, refuse_beyond_log_end
 from query_api.context import NeedOlderMessagesError, assemble
-from query_api.context_types import Context, ContextRequest, ModelSpec, ReasoningPolicy, StoredMessage
+from query_api.context_types import Context, ContextRequest, ModelSpec, NoRoomError, ReasoningPolicy, StoredMessage
 from query_api.disconnects import unless_disconnected
 from query_api.http.deps import PREFIX, ApiDeps, ApiError, AuthHeader, Requests
 from query_api.http.fast_json import FastJSONResponse
@@ -87,6 +87,8 @@ def context_routes(deps: ApiDeps) -> APIRouter:
             # The window of the version that served it: live when the context's last event was projected.
             policy = deps.policy if deps.policy_at is None else deps.policy_at
         pairs = await unless_disconnected(http_request, requests.logged_events(key))
+        if as_of is not None:  # the rule min_offset has: never a context "after" an event the log does not hold
+            await _held(deps.log, partition_for_key(key.encode(), deps.log.partition_count), as_of, "as_of")
         point = as_of if as_of is not None else BeforeMessage(before_message or "")
         try:
             served = await unless_disconnected(http_request, context_as_of(
@@ -125,6 +127,7 @@ def context_routes(deps: ApiDeps) -> APIRouter:
         reads = await deps.reads()
         request = ContextRequest(model, budget_tokens, reserve_tokens, tools_tokens, reasoning, deps.image_turns,
                                  format=format, cache=cache)  # fmt: skip
+        _refuse_no_room(request)
         if as_of is not None and before_message is not None:
             raise ApiError(422, "invalid_request", "give as_of or before_message, not both", field="before_message")
         live = as_of is None and before_message is None
@@ -192,7 +195,7 @@ async def _assemble(
     needs by the first rows' costs, then everything) — the answer is the one the whole range
     gives."""
     count = _counter(spec.encoding)
-    available = request.budget_tokens - request.reserve_tokens - request.tools_tokens
+    available = request.message_budget
     hint = (str(key), spec.encoding, available)
     newest = NEWEST_FIRST if rows_needed is None else rows_needed.first(hint)
     while True:
@@ -239,9 +242,7 @@ async def _wait_for(
     skip_first_read = trust_hint and watch is not None and watch.behind(partition, offset)
     if not skip_first_read and await reads.projection_position(partition) > offset:
         return False
-    if offset >= (await log.end_offsets([partition]))[partition]:
-        raise ApiError(422, "offset_beyond_log_end", f"partition {partition} of the log holds no offset {offset} yet",
-                       field="min_offset", partition=partition)  # fmt: skip
+    await _held(log, partition, offset, "min_offset")
     deadline = asyncio.get_running_loop().time() + timeout_s
     if trust_hint and watch is not None:
         await next_look(watch, partition, offset, timeout_s, seen=seen)
@@ -256,6 +257,21 @@ async def _wait_for(
                        "the projectors are behind or not running; retry later",
                        partition=partition, projected=position)  # fmt: skip
     return False
+
+
+def _refuse_no_room(request: ContextRequest) -> None:
+    try:
+        request.refuse_no_room()
+    except NoRoomError as e:
+        raise ApiError(422, e.code, str(e), field="reserve_tokens") from e
+
+
+async def _held(log: EventLog, partition: int, offset: int, field: str) -> None:
+    """422 ``offset_beyond_log_end`` (naming ``field``) for an offset the log does not hold yet."""
+    try:
+        await refuse_beyond_log_end(log, partition, offset)
+    except OffsetBeyondLogEndError as e:
+        raise ApiError(422, e.code, str(e), field=field, partition=e.partition) from e
 
 
 def _reflects(inputs: ContextInputs, partition: int, offset: int) -> bool:
