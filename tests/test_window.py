@@ -354,14 +354,25 @@ def test_poison_kinds_are_named(value: bytes, code: str) -> None:
     assert [(p.record.partition, p.record.offset, p.error_code) for p in out.poisoned] == [(3, 17, code)]
 
 
-def test_a_redaction_of_an_unknown_message_is_poison() -> None:
-    event = Event("e0", KEY, T0, "t", MessageRedacted("nope", "pii"))
+def test_a_redaction_of_an_unknown_message_is_a_recorded_no_op_not_a_parked_conversation() -> None:
+    """A redaction of nothing (a message id the conversation never had) must not park the
+    conversation: the messages, the clear and the erase after it are applied."""
+    events = [
+        Event("e0", KEY, T0, "t", MessageAppended(message_id="m0", role="user", content="hi")),
+        Event("e1", KEY, T0, "t", MessageRedacted("nope", "pii")),
+        Event("e2", KEY, T0, "t", MessageAppended(message_id="m2", role="user", content="later")),
+        Event("e3", KEY, T0, "t", ConversationErased(reason="gdpr")),
+    ]
     out = fold_batch(
-        decode_batch(as_records([event]), codec=CODEC, max_event_bytes=1 << 20),
+        decode_batch(as_records(events), codec=CODEC, max_event_bytes=1 << 20),
         BatchInputs({}),
         policy=WindowPolicy(),
     )
-    assert [p.error_code for p in out.poisoned] == ["invariant_violation"]
+    assert (out.poisoned, out.held, out.redactions) == ([], [], [])
+    assert [e for _, e in out.applied_event_ids] == ["e0", "e1", "e2", "e3"]  # its event id is taken
+    assert [r.message_id for r in out.transcript] == ["m0", "m2"]
+    assert [e.before_seq for e in out.erasures] == [2]
+    assert out.states[str(KEY)].erased_at == T0
 
 
 @pytest.mark.parametrize("role", ["user", "assistant", "tool", "system"])
