@@ -62,8 +62,9 @@ async def client(log: EmbeddedEventLog) -> AsyncIterator[httpx.AsyncClient]:
         await projecting
 
 
-async def post(client: httpx.AsyncClient, message: dict[str, Any]) -> Any:
-    response = await client.post(f"{BASE}/oa/messages", json=message, headers=A)
+async def post(client: httpx.AsyncClient, message: dict[str, Any], *, key: str | None = None) -> Any:
+    headers = A if key is None else {**A, "Idempotency-Key": key}
+    response = await client.post(f"{BASE}/oa/messages", json=message, headers=headers)
     assert response.status_code == 202, response.text
     return response.json()
 
@@ -146,3 +147,57 @@ async def test_the_audit_shows_a_native_messages_blocks_and_origin_until_it_is_r
     assert [s for s in NATIVE_SECRETS if s in text] == []
     assert "blocks" not in messages[1]
     assert (events[1]["blocks"], events[1]["content"]) == (None, "[withheld]")
+
+
+async def context_after(client: httpx.AsyncClient, offset: int) -> Any:
+    response = await client.get(f"{BASE}/oa/context", params={"model": "gpt-4o", "budget_tokens": 2000,
+                                "min_offset": offset}, headers=A)  # fmt: skip
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+async def test_a_redaction_of_a_message_the_conversation_never_had_is_404_and_parks_nothing(
+    client: httpx.AsyncClient,
+) -> None:
+    """Unknown targets are refused at the edge: nothing is appended, so nothing the projection
+    could dead-letter, and the clear and the erase after it are applied."""
+    secret = await post(client, {"role": "user", "content": "my card is 4111"})
+    cleared = await client.post(f"{BASE}/oa/clear", headers=A)
+    assert cleared.status_code == 202, cleared.text
+    for target in ("never-sent", cleared.json()["event_id"]):  # no message, an event that is not one
+        response = await client.post(f"{BASE}/oa/messages/{target}/redact", json={"reason": "pii"}, headers=A)
+        assert (response.status_code, response.json()["error"]["code"]) == (404, "message_not_found"), response.text
+    unknown = await client.post(f"{BASE}/nobody/messages/{secret['message_id']}/redact", json={}, headers=A)
+    assert (unknown.status_code, unknown.json()["error"]["code"]) == (404, "not_found")
+    erased = await client.delete(f"{BASE}/oa", headers=A)
+    assert erased.status_code == 202, erased.text
+    body = await context_after(client, erased.json()["offset"])
+    assert (body["messages"], body["degraded"]) == ([], False)
+    events = (await client.get(f"{BASE}/oa/events", headers=A)).json()["events"]
+    assert [e["offset"] for e in events] == [secret["offset"], cleared.json()["offset"], erased.json()["offset"]]
+
+
+async def test_a_redaction_whose_idempotency_key_is_taken_is_409_naming_what_holds_it(
+    client: httpx.AsyncClient,
+) -> None:
+    first = await post(client, {"role": "user", "content": "secret one"}, key="k1")
+    second = await post(client, {"role": "assistant", "content": "secret two", "finish_reason": "stop"}, key="k2")
+
+    async def redact(message: Any, key: str) -> httpx.Response:
+        return await client.post(f"{BASE}/oa/messages/{message['message_id']}/redact", json={"reason": "pii"},
+                                 headers={**A, "Idempotency-Key": key})  # fmt: skip
+
+    for key, holder in (("k1", first), ("k2", second)):  # its own message's key, another message's
+        taken = await redact(first, key)
+        assert taken.status_code == 409, taken.text
+        error = taken.json()["error"]
+        assert (error["code"], error["event_id"], error["offset"]) == ("idempotency_key_reused", key, holder["offset"])
+    redacted = await redact(first, "r1")
+    assert redacted.status_code == 202, redacted.text
+    assert (await redact(first, "r1")).json() == redacted.json()  # a retry: the first redaction's answer
+    again = await redact(second, "r1")  # an earlier redaction's key, for another message
+    assert (again.status_code, again.json()["error"]["offset"]) == (409, redacted.json()["offset"])
+    last = await redact(second, "r2")
+    assert last.status_code == 202, last.text
+    body = await context_after(client, last.json()["offset"])
+    assert "secret" not in json.dumps(body)
