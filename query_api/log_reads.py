@@ -10,6 +10,7 @@ scan of the partition gives (erasure and redaction are applied by the readers, a
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from events.codec import EventCodec, default_codec
 from events.errors import DecodeError, LogUnavailableError
@@ -68,15 +69,17 @@ async def read_offsets(
 
 
 async def conversation_records(
-    log: EventLog, reads: ReadModels, key: ConversationKey, *, codec: EventCodec | None = None
+    log: EventLog, reads: ReadModels, key: ConversationKey, *, codec: EventCodec | None = None, after: int = -1
 ) -> list[tuple[LogRecord, Event]]:
-    """Every event of the conversation in the log, in log order (empty: the log has none)."""
+    """Every event of the conversation in the log (with ``after``, past that offset), in log
+    order (empty: the log has none)."""
     codec = codec or default_codec()
     partition = partition_for_key(key.encode(), log.partition_count)
     at = await reads.logged_at(key, partition)
     if not at.indexed:  # a version older than the index: scan, from the conversation's first event
-        start = at.first_offset or 0
+        start = max(at.first_offset or 0, after + 1)
         return [pair async for pair in conversation_events(log, key, start_offset=start, codec=codec)]
+    at = replace(at, offsets=tuple(o for o in at.offsets if o > after), projected=max(at.projected, after + 1))
     return [*await indexed_events(log, key, at, codec=codec), *await _tail(log, key, at, codec)]
 
 

@@ -36,8 +36,8 @@ BASE = "/v1/users/u1/conversations"
 
 
 @pytest.fixture
-async def client(log: EmbeddedEventLog) -> AsyncIterator[httpx.AsyncClient]:
-    """The API with a projector running beside it, as ``convlog serve`` runs them, in memory."""
+async def deps(log: EmbeddedEventLog) -> AsyncIterator[ApiDeps]:
+    """The API's dependencies with a projector running beside them, as ``convlog serve`` runs them, in memory."""
     tables = MemoryTables()
     store = InMemoryProjectionStore(tables, codec=default_codec(), counter=COUNTER, policy=WindowPolicy(),
                                     max_event_bytes=1 << 20)  # fmt: skip
@@ -53,13 +53,19 @@ async def client(log: EmbeddedEventLog) -> AsyncIterator[httpx.AsyncClient]:
                    reads=live_reads, readiness=readiness, metrics=Metrics())  # fmt: skip
     stop = asyncio.Event()
     projecting = asyncio.create_task(Projector(LogSource(log), store, fetch_timeout_s=0.05).run(stop))
-    transport = httpx.ASGITransport(app=create_app(deps))
     try:
-        async with httpx.AsyncClient(transport=transport, base_url="http://convlog") as c:
-            yield c
+        yield deps
     finally:
         stop.set()
         await projecting
+
+
+@pytest.fixture
+async def client(deps: ApiDeps) -> AsyncIterator[httpx.AsyncClient]:
+    """The API over ``deps``; another ``create_app(deps)`` is the same API after a restart."""
+    transport = httpx.ASGITransport(app=create_app(deps))
+    async with httpx.AsyncClient(transport=transport, base_url="http://convlog") as c:
+        yield c
 
 
 async def post(client: httpx.AsyncClient, message: dict[str, Any], *, key: str | None = None) -> Any:
@@ -201,3 +207,28 @@ async def test_a_redaction_whose_idempotency_key_is_taken_is_409_naming_what_hol
     assert last.status_code == 202, last.text
     body = await context_after(client, last.json()["offset"])
     assert "secret" not in json.dumps(body)
+
+
+@pytest.mark.parametrize("withdraw", ["erase", "redact"])
+async def test_after_an_erasure_a_repeated_idempotency_key_does_not_tell_whether_the_body_matched(
+    client: httpx.AsyncClient, deps: ApiDeps, withdraw: str
+) -> None:
+    """No erasure oracle: once the content is gone, the answer to its key must not depend on
+    the body sent with it — in this process and after a restart (a new API, no memory)."""
+    secret = {"role": "user", "content": "my card is 4111"}
+    first = await post(client, secret, key="k1")
+    if withdraw == "erase":
+        done = await client.delete(f"{BASE}/oa", headers=A)
+    else:
+        done = await client.post(f"{BASE}/oa/messages/{first['message_id']}/redact", json={}, headers=A)
+    assert done.status_code == 202, done.text
+    restarted = httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(deps)), base_url="http://convlog")
+    async with restarted:
+        for api in (client, restarted):
+            answers = [await api.post(f"{BASE}/oa/messages", json=body, headers={**A, "Idempotency-Key": "k1"})
+                       for body in (secret, {"role": "user", "content": "my card is 5500"})]  # fmt: skip
+            assert [a.status_code for a in answers] == [409, 409]
+            assert answers[0].json() == answers[1].json()
+            error = answers[0].json()["error"]
+            assert (error["code"], error["event_id"], error["offset"]) == ("idempotency_key_erased", "k1",
+                                                                           first["offset"])  # fmt: skip
