@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from events.codec import EventCodec
 from events.errors import ConvlogError, InvalidEventError
-from events.event_types import Event, MessageRedacted, SummaryRecorded
+from events.event_types import ConversationCleared, ConversationErased, Event, MessageRedacted, SummaryRecorded
 from events.keys import ConversationKey
 from events.log import Coordinates, LogRecord
 from events.validation import validate_event
@@ -162,6 +162,9 @@ class BatchOutcome:
     poisoned: list[Poison] = field(default_factory=list)
     skipped: list[tuple[Poison, str]] = field(default_factory=list)  # with the operator's reason
     held: list[tuple[str, LogRecord]] = field(default_factory=list)  # behind a parked conversation
+    # Parked conversations with an erase or a clear among their held records -> the reason to
+    # skip what parks them: neither is ever held behind a record (the store releases them).
+    superseding: dict[str, str] = field(default_factory=dict)
     duplicates: int = 0
 
 
@@ -174,6 +177,8 @@ def fold_batch(
     while other conversations go on. With ``fail_fast`` a poisoned record raises
     :class:`PoisonRecordError` instead (a rebuild must not quietly differ from the live run).
     A poisoned record listed in ``inputs.skips`` is skipped, as the operator decided before.
+    A held erase or clear is named in ``superseding``: the store skips the record that parks
+    the conversation and applies the held records, that one among them.
     """
     out = BatchOutcome()
     parked = set(inputs.parked)
@@ -182,6 +187,9 @@ def fold_batch(
     for d in decoded:
         if d.key is not None and d.key in parked:
             out.held.append((d.key, d.record))
+            reason = _superseding(d, seen)
+            if reason is not None:
+                out.superseding.setdefault(d.key, reason)
             continue
         poison = d.poison or _apply(d, states=inputs.states, out=out, seen=seen, known=known, policy=policy)
         if poison is None:
@@ -196,6 +204,23 @@ def fold_batch(
         if poison.conversation_key is not None:
             parked.add(poison.conversation_key)
     return out
+
+
+def _superseding(d: Decoded, seen: set[tuple[str, str]]) -> str | None:
+    """Why a held record releases its conversation: it is a clear or an unconditional erase
+    (a conditional one is decided on the applied events: it waits for them). None otherwise."""
+    event = d.event
+    if event is None or d.key is None or (d.key, event.event_id) in seen:
+        return None
+    body = event.body
+    if isinstance(body, ConversationCleared):
+        kind = "clear"
+    elif isinstance(body, ConversationErased) and body.only_if_last_offset is None:
+        kind = "erase"
+    else:
+        return None
+    return (f"skipped for the {kind} at partition {d.record.partition}, offset {d.record.offset}: an erase or a "
+            "clear is never held behind a parked record")  # fmt: skip
 
 
 class _Known:
