@@ -232,3 +232,27 @@ async def test_after_an_erasure_a_repeated_idempotency_key_does_not_tell_whether
             error = answers[0].json()["error"]
             assert (error["code"], error["event_id"], error["offset"]) == ("idempotency_key_erased", "k1",
                                                                            first["offset"])  # fmt: skip
+
+
+async def test_a_parked_conversation_is_never_served_past_its_dead_letter_and_an_erase_is_not_held(
+    client: httpx.AsyncClient, log: EmbeddedEventLog
+) -> None:
+    """A record the projection cannot apply parks its conversation: a read-your-writes context
+    past it is 409 naming the dead letter, never a 200 missing acknowledged events; the erase
+    sent after it is applied at once, to the held messages too."""
+    first = await post(client, {"role": "user", "content": "my card is 4111"})
+    garbage = await log.append(key=ConversationKey("acme", "u1", "oa").encode(), value=b"\xc3\x01garbage")
+    held = await post(client, {"role": "user", "content": "and my pin is 1234"})
+    params = {"model": "gpt-4o", "budget_tokens": 2000, "min_offset": held["offset"]}
+    parked = await client.get(f"{BASE}/oa/context", params=params, headers=A)
+    assert parked.status_code == 409, parked.text
+    error = parked.json()["error"]
+    assert (error["code"], error["partition"], error["offset"]) == ("conversation_parked", garbage.partition,
+                                                                    garbage.offset)  # fmt: skip
+    assert (await context_after(client, first["offset"]))["degraded"] is True  # before it: served, and said so
+    erased = await client.delete(f"{BASE}/oa", headers=A)
+    assert erased.status_code == 202, erased.text
+    body = await context_after(client, erased.json()["offset"])
+    assert (body["messages"], body["degraded"]) == ([], False)
+    [listed] = (await client.get(BASE, headers=A)).json()["conversations"]
+    assert (listed["erased"], listed["degraded"], listed["message_count"]) == (True, False, 2)
