@@ -264,7 +264,7 @@ async def test_clear_and_erase_start_new_epochs_and_erase_empties_everything_bef
     assert [(i.conversation_id, i.erased, i.cleared) for i in items] == [("oa", True, True)]
 
 
-async def test_a_poison_record_parks_its_conversation_only(
+async def test_a_poison_record_parks_its_conversation_only_until_an_erase(
     side: ReadSide, log: EmbeddedEventLog, producer: ConversationProducer
 ) -> None:
     await producer.append_user(OA, "first")
@@ -281,14 +281,7 @@ async def test_a_poison_record_parks_its_conversation_only(
     assert parked is not None
     assert (parked.partition, parked.offset, parked.error_code) == (garbage.partition, garbage.offset, "corrupt_record")
     assert await side.reads.parked_by(TOOLS) is None
-
-
-async def test_an_erase_is_not_held_behind_a_parked_record_it_applies_to_the_held_ones(
-    side: ReadSide, log: EmbeddedEventLog, producer: ConversationProducer
-) -> None:
-    await producer.append_user(OA, "first")
-    await log.append(key=OA.encode(), value=b"\xc3\x01garbage")
-    await producer.append_user(OA, "held behind it")
+    # An erase is not held behind it: it releases the conversation and applies to the held ones too.
     await producer.erase(OA, reason="gdpr")
     await project_all(log, side.store)
     oa = await inputs_of(side, OA)
