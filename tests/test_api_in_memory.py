@@ -16,6 +16,7 @@ from convlog.demo.data import OA_SYSTEM_PROMPT, OA_TURNS
 from events.blocks import blocks_to_json
 from events.codec import default_codec
 from events.embedded_log import EmbeddedEventLog
+from events.event_types import SummaryRecorded
 from events.keys import ConversationKey
 from events.producer import ConversationProducer
 from projectors.log_source import LogSource
@@ -256,3 +257,23 @@ async def test_a_parked_conversation_is_never_served_past_its_dead_letter_and_an
     assert (body["messages"], body["degraded"]) == ([], False)
     [listed] = (await client.get(BASE, headers=A)).json()["conversations"]
     assert (listed["erased"], listed["degraded"], listed["message_count"]) == (True, False, 2)
+
+
+async def test_the_audit_of_an_erased_conversation_withholds_what_was_held_behind_a_dead_letter(
+    client: httpx.AsyncClient, log: EmbeddedEventLog
+) -> None:
+    """A record that breaks the event rules (a summary of a message the conversation never had)
+    parks the conversation; the erase after it still applies to the messages held behind it, in
+    the read models and in the audit's fold of the log alike."""
+    producer = ConversationProducer(log, producer="test")
+    key = ConversationKey("acme", "u1", "oa")
+    await post(client, {"role": "user", "content": "hello"})
+    await producer.append(key, SummaryRecorded("s1", "a summary", "never-sent", "test-model", "v1"), event_id="s1")
+    await post(client, {"role": "user", "content": "my card is 4111"})
+    erased = await client.delete(f"{BASE}/oa", headers=A)
+    assert erased.status_code == 202, erased.text
+    assert (await context_after(client, erased.json()["offset"]))["messages"] == []
+    for path in ("events", "messages"):
+        audit = await client.get(f"{BASE}/oa/{path}", headers=A)
+        assert audit.status_code == 200, audit.text
+        assert "4111" not in audit.text, path
