@@ -186,7 +186,7 @@ class IdempotentAppends:
         messages = {a.message_id for a in first.appended if a.message_id is not None}
         reads = await self._reads()
         for _, event in await conversation_records(self._log, reads, key, codec=self._codec,
-                                                   after=first.appended[-1].offset):  # fmt: skip
+                                                   after=first.appended[-1].offset, skip_undecodable=True):  # fmt: skip
             body = event.body
             if isinstance(body, ConversationErased):
                 return True

@@ -251,6 +251,9 @@ async def test_a_parked_conversation_is_never_served_past_its_dead_letter_and_an
     assert (error["code"], error["partition"], error["offset"]) == ("conversation_parked", garbage.partition,
                                                                     garbage.offset)  # fmt: skip
     assert (await context_after(client, first["offset"]))["degraded"] is True  # before it: served, and said so
+    # A record this build cannot decode does not stop a privacy action.
+    redacted = await client.post(f"{BASE}/oa/messages/{held['message_id']}/redact", json={}, headers=A)
+    assert redacted.status_code == 202, redacted.text
     erased = await client.delete(f"{BASE}/oa", headers=A)
     assert erased.status_code == 202, erased.text
     body = await context_after(client, erased.json()["offset"])

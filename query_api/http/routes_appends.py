@@ -27,6 +27,7 @@ from query_api.http.deps import PREFIX, ApiDeps, ApiError, AuthHeader, Requests,
 from query_api.http.fast_json import FastJSONResponse
 from query_api.http.strict_json import StrictJsonRoute
 from query_api.idempotency import IdempotencyKeyReusedError, IdempotentAppends
+from query_api.log_reads import conversation_records
 from query_api.orphans import first_orphan, needs_conversation_calls
 
 FormatQuery = Annotated[
@@ -146,7 +147,10 @@ async def _redact(
     built = producer.build(key, MessageRedacted(message_id=message_id, reason=reason), event_id=event_id)
 
     async def has_message() -> None:
-        events = await requests.logged_events(key)  # 404 for no conversation; the read models may lag
+        # From the log (the read models may lag), past records this build cannot decode.
+        events = await conversation_records(requests.deps.log, await requests.deps.reads(), key, skip_undecodable=True)
+        if not events:
+            await requests.held_by_log(key)  # 404 for no conversation
         if not any(isinstance(e.body, MessageAppended) and e.body.message_id == message_id for _, e in events):
             raise ApiError(404, "message_not_found", f"the conversation has no message {message_id!r}",
                            field="message_id")  # fmt: skip
