@@ -40,7 +40,7 @@ class RecordRefusedError(ProjectionError):
 
 class InvariantError(ProjectionError):
     """A decodable event breaks the event model's rules for its conversation (for example a
-    redaction of a message the conversation never had). The record goes to dead letters and
+    summary covering a message the conversation never had). The record goes to dead letters and
     its conversation is parked."""
 
     code = "invariant_violation"

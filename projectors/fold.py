@@ -10,12 +10,13 @@ with the positions.
 from __future__ import annotations
 
 import functools
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from events.codec import EventCodec
 from events.errors import ConvlogError, InvalidEventError
-from events.event_types import Event, MessageRedacted, SummaryRecorded
+from events.event_types import ConversationCleared, ConversationErased, Event, MessageRedacted, SummaryRecorded
 from events.keys import ConversationKey
 from events.log import Coordinates, LogRecord
 from events.validation import validate_event
@@ -162,6 +163,9 @@ class BatchOutcome:
     poisoned: list[Poison] = field(default_factory=list)
     skipped: list[tuple[Poison, str]] = field(default_factory=list)  # with the operator's reason
     held: list[tuple[str, LogRecord]] = field(default_factory=list)  # behind a parked conversation
+    # Conversations parked before this batch with an erase or a clear among its held records ->
+    # the reason to skip what parks them: neither is ever held (the store releases them).
+    superseding: dict[str, str] = field(default_factory=dict)
     duplicates: int = 0
 
 
@@ -174,14 +178,34 @@ def fold_batch(
     while other conversations go on. With ``fail_fast`` a poisoned record raises
     :class:`PoisonRecordError` instead (a rebuild must not quietly differ from the live run).
     A poisoned record listed in ``inputs.skips`` is skipped, as the operator decided before.
+    An erase or a clear is never held: behind a poisoned record of this batch, that record is
+    skipped (the reason names the erase or clear) and the records held behind it are applied,
+    then the erase or clear; behind a conversation parked before (``inputs.parked``) it is held
+    and named in ``superseding``, for the store to do the same with the stored held records.
     """
     out = BatchOutcome()
     parked = set(inputs.parked)
+    local: dict[str, tuple[Poison, list[Decoded]]] = {}  # parked in this batch: its poison, its held records
     seen = set(inputs.seen_event_ids)
     known = _Known(inputs, out.transcript)
-    for d in decoded:
+    pending = deque(decoded)
+    while pending:
+        d = pending.popleft()
         if d.key is not None and d.key in parked:
+            reason = _superseding(d, seen)
+            if reason is not None and d.key in local:
+                parking, held = local.pop(d.key)
+                out.poisoned.remove(parking)
+                out.skipped.append((parking, reason))
+                out.held = [(k, r) for k, r in out.held if k != d.key]
+                parked.discard(d.key)
+                pending.extendleft(reversed([*held, d]))  # applied next, in log order
+                continue
             out.held.append((d.key, d.record))
+            if d.key in local:
+                local[d.key][1].append(d)
+            elif reason is not None:
+                out.superseding.setdefault(d.key, reason)
             continue
         poison = d.poison or _apply(d, states=inputs.states, out=out, seen=seen, known=known, policy=policy)
         if poison is None:
@@ -195,7 +219,25 @@ def fold_batch(
         out.poisoned.append(poison)
         if poison.conversation_key is not None:
             parked.add(poison.conversation_key)
+            local[poison.conversation_key] = (poison, [])
     return out
+
+
+def _superseding(d: Decoded, seen: set[tuple[str, str]]) -> str | None:
+    """Why a held record releases its conversation: it is a clear or an unconditional erase
+    (a conditional one is decided on the applied events: it waits for them). None otherwise."""
+    event = d.event
+    if event is None or d.key is None or (d.key, event.event_id) in seen:
+        return None
+    body = event.body
+    if isinstance(body, ConversationCleared):
+        kind = "clear"
+    elif isinstance(body, ConversationErased) and body.only_if_last_offset is None:
+        kind = "erase"
+    else:
+        return None
+    return (f"skipped for the {kind} at partition {d.record.partition}, offset {d.record.offset}: an erase or a "
+            "clear is never held behind a parked record")  # fmt: skip
 
 
 class _Known:

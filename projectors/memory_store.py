@@ -7,7 +7,8 @@ read-model contract suite (tests/contract/test_read_models_contract.py) runs aga
 query API can be tested without Postgres. A batch is folded first and written after: nothing
 here can fail half-way, so there is no transaction to roll back, and memory refuses no row.
 Operators' work (releasing or skipping dead letters, rebuilds, verify) stays on Postgres: this
-store has no ``resolve`` and no skips.
+store has no ``resolve`` and no skips — but an erase or a clear held behind a parked record
+releases it here too, as there.
 
 Like the Postgres store it prefetches what the fold needs to know of the stored rows and
 writes the fold's decisions (which rows a redaction or an erasure clears, which summaries are
@@ -92,6 +93,7 @@ class InMemoryProjectionStore:
         look = lookups(decoded)
         outcome = fold_batch(decoded, self._inputs(look), policy=self._policy, fail_fast=self._fail_fast)
         self._write(outcome)
+        self._release_superseded(outcome)
         for key, event_id, partition, offset in index_rows(decoded):
             t.event_index.setdefault(key, []).append((event_id, partition, offset))
         t.positions.update(new_positions)
@@ -111,6 +113,21 @@ class InMemoryProjectionStore:
             t.dead_letters[letter_id] = DeadLetter(letter_id, partition, offset, None, None, UNREADABLE_BATCH, error)
         elif letter.error_code == UNREADABLE_BATCH:
             letter.status, letter.error, letter.resolution = "parked", error, None
+
+    def _release_superseded(self, out: BatchOutcome) -> None:
+        """The Postgres store's ``_release_superseded``: an erase or a clear held behind a parked
+        record skips that record (with the fold's reason) and applies the held ones, it among them."""
+        t = self.tables
+        for key, reason in out.superseding.items():
+            letter_id = t.parked.pop(key, None)
+            if letter_id is None:
+                continue
+            letter = t.dead_letters[letter_id]
+            letter.status, letter.resolution = "skipped", reason
+            held = decode_batch(t.held.pop(key, []), codec=self._codec, max_event_bytes=self._max_event_bytes)
+            released = fold_batch(held, self._inputs(lookups(held)), policy=self._policy, fail_fast=self._fail_fast)
+            self._write(released)
+            self._release_superseded(released)
 
     def _inputs(self, look: Lookups) -> BatchInputs:
         """What the Postgres store's ``_fold`` prefetches, read from the tables."""

@@ -221,7 +221,11 @@ def apply_event(
     if isinstance(body, MessageRedacted):
         redacted = history.rows(body.message_id)
         if not redacted:
-            raise InvariantError(f"redaction of message {body.message_id!r}, which {key} does not have")
+            # A redaction of nothing (a message id the conversation never had, a summary's id; the
+            # API answers 404 for one, a foreign producer may still send it): recorded — its event
+            # id is taken and it is the conversation's last event — and it changes nothing. Never
+            # poison: a privacy action that parks the conversation holds back every later one.
+            return base, []
         # The content leaves every read model: a summary of a redacted row's epoch that covers
         # it may repeat it, so it is withdrawn; the context falls back to the previous summary
         # and the raw turns, and the summarizer folds them again without it. (Every summary the

@@ -167,6 +167,7 @@ class PostgresProjectionStore:
             else:
                 await self._check_positions(cur, moved)
                 outcome = await self._write_isolating(cur, decoded, parked_override=None, refused=refused)
+            await self._release_superseded(cur, outcome)
             await write_event_index(cur, self.schema, decoded)  # every record, whatever the fold made of it
             await self._move_positions(cur, moved, new_positions)
         return outcome
@@ -195,13 +196,14 @@ class PostgresProjectionStore:
                     raise PositionConflictError("a position changed inside the batch transaction")
             else:
                 await self._writer.write(cur, outcome, counter=counter, inserts=True)
+                await self._release_superseded(cur, outcome, inserts=True)  # no COPY in a pipeline
                 await write_event_index(cur, self.schema, decoded, inserts=True)
                 await self._move_positions(cur, moved, new_positions)
         return outcome
 
     async def _write_isolating(
         self, cur: Cursor, decoded: Sequence[Decoded], *, parked_override: str | None,
-        refused: RecordRefusedError | None,
+        refused: RecordRefusedError | None, inserts: bool = False,
     ) -> BatchOutcome:  # fmt: skip
         """Fold and write ``decoded``, each record whose rows Postgres refuses turned into
         poison (dead letter, conversation parked, its later records held), one at a time.
@@ -215,13 +217,13 @@ class PostgresProjectionStore:
         isolated: set[int] = set()
         while True:
             if refused is None:
-                outcome, refused = await self._try_write(cur, batch, parked_override, keep=True)
+                outcome, refused = await self._try_write(cur, batch, parked_override, keep=True, inserts=inserts)
                 if outcome is not None:
                     return outcome
             assert refused is not None
 
             async def try_prefix(prefix: Sequence[Decoded]) -> RecordRefusedError | None:
-                return (await self._try_write(cur, prefix, parked_override, keep=False))[1]
+                return (await self._try_write(cur, prefix, parked_override, keep=False, inserts=inserts))[1]
 
             index, refused = await first_refused(batch, try_prefix, refused)
             d = batch[index]
@@ -234,14 +236,14 @@ class PostgresProjectionStore:
             refused = None
 
     async def _try_write(
-        self, cur: Cursor, decoded: Sequence[Decoded], parked_override: str | None, *, keep: bool
+        self, cur: Cursor, decoded: Sequence[Decoded], parked_override: str | None, *, keep: bool, inserts: bool
     ) -> tuple[BatchOutcome | None, RecordRefusedError | None]:
         """Fold and write ``decoded`` in a savepoint; rolled back unless ``keep``. The outcome,
         or Postgres' refusal of the data (any other error is raised)."""
         try:
             async with cur.connection.transaction():
                 outcome = await self._fold(cur, decoded, parked_override=parked_override)
-                await self._writer.write(cur, outcome)
+                await self._writer.write(cur, outcome, inserts=inserts)
                 if not keep:
                     raise psycopg.Rollback()
         except psycopg.Error as e:
@@ -294,31 +296,57 @@ class PostgresProjectionStore:
                 raise ProjectionError(f"dead letter {dead_letter_id} is not parked (unknown or already resolved)")
             if letter["error_code"] == UNREADABLE_BATCH:
                 return await self._resolve_unreadable(cur, dead_letter_id, skip_reason=skip_reason)
-            key = letter["conversation_key"]
-            # The parked row first: a batch that is holding records behind it (FOR SHARE) commits
-            # before this goes on, so its records are among the held ones read next.
-            await cur.execute(self._q("SELECT FROM {s}.parked WHERE conversation_key = %s FOR UPDATE"), [key])
-            await cur.execute(
-                self._q('SELECT * FROM {s}.held_records WHERE conversation_key = %s ORDER BY partition, "offset"'),
-                [key],
-            )
-            held = [record_from_row(row) for row in await cur.fetchall()]
-            first = [] if skip_reason is not None else [record_from_row(letter)]
-            decoded = decode_batch([*first, *held], codec=self._codec, max_event_bytes=self._max_event_bytes)
-            if first and decoded[0].poison is not None:
-                raise ProjectionError(f"dead letter {dead_letter_id} still fails: {decoded[0].poison.error}")
-            await cur.execute(self._q("DELETE FROM {s}.held_records WHERE conversation_key = %s"), [key])
-            await cur.execute(self._q("DELETE FROM {s}.parked WHERE conversation_key = %s"), [key])
-            await cur.execute(
-                self._q("UPDATE {s}.dead_letters SET status = %s, resolution = %s, resolved_at = now() WHERE id = %s"),
-                ["skipped" if skip_reason is not None else "released", skip_reason, dead_letter_id],
-            )
-            # Re-parks and re-holds if a held record fails now; the released one failing undoes all.
-            outcome = await self._write_isolating(cur, decoded, parked_override=key, refused=None)
-            if first and outcome.poisoned and outcome.poisoned[0].record == first[0]:
-                raise ProjectionError(f"dead letter {dead_letter_id} still fails: {outcome.poisoned[0].error}")
+            outcome = await self._release(cur, letter, skip_reason=skip_reason)
         return BatchReport({}, len(outcome.applied_event_ids), outcome.duplicates, len(outcome.poisoned),
                            len(outcome.held))  # fmt: skip
+
+    async def _release(
+        self, cur: Cursor, letter: dict[str, Any], *, skip_reason: str | None, inserts: bool = False
+    ) -> BatchOutcome:
+        """:meth:`resolve`'s work on a parked dead letter (locked), in the caller's transaction."""
+        dead_letter_id, key = letter["id"], letter["conversation_key"]
+        # The parked row first: a batch that is holding records behind it (FOR SHARE) commits
+        # before this goes on, so its records are among the held ones read next.
+        await cur.execute(self._q("SELECT FROM {s}.parked WHERE conversation_key = %s FOR UPDATE"), [key])
+        await cur.execute(
+            self._q('SELECT * FROM {s}.held_records WHERE conversation_key = %s ORDER BY partition, "offset"'),
+            [key],
+        )
+        held = [record_from_row(row) for row in await cur.fetchall()]
+        first = [] if skip_reason is not None else [record_from_row(letter)]
+        decoded = decode_batch([*first, *held], codec=self._codec, max_event_bytes=self._max_event_bytes)
+        if first and decoded[0].poison is not None:
+            raise ProjectionError(f"dead letter {dead_letter_id} still fails: {decoded[0].poison.error}")
+        await cur.execute(self._q("DELETE FROM {s}.held_records WHERE conversation_key = %s"), [key])
+        await cur.execute(self._q("DELETE FROM {s}.parked WHERE conversation_key = %s"), [key])
+        await cur.execute(
+            self._q("UPDATE {s}.dead_letters SET status = %s, resolution = %s, resolved_at = now() WHERE id = %s"),
+            ["skipped" if skip_reason is not None else "released", skip_reason, dead_letter_id],
+        )
+        # Re-parks and re-holds if a held record fails now; the released one failing undoes all.
+        outcome = await self._write_isolating(cur, decoded, parked_override=key, refused=None, inserts=inserts)
+        if first and outcome.poisoned and outcome.poisoned[0].record == first[0]:
+            raise ProjectionError(f"dead letter {dead_letter_id} still fails: {outcome.poisoned[0].error}")
+        await self._release_superseded(cur, outcome, inserts=inserts)
+        return outcome
+
+    async def _release_superseded(self, cur: Cursor, outcome: BatchOutcome, *, inserts: bool = False) -> None:
+        """An erase or a clear is never held behind a parked record: for each conversation the
+        fold found one held for (``outcome.superseding``), the record that parks it is skipped
+        with the fold's reason and the held records applied — the erase or clear among them,
+        after the records before it, so that it applies to them too. Run before the batch
+        commits: a crash cannot leave it held."""
+        for key, reason in outcome.superseding.items():
+            await cur.execute(
+                self._q("SELECT d.* FROM {s}.parked p JOIN {s}.dead_letters d ON d.id = p.dead_letter_id "
+                        "WHERE p.conversation_key = %s FOR UPDATE OF d"),
+                [key],
+            )  # fmt: skip
+            letter = await cur.fetchone()
+            if letter is not None and letter["status"] == "parked":
+                log.warning("store.parked_record_skipped", schema=self.schema, conversation=key,
+                            dead_letter=letter["id"], reason=reason)  # fmt: skip
+                await self._release(cur, letter, skip_reason=reason, inserts=inserts)
 
     async def _resolve_unreadable(self, cur: Cursor, dead_letter_id: int, *, skip_reason: str | None) -> BatchReport:
         if skip_reason is not None:

@@ -15,6 +15,11 @@ coordinates and appends nothing; anything else under that key is a 409. A payloa
 derive from its provider id (no key given) goes through here too, so a response appended
 twice is appended once.
 
+After an erase of the conversation, or a redaction of a message the key's append carried, a
+repeated key is 409 ``idempotency_key_erased`` whatever the body (read from the log, so across
+restarts and instances too): answering 202 for the right body and 409 for another would let
+anyone with the tenant's token confirm a guess of the erased content.
+
 Two requests with one key: in one process they queue on a lock per (conversation, key), so the
 second waits for the first's answer. In two processes both may find nothing and both append;
 the log orders them, so after appending each one looks at what was appended between its own
@@ -37,12 +42,12 @@ from typing import Any
 from events.batches import NativeBatch
 from events.codec import EventCodec, default_codec
 from events.errors import ConvlogError, DecodeError
-from events.event_types import Event
+from events.event_types import ConversationErased, Event, MessageRedacted
 from events.keys import ConversationKey, partition_for_key
 from events.log import Coordinates, EventLog, LogRecord
 from events.producer import Appended, ConversationProducer, appended_at
 from events.reading import conversation_events
-from query_api.log_reads import indexed_events, read_range
+from query_api.log_reads import conversation_records, indexed_events, read_range
 from query_api.ports import ReadModels
 
 REMEMBERED_KEYS = 10_000  # recent appends answered without Postgres or the log
@@ -61,6 +66,21 @@ class IdempotencyKeyReusedError(ConvlogError):
         super().__init__(
             f"Idempotency-Key {first.event_id!r} was used for another body (partition {first.partition}, "
             f"offset {first.offset}); use a new key for a new message"
+        )
+        self.first = first
+
+
+class IdempotencyKeyErasedError(IdempotencyKeyReusedError):
+    """The key's first append was erased (or a message of it redacted) since: whether this body
+    is the one it carried is not told, or the key would confirm a guess of erased content."""
+
+    code = "idempotency_key_erased"
+
+    def __init__(self, first: Appended) -> None:
+        ConvlogError.__init__(
+            self,
+            f"Idempotency-Key {first.event_id!r} was used by a message since erased or redacted (partition "
+            f"{first.partition}, offset {first.offset}); whether this body is the same is not told; use a new key",
         )
         self.first = first
 
@@ -152,10 +172,27 @@ class IdempotentAppends:
                 appended = await self._producer.append_batch(batch)
                 first = await self._earlier(key, event_id, checked_end, appended[0].coordinates, count)
                 first = first or _First(mine, tuple(appended))
+            elif await self._erased_since(key, first):
+                raise IdempotencyKeyErasedError(first.appended[0])  # whatever the body: no oracle
             self._remember(slot, first)
         if first.digest != mine:
             raise IdempotencyKeyReusedError(first.appended[0])
         return list(first.appended)
+
+    async def _erased_since(self, key: ConversationKey, first: _First) -> bool:
+        """Whether the conversation was erased after the first append, or a message of it
+        redacted: read from the log (the source of truth, ahead of the read models), from that
+        append on — a retry soon after it reads little. Any erase counts, a conditional one too."""
+        messages = {a.message_id for a in first.appended if a.message_id is not None}
+        reads = await self._reads()
+        for _, event in await conversation_records(self._log, reads, key, codec=self._codec,
+                                                   after=first.appended[-1].offset, skip_undecodable=True):  # fmt: skip
+            body = event.body
+            if isinstance(body, ConversationErased):
+                return True
+            if isinstance(body, MessageRedacted) and body.message_id in messages:
+                return True
+        return False
 
     def _remember(self, slot: _Slot, first: _First) -> None:
         self._recent[slot] = first

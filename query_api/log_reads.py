@@ -10,9 +10,10 @@ scan of the partition gives (erasure and redaction are applied by the readers, a
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from events.codec import EventCodec, default_codec
-from events.errors import DecodeError, LogUnavailableError
+from events.errors import DecodeError, LogUnavailableError, UndecodableRecordError
 from events.event_types import Event
 from events.keys import ConversationKey, partition_for_key
 from events.log import EventLog, LogRecord
@@ -68,30 +69,41 @@ async def read_offsets(
 
 
 async def conversation_records(
-    log: EventLog, reads: ReadModels, key: ConversationKey, *, codec: EventCodec | None = None
-) -> list[tuple[LogRecord, Event]]:
-    """Every event of the conversation in the log, in log order (empty: the log has none)."""
+    log: EventLog, reads: ReadModels, key: ConversationKey, *, codec: EventCodec | None = None, after: int = -1,
+    skip_undecodable: bool = False,
+) -> list[tuple[LogRecord, Event]]:  # fmt: skip
+    """Every event of the conversation in the log (with ``after``, past that offset), in log
+    order (empty: the log has none). A record this build cannot decode raises
+    :class:`~events.errors.UndecodableRecordError`, or is passed over with ``skip_undecodable``."""
     codec = codec or default_codec()
     partition = partition_for_key(key.encode(), log.partition_count)
     at = await reads.logged_at(key, partition)
     if not at.indexed:  # a version older than the index: scan, from the conversation's first event
-        start = at.first_offset or 0
-        return [pair async for pair in conversation_events(log, key, start_offset=start, codec=codec)]
-    return [*await indexed_events(log, key, at, codec=codec), *await _tail(log, key, at, codec)]
+        start = max(at.first_offset or 0, after + 1)
+        return [pair async for pair in conversation_events(log, key, start_offset=start, codec=codec,
+                                                           skip_undecodable=skip_undecodable)]  # fmt: skip
+    at = replace(at, offsets=tuple(o for o in at.offsets if o > after), projected=max(at.projected, after + 1))
+    tail = conversation_events(log, key, start_offset=at.projected, codec=codec, skip_undecodable=skip_undecodable)
+    indexed = await indexed_events(log, key, at, codec=codec, skip_undecodable=skip_undecodable)
+    return [*indexed, *[pair async for pair in tail]]
 
 
 async def indexed_events(
-    log: EventLog, key: ConversationKey, at: LoggedAt, *, codec: EventCodec
+    log: EventLog, key: ConversationKey, at: LoggedAt, *, codec: EventCodec, skip_undecodable: bool = False
 ) -> list[tuple[LogRecord, Event]]:
     """The events at ``at.offsets``; only records with the conversation's own key bytes count,
     exactly as a scan of the partition would match them."""
     raw = key.encode()
     records = await read_offsets(log, at.partition, at.offsets)
-    return [(r, decode_logged(r, codec)) for r in records if r.key == raw]
-
-
-async def _tail(log: EventLog, key: ConversationKey, at: LoggedAt, codec: EventCodec) -> list[tuple[LogRecord, Event]]:
-    return [pair async for pair in conversation_events(log, key, start_offset=at.projected, codec=codec)]
+    out: list[tuple[LogRecord, Event]] = []
+    for r in records:
+        if r.key == raw:
+            try:
+                out.append((r, decode_logged(r, codec)))
+            except UndecodableRecordError:
+                if not skip_undecodable:
+                    raise
+    return out
 
 
 async def log_holds(log: EventLog, reads: ReadModels, key: ConversationKey) -> bool:

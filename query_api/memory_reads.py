@@ -25,6 +25,7 @@ from query_api.ports import (
     ContextInputs,
     ConversationListItem,
     LoggedAt,
+    ParkedBy,
     check_limit,
     decode_cursor,
     encode_cursor,
@@ -157,6 +158,13 @@ class InMemoryReadModels:
 
     async def projection_position(self, partition: int) -> int:
         return self.tables.positions.get(partition, 0)
+
+    async def parked_by(self, key: ConversationKey) -> ParkedBy | None:
+        letter_id = self.tables.parked.get(str(key))
+        if letter_id is None:
+            return None
+        letter = self.tables.dead_letters[letter_id]
+        return ParkedBy(letter.id, letter.partition, letter.offset, letter.error_code)
 
     async def open_tool_calls(self, key: ConversationKey) -> tuple[str, ...]:
         state = self.tables.conversations.get(str(key))

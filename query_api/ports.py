@@ -22,8 +22,8 @@ from events.keys import ConversationKey
 from events.strict_json import compact_json, parse_json
 from query_api.context_types import StoredMessage, StoredSummary
 
-__all__ = ["MAX_CURSOR_CHARS", "MAX_PAGE", "ContextInputs", "ConversationListItem", "LoggedAt", "ReadModels",
-           "check_limit", "decode_cursor", "encode_cursor", "summary_entries", "transcript_entry",
+__all__ = ["MAX_CURSOR_CHARS", "MAX_PAGE", "ContextInputs", "ConversationListItem", "LoggedAt", "ParkedBy",
+           "ReadModels", "check_limit", "decode_cursor", "encode_cursor", "summary_entries", "transcript_entry",
            "usable_turns"]  # fmt: skip
 
 MAX_PAGE = 1000
@@ -61,6 +61,16 @@ class LoggedAt:
     def indexed(self) -> bool:
         """Every projected record of the conversation is in ``offsets`` (else scan from its first)."""
         return self.first_offset is None or self.first_offset >= self.index_from
+
+
+@dataclass(frozen=True, slots=True)
+class ParkedBy:
+    """The dead letter that parks a conversation: its id, where its record is in the log, and why."""
+
+    dead_letter_id: int
+    partition: int
+    offset: int
+    error_code: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +133,10 @@ class ReadModels(Protocol):
 
     async def projection_position(self, partition: int) -> int:
         """The next offset the projection will apply on ``partition`` (0 before the first)."""
+        ...
+
+    async def parked_by(self, key: ConversationKey) -> ParkedBy | None:
+        """The dead letter that parks the conversation (None: it is not parked)."""
         ...
 
     async def open_tool_calls(self, key: ConversationKey) -> tuple[str, ...]:

@@ -34,6 +34,7 @@ from query_api.ports import (
     ContextInputs,
     ConversationListItem,
     LoggedAt,
+    ParkedBy,
     check_limit,
     decode_cursor,
     encode_cursor,
@@ -302,6 +303,14 @@ class PostgresReadModels:
                 q = self._q("SELECT next_offset FROM {s}.positions WHERE partition = %s")
                 row = await (await conn.execute(q, [partition])).fetchone()
         return int(row[0]) if row else 0
+
+    async def parked_by(self, key: ConversationKey) -> ParkedBy | None:
+        with pg_errors(f"read the dead letter that parks {key}"):
+            async with self._pool.connection() as conn:
+                q = self._q('SELECT d.id, d.partition, d."offset", d.error_code FROM {s}.parked p JOIN '
+                            "{s}.dead_letters d ON d.id = p.dead_letter_id WHERE p.conversation_key = %s")  # fmt: skip
+                row = await (await conn.execute(q, [str(key)])).fetchone()
+        return None if row is None else ParkedBy(*row)
 
     async def open_tool_calls(self, key: ConversationKey) -> tuple[str, ...]:
         with pg_errors(f"read the open tool calls of {key}"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -56,10 +56,11 @@ class Projection:
     def store(
         self, *, schema: str | None = None, codec: EventCodec | None = None, fail_fast: bool = False,
         policy: WindowPolicy | None = None, max_event_bytes: int = 1 << 20, counter: TokenCounter = COUNTER,
+        skips: Mapping[tuple[int, int], str] | None = None,
     ) -> PostgresProjectionStore:  # fmt: skip
         return PostgresProjectionStore(
             self.pool, schema=schema or self.version.schema, codec=codec or default_codec(), counter=counter,
-            policy=policy or WindowPolicy(), max_event_bytes=max_event_bytes, fail_fast=fail_fast,
+            policy=policy or WindowPolicy(), max_event_bytes=max_event_bytes, fail_fast=fail_fast, skips=skips,
         )  # fmt: skip
 
     async def new_version(self) -> ProjectionVersion:

@@ -280,7 +280,11 @@ async def test_an_undecodable_record_of_a_conversation_is_a_409_naming_it_not_a_
         assert response.status_code == 409, response.text
         error = response.json()["error"]
         assert (error["code"], error["partition"], error["offset"]) == ("undecodable_record", bad.partition, bad.offset)
-    await caught_up(client, "foreign", keyed["offset"])  # the projection went on past it
+    # The projection went on past it, holding the conversation's later records: a read-your-writes
+    # context names the dead letter instead of answering without them.
+    params = {"model": "gpt-4o", "budget_tokens": 1000, "min_offset": keyed["offset"]}
+    parked = await client.get(f"{BASE}/foreign/context", params=params, headers=A)
+    assert (parked.status_code, parked.json()["error"]["code"]) == (409, "conversation_parked"), parked.text
     assert (await client.get(f"{BASE}/foreign/events", headers=A)).status_code == 409  # from the index too
 
 

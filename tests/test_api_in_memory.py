@@ -16,6 +16,7 @@ from convlog.demo.data import OA_SYSTEM_PROMPT, OA_TURNS
 from events.blocks import blocks_to_json
 from events.codec import default_codec
 from events.embedded_log import EmbeddedEventLog
+from events.event_types import SummaryRecorded
 from events.keys import ConversationKey
 from events.producer import ConversationProducer
 from projectors.log_source import LogSource
@@ -36,8 +37,8 @@ BASE = "/v1/users/u1/conversations"
 
 
 @pytest.fixture
-async def client(log: EmbeddedEventLog) -> AsyncIterator[httpx.AsyncClient]:
-    """The API with a projector running beside it, as ``convlog serve`` runs them, in memory."""
+async def deps(log: EmbeddedEventLog) -> AsyncIterator[ApiDeps]:
+    """The API's dependencies with a projector running beside them, as ``convlog serve`` runs them, in memory."""
     tables = MemoryTables()
     store = InMemoryProjectionStore(tables, codec=default_codec(), counter=COUNTER, policy=WindowPolicy(),
                                     max_event_bytes=1 << 20)  # fmt: skip
@@ -53,17 +54,24 @@ async def client(log: EmbeddedEventLog) -> AsyncIterator[httpx.AsyncClient]:
                    reads=live_reads, readiness=readiness, metrics=Metrics())  # fmt: skip
     stop = asyncio.Event()
     projecting = asyncio.create_task(Projector(LogSource(log), store, fetch_timeout_s=0.05).run(stop))
-    transport = httpx.ASGITransport(app=create_app(deps))
     try:
-        async with httpx.AsyncClient(transport=transport, base_url="http://convlog") as c:
-            yield c
+        yield deps
     finally:
         stop.set()
         await projecting
 
 
-async def post(client: httpx.AsyncClient, message: dict[str, Any]) -> Any:
-    response = await client.post(f"{BASE}/oa/messages", json=message, headers=A)
+@pytest.fixture
+async def client(deps: ApiDeps) -> AsyncIterator[httpx.AsyncClient]:
+    """The API over ``deps``; another ``create_app(deps)`` is the same API after a restart."""
+    transport = httpx.ASGITransport(app=create_app(deps))
+    async with httpx.AsyncClient(transport=transport, base_url="http://convlog") as c:
+        yield c
+
+
+async def post(client: httpx.AsyncClient, message: dict[str, Any], *, key: str | None = None) -> Any:
+    headers = A if key is None else {**A, "Idempotency-Key": key}
+    response = await client.post(f"{BASE}/oa/messages", json=message, headers=headers)
     assert response.status_code == 202, response.text
     return response.json()
 
@@ -146,3 +154,133 @@ async def test_the_audit_shows_a_native_messages_blocks_and_origin_until_it_is_r
     assert [s for s in NATIVE_SECRETS if s in text] == []
     assert "blocks" not in messages[1]
     assert (events[1]["blocks"], events[1]["content"]) == (None, "[withheld]")
+
+
+async def context_after(client: httpx.AsyncClient, offset: int) -> Any:
+    response = await client.get(f"{BASE}/oa/context", params={"model": "gpt-4o", "budget_tokens": 2000,
+                                "min_offset": offset}, headers=A)  # fmt: skip
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+async def test_a_redaction_of_a_message_the_conversation_never_had_is_404_and_parks_nothing(
+    client: httpx.AsyncClient, log: EmbeddedEventLog
+) -> None:
+    """Unknown targets are refused at the edge: nothing is appended, so nothing the projection
+    could dead-letter, and the clear and the erase after it are applied."""
+    secret = await post(client, {"role": "user", "content": "my card is 4111"})
+    summary = SummaryRecorded("s1", "a summary", secret["message_id"], "test-model", "v1")
+    await ConversationProducer(log, producer="test").append(ConversationKey("acme", "u1", "oa"), summary,
+                                                            event_id="s1-event")  # fmt: skip
+    cleared = await client.post(f"{BASE}/oa/clear", headers=A)
+    assert cleared.status_code == 202, cleared.text
+    for target in ("never-sent", "s1", "s1-event", cleared.json()["event_id"]):  # no message, events that are not
+        response = await client.post(f"{BASE}/oa/messages/{target}/redact", json={"reason": "pii"}, headers=A)
+        assert (response.status_code, response.json()["error"]["code"]) == (404, "message_not_found"), response.text
+    unknown = await client.post(f"{BASE}/nobody/messages/{secret['message_id']}/redact", json={}, headers=A)
+    assert (unknown.status_code, unknown.json()["error"]["code"]) == (404, "not_found")
+    erased = await client.delete(f"{BASE}/oa", headers=A)
+    assert erased.status_code == 202, erased.text
+    body = await context_after(client, erased.json()["offset"])
+    assert (body["messages"], body["degraded"]) == ([], False)
+    events = (await client.get(f"{BASE}/oa/events", headers=A)).json()["events"]
+    assert [e["event_type"] for e in events] == ["MessageAppended", "SummaryRecorded", "ConversationCleared",
+                                                 "ConversationErased"]  # fmt: skip
+
+
+async def test_a_redaction_whose_idempotency_key_is_taken_is_409_naming_what_holds_it(
+    client: httpx.AsyncClient,
+) -> None:
+    first = await post(client, {"role": "user", "content": "secret one"}, key="k1")
+    second = await post(client, {"role": "assistant", "content": "secret two", "finish_reason": "stop"}, key="k2")
+
+    async def redact(message: Any, key: str) -> httpx.Response:
+        return await client.post(f"{BASE}/oa/messages/{message['message_id']}/redact", json={"reason": "pii"},
+                                 headers={**A, "Idempotency-Key": key})  # fmt: skip
+
+    for key, holder in (("k1", first), ("k2", second)):  # its own message's key, another message's
+        taken = await redact(first, key)
+        assert taken.status_code == 409, taken.text
+        error = taken.json()["error"]
+        assert (error["code"], error["event_id"], error["offset"]) == ("idempotency_key_reused", key, holder["offset"])
+    redacted = await redact(first, "r1")
+    assert redacted.status_code == 202, redacted.text
+    assert (await redact(first, "r1")).json() == redacted.json()  # a retry: the first redaction's answer
+    again = await redact(second, "r1")  # an earlier redaction's key, for another message
+    assert (again.status_code, again.json()["error"]["offset"]) == (409, redacted.json()["offset"])
+    last = await redact(second, "r2")
+    assert last.status_code == 202, last.text
+    body = await context_after(client, last.json()["offset"])
+    assert "secret" not in json.dumps(body)
+
+
+@pytest.mark.parametrize("withdraw", ["erase", "redact"])
+async def test_after_an_erasure_a_repeated_idempotency_key_does_not_tell_whether_the_body_matched(
+    client: httpx.AsyncClient, deps: ApiDeps, withdraw: str
+) -> None:
+    """No erasure oracle: once the content is gone, the answer to its key must not depend on
+    the body sent with it — in this process and after a restart (a new API, no memory)."""
+    secret = {"role": "user", "content": "my card is 4111"}
+    first = await post(client, secret, key="k1")
+    if withdraw == "erase":
+        done = await client.delete(f"{BASE}/oa", headers=A)
+    else:
+        done = await client.post(f"{BASE}/oa/messages/{first['message_id']}/redact", json={}, headers=A)
+    assert done.status_code == 202, done.text
+    restarted = httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(deps)), base_url="http://convlog")
+    async with restarted:
+        for api in (client, restarted):
+            answers = [await api.post(f"{BASE}/oa/messages", json=body, headers={**A, "Idempotency-Key": "k1"})
+                       for body in (secret, {"role": "user", "content": "my card is 5500"})]  # fmt: skip
+            assert [a.status_code for a in answers] == [409, 409]
+            assert answers[0].json() == answers[1].json()
+            error = answers[0].json()["error"]
+            assert (error["code"], error["event_id"], error["offset"]) == ("idempotency_key_erased", "k1",
+                                                                           first["offset"])  # fmt: skip
+
+
+async def test_a_parked_conversation_is_never_served_past_its_dead_letter_and_an_erase_is_not_held(
+    client: httpx.AsyncClient, log: EmbeddedEventLog
+) -> None:
+    """A record the projection cannot apply parks its conversation: a read-your-writes context
+    past it is 409 naming the dead letter, never a 200 missing acknowledged events; the erase
+    sent after it is applied at once, to the held messages too."""
+    first = await post(client, {"role": "user", "content": "my card is 4111"})
+    garbage = await log.append(key=ConversationKey("acme", "u1", "oa").encode(), value=b"\xc3\x01garbage")
+    held = await post(client, {"role": "user", "content": "and my pin is 1234"})
+    params = {"model": "gpt-4o", "budget_tokens": 2000, "min_offset": held["offset"]}
+    parked = await client.get(f"{BASE}/oa/context", params=params, headers=A)
+    assert parked.status_code == 409, parked.text
+    error = parked.json()["error"]
+    assert (error["code"], error["partition"], error["offset"]) == ("conversation_parked", garbage.partition,
+                                                                    garbage.offset)  # fmt: skip
+    assert (await context_after(client, first["offset"]))["degraded"] is True  # before it: served, and said so
+    # A record this build cannot decode does not stop a privacy action.
+    redacted = await client.post(f"{BASE}/oa/messages/{held['message_id']}/redact", json={}, headers=A)
+    assert redacted.status_code == 202, redacted.text
+    erased = await client.delete(f"{BASE}/oa", headers=A)
+    assert erased.status_code == 202, erased.text
+    body = await context_after(client, erased.json()["offset"])
+    assert (body["messages"], body["degraded"]) == ([], False)
+    [listed] = (await client.get(BASE, headers=A)).json()["conversations"]
+    assert (listed["erased"], listed["degraded"], listed["message_count"]) == (True, False, 2)
+
+
+async def test_the_audit_of_an_erased_conversation_withholds_what_was_held_behind_a_dead_letter(
+    client: httpx.AsyncClient, log: EmbeddedEventLog
+) -> None:
+    """A record that breaks the event rules (a summary of a message the conversation never had)
+    parks the conversation; the erase after it still applies to the messages held behind it, in
+    the read models and in the audit's fold of the log alike."""
+    producer = ConversationProducer(log, producer="test")
+    key = ConversationKey("acme", "u1", "oa")
+    await post(client, {"role": "user", "content": "hello"})
+    await producer.append(key, SummaryRecorded("s1", "a summary", "never-sent", "test-model", "v1"), event_id="s1")
+    await post(client, {"role": "user", "content": "my card is 4111"})
+    erased = await client.delete(f"{BASE}/oa", headers=A)
+    assert erased.status_code == 202, erased.text
+    assert (await context_after(client, erased.json()["offset"]))["messages"] == []
+    for path in ("events", "messages"):
+        audit = await client.get(f"{BASE}/oa/{path}", headers=A)
+        assert audit.status_code == 200, audit.text
+        assert "4111" not in audit.text, path

@@ -19,7 +19,7 @@ from events.keys import ConversationKey
 from events.producer import ConversationProducer
 from events.strict_json import compact_json
 from projectors.errors import PositionConflictError, ProjectionError
-from projectors.store import PIPELINED_BATCH
+from projectors.store import PIPELINED_BATCH, skip_decisions
 from projectors.tokens import TokenCounter, get_encoding
 from projectors.versions import compare
 from tests.native_support import NATIVE_SECRETS, thinking_answer, tool_result
@@ -173,6 +173,44 @@ async def test_skipping_a_dead_letter_records_why_and_applies_the_rest(
     ]
     rows = await projection.rows("SELECT content FROM {s}.transcript ORDER BY seq")
     assert rows == [("first",), ("after it",)]
+
+
+@pytest.mark.parametrize("kind", ["erase", "clear"])
+@pytest.mark.parametrize("batch_size", [1, 1000])  # parked in an earlier batch; in the same one, by COPY
+async def test_an_erase_or_a_clear_is_never_held_behind_a_parked_record(
+    projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer, kind: str, batch_size: int
+) -> None:
+    """It is applied at once, to the records held before it too: the record that parked the
+    conversation is skipped with a reason naming it, the held ones applied, then it; a rebuild
+    (which skips what the live version skipped) equals the live tables."""
+    await producer.append_user(OA, "first")
+    await log.append(key=OA.encode(), value=b"\xc3\x01garbage")
+    await producer.append_user(OA, "my card is 4111")  # held behind the garbage
+    done = await (producer.erase(OA, reason="gdpr") if kind == "erase" else producer.clear(OA))
+    await producer.append_user(OA, "a new start")
+    for i in range(PIPELINED_BATCH + 1):
+        await producer.append_user(TOOLS, f"neighbour {i}")
+    await project_all(log, projection.store(), batch_size=batch_size)
+    assert await projection.rows("SELECT count(*) FROM {s}.parked") == [(0,)]
+    assert await projection.rows("SELECT count(*) FROM {s}.held_records") == [(0,)]
+    assert await projection.rows("SELECT status, resolution FROM {s}.dead_letters") == [
+        ("skipped", f"skipped for the {kind} at partition {done.partition}, offset {done.offset}: an erase or a "
+         "clear is never held behind a parked record"),
+    ]  # fmt: skip
+    rows = await projection.rows("SELECT content, epoch, erased_at IS NOT NULL FROM {s}.transcript "
+                                 "WHERE conversation_key = %s ORDER BY seq", str(OA))  # fmt: skip
+    if kind == "erase":
+        assert rows == [(None, 0, True), (None, 0, True), ("a new start", 1, False)]
+        assert await projection.rows("SELECT erased_at IS NOT NULL FROM {s}.conversations "
+                                     "WHERE conversation_key = %s", str(OA)) == [(True,)]  # fmt: skip
+    else:
+        assert rows == [("first", 0, False), ("my card is 4111", 0, False), ("a new start", 1, False)]
+    rebuilt = await projection.new_version()
+    async with projection.pool.connection() as conn:
+        skips = await skip_decisions(conn, projection.version.schema)
+    await project_all(log, projection.store(schema=rebuilt.schema, fail_fast=True, skips=skips), batch_size=1000)
+    async with projection.pool.connection() as conn:
+        assert await compare(conn, projection.version.schema, rebuilt.schema) == []
 
 
 async def test_erasure_removes_content_everywhere_but_keeps_a_marker(

@@ -354,14 +354,25 @@ def test_poison_kinds_are_named(value: bytes, code: str) -> None:
     assert [(p.record.partition, p.record.offset, p.error_code) for p in out.poisoned] == [(3, 17, code)]
 
 
-def test_a_redaction_of_an_unknown_message_is_poison() -> None:
-    event = Event("e0", KEY, T0, "t", MessageRedacted("nope", "pii"))
+def test_a_redaction_of_an_unknown_message_is_a_recorded_no_op_not_a_parked_conversation() -> None:
+    """A redaction of nothing (a message id the conversation never had) must not park the
+    conversation: the messages, the clear and the erase after it are applied."""
+    events = [
+        Event("e0", KEY, T0, "t", MessageAppended(message_id="m0", role="user", content="hi")),
+        Event("e1", KEY, T0, "t", MessageRedacted("nope", "pii")),
+        Event("e2", KEY, T0, "t", MessageAppended(message_id="m2", role="user", content="later")),
+        Event("e3", KEY, T0, "t", ConversationErased(reason="gdpr")),
+    ]
     out = fold_batch(
-        decode_batch(as_records([event]), codec=CODEC, max_event_bytes=1 << 20),
+        decode_batch(as_records(events), codec=CODEC, max_event_bytes=1 << 20),
         BatchInputs({}),
         policy=WindowPolicy(),
     )
-    assert [p.error_code for p in out.poisoned] == ["invariant_violation"]
+    assert (out.poisoned, out.held, out.redactions) == ([], [], [])
+    assert [e for _, e in out.applied_event_ids] == ["e0", "e1", "e2", "e3"]  # its event id is taken
+    assert [r.message_id for r in out.transcript] == ["m0", "m2"]
+    assert [e.before_seq for e in out.erasures] == [2]
+    assert out.states[str(KEY)].erased_at == T0
 
 
 @pytest.mark.parametrize("role", ["user", "assistant", "tool", "system"])
@@ -397,3 +408,28 @@ def test_a_message_changes_only_the_fields_a_message_moves(role: str) -> None:
         else:
             assert getattr(new, f.name) == getattr(state, f.name), f.name
     assert (new.last_event_at, new.message_count, new.next_seq, new.last_at) == (later, 6, 8, (1, 41))
+
+
+def test_an_erase_is_never_held_behind_a_poisoned_record() -> None:
+    """Behind a poison of the same batch, the erase skips it and applies the held records, then
+    itself (so it erases them too); behind a conversation parked before, it is held and named
+    for the store to release."""
+    first = Event("e0", KEY, T0, "t", MessageAppended(message_id="m0", role="user", content="hi"))
+    message = Event("e2", KEY, T0, "t", MessageAppended(message_id="m2", role="user", content="my card is 4111"))
+    erase = Event("e3", KEY, T0, "t", ConversationErased(reason="gdpr"))
+    records = [
+        LogRecord(0, 0, KEY.encode(), CODEC.encode(first), T0),
+        LogRecord(0, 1, KEY.encode(), b"\xc3\x01garbage", T0),
+        LogRecord(0, 2, KEY.encode(), CODEC.encode(message), T0),
+        LogRecord(0, 3, KEY.encode(), CODEC.encode(erase), T0),
+    ]
+    decoded = decode_batch(records, codec=CODEC, max_event_bytes=1 << 20)
+    out = fold_batch(decoded, BatchInputs({}), policy=WindowPolicy())
+    assert (out.poisoned, out.held, out.superseding) == ([], [], {})
+    assert [(p.record.offset, reason) for p, reason in out.skipped] == [
+        (1, "skipped for the erase at partition 0, offset 3: an erase or a clear is never held behind a parked record")
+    ]
+    assert [r.message_id for r in out.transcript] == ["m0", "m2"]
+    assert [e.before_seq for e in out.erasures] == [2]
+    parked_before = fold_batch(decoded[2:], BatchInputs({}, parked=frozenset({str(KEY)})), policy=WindowPolicy())
+    assert ([r.offset for _, r in parked_before.held], list(parked_before.superseding)) == ([2, 3], [str(KEY)])

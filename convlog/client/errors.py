@@ -85,15 +85,17 @@ class UnauthorizedError(ClientError):
 
 
 class NotFoundError(ClientError):
-    """404: no such conversation for this tenant (``not_found``), or no such message for
-    ``before_message`` (``unknown_message``)."""
+    """404: no such conversation for this tenant (``not_found``), no such message for
+    ``before_message`` (``unknown_message``) or to redact (``message_not_found``)."""
 
     code = "not_found"
 
 
 class ConflictError(ClientError):
     """409: ``idempotency_key_reused`` (the key was used for another body; ``extra`` has the
-    first append's ``event_id``, ``partition``, ``offset``) or ``undecodable_record``."""
+    first append's ``event_id``, ``partition``, ``offset``), ``idempotency_key_erased`` (its
+    append was erased or redacted since, whatever the body), ``conversation_parked`` (a
+    ``min_offset`` past the dead letter that parks it; ``extra`` names it) or ``undecodable_record``."""
 
     code = "conflict"
 

@@ -16,8 +16,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Header, Query
 from fastapi.responses import JSONResponse
 
+from events.batches import NativeBatch
 from events.errors import InvalidRequestError, NativeFormatError
-from events.event_types import MessageAppended
+from events.event_types import MessageAppended, MessageRedacted
 from events.formats.registry import APPEND_FORMATS, NATIVE_FORMATS
 from events.keys import ConversationKey, partition_for_key
 from events.producer import Appended
@@ -26,6 +27,7 @@ from query_api.http.deps import PREFIX, ApiDeps, ApiError, AuthHeader, Requests,
 from query_api.http.fast_json import FastJSONResponse
 from query_api.http.strict_json import StrictJsonRoute
 from query_api.idempotency import IdempotencyKeyReusedError, IdempotentAppends
+from query_api.log_reads import conversation_records
 from query_api.orphans import first_orphan, needs_conversation_calls
 
 FormatQuery = Annotated[
@@ -93,8 +95,7 @@ def append_routes(deps: ApiDeps) -> APIRouter:
         try:
             return _answer(format, message, await idempotent.append_batch(key, batch, before_append=check))
         except IdempotencyKeyReusedError as e:
-            raise ApiError(409, e.code, str(e), event_id=e.first.event_id, partition=e.first.partition,
-                           offset=e.first.offset) from e  # fmt: skip
+            raise _key_reused(e) from e
 
     @router.post(PREFIX + "/{conversation_id}/messages/{message_id:path}/redact", status_code=202)
     async def redact(
@@ -108,15 +109,18 @@ def append_routes(deps: ApiDeps) -> APIRouter:
         """``MessageRedacted``: the message's content leaves every read model and every context
         served from now on; the audit keeps that it existed. Body ``{"reason": "..."}``
         (optional). ``message_id`` may hold ``/`` (a native payload's second message is
-        ``<first>/1``), percent-encoded or not. Redacting a message twice, or one the
-        conversation does not hold, changes nothing; the ``Idempotency-Key`` makes a retried
-        redaction one event."""
+        ``<first>/1``), percent-encoded or not. A message id the conversation does not hold in
+        the log (a summary's id, an event id that is not a message's) is 404
+        ``message_not_found``: nothing is appended. Redacting a message twice changes nothing.
+        The ``Idempotency-Key`` becomes the redaction's event id, as on an append: the same key
+        for the same redaction answers the first one's coordinates; a key something else holds
+        (a message, another redaction) is 409 ``idempotency_key_reused`` with that event's
+        coordinates, and nothing is appended."""
         key = requests.key_of(authorization, user_id, conversation_id)
         reason = (body or {}).get("reason", "redacted through the API")
         if not isinstance(reason, str) or not reason:
             raise ApiError(422, "invalid_reason", "reason must be a non-empty string", field="reason")
-        await requests.held_by_log(key)
-        return accepted(await deps.producer.redact(key, message_id, reason=reason, event_id=_event_id(idempotency_key)))
+        return await _redact(requests, idempotent, key, message_id, reason, _event_id(idempotency_key))
 
     @router.post(PREFIX + "/{conversation_id}/clear", status_code=202)
     async def clear(user_id: str, conversation_id: str, authorization: AuthHeader = None) -> JSONResponse:
@@ -131,6 +135,40 @@ def append_routes(deps: ApiDeps) -> APIRouter:
         return accepted(await deps.producer.erase(key, reason="erased through the API"))
 
     return router
+
+
+async def _redact(
+    requests: Requests, idempotent: IdempotentAppends, key: ConversationKey, message_id: str, reason: str,
+    event_id: str | None,
+) -> JSONResponse:  # fmt: skip
+    """Append the redaction once the log shows the conversation holds the message (404 else);
+    with an ``event_id`` (the Idempotency-Key), only if no other event holds it (409)."""
+    producer = requests.deps.producer
+    built = producer.build(key, MessageRedacted(message_id=message_id, reason=reason), event_id=event_id)
+
+    async def has_message() -> None:
+        # From the log (the read models may lag), past records this build cannot decode.
+        events = await conversation_records(requests.deps.log, await requests.deps.reads(), key, skip_undecodable=True)
+        if not events:
+            await requests.held_by_log(key)  # 404 for no conversation
+        if not any(isinstance(e.body, MessageAppended) and e.body.message_id == message_id for _, e in events):
+            raise ApiError(404, "message_not_found", f"the conversation has no message {message_id!r}",
+                           field="message_id")  # fmt: skip
+
+    if event_id is None:
+        await has_message()
+        return accepted(await producer.append_built(*built))
+    batch = NativeBatch((built,), deterministic=True, next_event_id=f"{event_id}/1")
+    try:
+        return accepted((await idempotent.append_batch(key, batch, before_append=has_message))[0])
+    except IdempotencyKeyReusedError as e:
+        raise _key_reused(e) from e
+
+
+def _key_reused(e: IdempotencyKeyReusedError) -> ApiError:
+    """409: the coordinates of the event that holds the key; nothing was appended."""
+    return ApiError(409, e.code, str(e), event_id=e.first.event_id, partition=e.first.partition,
+                    offset=e.first.offset)  # fmt: skip
 
 
 # The event ids convlog gives a batch's later messages: ``<first>/1``, ``<first>/2``, …

@@ -175,14 +175,34 @@ async def _live(
     try:
         ctx, inputs = await _assemble(reads, key, spec, request, rows_needed)
         if not hinted or _reflects(inputs, partition, min_offset):
-            return ctx, inputs
+            return await _unless_parked(reads, key, partition, min_offset, ctx, inputs)
     except ApiError as e:
         if not hinted or e.status != 404:
             raise  # (a 404 after a hint: not even the conversation is in these read models yet)
     # The hint is not in these read models (another version's commit, or an offset of another
     # conversation): wait for the read models' own word, then read again.
     await _wait_for(reads, deps.log, partition, min_offset, deps.wait_for_offset_s, deps.positions)
-    return await _assemble(reads, key, spec, request, rows_needed)
+    return await _unless_parked(reads, key, partition, min_offset, *await _assemble(reads, key, spec, request,
+                                                                                  rows_needed))  # fmt: skip
+
+
+async def _unless_parked(
+    reads: ReadModels, key: ConversationKey, partition: int, min_offset: int, ctx: Context, inputs: ContextInputs
+) -> tuple[Context, ContextInputs]:
+    """Read-your-writes on a parked conversation: its records from the dead letter's on are
+    held, so a context asked to reflect ``min_offset`` at or past it would miss acknowledged
+    events — 409 ``conversation_parked`` naming the dead letter instead (an operator releases
+    or skips it; an erase or a clear is never held, it releases the conversation itself)."""
+    if inputs.parked:
+        letter = await reads.parked_by(key)
+        if letter is not None and letter.partition == partition and min_offset >= letter.offset:
+            raise ApiError(409, "conversation_parked", f"the conversation is parked behind dead letter "
+                           f"{letter.dead_letter_id} (partition {letter.partition}, offset {letter.offset}, "
+                           f"{letter.error_code}): its events from there on are held, so no context reflects "
+                           f"offset {min_offset} until an operator releases or skips it (convlog dead-letters)",
+                           dead_letter_id=letter.dead_letter_id, partition=letter.partition, offset=letter.offset,
+                           error_code=letter.error_code)  # fmt: skip
+    return ctx, inputs
 
 
 async def _assemble(

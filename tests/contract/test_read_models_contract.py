@@ -264,11 +264,11 @@ async def test_clear_and_erase_start_new_epochs_and_erase_empties_everything_bef
     assert [(i.conversation_id, i.erased, i.cleared) for i in items] == [("oa", True, True)]
 
 
-async def test_a_poison_record_parks_its_conversation_only(
+async def test_a_poison_record_parks_its_conversation_only_until_an_erase(
     side: ReadSide, log: EmbeddedEventLog, producer: ConversationProducer
 ) -> None:
     await producer.append_user(OA, "first")
-    await log.append(key=OA.encode(), value=b"\xc3\x01garbage")
+    garbage = await log.append(key=OA.encode(), value=b"\xc3\x01garbage")
     await producer.append_user(OA, "held behind it")
     await producer.append_user(TOOLS, "a neighbour")
     await project_all(log, side.store)
@@ -277,6 +277,18 @@ async def test_a_poison_record_parks_its_conversation_only(
     assert not tools.parked
     items, _ = await side.reads.list_conversations("acme", "employee-42")
     assert {i.conversation_id: i.parked for i in items} == {"oa": True, "tools": False}
+    parked = await side.reads.parked_by(OA)
+    assert parked is not None
+    assert (parked.partition, parked.offset, parked.error_code) == (garbage.partition, garbage.offset, "corrupt_record")
+    assert await side.reads.parked_by(TOOLS) is None
+    # An erase is not held behind it: it releases the conversation and applies to the held ones too.
+    await producer.erase(OA, reason="gdpr")
+    await project_all(log, side.store)
+    oa = await inputs_of(side, OA)
+    assert (oa.parked, oa.messages, await side.reads.parked_by(OA)) == (False, (), None)
+    page = await side.reads.transcript(OA)
+    assert page is not None
+    assert [(e["content"], e["erased_at"] is not None) for e in page[0]] == [(None, True), (None, True)]
 
 
 async def test_a_repeated_event_id_is_applied_once(
