@@ -9,9 +9,9 @@ import json
 import httpx
 import pytest
 
-from tests.test_api_in_memory import BASE, A, client
+from tests.test_api_in_memory import BASE, A, client, deps
 
-__all__ = ["client"]  # the fixture
+__all__ = ["client", "deps"]  # the fixtures
 
 BODY = json.dumps({"role": "user", "content": "hello"}).encode()
 

@@ -12,9 +12,9 @@ import pytest
 from openapi_spec_validator import validate
 
 from query_api.http.openapi import CONTEXT_PATH
-from tests.test_api_in_memory import BASE, A, client, post
+from tests.test_api_in_memory import BASE, A, client, deps, post
 
-__all__ = ["client"]  # the fixture
+__all__ = ["client", "deps"]  # the fixtures
 
 FORMATS = ("chat_completions", "anthropic", "responses", "gemini")
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import httpx
 
-from tests.test_api_in_memory import A, client
+from tests.test_api_in_memory import A, client, deps
 
-__all__ = ["client"]  # the fixture
+__all__ = ["client", "deps"]  # the fixtures
 
 SECTION = Path(__file__).parents[2].joinpath("docs", "formats.md").read_text()
 

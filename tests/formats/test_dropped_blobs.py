@@ -11,9 +11,9 @@ import httpx
 import pytest
 
 from tests.formats.test_http_formats import CASES, _blobs
-from tests.test_api_in_memory import BASE, A, client
+from tests.test_api_in_memory import BASE, A, client, deps
 
-__all__ = ["client"]  # the fixture
+__all__ = ["client", "deps"]  # the fixtures
 
 TARGETS = ("chat_completions", "anthropic", "responses", "gemini")
 MODELS = ("claude-sonnet-4-5", "gpt-5", "gemini-2.5-pro")

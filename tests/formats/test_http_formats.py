@@ -18,9 +18,9 @@ from events.event_types import Event, MessageAppended, ToolCall
 from events.keys import ConversationKey
 from query_api.http.routes_context import CACHEABLE_PREFIX_HEADER
 from tests.formats.every_format import validate_with_sdk
-from tests.test_api_in_memory import client
+from tests.test_api_in_memory import client, deps
 
-__all__ = ["client"]  # the fixture (the API over the in-memory read models, a projector beside it)
+__all__ = ["client", "deps"]  # the fixture (the API over the in-memory read models, a projector beside it)
 
 A = {"Authorization": "Bearer token-a"}
 BASE = "/v1/users/u1/conversations"
