@@ -50,6 +50,7 @@ lint: install
 
 typecheck: install
 	$(BIN)/mypy
+	$(BIN)/mypy examples/python  # the examples, as strictly (mypy takes packages or files, not both)
 
 # The documentation site (mkdocs.yml): strict, so a broken link or anchor, or a page left out, fails.
 docs: install

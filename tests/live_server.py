@@ -27,6 +27,14 @@ TOKEN = "client-token"  # noqa: S105 -- the test service's token
 def convlog_serve(pg_admin_url: str, data: Path, **settings: str) -> Iterator[str]:
     """The base URL of a ``convlog serve`` on a database of its own; ``settings`` are extra
     ``CONVLOG_*`` variables (``CONVLOG_SUMMARIZER="on"`` runs the offline summarizer)."""
+    with convlog_serve_env(pg_admin_url, data, **settings) as (url, _):
+        yield url
+
+
+@contextmanager
+def convlog_serve_env(pg_admin_url: str, data: Path, **settings: str) -> Iterator[tuple[str, dict[str, str]]]:
+    """:func:`convlog_serve`'s base URL and the environment the process runs with (its database,
+    data dir and token): what an operator's command beside it needs."""
     name = f"convlog_test_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(pg_admin_url, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
@@ -45,7 +53,7 @@ def convlog_serve(pg_admin_url: str, data: Path, **settings: str) -> Iterator[st
                 assert process.poll() is None, (data / "serve.err").read_text()
                 assert time.monotonic() < deadline, "convlog serve did not start"
                 time.sleep(0.1)
-            yield f"http://127.0.0.1:{port}"
+            yield f"http://127.0.0.1:{port}", env
         finally:
             process.terminate()
             process.wait(30)

@@ -1,9 +1,9 @@
 """The provider-format examples of docs/formats.md work as written: every ``curl … -X POST`` body is
-appended with its ``?format=``, and every context ``curl`` answers 200 in its format."""
+appended with its ``?format=``, and every context ``curl`` (with the last append's offset as
+``min_offset``) answers 200 in its format, the example's tool call in it."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import shlex
@@ -16,6 +16,7 @@ from tests.test_api_in_memory import A, client, deps
 __all__ = ["client", "deps"]  # the fixtures
 
 SECTION = Path(__file__).parents[2].joinpath("docs", "formats.md").read_text()
+SERVED_CALL = {"anthropic": '"tool_use"', "responses": '"function_call"', "gemini": '"functionCall"'}
 
 
 def _commands() -> list[list[str]]:
@@ -28,20 +29,20 @@ def _commands() -> list[list[str]]:
 
 async def test_the_format_examples_of_the_docs_run(client: httpx.AsyncClient) -> None:
     commands = _commands()
-    assert len(commands) >= 8
+    assert len(commands) >= 9
+    offset = None
     for args in commands:
         url = next(a for a in args if "$BASE" in a).replace("$BASE", "/v1/users/u1/conversations")
         if "-d" in args:
             body = json.loads(args[args.index("-d") + 1])
             r = await client.post(url, json=body, headers=A)
             assert r.status_code == 202, (url, r.text)
+            offset = r.json()["offset"]  # $OFFSET: the last append's
         else:
-            for _ in range(100):  # the page reads without min_offset: the projection may lag a little
-                r = await client.get(url, headers=A)
-                if r.status_code != 404:
-                    break
-                await asyncio.sleep(0.05)
+            assert "min_offset=$OFFSET" in url  # the page reads its own writes, never a 404 for lag
+            r = await client.get(url.replace("$OFFSET", str(offset)), headers=A)
             assert r.status_code == 200, (url, r.text)
             fmt = re.search(r"format=(\w+)", url)
             assert fmt is not None
             assert r.json()["format"] == fmt.group(1)
+            assert SERVED_CALL[fmt.group(1)] in r.text  # each example's tool call, served with its result

@@ -172,14 +172,19 @@ async def test_switching_from_sqlite_to_convlog_is_one_line(served: str) -> None
 README_EXAMPLE = readme_example("OpenAI Agents SDK")
 
 
-async def test_the_readme_example_runs(served: str, capsys: pytest.CaptureFixture[str]) -> None:
-    """The example of docs/adapters.md, run as written but for the service's address and token and a
-    scripted model instead of OpenAI's (no network in tests)."""
+async def test_the_readme_example_runs(
+    served: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The example of docs/adapters.md with a real model, run as written but for a scripted model
+    instead of OpenAI's (no network in tests): the service's address and token from the environment."""
     from agents.testing import ScriptedModel, assistant_message  # noqa: PLC0415
 
+    assert "127.0.0.1" not in README_EXAMPLE
+    monkeypatch.setenv("CONVLOG_URL", served)
+    monkeypatch.setenv("CONVLOG_TOKEN", TOKEN)
     scripted = ScriptedModel()
     scripted.extend([[assistant_message("San Francisco")], [assistant_message("California")]])
-    code = (README_EXAMPLE.replace("http://127.0.0.1:8080", served).replace('"token_a"', repr(TOKEN))
+    code = (README_EXAMPLE
             .replace('instructions="Reply very concisely.")', 'instructions="Reply very concisely.", model=scripted)')
             .replace("conversation-1", new_id("readme")).replace("asyncio.run(main())", ""))  # fmt: skip
     namespace: dict[str, Any] = {"scripted": scripted, "__name__": "readme_example"}

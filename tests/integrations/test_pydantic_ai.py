@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import re
 import time
+import tomllib
 import uuid
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from packaging.requirements import Requirement
 from pydantic_ai import Agent, ModelRetry
 from pydantic_ai.messages import (
     AudioUrl,
@@ -568,3 +572,13 @@ def test_the_readme_example_runs(served: str, conversation: str, monkeypatch: py
         "And in Oslo?",
     ]
     history.close()
+
+
+def test_the_extra_installs_what_the_example_with_a_real_model_needs() -> None:
+    """``convlog[pydantic-ai]`` brings Pydantic AI's extra for the provider of the docs' example
+    (``anthropic:`` models import the anthropic SDK, which the slim package leaves out)."""
+    pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    extra = [Requirement(r) for r in pyproject["project"]["optional-dependencies"]["pydantic-ai"]]
+    provider = re.search(r'Agent\("(\w+):', README_EXAMPLE)
+    assert provider is not None
+    assert any(r.name == "pydantic-ai-slim" and provider.group(1) in r.extras for r in extra)
