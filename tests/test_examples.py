@@ -72,9 +72,9 @@ EXPECTED: dict[str, list[str]] = {
     "native_gemini.py": [
         "appended 4 gemini payloads",
         "gemini for gemini-2.5-pro: 4 contents; dropped: nothing",
-        "chat_completions for gpt-4o: 4 messages;",  # the call and its result both served
-        "anthropic for claude-sonnet-4-5: 4 messages;",
-        "responses for gpt-5: 4 input;",
+        "chat_completions for gpt-4o: 4 messages; dropped: ['signature (other_provider)']",  # call and result served
+        "anthropic for claude-sonnet-4-5: 4 messages; dropped: ['signature (other_provider)']",
+        "responses for gpt-5: 4 input; dropped: ['signature (other_provider)']",
         "gemini for gemini-2.5-flash: 4 contents; dropped: ['signature (other_model)']",
         "back to gemini-2.5-pro: the call with its signature: CiQBcsjafQ==",
     ],
