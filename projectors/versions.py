@@ -67,6 +67,10 @@ def schema_name(projection: str, version: int) -> str:
     return f"convlog_{projection}_v{version}"
 
 
+# What a switch NOTIFYs (the new live schema as payload), in its transaction: delivered at its
+# commit to every API and projector LISTENing, so none reads or projects the retired version on.
+VERSIONS_CHANNEL = "convlog_versions"
+
 # Serialises the creation of versions (held to the end of the transaction that takes it).
 _VERSIONS_LOCK = "SELECT pg_advisory_xact_lock(hashtext('convlog.projection_versions'))"
 
@@ -164,7 +168,7 @@ async def switch(conn: AsyncConnection[Any], projection: str, version: int) -> N
         await cur.execute(
             "UPDATE convlog.projection_versions SET status = 'live', switched_at = now() "
             "WHERE projection = %s AND version = %s AND status <> 'live' "
-            "RETURNING window_max_turns, window_keep_turns",
+            "RETURNING window_max_turns, window_keep_turns, schema_name",
             [projection, version],
         )
         made = await cur.fetchone()
@@ -177,6 +181,8 @@ async def switch(conn: AsyncConnection[Any], projection: str, version: int) -> N
             "previous_schema, live_from) VALUES (%s, %s, %s, %s, %s, %s)",
             [projection, version, made[0], made[1], previous, Jsonb({str(p): o for p, o in live_from.items()})],
         )
+        # Delivered at the commit to every process LISTENing: APIs and projectors follow at once.
+        await cur.execute("SELECT pg_notify(%s, %s)", [VERSIONS_CHANNEL, made[2]])
 
 
 async def _positions(conn: AsyncConnection[Any], schema: str) -> dict[int, int]:

@@ -122,6 +122,7 @@ class LiveProjector:
         self._on_committed = on_committed
         self._database = ""  # database_identity(pool), read once, when a Kafka group is first joined
         self._poll_s = poll_s if poll_s is not None else settings.version_poll_s
+        self._switch_heard = asyncio.Event()  # set by heard_switch: look at the live version now
         self.current: Projector | None = None
         self.schema: str | None = None
         self.version: ProjectionVersion | None = None
@@ -188,10 +189,20 @@ class LiveProjector:
             log.info("projector.switched", old_schema=schema)
             schema = await self.start_version()
 
+    def heard_switch(self) -> None:
+        """A switch of the live version was heard (``convlog serve``'s positions listener): look
+        at once, not at the next poll, so the new version is projected from its commit on."""
+        self._switch_heard.set()
+
     async def _watch(self, schema: str, stop: asyncio.Event, inner: asyncio.Event) -> None:
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self._poll_s)
+            woken = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._switch_heard.wait())]
+            try:
+                await asyncio.wait(woken, timeout=self._poll_s, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiting in woken:
+                    waiting.cancel()
+            self._switch_heard.clear()
             if stop.is_set():
                 break
             try:

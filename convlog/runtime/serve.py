@@ -60,7 +60,8 @@ class Service:
 
 
 class _LiveReads:
-    """The live version's reads, looked up again every few seconds (a switch changes it)."""
+    """The live version's reads: looked up again at once when a switch is heard (the positions
+    listener's ``on_switch``), and every few seconds anyway (a listener that is down hears none)."""
 
     def __init__(self, pool: PgPool, ttl_s: float = 5.0) -> None:
         self._pool, self._ttl_s = pool, ttl_s
@@ -78,9 +79,19 @@ class _LiveReads:
             self._at = time.monotonic()
         return self._reads
 
+    def switched(self) -> None:
+        """The live version may have changed: the next call looks it up."""
+        self._at = -self._ttl_s - 1.0
+
 
 async def _schema_of(reads: _LiveReads) -> str:
     return (await reads()).schema
+
+
+def _switched(reads: _LiveReads, projector: LiveProjector | None) -> None:
+    reads.switched()
+    if projector is not None:
+        projector.heard_switch()
 
 
 def serve_roles(settings: Settings) -> list[str]:
@@ -163,7 +174,9 @@ async def running_service(settings: Settings) -> AsyncIterator[Service]:
         for task in background.values():
             task.add_done_callback(_report_crash)
         # Every projector's commits (other processes' too: a Kafka group shares the partitions).
-        listener = PositionsListener(url, watch, lambda: _schema_of(reads))
+        # A switch reaches this process's reads and projector at its commit (their polls: fallbacks).
+        listener = PositionsListener(url, watch, lambda: _schema_of(reads),
+                                     on_switch=lambda: _switched(reads, projector))  # fmt: skip
         listening = asyncio.create_task(listener.run(stop), name="positions-listener")
         try:
             yield Service(deps, projector, summarizer, pool, event_log)
