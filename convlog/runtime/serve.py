@@ -158,6 +158,7 @@ async def running_service(settings: Settings) -> AsyncIterator[Service]:
             max_event_bytes=settings.max_event_bytes,
             log_behind=guard.check_read,
             positions=watch,
+            alive=readiness.alive,
         )
         summarizer = None
         if "summarizer" in roles:
