@@ -19,13 +19,14 @@ connect / last response to a complete head).
 from __future__ import annotations
 
 import asyncio
+import socket
 from typing import Any
 
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from convlog.settings import Settings
-from events.errors import ConvlogError
+from events.errors import ConfigurationError, ConvlogError
 
 MAX_HEAD_BYTES = 16 * 1024  # h11's default bound, kept with llhttp
 
@@ -123,3 +124,17 @@ def server_config(app: Any, settings: Settings) -> uvicorn.Config:
         timeout_keep_alive=settings.http_keep_alive_s,
         timeout_graceful_shutdown=settings.shutdown_grace_s,
     )
+
+
+def listening_socket(settings: Settings) -> socket.socket:
+    """The socket ``convlog serve`` listens on, bound before anything else starts (the embedded
+    Postgres, the log): an address that cannot be had is a :class:`ConfigurationError` (exit 2,
+    naming it) with nothing started, not uvicorn's exit 3 after everything was."""
+    host, port = settings.http_host, settings.http_port
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host, port), family=family, backlog=2048)
+    except OSError as e:
+        raise ConfigurationError(
+            f"convlog serve cannot listen on {host}:{port} (CONVLOG_HTTP_HOST, CONVLOG_HTTP_PORT): {e.strerror or e}"
+        ) from e

@@ -23,7 +23,7 @@ import uvicorn
 import uvloop
 
 from convlog.local.embedded_pg import database_url
-from convlog.runtime.http_server import server_config
+from convlog.runtime.http_server import listening_socket, server_config
 from convlog.runtime.log_guard import LogGuard
 from convlog.runtime.metrics_server import ProjectorCollector
 from convlog.runtime.projecting import LiveProjector, checked_live_version, projector_session_limits
@@ -244,6 +244,8 @@ def http_server(app: Any, settings: Settings) -> uvicorn.Server:
 
 
 def main(settings: Settings) -> None:
+    listening = listening_socket(settings)  # first: a port in use starts nothing
+
     async def run() -> None:
         async with running_service(settings) as service:
             if not service.deps.tokens:
@@ -253,8 +255,8 @@ def main(settings: Settings) -> None:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, lambda: setattr(server, "should_exit", True))
             with projection_gc():  # its projector's batches and its requests alike
-                await server.serve()
+                await server.serve(sockets=[listening])
 
     # uvloop: the same asyncio API on libuv, a cheaper loop for every socket the service serves.
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+    with listening, asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         runner.run(run())
