@@ -290,3 +290,27 @@ async def test_a_switch_reaches_the_api_and_its_projector_at_its_commit(pg_admin
             assert context.headers[VERSION_HEADER] == "2"
             assert context.json()["messages"][-1]["content"] == "after it"
             assert took < 1.0  # the projector followed at the commit too, not at its next poll
+
+
+async def test_a_wait_under_way_at_a_switch_follows_the_new_version(
+    log: EmbeddedEventLog, producer: ConversationProducer
+) -> None:
+    """A read-your-writes wait that began on the retired version (which no longer moves) reads
+    the positions of the version live at each look: it ends when the new version passes the
+    offset, not at its 5 s bound with 503 ``not_caught_up``."""
+    partition, offset = await appended(producer, log)
+    retired, new = Positions(), Positions()
+    live = [retired]
+
+    async def live_reads() -> ReadModels:
+        return cast("ReadModels", live[0])
+
+    waiting = asyncio.create_task(
+        _wait_for(cast("ReadModels", retired), log, partition, offset, 5.0, PositionsWatch(), follow=live_reads)
+    )
+    await asyncio.sleep(0.1)
+    live[0], new.next_offset = new, offset + 1  # the switch: the new version has the record
+    started = time.perf_counter()
+    assert await asyncio.wait_for(waiting, 1.0) is False  # the read models' own word
+    assert time.perf_counter() - started < 0.1
+    assert new.reads >= 1
