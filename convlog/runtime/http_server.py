@@ -127,14 +127,18 @@ def server_config(app: Any, settings: Settings) -> uvicorn.Config:
 
 
 def listening_socket(settings: Settings) -> socket.socket:
-    """The socket ``convlog serve`` listens on, bound before anything else starts (the embedded
-    Postgres, the log): an address that cannot be had is a :class:`ConfigurationError` (exit 2,
-    naming it) with nothing started, not uvicorn's exit 3 after everything was."""
+    """The socket ``convlog serve`` will listen on, bound before anything else starts (the
+    embedded Postgres, the log): an address that cannot be had is a :class:`ConfigurationError`
+    (exit 2, naming it) with nothing started, not uvicorn's exit 3 after everything was. Bound
+    only: the server listens once the service runs (no connection is accepted before)."""
     host, port = settings.http_host, settings.http_port
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     try:
-        return socket.create_server((host, port), family=family, backlog=2048)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        sock.bind((host, port))
     except OSError as e:
+        sock.close()
         raise ConfigurationError(
             f"convlog serve cannot listen on {host}:{port} (CONVLOG_HTTP_HOST, CONVLOG_HTTP_PORT): {e.strerror or e}"
         ) from e
+    return sock
