@@ -267,7 +267,7 @@ async def test_a_switch_reaches_the_api_and_its_projector_at_its_commit(pg_admin
         base = "/v1/users/u/conversations/c"
         params = {"model": "gpt-4o", "budget_tokens": 1000}
         async with running_service(settings) as service:
-            await service.deps.producer.append_user(KEY, "before the rebuild", message_id="m0")
+            first = await service.deps.producer.append_user(KEY, "before the rebuild", message_id="m0")
         assert await rebuild(settings, RebuildOptions(), asyncio.Event()) == 0  # version 2, built, not live
         async with running_service(settings) as service:
             assert service.deps.positions is not None
@@ -277,8 +277,9 @@ async def test_a_switch_reaches_the_api_and_its_projector_at_its_commit(pg_admin
                 await asyncio.sleep(0.02)
             transport = httpx.ASGITransport(app=create_app(service.deps))
             async with httpx.AsyncClient(transport=transport, base_url="http://convlog", headers=headers) as client:
-                before = await client.get(f"{base}/context", params=params)  # the live version just looked up
-                assert before.headers[VERSION_HEADER] == "1"
+                before = await client.get(f"{base}/context", params={**params, "min_offset": first.offset})
+                assert before.status_code == 200, before.text
+                assert before.headers[VERSION_HEADER] == "1"  # the live version, just looked up
                 async with service.pool.connection() as conn:
                     await switch(conn, "read_models", 2)
                 await asyncio.sleep(0.1)  # the notification's way to this process
