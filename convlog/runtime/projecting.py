@@ -30,6 +30,7 @@ from projectors.tokens import TokenCounter
 from projectors.topics import claim_topic
 from projectors.versions import ProjectionVersion, ensure_live_version, live_version
 from projectors.window import WindowPolicy
+from query_api.positions_listener import PositionsListener
 
 log = structlog.get_logger(__name__)
 
@@ -250,8 +251,15 @@ async def run_projector(settings: Settings, stop: asyncio.Event) -> LiveProjecto
         registry = CollectorRegistry()
         registry.register(ProjectorCollector(projector))
         start_metrics_endpoint(registry, settings)
-        with projection_gc():
-            await projector.run(stop)
+        # A switch is heard at its commit (rebuild --switch NOTIFYs it): no wait for the next poll.
+        switches = asyncio.create_task(PositionsListener(url, None, on_switch=projector.heard_switch).run(stop))
+        try:
+            with projection_gc():
+                await projector.run(stop)
+        finally:
+            switches.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await switches
         return projector
     finally:
         if event_log is not None:
