@@ -191,8 +191,9 @@ class LiveProjector:
             schema = await self.start_version()
 
     def heard_switch(self) -> None:
-        """A switch of the live version was heard (``convlog serve``'s positions listener): look
-        at once, not at the next poll, so the new version is projected from its commit on."""
+        """A switch of the live version was heard (the positions listener of ``convlog serve`` or
+        ``convlog project``): look at once, not at the next poll, so the new version is projected
+        from its commit on."""
         self._switch_heard.set()
 
     async def _watch(self, schema: str, stop: asyncio.Event, inner: asyncio.Event) -> None:
