@@ -25,10 +25,10 @@ from query_api.ports import ReadModels
 
 
 class Readiness:
-    """``/readyz``: Kafka (or the embedded log, with room for appends) and Postgres answer; with a projector here, its
-    loop runs and is not waiting out an outage. A projector task that ended (crashed or
-    returned) is not ready whatever else holds; the report says why, and gives no lag (it owns
-    no partitions then, so any figure would read as "caught up")."""
+    """``/readyz``: Kafka (or the embedded log, with room for appends) and Postgres answer;
+    with a projector here, its loop runs and is not waiting out an outage. A projector task that
+    ended (crashed or returned) is not ready whatever else holds; the report says why, and gives
+    no lag (it owns no partitions then, so any figure would read as "caught up")."""
 
     def __init__(
         self, projector: LiveProjector | None, event_log: EventLog, pool: PgPool, metrics: Metrics,
