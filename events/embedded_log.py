@@ -50,6 +50,7 @@ from events.log import Coordinates, LogRecord, ReadBatch
 
 # errno values that mean "no room": retriable once space is freed, the failed write cut back off.
 _NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+_ROOM_PROBE = 1 << 20  # bytes a full log asks room for before it says appends can go on again
 _READ_SLICE = 64  # records read between yields to the event loop: long scans must not stall it
 # One append waiting for the group commit: its partition, file position, the frame's bytes (or a
 # batch's frames back to back, with each frame's length), and the caller's future (Coordinates;
@@ -74,6 +75,7 @@ class EmbeddedEventLog:
         self._rotation = 0
         self._closed = False
         self._failed: str | None = None  # why a write failed beyond repair: the file's tail is unknown
+        self._full: str | None = None  # the last write failed for want of space (none succeeded since)
         self._read_only = False
 
     @classmethod
@@ -185,6 +187,7 @@ class EmbeddedEventLog:
                 # The file is back at good_end: fail this batch, move the appends queued since
                 # onto good_end, and go on — freed space makes the next write succeed.
                 log.error("embedded_log.storage_full", path=str(self._path), error=str(e.__cause__))  # noqa: TRY400 - expected, no traceback
+                self._full = str(e)
                 self._fail(batch, e)
                 self._pending = self._rebased(self._pending, good_end)
                 continue
@@ -195,6 +198,7 @@ class EmbeddedEventLog:
                 self._fail(batch + self._pending, failed)
                 self._pending = []
                 return
+            self._full = None
             for partition, position, _, sizes, future in batch:
                 frames = self._index[partition]
                 if sizes is None:  # one record
@@ -292,6 +296,29 @@ class EmbeddedEventLog:
         if not self._read_only:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
         os.close(self._fd)
+
+    @property
+    def failed(self) -> str | None:
+        """Why this log stopped for good (a write failed other than for want of space: only a
+        restart, which reopens the file and cuts a torn tail, makes it usable again); None."""
+        return None if self._failed is None else f"the embedded log stopped after a failed write ({self._failed})"
+
+    def storage_full(self) -> str | None:
+        """Why appends are refused for want of space now, or None. Asked only after a write
+        failed so (and no write is under way): the file system is asked for room past the end
+        (``posix_fallocate``, cut back at once; a crash in between leaves a zero tail, which
+        opening cuts), so freed space counts before any append tries."""
+        if self._full is None or self._pending or not (self._flusher is None or self._flusher.done()):
+            return self._full
+        try:
+            os.posix_fallocate(self._fd, self._end, _ROOM_PROBE)
+        except OSError as e:
+            if e.errno in _NO_SPACE:
+                return self._full
+        finally:
+            os.ftruncate(self._fd, self._end)
+        self._full = None
+        return None
 
     def _check_open(self) -> None:
         if self._closed:

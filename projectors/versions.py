@@ -20,7 +20,7 @@ copies them into the row first (:func:`keep_hand_over`).
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -46,6 +46,9 @@ CHECKED_TABLES: dict[str, str] = {
     "transcript": "conversation_key, seq",
     "summaries": "conversation_key, seq",
     "event_ids": "conversation_key, event_id",
+    # Every record's coordinates: a version made before the index holds them from its
+    # event_index_from on (compared from the later of two versions' starts, see index_rows_from).
+    "event_index": 'conversation_key, partition, "offset", event_id',
 }
 
 
@@ -66,6 +69,10 @@ def _version(row: Sequence[Any]) -> ProjectionVersion:
 def schema_name(projection: str, version: int) -> str:
     return f"convlog_{projection}_v{version}"
 
+
+# What a switch NOTIFYs (the new live schema as payload), in its transaction: delivered at its
+# commit to every API and projector LISTENing, so none reads or projects the retired version on.
+VERSIONS_CHANNEL = "convlog_versions"
 
 # Serialises the creation of versions (held to the end of the transaction that takes it).
 _VERSIONS_LOCK = "SELECT pg_advisory_xact_lock(hashtext('convlog.projection_versions'))"
@@ -164,7 +171,7 @@ async def switch(conn: AsyncConnection[Any], projection: str, version: int) -> N
         await cur.execute(
             "UPDATE convlog.projection_versions SET status = 'live', switched_at = now() "
             "WHERE projection = %s AND version = %s AND status <> 'live' "
-            "RETURNING window_max_turns, window_keep_turns",
+            "RETURNING window_max_turns, window_keep_turns, schema_name",
             [projection, version],
         )
         made = await cur.fetchone()
@@ -177,6 +184,8 @@ async def switch(conn: AsyncConnection[Any], projection: str, version: int) -> N
             "previous_schema, live_from) VALUES (%s, %s, %s, %s, %s, %s)",
             [projection, version, made[0], made[1], previous, Jsonb({str(p): o for p, o in live_from.items()})],
         )
+        # Delivered at the commit to every process LISTENing: APIs and projectors follow at once.
+        await cur.execute("SELECT pg_notify(%s, %s)", [VERSIONS_CHANNEL, made[2]])
 
 
 async def _positions(conn: AsyncConnection[Any], schema: str) -> dict[int, int]:
@@ -260,24 +269,63 @@ async def keep_hand_over(conn: AsyncConnection[Any], projection: str, schema: st
 
 async def checksums(
     conn: AsyncConnection[Any], schema: str, keys: Sequence[str] | None = None, *, by_value: bool = False,
-    uncounted: Collection[str] = (),
+    uncounted: Collection[str] = (), index_from: Mapping[int, int] | None = None,
 ) -> dict[tuple[str, str], str]:  # fmt: skip
     """md5 per (table, conversation) over the rows in key order; only ``keys`` when given.
     ``by_value``: JSON compared by value (see :func:`json_forms_differ`), else as stored text.
-    ``uncounted``: see :func:`row_text`."""
+    ``uncounted``: see :func:`row_text`. ``index_from``: see :func:`compared_rows` (None: the
+    event index is not compared, a version older than it may lack it)."""
     result: dict[tuple[str, str], str] = {}
-    where = sql.SQL("WHERE conversation_key = ANY(%s)" if keys is not None else "")
     async with conn.cursor() as cur:
         for table, order in CHECKED_TABLES.items():
+            if table == "event_index" and index_from is None:
+                continue
+            where, params = compared_rows(table, keys, index_from)
             query = sql.SQL(
                 "SELECT conversation_key, md5(string_agg({row}, E'\\n' ORDER BY {order})) "
                 "FROM {s}.{t} AS t {where} GROUP BY conversation_key"
             ).format(row=row_text(by_value=by_value, uncounted=uncounted, table=table), order=sql.SQL(order),
                      s=sql.Identifier(schema), t=sql.Identifier(table), where=where)  # fmt: skip
-            await cur.execute(query, [list(keys)] if keys is not None else None)
+            await cur.execute(query, params)
             for key, digest in await cur.fetchall():
                 result[(table, key)] = digest
     return result
+
+
+def compared_rows(
+    table: str, keys: Sequence[str] | None, index_from: Mapping[int, int] | None = None
+) -> tuple[sql.Composable, list[Any]]:
+    """The WHERE clause (and its parameters) of the rows of ``table`` (alias ``t``) compared:
+    those of ``keys`` (all when None); for the event index only those at or past ``index_from``
+    (per partition, from :func:`index_rows_from`), where both versions index every record."""
+    clauses: list[sql.Composable] = []
+    params: list[Any] = []
+    if keys is not None:
+        clauses.append(sql.SQL("t.conversation_key = ANY(%s)"))
+        params.append(list(keys))
+    if table == "event_index" and index_from:
+        clauses.append(sql.SQL('t."offset" >= coalesce((SELECT f.start FROM unnest(%s::int[], %s::bigint[]) '
+                               "AS f(partition, start) WHERE f.partition = t.partition), 0)"))  # fmt: skip
+        params += [list(index_from), list(index_from.values())]
+    return (sql.SQL("WHERE ") + sql.SQL(" AND ").join(clauses) if clauses else sql.SQL("")), params
+
+
+async def index_rows_from(conn: AsyncConnection[Any], *schemas: str) -> dict[int, int] | None:
+    """Per partition, the offset from which every one of ``schemas`` indexes all records: a
+    version made before the event index existed indexes from its positions then
+    (``event_index_from``); compared from the latest such start. None when one of them has no
+    event index yet (no projector ran on it since): nothing to compare."""
+    starts: dict[int, int] = {}
+    for schema in schemas:
+        cur = await conn.execute("SELECT to_regclass(%s) IS NOT NULL", [f'"{schema}".event_index_from'])
+        if not (row := await cur.fetchone()) or not row[0]:
+            return None
+        cur = await conn.execute(
+            sql.SQL("SELECT partition, from_offset FROM {}.event_index_from").format(sql.Identifier(schema))
+        )
+        for partition, start in await cur.fetchall():
+            starts[partition] = max(start, starts.get(partition, 0))
+    return starts
 
 
 _COUNT_COLUMNS = {
@@ -323,7 +371,10 @@ async def compare(
 ) -> list[tuple[str, str]]:
     """The (table, conversation) pairs whose rows differ between two versions, sorted
     (``uncounted``: see :func:`row_text`)."""
-    by_value = await json_forms_differ(conn, schema_a, schema_b)
-    a = await checksums(conn, schema_a, by_value=by_value, uncounted=uncounted)
-    b = await checksums(conn, schema_b, by_value=by_value, uncounted=uncounted)
+    by_value, index_from = (
+        await json_forms_differ(conn, schema_a, schema_b),
+        await index_rows_from(conn, schema_a, schema_b),
+    )
+    a = await checksums(conn, schema_a, by_value=by_value, uncounted=uncounted, index_from=index_from)
+    b = await checksums(conn, schema_b, by_value=by_value, uncounted=uncounted, index_from=index_from)
     return sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))

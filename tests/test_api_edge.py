@@ -343,6 +343,33 @@ async def test_http_type_checks_name_the_field(client: httpx.AsyncClient) -> Non
         assert response.json()["error"]["field"] == field
 
 
+@pytest.mark.postgres
+async def test_ids_that_are_not_utf8_are_422_never_one_conversation(client: httpx.AsyncClient) -> None:
+    """``a%FFb``, ``a%FEb`` and a lone surrogate (``%ED%A0%80``) were all decoded to the
+    conversation ``a\ufffdb``: refused, naming the id; the UTF-8 of U+FFFD itself still names it."""
+    posted = await client.post(f"{BASE}/a%EF%BF%BDb/messages", json={"role": "user", "content": "x"}, headers=A)
+    assert posted.status_code == 202, posted.text
+    for path, field in (
+        (f"{BASE}/a%FFb/messages", "conversation_id"),
+        (f"{BASE}/a%FEb/messages", "conversation_id"),
+        (f"{BASE}/a%ED%A0%80b/messages", "conversation_id"),
+        ("/v1/users/u%FF/conversations/c/messages", "user_id"),
+    ):
+        response = await client.post(path, json={"role": "user", "content": "y"}, headers=A)
+        assert (response.status_code, response.json()["error"]["code"]) == (422, "invalid_request"), path
+        assert response.json()["error"]["field"] == field
+    for path in (f"{BASE}/a%FFb/context?model=gpt-4o&budget_tokens=100", f"{BASE}/a%FEb/events"):
+        response = await client.get(path, headers=A)
+        assert (response.status_code, response.json()["error"]["field"]) == (422, "conversation_id"), path
+    refused = await client.get(f"{BASE}/c/context?model=gpt-4o&budget_tokens=100&before_message=m%FF", headers=A)
+    assert (refused.status_code, refused.json()["error"]["field"]) == (422, "before_message")
+    unauthenticated = await client.post(f"{BASE}/a%FFb/messages", json={"role": "user", "content": "y"})
+    assert unauthenticated.status_code == 401  # authentication still first
+    events = await client.get(f"{BASE}/a%EF%BF%BDb/events", headers=A)
+    assert events.status_code == 200, events.text
+    assert len(events.json()["events"]) == 1  # only the message sent to it
+
+
 # --- authentication comes first ------------------------------------------------------------------
 
 PUBLIC = ("/healthz", "/readyz", "/metrics", "/openapi.json")

@@ -12,6 +12,7 @@ from typing import cast
 import httpx
 import pytest
 
+from convlog.ops.rebuilding import RebuildOptions, rebuild
 from convlog.runtime.serve import running_service
 from convlog.settings import Settings
 from events.codec import default_codec
@@ -21,10 +22,11 @@ from events.producer import ConversationProducer
 from projectors.positions_watch import FALLBACK_S, PositionsWatch, parse_positions, positions_payload
 from projectors.store import PostgresProjectionStore
 from projectors.tokens import TokenCounter
+from projectors.versions import switch
 from projectors.window import WindowPolicy
 from query_api.http import create_app
 from query_api.http.deps import ApiError
-from query_api.http.routes_context import _wait_for
+from query_api.http.routes_context import VERSION_HEADER, _wait_for
 from query_api.ports import ReadModels
 from query_api.positions_listener import PositionsListener
 from tests.projection_support import Projection, temporary_database
@@ -250,3 +252,66 @@ async def test_a_listening_watch_that_says_behind_saves_the_first_read_and_a_sta
     assert time.perf_counter() - started < FALLBACK_S + 0.05
     stale.forget()  # as a listener does when it starts listening: nothing heard, so nothing trusted
     assert not stale.behind(partition, offset)
+
+
+@pytest.mark.postgres
+async def test_a_switch_reaches_the_api_and_its_projector_at_its_commit(pg_admin_url: str, tmp_path: Path) -> None:
+    """``convlog rebuild --switch`` while serve runs: the switch's NOTIFY reaches the API's reads
+    and its projector at the commit, so the next read-your-writes request is served by the new
+    version at once, instead of waiting out the retired version (which no longer moves) until
+    the next look-up of the live version and answering 503 ``not_caught_up``."""
+    async with temporary_database(pg_admin_url) as url:
+        settings = Settings(database_url=url, data_dir=tmp_path, partitions=2, api_tokens="acme:token-a",
+                            summarizer="off")  # fmt: skip
+        headers = {"Authorization": "Bearer token-a"}
+        base = "/v1/users/u/conversations/c"
+        params = {"model": "gpt-4o", "budget_tokens": 1000}
+        async with running_service(settings) as service:
+            first = await service.deps.producer.append_user(KEY, "before the rebuild", message_id="m0")
+        assert await rebuild(settings, RebuildOptions(), asyncio.Event()) == 0  # version 2, built, not live
+        async with running_service(settings) as service:
+            assert service.deps.positions is not None
+            for _ in range(100):
+                if service.deps.positions.listening:
+                    break
+                await asyncio.sleep(0.02)
+            transport = httpx.ASGITransport(app=create_app(service.deps))
+            async with httpx.AsyncClient(transport=transport, base_url="http://convlog", headers=headers) as client:
+                before = await client.get(f"{base}/context", params={**params, "min_offset": first.offset})
+                assert before.status_code == 200, before.text
+                assert before.headers[VERSION_HEADER] == "1"  # the live version, just looked up
+                async with service.pool.connection() as conn:
+                    await switch(conn, "read_models", 2)
+                await asyncio.sleep(0.1)  # the notification's way to this process
+                posted = await client.post(f"{base}/messages", json={"role": "user", "content": "after it"})
+                started = time.perf_counter()
+                context = await client.get(f"{base}/context", params={**params, "min_offset": posted.json()["offset"]})
+                took = time.perf_counter() - started
+            assert context.status_code == 200, context.text
+            assert context.headers[VERSION_HEADER] == "2"
+            assert context.json()["messages"][-1]["content"] == "after it"
+            assert took < 1.0  # the projector followed at the commit too, not at its next poll
+
+
+async def test_a_wait_under_way_at_a_switch_follows_the_new_version(
+    log: EmbeddedEventLog, producer: ConversationProducer
+) -> None:
+    """A read-your-writes wait that began on the retired version (which no longer moves) reads
+    the positions of the version live at each look: it ends when the new version passes the
+    offset, not at its 5 s bound with 503 ``not_caught_up``."""
+    partition, offset = await appended(producer, log)
+    retired, new = Positions(), Positions()
+    live = [retired]
+
+    async def live_reads() -> ReadModels:
+        return cast("ReadModels", live[0])
+
+    waiting = asyncio.create_task(
+        _wait_for(cast("ReadModels", retired), log, partition, offset, 5.0, PositionsWatch(), follow=live_reads)
+    )
+    await asyncio.sleep(0.1)
+    live[0], new.next_offset = new, offset + 1  # the switch: the new version has the record
+    started = time.perf_counter()
+    assert await asyncio.wait_for(waiting, 1.0) is False  # the read models' own word
+    assert time.perf_counter() - started < 0.1
+    assert new.reads >= 1

@@ -3,6 +3,7 @@ and a full disk. Embedded log, real Postgres, the whole service in-process."""
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
 from collections.abc import AsyncIterator
@@ -16,6 +17,7 @@ import pytest
 from convlog.runtime.serve import Service, running_service
 from convlog.settings import Settings
 from events.embedded_log_repair import check_log
+from events.errors import LogError
 from projectors.errors import PositionBeyondLogEndError
 from query_api.http import create_app
 from tests.projection_support import temporary_database
@@ -36,6 +38,15 @@ async def _client(service: Service) -> AsyncIterator[httpx.AsyncClient]:
 
 async def _say(client: httpx.AsyncClient, text: str) -> httpx.Response:
     return await client.post(f"{URL}/messages", json={"role": "user", "content": text}, headers=A)
+
+
+async def _ready(client: httpx.AsyncClient) -> bool:
+    """Whether /readyz says ready within a few seconds (the projector starts with the service)."""
+    for _ in range(100):
+        if (await client.get("/readyz")).status_code == 200:
+            return True
+        await asyncio.sleep(0.05)
+    return False
 
 
 async def _context(client: httpx.AsyncClient, min_offset: int) -> httpx.Response:
@@ -90,12 +101,21 @@ async def test_a_full_disk_answers_503_and_appends_resume_once_there_is_space(
         real_pwrite(fd, bytes(data)[: len(data) // 2], position)  # half a frame reaches the file
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
+    real_fallocate = os.posix_fallocate
+
+    def fallocate(fd: int, offset: int, length: int) -> None:
+        if full:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real_fallocate(fd, offset, length)
+
     async with temporary_database(pg_admin_url) as url:
         settings = Settings(database_url=url, data_dir=tmp_path, partitions=4, **SERVICE)
         async with running_service(settings) as service, _client(service) as client:
             first = (await _say(client, "before the disk filled up")).json()
             size = settings.embedded_log_path.stat().st_size
             monkeypatch.setattr(os, "pwrite", pwrite)
+            monkeypatch.setattr(os, "posix_fallocate", fallocate)
+            assert await _ready(client)
             refused = await _say(client, "while the disk is full")
             assert refused.status_code == 503, refused.text
             assert refused.json()["error"]["code"] == "log_storage_full"
@@ -103,8 +123,16 @@ async def test_a_full_disk_answers_503_and_appends_resume_once_there_is_space(
             assert str(tmp_path) not in refused.text
             assert ".log" not in refused.text
             assert settings.embedded_log_path.stat().st_size == size  # the half frame was cut off again
+            # An instance that cannot take appends is not ready; it is still alive (space may come).
+            unready = await client.get("/readyz")
+            assert unready.status_code == 503, unready.text
+            assert (unready.json()["log"], unready.json()["log_error"]) == (False, "the log's disk is full (ENOSPC)")
+            assert (await client.get("/readyz")).status_code == 503  # asked again: still no room
+            assert (await client.get("/healthz")).status_code == 200
 
             full = False  # space freed: no restart needed
+            assert await _ready(client)  # before any append tried
+            assert settings.embedded_log_path.stat().st_size == size  # the probe took no room
             later = await _say(client, "after space was freed")
             assert later.status_code == 202, later.text
             assert later.json()["offset"] == first["offset"] + 1
@@ -113,3 +141,47 @@ async def test_a_full_disk_answers_503_and_appends_resume_once_there_is_space(
             texts = [m["content"] for m in answer.json()["messages"]]
             assert texts == ["before the disk filled up", "after space was freed"]
     assert check_log(settings.embedded_log_path).healthy
+
+
+async def test_a_log_stopped_by_a_failed_write_is_not_alive(
+    pg_admin_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """EIO on the embedded log's fsync stops it for good (its tail is unknown): only a restart,
+    which reopens the file, helps. /healthz says so (a supervisor restarts the process), and
+    /readyz too; before, /healthz stayed 200 and the process lingered, refusing every append."""
+    seen: dict[str, httpx.Response] = {}
+    async with temporary_database(pg_admin_url) as url:
+        settings = Settings(database_url=url, data_dir=tmp_path, partitions=4, **SERVICE)
+        with pytest.raises(LogError, match=r"stopped after a failed write \(EIO\)"):  # the projector's, at the exit
+            await _until_the_log_fails(settings, seen, monkeypatch)
+    assert seen["healthy"].json() == {"status": "ok"}
+    assert seen["failed"].status_code >= 500
+    health = seen["health"]
+    assert health.status_code == 503, health.text
+    assert health.json() == {"status": "failed", "error": "the embedded log stopped after a failed write (EIO)"}
+    assert str(tmp_path) not in health.text
+    ready = seen["ready"]
+    assert ready.status_code == 503
+    assert ready.json()["log_error"] == "the embedded log stopped after a failed write (EIO): see the server log"
+
+
+async def _until_the_log_fails(
+    settings: Settings, seen: dict[str, httpx.Response], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The answers in ``seen``: the service's exit raises the projector's error (it read the log)."""
+
+    def broken(fd: int) -> None:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    async with running_service(settings) as service, _client(service) as client:
+        assert (await _say(client, "kept")).status_code == 202
+        seen["healthy"] = await client.get("/healthz")
+        monkeypatch.setattr(os, "fdatasync", broken)
+        seen["failed"] = await _say(client, "lost")
+        monkeypatch.undo()
+        seen["health"] = await client.get("/healthz")
+        for _ in range(100):  # the projector reads the log too: it stops, and says so
+            seen["ready"] = await client.get("/readyz")
+            if "projector_error" in seen["ready"].json():
+                break
+            await asyncio.sleep(0.05)

@@ -61,6 +61,12 @@ async def test_events_replay_positions_and_verify_run_beside_serve_but_retention
             verify = await asyncio.to_thread(convlog_cli, env, "verify", "--all")
             assert verify.returncode == 0, verify.stdout + verify.stderr
             assert "checksums match" in verify.stdout
+            async with service.pool.connection() as conn:  # an audit read's coordinates lost
+                await conn.execute(sql.SQL('DELETE FROM {}.event_index WHERE "offset" = %s').format(
+                    sql.Identifier(service.projector.schema or "")), [answer.offset])  # fmt: skip
+            verify = await asyncio.to_thread(convlog_cli, env, "verify", "--all")
+            assert verify.returncode == 1, verify.stdout + verify.stderr
+            assert f"conversation {str(KEY)!r}, table event_index" in verify.stdout
             # Retention appends erase events: it needs the writer, which serve is.
             retention = await asyncio.to_thread(convlog_cli, env, "retention", "--idle-days", "30", "--dry-run")
             assert retention.returncode != 0

@@ -256,6 +256,30 @@ async def test_a_rebuild_equals_the_live_tables_and_a_corrupted_row_is_found(
         assert await compare(conn, projection.version.schema, rebuilt.schema) == [("transcript", str(OA))]
 
 
+async def test_the_event_index_is_compared_from_where_both_versions_index_every_record(
+    projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer
+) -> None:
+    """``convlog verify`` and ``rebuild --verify`` compare the event index (what audit reads and
+    a repeated Idempotency-Key are answered from) like every other read model: a row lost from it
+    is found. A version made before the index indexes from its positions then
+    (``event_index_from``): compared from there, it equals a rebuild."""
+    await append_oa_conversation(producer, OA)
+    await project_all(log, projection.store())
+    rebuilt = await projection.new_version()
+    await project_all(log, projection.store(schema=rebuilt.schema, fail_fast=True), batch_size=1000)
+
+    async def differing() -> list[tuple[str, str]]:
+        async with projection.pool.connection() as conn:
+            return await compare(conn, projection.version.schema, rebuilt.schema)
+
+    assert await differing() == []
+    await projection.execute('DELETE FROM {s}.event_index WHERE "offset" < 3')  # as if indexed from 3 on
+    await projection.execute("INSERT INTO {s}.event_index_from SELECT DISTINCT partition, 3 FROM {s}.event_index")
+    assert await differing() == []
+    await projection.execute('DELETE FROM {s}.event_index WHERE "offset" = 4')
+    assert await differing() == [("event_index", str(OA))]
+
+
 async def test_small_batches_written_by_inserts_equal_large_ones_written_by_copy(
     projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer
 ) -> None:

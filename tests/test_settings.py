@@ -251,3 +251,22 @@ def test_only_the_settings_module_reads_the_environment() -> None:
     assert reads == []
     assert _environment_reads(REPO / "convlog" / "client" / "config.py")
     assert _environment_reads(REPO / "convlog" / "settings.py")  # the check sees a read where there is one
+
+
+@pytest.mark.parametrize(
+    ("raw", "entries"),
+    [
+        ("a:tok-x,b:tok-x", "entries 1 (tenant 'a') and 2 (tenant 'b')"),
+        ("a:tok-x, a:tok-x", "entries 1 (tenant 'a') and 2 (tenant 'a')"),
+        ("a:tok-x,c:tok-y, b:tok-x", "entries 1 (tenant 'a') and 3 (tenant 'b')"),
+    ],
+)
+def test_a_token_listed_twice_is_refused_at_start_naming_the_entries_not_the_token(
+    raw: str, entries: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Which tenant a doubled token authenticates would be the last one listed: refused, exit 2."""
+    monkeypatch.setenv("CONVLOG_API_TOKENS", raw)
+    assert main(["config"]) == 2  # as every command, serve included, before it does anything
+    err = capsys.readouterr().err
+    assert err.startswith(f"convlog: error: CONVLOG_API_TOKENS=****: {entries} have the same token")
+    assert "tok-" not in err  # the token is not shown

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from convlog.local.embedded_pg import ensure_embedded_postgres
 from convlog.local.postgres_service import PostgresHandle
 from convlog.settings import Settings
 from events.keys import ConversationKey
+from tests.support import convlog_cli
 from tests.test_pg import require_pg_binaries
 
 
@@ -69,3 +71,22 @@ def test_the_demos_hints_use_the_port_and_data_dir_in_effect(capsys: pytest.Capt
     assert "CONVLOG_DATA_DIR=/srv/demo CONVLOG_API_TOKENS=" in out
     assert "http://127.0.0.1:9191/v1/users/u1/conversations/c1/context" in out
     assert ":8080" not in out
+
+
+def test_serve_on_a_port_in_use_exits_2_naming_it_before_starting_anything(tmp_path: Path) -> None:
+    """The port is bound first: taken, serve exits 2 (bad configuration) naming the address and
+    its settings, and has started nothing — before, it started the embedded Postgres (left
+    running) and the log, then uvicorn exited 3."""
+    require_pg_binaries()
+    env = {k: v for k, v in os.environ.items() if k not in ("CONVLOG_DATABASE_URL", "CONVLOG_KAFKA_BOOTSTRAP")}
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        env |= {"CONVLOG_DATA_DIR": str(tmp_path), "CONVLOG_HTTP_PORT": str(port), "CONVLOG_SUMMARIZER": "off"}
+        try:
+            served = convlog_cli(env, "serve")
+        finally:
+            PostgresHandle(tmp_path / "postgres").stop()  # what a failing serve would have left running
+    assert served.returncode == 2, served.stderr
+    assert f"cannot listen on 127.0.0.1:{port} (CONVLOG_HTTP_HOST, CONVLOG_HTTP_PORT)" in served.stderr
+    assert not (tmp_path / "postgres").exists()  # no embedded Postgres was started
+    assert not Settings(data_dir=tmp_path).embedded_log_path.exists()

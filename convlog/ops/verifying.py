@@ -33,7 +33,16 @@ from projectors.pg import PgPool
 from projectors.store import PostgresProjectionStore, skip_decisions
 from projectors.tokens import ENCODINGS, TokenCounter
 from projectors.topics import claim_topic
-from projectors.versions import CHECKED_TABLES, checksums, json_forms_differ, live_version, row_text, stores_jsonb
+from projectors.versions import (
+    CHECKED_TABLES,
+    checksums,
+    compared_rows,
+    index_rows_from,
+    json_forms_differ,
+    live_version,
+    row_text,
+    stores_jsonb,
+)
 
 Conn = AsyncConnection[Any]
 
@@ -83,16 +92,17 @@ def uncounted_encodings(settings: Settings) -> tuple[str, ...]:
 
 async def first_row_difference(
     conn: Conn, table: str, key: str, reference: str, checked: str, *, by_value: bool = False,
-    uncounted: Collection[str] = (),
+    uncounted: Collection[str] = (), index_from: Mapping[int, int] | None = None,
 ) -> RowDifference:  # fmt: skip
     """The first row, in key order, where ``checked`` differs from ``reference`` for ``key``."""
     order = CHECKED_TABLES[table]
+    where, params = compared_rows(table, [key], index_from)
 
     async def rows(schema: str) -> list[tuple[str, str]]:
-        query = sql.SQL("SELECT ROW({o})::text, {r} FROM {s}.{t} AS t WHERE conversation_key = %s ORDER BY {o}")
+        query = sql.SQL("SELECT ROW({o})::text, {r} FROM {s}.{t} AS t {w} ORDER BY {o}")
         text = row_text(by_value=by_value, uncounted=uncounted, table=table)
         cur = await conn.execute(
-            query.format(o=sql.SQL(order), r=text, s=sql.Identifier(schema), t=sql.Identifier(table)), [key]
+            query.format(o=sql.SQL(order), r=text, s=sql.Identifier(schema), t=sql.Identifier(table), w=where), params
         )
         return [(k, text) for k, text in await cur.fetchall()]
 
@@ -129,15 +139,16 @@ async def compare_settled(conn: Conn, reference: str, checked: str, *, uncounted
             )
             moved.update(k for (k,) in await cur.fetchall())
         by_value = await json_forms_differ(conn, reference, checked)  # a version made before json
-        a = await checksums(conn, reference, by_value=by_value, uncounted=uncounted)
-        b = await checksums(conn, checked, by_value=by_value, uncounted=uncounted)
+        index_from = await index_rows_from(conn, reference, checked)
+        a = await checksums(conn, reference, by_value=by_value, uncounted=uncounted, index_from=index_from)
+        b = await checksums(conn, checked, by_value=by_value, uncounted=uncounted, index_from=index_from)
         pairs = {k for k in a.keys() | b.keys() if k[1] not in moved}
         result = Comparison(compared=len(pairs), skipped=len(moved))
         result.differing = sorted(k for k in pairs if a.get(k) != b.get(k))
         if result.differing:
             table, key = result.differing[0]
             result.first = await first_row_difference(conn, table, key, reference, checked, by_value=by_value,
-                                                      uncounted=uncounted)  # fmt: skip
+                                                      uncounted=uncounted, index_from=index_from)  # fmt: skip
     return result
 
 
@@ -188,7 +199,8 @@ async def _verify(
         await claim_topic(pool, live, settings.topic)  # its positions are offsets of one topic
         await conn.commit()
         uncounted = uncounted_encodings(settings)
-        until, skips, keys, expected, by_value = await _live_snapshot(conn, live.schema, sample, uncounted)
+        until, skips, keys, expected, by_value, index_from = await _live_snapshot(conn, live.schema, sample,
+                                                                                 uncounted)  # fmt: skip
     ends = await event_log.end_offsets()
     beyond = sorted(p for p, o in until.items() if o > ends.get(p, 0))
     if beyond:
@@ -219,13 +231,13 @@ async def _verify(
             say("verify interrupted; nothing was changed")
             return INTERRUPTED
         async with pool.connection() as conn:
-            found = await checksums(conn, scratch, keys, by_value=by_value, uncounted=uncounted)
+            found = await checksums(conn, scratch, keys, by_value=by_value, uncounted=uncounted, index_from=index_from)
             result = Comparison(compared=len(expected.keys() | found.keys()))
             result.differing = sorted(k for k in expected.keys() | found.keys() if expected.get(k) != found.get(k))
             if result.differing:
                 table, key = result.differing[0]
                 result.first = await first_row_difference(conn, table, key, scratch, live.schema, by_value=by_value,
-                                                          uncounted=uncounted)  # fmt: skip
+                                                          uncounted=uncounted, index_from=index_from)  # fmt: skip
         say(result.describe(checked=live.schema, reference="replay"))
         return 1 if result.differing else 0
     finally:
@@ -235,10 +247,14 @@ async def _verify(
 
 async def _live_snapshot(
     conn: Conn, schema: str, sample: int | None, uncounted: Collection[str]
-) -> tuple[dict[int, int], dict[tuple[int, int], str], list[str] | None, dict[tuple[str, str], str], bool]:
+) -> tuple[
+    dict[int, int], dict[tuple[int, int], str], list[str] | None, dict[tuple[str, str], str], bool,
+    dict[int, int] | None,
+]:  # fmt: skip
     """The live version's positions, skip decisions, sampled keys (None: all) and checksums,
-    from one snapshot, and whether they compare JSON by value (the live version stores jsonb:
-    the replay's schema is made from today's read_models.sql, JSON as json)."""
+    from one snapshot, whether they compare JSON by value (the live version stores jsonb:
+    the replay's schema is made from today's read_models.sql, JSON as json), and where its
+    event index starts (the replay's indexes every record it applies)."""
     async with conn.transaction():
         await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         until = await positions(conn, schema)
@@ -253,5 +269,6 @@ async def _live_snapshot(
             )
             keys = [k for (k,) in await cur.fetchall()]
         by_value = await stores_jsonb(conn, schema)
-        expected = await checksums(conn, schema, keys, by_value=by_value, uncounted=uncounted)
-    return until, skips, keys, expected, by_value
+        index_from = await index_rows_from(conn, schema)
+        expected = await checksums(conn, schema, keys, by_value=by_value, uncounted=uncounted, index_from=index_from)
+    return until, skips, keys, expected, by_value, index_from

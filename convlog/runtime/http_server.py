@@ -28,13 +28,14 @@ the request-head timeout or ``MAX_DISCARDED_BYTES`` were thrown away, and then c
 from __future__ import annotations
 
 import asyncio
+import socket
 from typing import Any
 
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from convlog.settings import Settings
-from events.errors import ConvlogError
+from events.errors import ConfigurationError, ConvlogError
 
 MAX_HEAD_BYTES = 16 * 1024  # h11's default bound, kept with llhttp
 MAX_DISCARDED_BYTES = 16 * 1024 * 1024  # of a refused body, read before its connection closes
@@ -216,3 +217,21 @@ def server_config(app: Any, settings: Settings) -> uvicorn.Config:
         timeout_keep_alive=settings.http_keep_alive_s,
         timeout_graceful_shutdown=settings.shutdown_grace_s,
     )
+
+
+def listening_socket(settings: Settings) -> socket.socket:
+    """The socket ``convlog serve`` will listen on, bound before anything else starts (the
+    embedded Postgres, the log): an address that cannot be had is a :class:`ConfigurationError`
+    (exit 2, naming it) with nothing started, not uvicorn's exit 3 after everything was. Bound
+    only: the server listens once the service runs (no connection is accepted before)."""
+    host, port = settings.http_host, settings.http_port
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        raise ConfigurationError(
+            f"convlog serve cannot listen on {host}:{port} (CONVLOG_HTTP_HOST, CONVLOG_HTTP_PORT): {e.strerror or e}"
+        ) from e
+    return sock

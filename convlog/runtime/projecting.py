@@ -30,6 +30,7 @@ from projectors.tokens import TokenCounter
 from projectors.topics import claim_topic
 from projectors.versions import ProjectionVersion, ensure_live_version, live_version
 from projectors.window import WindowPolicy
+from query_api.positions_listener import PositionsListener
 
 log = structlog.get_logger(__name__)
 
@@ -122,6 +123,7 @@ class LiveProjector:
         self._on_committed = on_committed
         self._database = ""  # database_identity(pool), read once, when a Kafka group is first joined
         self._poll_s = poll_s if poll_s is not None else settings.version_poll_s
+        self._switch_heard = asyncio.Event()  # set by heard_switch: look at the live version now
         self.current: Projector | None = None
         self.schema: str | None = None
         self.version: ProjectionVersion | None = None
@@ -188,10 +190,21 @@ class LiveProjector:
             log.info("projector.switched", old_schema=schema)
             schema = await self.start_version()
 
+    def heard_switch(self) -> None:
+        """A switch of the live version was heard (the positions listener of ``convlog serve`` or
+        ``convlog project``): look at once, not at the next poll, so the new version is projected
+        from its commit on."""
+        self._switch_heard.set()
+
     async def _watch(self, schema: str, stop: asyncio.Event, inner: asyncio.Event) -> None:
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self._poll_s)
+            woken = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._switch_heard.wait())]
+            try:
+                await asyncio.wait(woken, timeout=self._poll_s, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiting in woken:
+                    waiting.cancel()
+            self._switch_heard.clear()
             if stop.is_set():
                 break
             try:
@@ -239,8 +252,15 @@ async def run_projector(settings: Settings, stop: asyncio.Event) -> LiveProjecto
         registry = CollectorRegistry()
         registry.register(ProjectorCollector(projector))
         start_metrics_endpoint(registry, settings)
-        with projection_gc():
-            await projector.run(stop)
+        # A switch is heard at its commit (rebuild --switch NOTIFYs it): no wait for the next poll.
+        switches = asyncio.create_task(PositionsListener(url, None, on_switch=projector.heard_switch).run(stop))
+        try:
+            with projection_gc():
+                await projector.run(stop)
+        finally:
+            switches.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await switches
         return projector
     finally:
         if event_log is not None:

@@ -17,6 +17,7 @@ from typing import Any
 
 from convlog.runtime.log_guard import LogGuard
 from convlog.runtime.projecting import LiveProjector
+from events.embedded_log import EmbeddedEventLog
 from events.log import EventLog
 from projectors.pg import PgPool
 from query_api.metrics import Metrics
@@ -24,10 +25,10 @@ from query_api.ports import ReadModels
 
 
 class Readiness:
-    """``/readyz``: Kafka (or the embedded log) and Postgres answer; with a projector here, its
-    loop runs and is not waiting out an outage. A projector task that ended (crashed or
-    returned) is not ready whatever else holds; the report says why, and gives no lag (it owns
-    no partitions then, so any figure would read as "caught up")."""
+    """``/readyz``: Kafka (or the embedded log, with room for appends) and Postgres answer;
+    with a projector here, its loop runs and is not waiting out an outage. A projector task that
+    ended (crashed or returned) is not ready whatever else holds; the report says why, and gives
+    no lag (it owns no partitions then, so any figure would read as "caught up")."""
 
     def __init__(
         self, projector: LiveProjector | None, event_log: EventLog, pool: PgPool, metrics: Metrics,
@@ -37,6 +38,12 @@ class Readiness:
         self._projector, self._log, self._pool, self._metrics = projector, event_log, pool, metrics
         self._background, self._guard, self._roles = background, guard, roles
         self._reads, self._listening, self._log_timeout_s = reads, listening, log_timeout_s
+
+    def alive(self) -> str | None:
+        """``/healthz``: why this process cannot work again until it is restarted (its embedded
+        log stopped after a failed write), or None. Nothing a restart does not cure: Kafka or
+        Postgres down is a matter for ``/readyz``."""
+        return self._log.failed if isinstance(self._log, EmbeddedEventLog) else None
 
     def _running(self, name: str) -> bool:
         task = self._background.get(name)
@@ -77,6 +84,8 @@ class Readiness:
         except Exception as e:  # noqa: BLE001 - readiness reports any failure
             ends = None
             report["log"], report["log_error"] = False, str(e)
+        if report["log"] and isinstance(self._log, EmbeddedEventLog) and (full := self._log.storage_full()):
+            report["log"], report["log_error"] = False, full  # it answers reads, but cannot take appends
         try:
             async with self._pool.connection(timeout=2) as conn:
                 await conn.execute("SELECT 1")

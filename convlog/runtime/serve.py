@@ -23,7 +23,7 @@ import uvicorn
 import uvloop
 
 from convlog.local.embedded_pg import database_url
-from convlog.runtime.http_server import server_config
+from convlog.runtime.http_server import listening_socket, server_config
 from convlog.runtime.log_guard import LogGuard
 from convlog.runtime.metrics_server import ProjectorCollector
 from convlog.runtime.projecting import LiveProjector, checked_live_version, projector_session_limits
@@ -60,7 +60,8 @@ class Service:
 
 
 class _LiveReads:
-    """The live version's reads, looked up again every few seconds (a switch changes it)."""
+    """The live version's reads: looked up again at once when a switch is heard (the positions
+    listener's ``on_switch``), and every few seconds anyway (a listener that is down hears none)."""
 
     def __init__(self, pool: PgPool, ttl_s: float = 5.0) -> None:
         self._pool, self._ttl_s = pool, ttl_s
@@ -78,9 +79,19 @@ class _LiveReads:
             self._at = time.monotonic()
         return self._reads
 
+    def switched(self) -> None:
+        """The live version may have changed: the next call looks it up."""
+        self._at = -self._ttl_s - 1.0
+
 
 async def _schema_of(reads: _LiveReads) -> str:
     return (await reads()).schema
+
+
+def _switched(reads: _LiveReads, projector: LiveProjector | None) -> None:
+    reads.switched()
+    if projector is not None:
+        projector.heard_switch()
 
 
 def serve_roles(settings: Settings) -> list[str]:
@@ -148,6 +159,7 @@ async def running_service(settings: Settings) -> AsyncIterator[Service]:
             max_event_bytes=settings.max_event_bytes,
             log_behind=guard.check_read,
             positions=watch,
+            alive=readiness.alive,
         )
         summarizer = None
         if "summarizer" in roles:
@@ -164,7 +176,9 @@ async def running_service(settings: Settings) -> AsyncIterator[Service]:
         for task in background.values():
             task.add_done_callback(_report_crash)
         # Every projector's commits (other processes' too: a Kafka group shares the partitions).
-        listener = PositionsListener(url, watch, lambda: _schema_of(reads))
+        # A switch reaches this process's reads and projector at its commit (their polls: fallbacks).
+        listener = PositionsListener(url, watch, lambda: _schema_of(reads),
+                                     on_switch=lambda: _switched(reads, projector))  # fmt: skip
         listening = asyncio.create_task(listener.run(stop), name="positions-listener")
         try:
             yield Service(deps, projector, summarizer, pool, event_log)
@@ -231,6 +245,8 @@ def http_server(app: Any, settings: Settings) -> uvicorn.Server:
 
 
 def main(settings: Settings) -> None:
+    listening = listening_socket(settings)  # first: a port in use starts nothing
+
     async def run() -> None:
         async with running_service(settings) as service:
             if not service.deps.tokens:
@@ -240,8 +256,8 @@ def main(settings: Settings) -> None:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, lambda: setattr(server, "should_exit", True))
             with projection_gc():  # its projector's batches and its requests alike
-                await server.serve()
+                await server.serve(sockets=[listening])
 
     # uvloop: the same asyncio API on libuv, a cheaper loop for every socket the service serves.
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+    with listening, asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         runner.run(run())

@@ -19,6 +19,7 @@ from query_api.http.routes_context import context_routes
 from query_api.http.routes_conversations import conversation_routes
 from query_api.http.routes_health import PUBLIC_ROUTES, health_routes
 from query_api.http.strict_json import StrictJsonRoute
+from query_api.http.utf8_request import Utf8Request
 
 # The OpenAPI description.
 DESCRIPTION = """The HTTP API (FastAPI): appends, contexts, audit reads. The tenant comes only from the token.
@@ -39,6 +40,7 @@ def create_app(deps: ApiDeps) -> FastAPI:
     # Answered without a token: probes and scrapers, the schema and its docs; all else needs one.
     docs = (app.openapi_url, app.docs_url, app.redoc_url, app.swagger_ui_oauth2_redirect_url)
     public = frozenset([*PUBLIC_ROUTES, *(path for path in docs if path)])
+    app.add_middleware(Utf8Request)  # inside the next one (added later, so outer): after authentication
     app.add_middleware(LimitsAndMetrics, deps=deps, public=public)
     install_openapi(app, public=public)
     # Requests try the routes in the order they were added (the schema lists them so too): the

@@ -4,10 +4,9 @@ rebuilt from the log exactly as it was served at ``as_of`` or ``before_message``
 from __future__ import annotations
 
 import asyncio
-import functools
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
@@ -138,7 +137,7 @@ def context_routes(deps: ApiDeps) -> APIRouter:
             ctx, inputs = await served_then(http_request, key, request, spec, as_of, before_message,
                                             read_models_version)  # fmt: skip
         else:
-            ctx, inputs = await _live(deps, reads, key, spec, request, rows_needed, min_offset)
+            ctx, inputs, reads = await _live(deps, reads, key, spec, request, rows_needed, min_offset)
         deps.metrics.context_served(ctx.token_count)
         # Plain JSON types already: skip FastAPI's encoder and response validation on the hot path.
         response = FastJSONResponse(context_body(ctx, inputs, spec, counted=deps.counted_encodings))
@@ -158,32 +157,36 @@ def context_routes(deps: ApiDeps) -> APIRouter:
 async def _live(
     deps: ApiDeps, reads: ReadModels, key: ConversationKey, spec: ModelSpec, request: ContextRequest,
     rows_needed: RowsNeeded, min_offset: int | None,
-) -> tuple[Context, ContextInputs]:  # fmt: skip
-    """The live context; with ``min_offset``, once the read models hold it (read-your-writes).
-    The projector's commit is taken as a hint and confirmed by the context read itself
-    (:func:`_reflects`); only when that read does not show it does the wait ask the read models'
-    positions, and read again."""
+) -> tuple[Context, ContextInputs, ReadModels]:  # fmt: skip
+    """The live context, and the reads it came from; with ``min_offset``, once the read models
+    hold it (read-your-writes). The projector's commit is taken as a hint and confirmed by the
+    context read itself (:func:`_reflects`); only when that read does not show it does the wait
+    ask the read models' positions, and read again. A wait follows a switch of the live version
+    made meanwhile (its positions, then its context), never waits out a retired one's."""
     if min_offset is None:
-        return await _assemble(reads, key, spec, request, rows_needed)
+        return *await _assemble(reads, key, spec, request, rows_needed), reads
     partition = partition_for_key(key.encode(), deps.log.partition_count)
     if deps.log_behind is not None:  # never confirm an offset the projection did not take from this log
         deps.log_behind(partition)
     waited = time.perf_counter()
     hinted = await _wait_for(reads, deps.log, partition, min_offset, deps.wait_for_offset_s, deps.positions,
-                             trust_hint=True)  # fmt: skip
+                             trust_hint=True, follow=deps.reads)  # fmt: skip
     deps.metrics.freshness(time.perf_counter() - waited)
+    reads = await deps.reads()
     try:
         ctx, inputs = await _assemble(reads, key, spec, request, rows_needed)
         if not hinted or _reflects(inputs, partition, min_offset):
-            return await _unless_parked(reads, key, partition, min_offset, ctx, inputs)
+            return (*await _unless_parked(reads, key, partition, min_offset, ctx, inputs), reads)
     except ApiError as e:
         if not hinted or e.status != 404:
             raise  # (a 404 after a hint: not even the conversation is in these read models yet)
     # The hint is not in these read models (another version's commit, or an offset of another
     # conversation): wait for the read models' own word, then read again.
-    await _wait_for(reads, deps.log, partition, min_offset, deps.wait_for_offset_s, deps.positions)
-    return await _unless_parked(reads, key, partition, min_offset, *await _assemble(reads, key, spec, request,
-                                                                                  rows_needed))  # fmt: skip
+    await _wait_for(reads, deps.log, partition, min_offset, deps.wait_for_offset_s, deps.positions,
+                    follow=deps.reads)  # fmt: skip
+    reads = await deps.reads()
+    ctx, inputs = await _assemble(reads, key, spec, request, rows_needed)
+    return (*await _unless_parked(reads, key, partition, min_offset, ctx, inputs), reads)
 
 
 async def _unless_parked(
@@ -248,6 +251,7 @@ def _rows_for(read: Sequence[StoredMessage], available: int, spec: ModelSpec) ->
 async def _wait_for(
     reads: ReadModels, log: EventLog, partition: int, offset: int, timeout_s: float,
     watch: PositionsWatch | None = None, *, trust_hint: bool = False,
+    follow: Callable[[], Awaitable[ReadModels]] | None = None,
 ) -> bool:  # fmt: skip
     """Read-your-writes: wait (bounded) until the projection applied ``offset``. An offset the
     log does not hold can never be reached: 422 at once, instead of polling Postgres for the
@@ -256,7 +260,8 @@ async def _wait_for(
     Postgres listener is up) the wait ends at the commit that passes ``offset``; the read
     models confirm it, so a hint never serves a version that lacks it — with ``trust_hint``,
     the caller does, from the context it reads next (:func:`_reflects`: one round trip fewer),
-    and True says the wait ended on the watch's word alone."""
+    and True says the wait ended on the watch's word alone. With ``follow`` (the live version's
+    reads), each look after the first reads the positions of the version live then."""
     seen = watch.commits if watch is not None else 0
     # A listening watch that says the partition is behind saves the read that would say so too.
     skip_first_read = trust_hint and watch is not None and watch.behind(partition, offset)
@@ -268,8 +273,11 @@ async def _wait_for(
         await next_look(watch, partition, offset, timeout_s, seen=seen)
         if watch.passed(partition, offset):
             return True
-    position = await read_until_passed(functools.partial(reads.projection_position, partition), watch, partition,
-                                       offset, deadline=deadline)  # fmt: skip
+
+    async def read_position() -> int:
+        return await (reads if follow is None else await follow()).projection_position(partition)
+
+    position = await read_until_passed(read_position, watch, partition, offset, deadline=deadline)
     if position <= offset:
         # The projectors may run in other processes (API-only instances): say how far they got.
         raise ApiError(503, "not_caught_up", f"the read models have not reached offset {offset} of partition "

@@ -15,8 +15,12 @@ def health_routes(deps: ApiDeps) -> APIRouter:
     router = APIRouter(route_class=StrictJsonRoute)
 
     @router.get("/healthz")
-    async def healthz() -> dict[str, str]:
-        return {"status": "ok"}
+    async def healthz() -> JSONResponse:
+        """Liveness: 503 once this process cannot work again without a restart."""
+        failed = deps.alive()
+        if failed is not None:
+            return JSONResponse({"status": "failed", "error": failed}, status_code=503)
+        return JSONResponse({"status": "ok"})
 
     @router.get("/readyz")
     async def readyz() -> JSONResponse:

@@ -261,6 +261,37 @@ async def test_switch_under_live_traffic_loses_no_event(
     await _clean_rebuild_equals(projection, kafka_bootstrap, topic, v2)
 
 
+async def test_a_running_projector_follows_a_switch_at_its_commit_not_at_its_next_poll(
+    projection: Projection, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """``convlog project`` hears the switch's NOTIFY: with a 60 s version poll, the event
+    appended right after the switch is in the new version within seconds (the new group's join)."""
+    async with _fresh_topic(kafka_bootstrap, "follow") as (topic, log, producer):
+        env = {**_env(projection, kafka_bootstrap, topic, tmp_path), "CONVLOG_VERSION_POLL_S": "60"}
+        key = ConversationKey("acme", "u", "follow")
+        await producer.append_user(key, "before the switch")
+        with (tmp_path / "project.log").open("wb") as live_log:
+            live = await asyncio.create_subprocess_exec(sys.executable, "-m", "convlog.cli.main", "project", cwd=REPO,
+                                                        env=env, stdout=live_log, stderr=live_log)  # fmt: skip
+            try:
+                deadline = time.monotonic() + 60
+                while await _applied(projection, 1) < 1:
+                    assert time.monotonic() < deadline, (tmp_path / "project.log").read_text()[-3000:]
+                    await asyncio.sleep(0.1)
+                v2 = await projection.new_version()
+                await project_all(log, projection.store(schema=v2.schema, fail_fast=True))
+                async with projection.pool.connection() as conn:
+                    await switch(conn, "read_models", v2.version)
+                await producer.append_user(key, "after the switch")
+                started = time.monotonic()
+                while await _applied(projection, 2) < 2:
+                    assert time.monotonic() - started < 30, (tmp_path / "project.log").read_text()[-3000:]
+                    await asyncio.sleep(0.1)
+            finally:
+                live.send_signal(signal.SIGTERM)
+                await asyncio.wait_for(live.wait(), 30)
+
+
 async def test_verify_names_the_first_corrupted_conversation_and_row(
     projection: Projection, kafka_bootstrap: str, tmp_path: Path
 ) -> None:
