@@ -44,6 +44,7 @@ from events.event_types import (
     Usage,
 )
 from events.formats import Parsed
+from events.servable import check_nesting
 from events.strict_json import NotJsonError, compact_json, dump_json
 
 __all__ = ["FORM_KEY", "PROVIDER", "parse"]
@@ -87,7 +88,9 @@ def parse(payload: object, *, new_id: Callable[[], str]) -> Parsed:
     payload = _plain(payload)
     if isinstance(payload, list):
         params = [_plain(p) for p in cast("list[object]", payload)]
+        check_nesting(params)
         return Parsed(_Batch(new_id, params).run())
+    check_nesting(payload)
     if not isinstance(payload, Mapping):
         raise _fail("must be a Message, a MessageParam or a list of MessageParams", "", "invalid_payload")
     doc = cast("Mapping[str, Any]", payload)

@@ -54,6 +54,7 @@ from events.blocks import Block, MediaBlock, OpaqueBlock, ReasoningBlock, TextBl
 from events.errors import NativeFormatError
 from events.event_types import FinishReason, MessageAppended, Role, Usage
 from events.formats import Parsed
+from events.servable import RESPONSE_MARK, check_nesting  # RESPONSE_MARK: a tool message's response object
 from events.strict_json import compact_json
 
 __all__ = ["KEYS_MARK", "NO_ARGS_MARK", "RESPONSE_MARK", "SNAKE", "is_base64", "parse"]
@@ -70,7 +71,6 @@ SNAKE: Final[Mapping[str, str]] = {
     "displayName": "display_name",
 }
 KEYS_MARK: Final = "$keys"  # in a block's extra: "snake_case" when the part came so
-RESPONSE_MARK: Final = "$response"  # in a tool message's extra: the response came as this object
 NO_ARGS_MARK: Final = "$args"  # in a call's extra: "absent" when the functionCall had no args
 
 _DATA_KEYS: Final = ("text", "inlineData", "fileData", "functionCall", "functionResponse")
@@ -117,6 +117,7 @@ class _Keys:
 
 def parse(payload: object, *, new_id: Callable[[], str]) -> Parsed:
     doc = _plain(payload)
+    check_nesting(doc)
     if isinstance(doc, list):
         if not doc:
             raise NativeFormatError("an empty list of contents", field="", code="empty_batch")

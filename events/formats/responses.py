@@ -44,6 +44,7 @@ from events.blocks import Block, MediaBlock, OpaqueBlock, ReasoningBlock, TextBl
 from events.errors import NativeFormatError
 from events.event_types import FinishReason, MessageAppended, Role, Usage
 from events.formats import Parsed
+from events.servable import check_nesting
 from events.strict_json import NotJsonError, compact_json, dump_json, parse_json
 
 __all__ = ["CODES", "ITEM_KEY", "parse"]
@@ -90,6 +91,7 @@ def parse(payload: object, *, new_id: Callable[[], str]) -> Parsed:
     """The neutral messages of one Responses payload, in order (one atomic batch)."""
     dump = getattr(payload, "model_dump", None)
     doc: Any = dump(mode="json", exclude_none=True) if callable(dump) else payload
+    check_nesting(doc)
     try:  # once, so every verbatim piece below is strict JSON (no NaN, no non-JSON values)
         dump_json(doc)
     except NotJsonError as e:
