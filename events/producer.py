@@ -183,7 +183,7 @@ class ConversationProducer:
         size = sum(len(data) for _, data in built)
         if len(built) > 1 and size > self._max_event_bytes:
             raise EventTooLargeError(size=size, limit=self._max_event_bytes)
-        return NativeBatch(tuple(built), ids.deterministic, ids.next_event_id)
+        return NativeBatch(tuple(built), ids.deterministic, ids.next_event_id, ids.answer_paths)
 
     async def append_native(
         self,

@@ -54,6 +54,7 @@ from events.blocks import Block, MediaBlock, OpaqueBlock, ReasoningBlock, TextBl
 from events.errors import NativeFormatError
 from events.event_types import FinishReason, MessageAppended, Role, Usage
 from events.formats import Parsed
+from events.formats.schema import GEMINI_COUNTS, check_counts
 from events.servable import RESPONSE_MARK, check_nesting  # RESPONSE_MARK: a tool message's response object
 from events.strict_json import compact_json
 
@@ -118,19 +119,20 @@ class _Keys:
 def parse(payload: object, *, new_id: Callable[[], str]) -> Parsed:
     doc = _plain(payload)
     check_nesting(doc)
+    paths: dict[str, str] = {}
     if isinstance(doc, list):
         if not doc:
             raise NativeFormatError("an empty list of contents", field="", code="empty_batch")
         out: list[MessageAppended] = []
         for i, content in enumerate(doc):
-            out.extend(_content(content, f"[{i}]", new_id=new_id))
-        return Parsed(tuple(out))
+            out.extend(_content(content, f"[{i}]", new_id=new_id, paths=paths))
+        return Parsed(tuple(out), answer_paths=paths)
     if not isinstance(doc, Mapping):
         raise NativeFormatError("must be a Content, a list of Contents or a GenerateContentResponse",
                                 field="", code="invalid_payload")  # fmt: skip
     if "candidates" in doc:
         return _response(doc, new_id=new_id)
-    return Parsed(tuple(_content(doc, "", new_id=new_id)))
+    return Parsed(tuple(_content(doc, "", new_id=new_id, paths=paths)), answer_paths=paths)
 
 
 def _plain(payload: object) -> Any:
@@ -182,14 +184,8 @@ def _usage(usage: Any, field: str) -> Usage | None:
     if not isinstance(usage, Mapping):
         raise NativeFormatError("must be an object", field=field, code="invalid_usage")
     keys = _Keys(usage, field)
-    counts: dict[str, int | None] = {}
-    for camel, snake in (("promptTokenCount", "prompt_token_count"), ("candidatesTokenCount", "candidates_token_count"),
-                         ("cachedContentTokenCount", "cached_content_token_count"),
-                         ("thoughtsTokenCount", "thoughts_token_count")):  # fmt: skip
-        f, v = _get(keys, camel, snake)
-        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
-            raise NativeFormatError("must be a non-negative integer", field=f, code="invalid_usage")
-        counts[camel] = v
+    check_counts(usage, [k for pair in GEMINI_COUNTS for k in pair], field, "invalid_usage")
+    counts: dict[str, int | None] = {camel: _get(keys, camel, snake)[1] for camel, snake in GEMINI_COUNTS}
     out, thoughts = counts["candidatesTokenCount"], counts["thoughtsTokenCount"]
     completion = None if out is None and thoughts is None else (out or 0) + (thoughts or 0)
     return Usage(prompt_tokens=counts["promptTokenCount"], completion_tokens=completion,
@@ -205,7 +201,9 @@ def _content(
     response: bool = False,
     usage: Usage | None = None,
     finish: str | None = None,
+    paths: dict[str, str] | None = None,
 ) -> list[MessageAppended]:
+    """``paths`` is told each tool message's answer path (:attr:`Parsed.answer_paths`)."""
     at = field or "content"
     if not isinstance(content, Mapping):
         raise NativeFormatError("must be a Content object", field=at, code="invalid_content")
@@ -236,7 +234,7 @@ def _content(
             usage=usage, finish_reason=_finish(finish, calls=calls) if response else None,
         )  # fmt: skip
         return [message]
-    return _user_parts(parts, parts_at, new_id=new_id)
+    return _user_parts(parts, parts_at, new_id=new_id, paths={} if paths is None else paths)
 
 
 def _finish(reason: str | None, *, calls: bool) -> FinishReason:
@@ -271,8 +269,10 @@ def _model_parts(parts: list[Any], field: str) -> tuple[Block, ...]:
     return tuple(blocks)
 
 
-def _user_parts(parts: list[Any], field: str, *, new_id: Callable[[], str]) -> list[MessageAppended]:
-    tools: list[tuple[str, TextBlock, bool | None]] = []
+def _user_parts(
+    parts: list[Any], field: str, *, new_id: Callable[[], str], paths: dict[str, str]
+) -> list[MessageAppended]:
+    tools: list[tuple[str, TextBlock, bool | None, str]] = []
     blocks: list[Block] = []
     ordinals: dict[str, int] = {}
     for i, raw in enumerate(parts):
@@ -291,18 +291,19 @@ def _user_parts(parts: list[Any], field: str, *, new_id: Callable[[], str]) -> l
                 raise NativeFormatError(f"function response id {call_id!r} appears twice in this content",
                                         field=f"{at}.{part.used_key}",
                                         code="duplicate_function_response_id")  # fmt: skip
-            tools.append((call_id, block, is_error))
+            named_by = "id" if block.item_id is not None else "name"  # Gemini pairs by id, else by name
+            tools.append((call_id, block, is_error, f"{at}.{part.used_key}.{named_by}"))
             continue
         block_ = _data_part(part, kind, at)
         if isinstance(block_, ReasoningBlock):
             raise NativeFormatError("thought parts come only in the model's contents", field=f"{at}.thought",
                                     code="thought_in_user_content")  # fmt: skip
         blocks.append(block_)
-    out = [
-        native_message(message_id=new_id(), role="tool", blocks=(block,), api="gemini", provider="google",
-                       tool_call_id=call_id, is_error=is_error)
-        for call_id, block, is_error in tools
-    ]  # fmt: skip
+    out = []
+    for call_id, block, is_error, path in tools:
+        out.append(native_message(message_id=new_id(), role="tool", blocks=(block,), api="gemini", provider="google",
+                                  tool_call_id=call_id, is_error=is_error))  # fmt: skip
+        paths[out[-1].message_id] = path
     if blocks:
         out.append(native_message(message_id=new_id(), role="user", blocks=tuple(blocks), api="gemini",
                                   provider="google"))  # fmt: skip
