@@ -33,8 +33,10 @@ Parts, in their order:
   ``compact_json(response)``; its ``extra`` marks ``"$response": "object"`` and keeps ``name``
   and the part's other keys, so it renders back as the same object. ``is_error`` is True when
   the response object is exactly ``{"error": ...}`` (Gemini's convention), else None;
-- anything else (``executableCode``, ``codeExecutionResult``, a non-text part flagged
-  ``thought``, future part types) -> OpaqueBlock, verbatim.
+- the other data Gemini knows (``executableCode``, ``codeExecutionResult``, ``toolCall``,
+  ``toolResponse``: :data:`OPAQUE_DATA`) and a non-text part flagged ``thought`` -> OpaqueBlock,
+  verbatim. A part with no data of a kind Gemini knows is refused (``empty_part``): served back,
+  Gemini would refuse it.
 
 Usage: ``prompt_tokens`` = ``promptTokenCount``; ``completion_tokens`` = ``candidatesTokenCount``
 + ``thoughtsTokenCount`` (Gemini counts thoughts apart; the other formats' output counts include
@@ -54,11 +56,11 @@ from events.blocks import Block, MediaBlock, OpaqueBlock, ReasoningBlock, TextBl
 from events.errors import NativeFormatError
 from events.event_types import FinishReason, MessageAppended, Role, Usage
 from events.formats import Parsed
-from events.formats.schema import GEMINI_COUNTS, check_counts
+from events.formats.schema import GEMINI_COUNTS, GEMINI_DATA, GEMINI_PART, check_counts, check_fields
 from events.servable import RESPONSE_MARK, check_nesting  # RESPONSE_MARK: a tool message's response object
 from events.strict_json import compact_json
 
-__all__ = ["KEYS_MARK", "NO_ARGS_MARK", "RESPONSE_MARK", "SNAKE", "is_base64", "parse"]
+__all__ = ["DATA_KEYS", "KEYS_MARK", "NO_ARGS_MARK", "OPAQUE_DATA", "RESPONSE_MARK", "SNAKE", "is_base64", "parse"]
 
 # camelCase -> snake_case of every key convlog models (the other keys are kept as they came).
 SNAKE: Final[Mapping[str, str]] = {
@@ -75,6 +77,13 @@ KEYS_MARK: Final = "$keys"  # in a block's extra: "snake_case" when the part cam
 NO_ARGS_MARK: Final = "$args"  # in a call's extra: "absent" when the functionCall had no args
 
 _DATA_KEYS: Final = ("text", "inlineData", "fileData", "functionCall", "functionResponse")
+OPAQUE_DATA: Final[Mapping[str, str]] = {
+    "executableCode": "executable_code", "codeExecutionResult": "code_execution_result",
+    "toolCall": "tool_call", "toolResponse": "tool_response",
+}  # fmt: skip
+"""The part data convlog keeps opaque (camelCase -> snake_case): with :data:`DATA_KEYS`'s modelled
+ones, every kind of data a Part holds (google.genai.types.Part); a part with none is refused."""
+DATA_KEYS: Final = (*_DATA_KEYS, *OPAQUE_DATA)
 _ROLES: Final[Mapping[str, Role]] = {"user": "user", "model": "assistant"}
 _FILTERED: Final = frozenset(
     {"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY",
@@ -326,6 +335,8 @@ def _part_kind(raw: Any, at: str) -> tuple[_Part, str]:
         path, value = keys.get(camel)
         if value is not None:
             found.append((camel, path.rsplit(".", 1)[1]))
+    found += [(camel, key) for camel, snake in OPAQUE_DATA.items() for key in (camel, snake)
+              if raw.get(key) is not None]  # fmt: skip
     if len(found) > 1:
         raise NativeFormatError(f"a part holds one kind of data, this one has {', '.join(k for _, k in found)}",
                                 field=f"{at}.{found[1][1]}", code="multiple_part_data")  # fmt: skip
@@ -335,14 +346,16 @@ def _part_kind(raw: Any, at: str) -> tuple[_Part, str]:
     sig_at, signature = keys.get("thoughtSignature")
     if signature is not None and not is_base64(signature):
         raise NativeFormatError("must be a base64 string", field=sig_at, code="invalid_thought_signature")
-    if not found:
-        other = [k for k in raw if k not in keys.used and k != "thought"]
-        if not other:
-            raise NativeFormatError("a part needs its data (text, inlineData, functionCall...)", field=at,
-                                    code="empty_part")  # fmt: skip
-        return _Part(keys, other[0]), "opaque"
+    if not found:  # Gemini refuses a part without data: only keys of no kind it knows
+        raise NativeFormatError(f"a part needs its data, one of {', '.join(DATA_KEYS)}",
+                                field=at, code="empty_part")  # fmt: skip
     camel, used = found[0]
-    if thought and camel != "text":  # a thought image (Gemini image models): not modelled
+    check_fields(raw, GEMINI_PART, at, "invalid_part")
+    if camel in GEMINI_DATA:
+        if not isinstance(raw[used], Mapping):
+            raise NativeFormatError("must be an object", field=f"{at}.{used}", code="invalid_part")
+        check_fields(raw[used], GEMINI_DATA[camel], f"{at}.{used}", "invalid_part")
+    if camel in OPAQUE_DATA or (thought and camel != "text"):  # or a thought image (Gemini image models)
         return _Part(keys, used), "opaque"
     return _Part(keys, used), camel
 

@@ -12,12 +12,13 @@ from events.errors import NativeFormatError
 
 __all__ = [
     "ANTHROPIC_BLOCKS", "ANTHROPIC_COUNTS", "ANTHROPIC_MESSAGE", "ANTHROPIC_SOURCES", "ANTHROPIC_USAGE",
-    "GEMINI_COUNTS", "RESPONSES_ANY_ITEM", "RESPONSES_ITEMS", "RESPONSES_PARTS", "RESPONSES_RESPONSE", "Kinds",
-    "check_counts", "check_fields", "join",
+    "GEMINI_COUNTS", "GEMINI_DATA", "GEMINI_PART", "RESPONSES_ANY_ITEM", "RESPONSES_ITEMS", "RESPONSES_PARTS",
+    "RESPONSES_RESPONSE", "Kinds", "check_counts", "check_fields", "join",
 ]  # fmt: skip
 
-Kinds: TypeAlias = type | tuple[type | None, ...]
-"""A key's JSON types: ``str``, ``int``, ``bool``, ``list``, ``dict`` (an object), ``None`` (null)."""
+Kinds: TypeAlias = type | frozenset[str] | tuple[type | frozenset[str] | None, ...]
+"""A key's JSON types: ``str``, ``int``, ``bool``, ``list``, ``dict`` (an object), ``None`` (null),
+or a set of strings (an enum)."""
 
 # --- the schema of each format: its known keys and their types ---------------------------------
 
@@ -52,7 +53,8 @@ ANTHROPIC_SOURCES: Final[Mapping[str, Mapping[str, Kinds]]] = {
 # openai.types.responses (ResponseOutputMessage, EasyInputMessage,
 # ResponseFunctionToolCall, ResponseReasoningItem, ResponseInputItem.FunctionCallOutput, Response).
 # An item type convlog does not model is opaque: none of its keys is checked.
-RESPONSES_ANY_ITEM: Final[Mapping[str, Kinds]] = {"id": (str, None), "status": (str, None)}
+_STATUS: Final = frozenset({"in_progress", "completed", "incomplete"})
+RESPONSES_ANY_ITEM: Final[Mapping[str, Kinds]] = {"id": str, "status": _STATUS}  # a param's id is no null
 RESPONSES_ITEMS: Final[Mapping[str, Mapping[str, Kinds]]] = {
     "message": {**RESPONSES_ANY_ITEM, "phase": (str, None)},
     "function_call": {**RESPONSES_ANY_ITEM, "namespace": (str, None)},
@@ -77,6 +79,23 @@ GEMINI_COUNTS: Final = (
     ("totalTokenCount", "total_token_count"), ("toolUsePromptTokenCount", "tool_use_prompt_token_count"),
 )  # fmt: skip
 
+_OPT_STR: Final = (str, None)
+# google.genai.types.Part: the data kept opaque (ExecutableCode, CodeExecutionResult, ToolCall,
+# ToolResponse), the modelled calls' other keys, and the part's metadata; both spellings.
+GEMINI_DATA: Final[Mapping[str, Mapping[str, Kinds]]] = {
+    "executableCode": {"code": _OPT_STR, "language": _OPT_STR, "id": _OPT_STR},
+    "codeExecutionResult": {"outcome": _OPT_STR, "output": _OPT_STR, "id": _OPT_STR},
+    "toolCall": {"id": _OPT_STR, "toolType": _OPT_STR, "tool_type": _OPT_STR, "args": (dict, None)},
+    "toolResponse": {"id": _OPT_STR, "toolType": _OPT_STR, "tool_type": _OPT_STR, "response": (dict, None)},
+    "functionCall": {"willContinue": (bool, None), "will_continue": (bool, None), "partialArgs": (list, None),
+                     "partial_args": (list, None)},
+    "functionResponse": {"willContinue": (bool, None), "will_continue": (bool, None), "scheduling": _OPT_STR,
+                         "parts": (list, None)},
+}  # fmt: skip
+_METADATA: Final = ("videoMetadata", "video_metadata", "partMetadata", "part_metadata", "mediaResolution",
+                     "media_resolution")  # fmt: skip
+GEMINI_PART: Final[Mapping[str, Kinds]] = dict.fromkeys(_METADATA, (dict, None))
+
 
 _NAMES = {str: "a string", int: "an integer", bool: "a boolean", list: "a list", dict: "an object", float: "a number"}
 
@@ -85,12 +104,26 @@ def join(at: str, key: str) -> str:
     return f"{at}.{key}" if at else key
 
 
-def _is(value: Any, kinds: tuple[type | None, ...]) -> bool:
+def _is(value: Any, kinds: tuple[type | frozenset[str] | None, ...]) -> bool:
     if value is None:
         return None in kinds
     if isinstance(value, bool):  # a JSON true is no integer
         return bool in kinds
-    return any(k is not None and isinstance(value, Mapping if k is dict else k) for k in kinds)
+    for k in kinds:
+        if isinstance(k, frozenset):
+            if isinstance(value, str) and value in k:
+                return True
+        elif k is not None and isinstance(value, Mapping if k is dict else k):
+            return True
+    return False
+
+
+def _name(kind: type | frozenset[str] | None) -> str:
+    if kind is None:
+        return "null"
+    if isinstance(kind, frozenset):
+        return "one of " + ", ".join(sorted(kind))
+    return _NAMES.get(kind, kind.__name__)
 
 
 def check_fields(obj: Mapping[str, Any], schema: Mapping[str, Kinds], at: str, code: str) -> None:
@@ -100,8 +133,8 @@ def check_fields(obj: Mapping[str, Any], schema: Mapping[str, Kinds], at: str, c
         if key in obj:
             allowed = kinds if isinstance(kinds, tuple) else (kinds,)
             if not _is(obj[key], allowed):
-                names = [_NAMES.get(k, k.__name__) if k is not None else "null" for k in allowed]
-                raise NativeFormatError(f"must be {' or '.join(names)}", field=join(at, key), code=code)
+                names = " or ".join(_name(k) for k in allowed)
+                raise NativeFormatError(f"must be {names}", field=join(at, key), code=code)
 
 
 def check_counts(obj: Mapping[str, Any], keys: Iterable[str], at: str, code: str) -> None:

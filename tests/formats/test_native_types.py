@@ -78,6 +78,13 @@ REFUSED = [
     ("responses", _with(_RESPONSE, usage={"input_tokens_details": 5}), "usage.input_tokens_details"),
     # the Gemini counts it does not read are counts too
     ("gemini", _with(_CANDIDATE, usageMetadata={"totalTokenCount": "3"}), "usageMetadata.totalTokenCount"),
+    # a part whose data Gemini does not know (it was kept opaque, then broke every gemini context)
+    ("gemini", {"role": "user", "parts": [{"text": "q"}, {"k": [1]}]}, "parts[1]"),
+    ("gemini", {"role": "model", "parts": [{"executableCode": 5}]}, "parts[0].executableCode"),
+    ("gemini", {"role": "model", "parts": [{"executableCode": {"code": 5}}]}, "parts[0].executableCode.code"),
+    ("gemini", {"role": "model", "parts": [{"text": "x", "executable_code": {"code": "1"}}]},
+     "parts[0].executable_code"),
+    ("gemini", {"role": "model", "parts": [{"text": "x", "videoMetadata": 5}]}, "parts[0].videoMetadata"),
 ]  # fmt: skip
 
 
