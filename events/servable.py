@@ -96,18 +96,17 @@ def too_deep_field(blocks: Sequence[Block], arguments: Iterable[Any] = ()) -> st
     """The field of a message's JSON texts that nests deeper than :data:`MAX_NESTING`, if any:
     ``blocks[i].arguments`` / ``.json`` / ``.extra`` / ``.text`` (a function response), or
     ``tool_calls[i].arguments`` for ``arguments``, the texts of a message without blocks."""
-    for i, b in enumerate(blocks):
+    for i, b in enumerate(blocks):  # per served message on every context: no lists built
         if isinstance(b, OpaqueBlock):
-            texts: list[tuple[str, object]] = [("json", b.json)]
-        else:
-            texts = [("extra", b.extra)] if b.extra is not None else []
-        if isinstance(b, ToolCallBlock):
-            texts.append(("arguments", b.arguments))
-        elif isinstance(b, TextBlock) and b.extra is not None and RESPONSE_MARK in b.extra:
-            texts.append(("text", b.text))
-        for name, text in texts:
-            if _text_too_deep(text):
-                return f"blocks[{i}].{name}"
+            if _text_too_deep(b.json):
+                return f"blocks[{i}].json"
+            continue
+        if b.extra is not None and _text_too_deep(b.extra):
+            return f"blocks[{i}].extra"
+        if isinstance(b, ToolCallBlock) and _text_too_deep(b.arguments):
+            return f"blocks[{i}].arguments"
+        if isinstance(b, TextBlock) and b.extra is not None and RESPONSE_MARK in b.extra and _text_too_deep(b.text):
+            return f"blocks[{i}].text"
     for i, text in enumerate(arguments):
         if _text_too_deep(text):
             return f"tool_calls[{i}].arguments"

@@ -18,6 +18,11 @@ Blocks: ``text`` (``citations`` and any other key in ``extra``), ``image`` and `
 neutral ``tool`` message (``tool_call_id``, ``is_error``, blocks = its content); a user message
 is its tool messages first, then a user message with the rest.
 
+Every key this parser knows is type-checked (:mod:`events.formats.schema`, after
+``anthropic.types``): an image ``source`` that is no object, a ``source.data`` or ``media_type``
+that is no string, a ``usage`` count that is no non-negative integer, a ``stop_reason`` that is
+no string are refused with their path; unknown keys are kept as they came.
+
 A string ``content`` (and a tool result's absent or empty one) is kept as a sole text block
 whose ``extra`` is ``{"convlog.form": "string"|"absent"|"empty"}``, so it renders back as it
 came; a tool result's own keys besides ``tool_use_id``/``content``/``is_error`` (``cache_control``)

@@ -29,7 +29,9 @@ Lossless layout (so rendering back gives the same items, see query_api/formats/r
 - an item of a type convlog does not model -> OpaqueBlock of the whole item, in the assistant
   message.
 
-Refused (:class:`~events.errors.NativeFormatError`, ``code``): see :data:`CODES`.
+Refused (:class:`~events.errors.NativeFormatError`, ``code``): see :data:`CODES`; every known
+key of an item, a part and a Response is type-checked (:mod:`events.formats.schema`, after
+``openai.types.responses``), an item type convlog does not model is kept whole, unchecked.
 """
 
 from __future__ import annotations
