@@ -308,35 +308,49 @@ def _servable(
     head: list[Selected], kept: list[_Turn], skip_groups: int, target: Target
 ) -> tuple[list[Selected], list[_Served], list[str]]:
     """The system messages and the served messages a context can carry, and the ids of those it
-    cannot (query_api/unservable.py): each unit rendered on its own, behind its turn's question.
-    A question that cannot be carried takes its turn with it (the answers make no sense alone)."""
-    unservable: list[str] = []
+    cannot (query_api/unservable.py), in log order. First each unit on its own, behind its turn's
+    question; then, if they still break the rules together (the same call id in two tool groups),
+    unit by unit in order, each kept only if the context so far stays valid with it. A question
+    that cannot be carried takes its turn with it (the answers make no sense alone)."""
+    left_out: list[StoredMessage] = []
 
-    def carried(system: Sequence[Selected], prefix: Sequence[_Served], unit: Sequence[_Served]) -> bool:
-        if any(too_deep(x.message) for x in system) or any(too_deep(x.selected.message) for x in unit):
+    def renders(system: Sequence[Selected], messages: Sequence[_Served]) -> bool:
+        if any(too_deep(x.message) for x in system) or any(too_deep(x.selected.message) for x in messages):
             return False
-        messages = tuple(x.selected for x in (*prefix, *unit))
-        return checked_render(RenderRequest(tuple(x.message for x in system), None, messages, target)) is not None
+        selected = tuple(x.selected for x in messages)
+        return checked_render(RenderRequest(tuple(x.message for x in system), None, selected, target)) is not None
 
-    kept_head = []
-    for s in head:
-        if carried([s], [], []):
-            kept_head.append(s)
-        else:
-            unservable.append(s.message.message_id)
-    served: list[_Served] = []
+    def leave_out(*units: Sequence[_Served]) -> None:
+        left_out.extend(x.selected.message for unit in units for x in unit)
+
+    kept_head = [s for s in head if renders([s], [])]
+    left_out.extend(s.message for s in head if s not in kept_head)
+    turns: list[list[list[_Served]]] = []
     for i, turn in enumerate(kept):
-        units = turn.units(skip_groups=skip_groups if i == len(kept) - 1 else 0)
-        question = units[0]
-        if not carried([], [], question):
-            unservable.extend(x.selected.message.message_id for unit in units for x in unit)
+        question, *answers = turn.units(skip_groups=skip_groups if i == len(kept) - 1 else 0)
+        if not renders([], question):
+            leave_out(question, *answers)
             continue
-        for unit in units:
-            if unit is question or carried([], question, unit):
-                served.extend(unit)
+        turns.append([question])
+        for unit in answers:
+            if renders([], [*question, *unit]):
+                turns[-1].append(unit)
             else:
-                unservable.extend(x.selected.message.message_id for x in unit)
-    return kept_head, served, unservable
+                leave_out(unit)
+    served = [x for units in turns for unit in units for x in unit]
+    if not renders(kept_head, served):
+        served = []
+        for question, *answers in turns:
+            if not renders(kept_head, [*served, *question]):
+                leave_out(question, *answers)
+                continue
+            served.extend(question)
+            for unit in answers:
+                if renders(kept_head, [*served, *unit]):
+                    served.extend(unit)
+                else:
+                    leave_out(unit)
+    return kept_head, served, [m.message_id for m in sorted(left_out, key=lambda m: m.seq)]
 
 
 def _fit(turns: list[_Turn], fixed: int, available: int) -> tuple[list[_Turn], int]:

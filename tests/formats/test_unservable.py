@@ -102,6 +102,33 @@ def test_json_stored_nested_past_the_limit_is_left_out_of_every_format(fmt: str,
     assert {d.message_id for d in ctx.dropped if d.reason == "unservable"} == {"a1", "t1"}
 
 
+def _gemini_round(n: int) -> list[MessageAppended]:
+    """A Gemini question, a call without an id (its neutral id is ``lookup:0`` in every content)
+    and its response, as the parser stores them."""
+    payload = [
+        {"role": "user", "parts": [{"text": f"question {n}"}]},
+        {"role": "model", "parts": [{"functionCall": {"name": "lookup", "args": {"n": n}}}]},
+        {"role": "user", "parts": [{"functionResponse": {"name": "lookup", "response": {"n": n}}}]},
+    ]
+    counter = itertools.count()
+    return list(parser_for("gemini")(payload, new_id=lambda: f"r{n}-{next(counter)}").messages)
+
+
+@pytest.mark.parametrize(("fmt", "model"), TARGETS)
+def test_units_valid_alone_but_not_together_leave_the_later_one_out(fmt: str, model: str) -> None:
+    """The same Gemini exchange appended twice: two tool groups with the call id ``lookup:0``,
+    which Responses refuses in one input (``call_id used twice``) — a 500 on every responses
+    context before. The first is served, the later group left out and listed; other formats
+    carry both."""
+    ctx = _context([*_gemini_round(1), *_gemini_round(2), _user("now", "now")], fmt, model)
+    unservable = [d.message_id for d in ctx.dropped if d.reason == "unservable"]
+    assert "question 2" in _served_text(ctx)
+    if fmt == "responses":
+        assert unservable == ["r2-1", "r2-2"]  # the second call and its response; the question stays
+    else:
+        assert unservable == []
+
+
 def test_the_limit_leaves_room_for_the_body_around_it() -> None:
     """The deepest accepted value, wrapped as deep as any format's context body wraps it (the
     body, the fragment, the list, the message, its blocks, the block, the input): orjson's 254."""
