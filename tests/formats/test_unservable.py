@@ -115,18 +115,17 @@ def _gemini_round(n: int) -> list[MessageAppended]:
 
 
 @pytest.mark.parametrize(("fmt", "model"), TARGETS)
-def test_units_valid_alone_but_not_together_leave_the_later_one_out(fmt: str, model: str) -> None:
-    """The same Gemini exchange appended twice: two tool groups with the call id ``lookup:0``,
-    which Responses refuses in one input (``call_id used twice``) — a 500 on every responses
-    context before. The first is served, the later group left out and listed; other formats
-    carry both."""
+def test_a_call_id_repeated_in_a_conversation_is_served_in_every_format(fmt: str, model: str) -> None:
+    """Two Gemini rounds calling the same function: both calls' neutral id is ``lookup:0``, which
+    Responses takes once per input — every responses context of such a conversation was a 500.
+    The repeat is served as ``lookup:0#2`` with its output; nothing is left out."""
     ctx = _context([*_gemini_round(1), *_gemini_round(2), _user("now", "now")], fmt, model)
-    unservable = [d.message_id for d in ctx.dropped if d.reason == "unservable"]
+    assert [d for d in ctx.dropped if d.reason == "unservable"] == []
     assert "question 2" in _served_text(ctx)
     if fmt == "responses":
-        assert unservable == ["r2-1", "r2-2"]  # the second call and its response; the question stays
-    else:
-        assert unservable == []
+        ids = [(i["type"], i["call_id"]) for i in ctx.fragment["input"] if "call_id" in i]
+        assert ids == [("function_call", "lookup:0"), ("function_call_output", "lookup:0"),
+                       ("function_call", "lookup:0#2"), ("function_call_output", "lookup:0#2")]  # fmt: skip
 
 
 def test_the_limit_leaves_room_for_the_body_around_it() -> None:
