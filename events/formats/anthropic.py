@@ -77,8 +77,6 @@ _STOP_REASONS: Mapping[str, FinishReason] = {
 }
 _MEDIA_TYPES = {"image": "image", "document": "file"}
 _MEDIA_SOURCES = {"base64": ("type", "media_type", "data"), "url": ("type", "url")}
-# Types convlog models, for which a ``signature`` key is a breach (thinking alone carries one).
-_MODELLED = frozenset({"text", "image", "document", "tool_use", "tool_result", "redacted_thinking"})
 _NOT_IN_TOOL_RESULT = frozenset({"tool_use", "tool_result", "thinking", "redacted_thinking"})
 
 
@@ -317,7 +315,7 @@ def _block_object(raw: object, field: str) -> Mapping[str, Any]:
         raise _fail("must be a content block object with a type", field, "invalid_content")
     block = cast("Mapping[str, Any]", raw)
     check_fields(block, ANTHROPIC_BLOCKS.get(block["type"], {}), field, "invalid_block")
-    if "signature" in block and block["type"] in _MODELLED:
+    if "signature" in block and block["type"] != "thinking":  # an unmodelled type too: served back, refused
         raise _fail(f"a {block['type']} block carries no signature (thinking blocks do)", f"{field}.signature",
                     "signature_on_non_thinking_block")  # fmt: skip
     return block

@@ -56,6 +56,8 @@ REFUSED = [
     ("anthropic", _with(_MESSAGE, stop_reason=5), "stop_reason"),
     ("anthropic", _with(_MESSAGE, stop_sequence=[]), "stop_sequence"),
     ("anthropic", _with(_MESSAGE, content=[{"type": "text", "text": "x", "citations": 5}]), "content[0].citations"),
+    ("anthropic", {"role": "assistant", "content": [{"type": "future_block", "signature": "s"}]},
+     "content[0].signature"),  # kept opaque, it broke the anthropic rules (a signature on a non-thinking block)
     ("anthropic", [{"role": "user", "content": [{"type": "text", "text": "x", "cache_control": "y"}]}],
      "[0].content[0].cache_control"),
     # the Responses items
