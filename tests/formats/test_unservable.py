@@ -11,6 +11,7 @@ from typing import Any
 import orjson
 import pytest
 
+import query_api.unservable
 from events.blocks import TextBlock, native_message
 from events.errors import InvalidEventError
 from events.event_types import MessageAppended, ToolCall
@@ -167,3 +168,23 @@ def test_payloads_at_the_limit_are_accepted() -> None:
     call = {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": _nested(61)}]}
     parsed = parser_for("anthropic")(call, new_id=_ids())  # 61 + the message, its content list and the block
     check_servable(parsed.messages[0])
+
+
+def test_units_servable_alone_but_not_together_leave_the_later_turn_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A breach no unit has alone (none of today's renderers makes one: this is the guard that
+    keeps a future one from failing the whole context): unit by unit, the later is left out."""
+    real = query_api.unservable.violations
+
+    def together(fragment: dict[str, Any], target: Target) -> list[str]:
+        text = json.dumps(fragment)
+        return ["a breach of two turns"] if "first" in text and "second" in text else real(fragment, target)
+
+    monkeypatch.setattr(query_api.unservable, "violations", together)
+    history = [_user("u1", "first"), _answer("a1", "one"), _user("u2", "second"), _answer("a2", "two"),
+               _user("u3", "now")]  # fmt: skip
+    messages = [stored(m, i) for i, m in enumerate(history)]
+    request = ContextRequest("gpt-4o", 100_000)
+    ctx = assemble(system=[], summary=None, messages=messages, request=request, spec=model_spec("gpt-4o"),
+                   count=count)  # fmt: skip
+    assert [m["content"] for m in ctx.messages] == ["first", "one", "now"]
+    assert [d.message_id for d in ctx.dropped if d.reason == "unservable"] == ["u2", "a2"]
