@@ -17,8 +17,8 @@ deterministic as the first event id is.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 from events.errors import NativeFormatError
 from events.event_types import Event, MessageAppended
@@ -64,6 +64,7 @@ class BatchIds:
     event_ids: tuple[str, ...]
     next_event_id: str
     deterministic: bool
+    answer_paths: Mapping[str, str] = field(default_factory=dict)  # as Parsed's
 
 
 def parse_payload(
@@ -89,7 +90,8 @@ def parse_payload(
     *ids, following = batch_event_ids(
         first, len(parsed.messages) + 1, conversation=conversation, format=format, native_id=native_id
     )
-    return BatchIds(parsed.messages, tuple(ids), following, event_id is not None or native_id is not None)
+    deterministic = event_id is not None or native_id is not None
+    return BatchIds(parsed.messages, tuple(ids), following, deterministic, parsed.answer_paths)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +103,13 @@ class NativeBatch:
     built: tuple[tuple[Event, bytes], ...]
     deterministic: bool
     next_event_id: str | None = None
+    answer_paths: Mapping[str, str] = field(default_factory=dict)  # as Parsed's
+
+    def answer_path(self, index: int) -> str:
+        """Where the payload names the call its ``index``-th message answers (else ``messages[i]``)."""
+        body = self.built[index][0].body
+        message_id = body.message_id if isinstance(body, MessageAppended) else ""
+        return self.answer_paths.get(message_id, f"messages[{index}]")
 
     @property
     def events(self) -> tuple[Event, ...]:

@@ -47,6 +47,7 @@ from events.openai_format import (
     tool_calls_from_openai,
     usage_from_openai,
 )
+from events.servable import check_servable
 from events.validation import validate_event
 
 DEFAULT_MAX_EVENT_BYTES = 1024 * 1024
@@ -130,6 +131,8 @@ class ConversationProducer:
         # Event's fields in order (positional: the hot path's one construction per append).
         event = Event(event_id or self._new_id(), key, occurred_at or self._clock(), self._producer, body)
         validate_event(event)
+        if isinstance(body, MessageAppended):
+            check_servable(body)
         data = self._codec.encode(event)
         if len(data) > self._max_event_bytes:
             raise EventTooLargeError(size=len(data), limit=self._max_event_bytes)
@@ -180,7 +183,7 @@ class ConversationProducer:
         size = sum(len(data) for _, data in built)
         if len(built) > 1 and size > self._max_event_bytes:
             raise EventTooLargeError(size=size, limit=self._max_event_bytes)
-        return NativeBatch(tuple(built), ids.deterministic, ids.next_event_id)
+        return NativeBatch(tuple(built), ids.deterministic, ids.next_event_id, ids.answer_paths)
 
     async def append_native(
         self,

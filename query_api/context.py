@@ -18,13 +18,11 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from events.blocks import OpaqueBlock
 from events.errors import ConvlogError
 from projectors.tokens import message_cost, text_message_cost
 from projectors.turns import split_turns
-from query_api import rules
 from query_api.context_types import (
     Context,
     ContextBudgetExceededError,
@@ -34,8 +32,9 @@ from query_api.context_types import (
     StoredSummary,
 )
 from query_api.estimates import CALIBRATION_MESSAGES, estimate_for
-from query_api.formats import checker_for, renderer_for
-from query_api.formats.types import RenderRequest, Selected, Target, extras_served, reasoning_served
+from query_api.formats import renderer_for
+from query_api.formats.types import Dropped, RenderRequest, Selected, Target, extras_served, reasoning_served
+from query_api.unservable import checked_render, too_deep, violations
 
 SUMMARY_HEADER = "Summary of the earlier conversation:\n"
 
@@ -73,6 +72,18 @@ class _Turn:
                     out.extend(self.groups[i])
             else:
                 out.append(self.rest[i])
+        return out
+
+    def units(self, *, skip_groups: int = 0) -> list[list[_Served]]:
+        """:meth:`messages` in the units a message is served or left out with: the question,
+        then each tool group (the call and its results) and each other answer."""
+        out = [[self.user]]
+        for kind, i in self.order:
+            if kind == "group":
+                if i >= skip_groups:
+                    out.append(self.groups[i])
+            else:
+                out.append([self.rest[i]])
         return out
 
     def cost(self, *, skip_groups: int = 0) -> int:
@@ -213,16 +224,23 @@ def assemble(
         # Every turn read fits: older, unread ones might too. (Had one not fit, no older one
         # could stay — trimming never leaves a gap — so the tail is then the whole answer.)
         raise NeedOlderMessagesError
-    served: list[_Served] = []
-    for i, turn in enumerate(kept):
-        served += turn.messages(skip_groups=skip_groups if i == len(kept) - 1 else 0)
+    served = [
+        s for i, turn in enumerate(kept) for s in turn.messages(skip_groups=skip_groups if i == len(kept) - 1 else 0)
+    ]
+    request_ = RenderRequest(tuple(s.message for s in head), summary_text, tuple(s.selected for s in served), target)
+    rendered = None if any(too_deep(s.selected.message) for s in served) else checked_render(request_)
+    unservable: list[str] = []
+    if rendered is None:  # a stored message it cannot carry: leave it out (query_api/unservable.py)
+        kept_head, served, unservable = _servable(head, kept, skip_groups, target)
+        fixed -= sum(costs(s) for s in head if s not in kept_head)
+        head = kept_head
+        request_ = RenderRequest(tuple(s.message for s in head), summary_text, tuple(s.selected for s in served),
+                                 target)  # fmt: skip
+        rendered = checked_render(request_)
+        if rendered is None:  # a bug, never a request problem: refuse rather than serve an invalid context
+            fragment = renderer_for(target.format)(request_).fragment
+            raise AssertionError(f"assembled an invalid {target.format} context: {violations(fragment, target)}")
     total = fixed + sum(s.cost for s in served)
-    rendered = renderer_for(target.format)(
-        RenderRequest(tuple(s.message for s in head), summary_text, tuple(s.selected for s in served), target)
-    )
-    broken = _violations(rendered.fragment, target)
-    if broken:  # a bug, never a request problem: refuse rather than serve an invalid array
-        raise AssertionError(f"assembled an invalid {target.format} context: {broken}")
     return Context(
         token_count=total if estimate is None else estimate.scaled(total, margin=False),
         encoding=spec.encoding,
@@ -231,7 +249,7 @@ def assemble(
         summary=summary,
         format=target.format,
         fragment=rendered.fragment,
-        dropped=rendered.dropped,
+        dropped=rendered.dropped + tuple(Dropped(m, "message", "unservable") for m in unservable),
         estimate=None if estimate is None else replace(estimate, raw_tokens=total),
         units=_units(head, summary, costs, fixed, served),
     )
@@ -286,10 +304,53 @@ def _summary_line_units(text: str, count: Count) -> tuple[tuple[str, int], ...]:
     return tuple(units)
 
 
-def _violations(fragment: dict[str, Any], target: Target) -> list[str]:
-    if target.format == "chat_completions":
-        return rules.violations(fragment["messages"], reasoning=target.reasoning)
-    return checker_for(target.format)(fragment)
+def _servable(
+    head: list[Selected], kept: list[_Turn], skip_groups: int, target: Target
+) -> tuple[list[Selected], list[_Served], list[str]]:
+    """The system messages and the served messages a context can carry, and the ids of those it
+    cannot (query_api/unservable.py), in log order. First each unit on its own, behind its turn's
+    question; then, if they still break the rules together (the same call id in two tool groups),
+    unit by unit in order, each kept only if the context so far stays valid with it. A question
+    that cannot be carried takes its turn with it (the answers make no sense alone)."""
+    left_out: list[StoredMessage] = []
+
+    def renders(system: Sequence[Selected], messages: Sequence[_Served]) -> bool:
+        if any(too_deep(x.message) for x in system) or any(too_deep(x.selected.message) for x in messages):
+            return False
+        selected = tuple(x.selected for x in messages)
+        return checked_render(RenderRequest(tuple(x.message for x in system), None, selected, target)) is not None
+
+    def leave_out(*units: Sequence[_Served]) -> None:
+        left_out.extend(x.selected.message for unit in units for x in unit)
+
+    kept_head = [s for s in head if renders([s], [])]
+    left_out.extend(s.message for s in head if s not in kept_head)
+    turns: list[list[list[_Served]]] = []
+    for i, turn in enumerate(kept):
+        question, *answers = turn.units(skip_groups=skip_groups if i == len(kept) - 1 else 0)
+        if not renders([], question):
+            leave_out(question, *answers)
+            continue
+        turns.append([question])
+        for unit in answers:
+            if renders([], [*question, *unit]):
+                turns[-1].append(unit)
+            else:
+                leave_out(unit)
+    served = [x for units in turns for unit in units for x in unit]
+    if not renders(kept_head, served):
+        served = []
+        for question, *answers in turns:
+            if not renders(kept_head, [*served, *question]):
+                leave_out(question, *answers)
+                continue
+            served.extend(question)
+            for unit in answers:
+                if renders(kept_head, [*served, *unit]):
+                    served.extend(unit)
+                else:
+                    leave_out(unit)
+    return kept_head, served, [m.message_id for m in sorted(left_out, key=lambda m: m.seq)]
 
 
 def _fit(turns: list[_Turn], fixed: int, available: int) -> tuple[list[_Turn], int]:

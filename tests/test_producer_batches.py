@@ -16,6 +16,7 @@ from events.event_types import MessageAppended
 from events.keys import ConversationKey, partition_for_key
 from events.producer import ConversationProducer
 from events.reading import conversation_events
+from events.servable import MAX_NESTING
 from tests import fake_native
 
 KEY = ConversationKey("acme", "u1", "batch")
@@ -154,3 +155,18 @@ async def test_a_native_message_the_validator_refuses_names_its_index(
         await producer.append_native(KEY, "anthropic", fake_native.payload({"role": "nonsense"}))
     assert (broken.value.code, broken.value.field) == ("unknown_role", "messages[0].role")
     assert await _end(log) == before
+
+
+async def test_a_json_text_nested_past_the_limit_is_refused(producer: ConversationProducer) -> None:
+    """Chat Completions arguments are a string of JSON, which the payload's own depth does not
+    show: the producer refuses them past the nesting every format's context can carry (Anthropic
+    and Gemini contexts put them in the body parsed), as it refuses the payload itself."""
+    deep = "[" * (MAX_NESTING + 1) + "]" * (MAX_NESTING + 1)
+    call = {**CALL, "function": {"name": "lookup", "arguments": deep}}
+    key = ConversationKey("t", "u", "deep")
+    with pytest.raises(InvalidEventError) as info:
+        producer.build_native(key, "chat_completions", [TURN[0], {"role": "assistant", "tool_calls": [call]}])
+    assert (info.value.code, info.value.field) == ("nested_too_deep", "[1].tool_calls[0].arguments")
+    shallow = "[" * MAX_NESTING + "]" * MAX_NESTING
+    producer.build_native(key, "chat_completions", {"role": "assistant", "tool_calls": [
+        {**CALL, "function": {"name": "lookup", "arguments": shallow}}]})  # fmt: skip

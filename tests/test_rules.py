@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-import query_api.context
+import query_api.unservable
 from query_api.context import assemble
 from query_api.context_types import ContextRequest, ModelSpec, StoredMessage
 from query_api.rules import violations
@@ -75,6 +75,6 @@ def test_assemble_refuses_an_array_the_rules_find_fault_with(monkeypatch: pytest
         return assemble(system=(), summary=None, messages=[stored], request=request, spec=spec, count=len)
 
     assert [m["content"] for m in run().messages] == ["hi"]
-    monkeypatch.setattr(query_api.context.rules, "violations", lambda messages, reasoning: ["rule 0: broken"])
+    monkeypatch.setattr(query_api.unservable.rules, "violations", lambda messages, reasoning: ["rule 0: broken"])
     with pytest.raises(AssertionError, match="rule 0: broken"):
         run()

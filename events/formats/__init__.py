@@ -9,8 +9,8 @@ one (it predates the others). A payload that breaks its format raises
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from events.event_types import MessageAppended
@@ -23,10 +23,13 @@ class Parsed:
     """The neutral messages of one native payload, in order (appended as one atomic batch), and
     the provider's own id of the payload when it has one (an Anthropic ``msg_…``, a Responses
     ``resp_…``, a Gemini ``responseId``): the producer derives event ids from it, so the same
-    response appended twice is one append."""
+    response appended twice is one append. ``answer_paths``: per tool message's id, the JSON path
+    in the payload of what names the call it answers (``content[0].tool_use_id``), so an answer to
+    no open call is refused at its own place."""
 
     messages: tuple[MessageAppended, ...]
     native_id: str | None = None
+    answer_paths: Mapping[str, str] = field(default_factory=dict)
 
 
 class Parser(Protocol):

@@ -18,6 +18,11 @@ Blocks: ``text`` (``citations`` and any other key in ``extra``), ``image`` and `
 neutral ``tool`` message (``tool_call_id``, ``is_error``, blocks = its content); a user message
 is its tool messages first, then a user message with the rest.
 
+Every key this parser knows is type-checked (:mod:`events.formats.schema`, after
+``anthropic.types``): an image ``source`` that is no object, a ``source.data`` or ``media_type``
+that is no string, a ``usage`` count that is no non-negative integer, a ``stop_reason`` that is
+no string are refused with their path; unknown keys are kept as they came.
+
 A string ``content`` (and a tool result's absent or empty one) is kept as a sole text block
 whose ``extra`` is ``{"convlog.form": "string"|"absent"|"empty"}``, so it renders back as it
 came; a tool result's own keys besides ``tool_use_id``/``content``/``is_error`` (``cache_control``)
@@ -44,6 +49,16 @@ from events.event_types import (
     Usage,
 )
 from events.formats import Parsed
+from events.formats.schema import (
+    ANTHROPIC_BLOCKS,
+    ANTHROPIC_COUNTS,
+    ANTHROPIC_MESSAGE,
+    ANTHROPIC_SOURCES,
+    ANTHROPIC_USAGE,
+    check_counts,
+    check_fields,
+)
+from events.servable import check_nesting
 from events.strict_json import NotJsonError, compact_json, dump_json
 
 __all__ = ["FORM_KEY", "PROVIDER", "parse"]
@@ -62,8 +77,6 @@ _STOP_REASONS: Mapping[str, FinishReason] = {
 }
 _MEDIA_TYPES = {"image": "image", "document": "file"}
 _MEDIA_SOURCES = {"base64": ("type", "media_type", "data"), "url": ("type", "url")}
-# Types convlog models, for which a ``signature`` key is a breach (thinking alone carries one).
-_MODELLED = frozenset({"text", "image", "document", "tool_use", "tool_result", "redacted_thinking"})
 _NOT_IN_TOOL_RESULT = frozenset({"tool_use", "tool_result", "thinking", "redacted_thinking"})
 
 
@@ -87,7 +100,10 @@ def parse(payload: object, *, new_id: Callable[[], str]) -> Parsed:
     payload = _plain(payload)
     if isinstance(payload, list):
         params = [_plain(p) for p in cast("list[object]", payload)]
-        return Parsed(_Batch(new_id, params).run())
+        check_nesting(params)
+        batch = _Batch(new_id, params)
+        return Parsed(batch.run(), answer_paths=batch.answer_paths)
+    check_nesting(payload)
     if not isinstance(payload, Mapping):
         raise _fail("must be a Message, a MessageParam or a list of MessageParams", "", "invalid_payload")
     doc = cast("Mapping[str, Any]", payload)
@@ -95,15 +111,15 @@ def parse(payload: object, *, new_id: Callable[[], str]) -> Parsed:
         if doc["type"] != "message":
             raise _fail(f"unknown payload type {doc['type']!r} (expected 'message')", "type", "invalid_payload")
         return _response(doc, new_id)
-    return Parsed(_Batch(new_id, [doc], prefix="").run())
+    batch = _Batch(new_id, [doc], prefix="")
+    return Parsed(batch.run(), answer_paths=batch.answer_paths)
 
 
 def _response(doc: Mapping[str, Any], new_id: Callable[[], str]) -> Parsed:
     if doc.get("role") != "assistant":
         raise _fail("a Message response is an assistant message", "role", "unknown_role")
+    check_fields(doc, ANTHROPIC_MESSAGE, "", "invalid_payload")
     native_id = doc.get("id")
-    if native_id is not None and not isinstance(native_id, str):
-        raise _fail("must be a string", "id", "invalid_payload")
     model = doc.get("model")
     if not isinstance(model, str) or not model:
         raise _fail("a Message names the model that wrote it", "model", "invalid_payload")
@@ -130,9 +146,13 @@ def _with_finish(msg: MessageAppended, finish: FinishReason) -> MessageAppended:
 
 
 def _usage(raw: object) -> Usage | None:
-    if not isinstance(raw, Mapping):
+    if raw is None:
         return None
-    counts = {k: v for k, v in raw.items() if isinstance(v, int) and not isinstance(v, bool) and v >= 0}
+    if not isinstance(raw, Mapping):
+        raise _fail("must be an object", "usage", "invalid_usage")
+    check_counts(raw, ANTHROPIC_COUNTS, "usage", "invalid_usage")
+    check_fields(raw, ANTHROPIC_USAGE, "usage", "invalid_usage")
+    counts = {k: raw.get(k) for k in ANTHROPIC_COUNTS}
     fresh, read, write = (
         counts.get("input_tokens"),
         counts.get("cache_read_input_tokens"),
@@ -153,6 +173,7 @@ class _Batch:
         self.prefix = prefix
         self.later_calls: dict[str, int] = {}  # tool_use id -> index of the message holding it
         self.answered: set[str] = set()
+        self.answer_paths: dict[str, str] = {}  # tool message id -> its tool_use_id's path (Parsed.answer_paths)
 
     def path(self, index: int, rest: str) -> str:
         head = f"[{index}]" if self.prefix is None else self.prefix
@@ -275,8 +296,10 @@ class _Batch:
         else:
             raise _fail("must be a string or a list of blocks", f"{field}.content", "invalid_content")
         rest = {k: v for k, v in block.items() if k not in ("type", "tool_use_id", "content", "is_error")}
+        message_id = self.new_id()
+        self.answer_paths[message_id] = f"{field}.tool_use_id"
         return native_message(
-            message_id=self.new_id(), role="tool", blocks=blocks, api="anthropic", provider=PROVIDER,
+            message_id=message_id, role="tool", blocks=blocks, api="anthropic", provider=PROVIDER,
             tool_call_id=call_id, is_error=is_error,
             metadata={"anthropic.tool_result": _strict(rest, field)} if rest else None,
         )  # fmt: skip
@@ -291,7 +314,8 @@ def _block_object(raw: object, field: str) -> Mapping[str, Any]:
     if not isinstance(raw, Mapping) or not isinstance(raw.get("type"), str):
         raise _fail("must be a content block object with a type", field, "invalid_content")
     block = cast("Mapping[str, Any]", raw)
-    if "signature" in block and block["type"] in _MODELLED:
+    check_fields(block, ANTHROPIC_BLOCKS.get(block["type"], {}), field, "invalid_block")
+    if "signature" in block and block["type"] != "thinking":  # an unmodelled type too: served back, refused
         raise _fail(f"a {block['type']} block carries no signature (thinking blocks do)", f"{field}.signature",
                     "signature_on_non_thinking_block")  # fmt: skip
     return block
@@ -344,13 +368,20 @@ def _content_block(block: Mapping[str, Any], field: str) -> Block:
 def _media(block: Mapping[str, Any], field: str) -> Block:
     """An image or document with a base64 or url source; any other source is kept opaque."""
     source = block.get("source")
-    if isinstance(source, Mapping):
-        keys = _MEDIA_SOURCES.get(str(source.get("type")))
-        if keys is not None and set(source) == set(keys) and all(isinstance(source[k], str) for k in keys):
-            kind: Literal["image", "file"] = "image" if block["type"] == "image" else "file"
-            extra = _extra(block, ("type", "source"), field)
-            return MediaBlock(kind, url=source.get("url"), data=source.get("data"),
-                              media_type=source.get("media_type"), extra=extra)  # fmt: skip
+    if not isinstance(source, Mapping):
+        raise _fail(f"an {block['type']} block's source is an object", f"{field}.source", "invalid_block")
+    if not isinstance(source.get("type"), str):
+        raise _fail("a source's type is a string", f"{field}.source.type", "invalid_block")
+    for key, kinds in ANTHROPIC_SOURCES.get(source["type"], {}).items():
+        if key not in source:
+            raise _fail(f"a {source['type']} source needs its {key}", f"{field}.source.{key}", "invalid_block")
+        check_fields(source, {key: kinds}, f"{field}.source", "invalid_block")
+    keys = _MEDIA_SOURCES.get(source["type"])
+    if keys is not None and set(source) == set(keys):  # the types checked above: a modelled source
+        kind: Literal["image", "file"] = "image" if block["type"] == "image" else "file"
+        extra = _extra(block, ("type", "source"), field)
+        return MediaBlock(kind, url=source.get("url"), data=source.get("data"),
+                          media_type=source.get("media_type"), extra=extra)  # fmt: skip
     return OpaqueBlock(PROVIDER, _strict(block, field))
 
 

@@ -33,8 +33,10 @@ Parts, in their order:
   ``compact_json(response)``; its ``extra`` marks ``"$response": "object"`` and keeps ``name``
   and the part's other keys, so it renders back as the same object. ``is_error`` is True when
   the response object is exactly ``{"error": ...}`` (Gemini's convention), else None;
-- anything else (``executableCode``, ``codeExecutionResult``, a non-text part flagged
-  ``thought``, future part types) -> OpaqueBlock, verbatim.
+- the other data Gemini knows (``executableCode``, ``codeExecutionResult``, ``toolCall``,
+  ``toolResponse``: :data:`OPAQUE_DATA`) and a non-text part flagged ``thought`` -> OpaqueBlock,
+  verbatim. A part with no data of a kind Gemini knows is refused (``empty_part``): served back,
+  Gemini would refuse it.
 
 Usage: ``prompt_tokens`` = ``promptTokenCount``; ``completion_tokens`` = ``candidatesTokenCount``
 + ``thoughtsTokenCount`` (Gemini counts thoughts apart; the other formats' output counts include
@@ -54,9 +56,11 @@ from events.blocks import Block, MediaBlock, OpaqueBlock, ReasoningBlock, TextBl
 from events.errors import NativeFormatError
 from events.event_types import FinishReason, MessageAppended, Role, Usage
 from events.formats import Parsed
+from events.formats.schema import GEMINI_COUNTS, GEMINI_DATA, GEMINI_PART, check_counts, check_fields
+from events.servable import RESPONSE_MARK, check_nesting  # RESPONSE_MARK: a tool message's response object
 from events.strict_json import compact_json
 
-__all__ = ["KEYS_MARK", "NO_ARGS_MARK", "RESPONSE_MARK", "SNAKE", "is_base64", "parse"]
+__all__ = ["DATA_KEYS", "KEYS_MARK", "NO_ARGS_MARK", "OPAQUE_DATA", "RESPONSE_MARK", "SNAKE", "is_base64", "parse"]
 
 # camelCase -> snake_case of every key convlog models (the other keys are kept as they came).
 SNAKE: Final[Mapping[str, str]] = {
@@ -70,10 +74,16 @@ SNAKE: Final[Mapping[str, str]] = {
     "displayName": "display_name",
 }
 KEYS_MARK: Final = "$keys"  # in a block's extra: "snake_case" when the part came so
-RESPONSE_MARK: Final = "$response"  # in a tool message's extra: the response came as this object
 NO_ARGS_MARK: Final = "$args"  # in a call's extra: "absent" when the functionCall had no args
 
 _DATA_KEYS: Final = ("text", "inlineData", "fileData", "functionCall", "functionResponse")
+OPAQUE_DATA: Final[Mapping[str, str]] = {
+    "executableCode": "executable_code", "codeExecutionResult": "code_execution_result",
+    "toolCall": "tool_call", "toolResponse": "tool_response",
+}  # fmt: skip
+"""The part data convlog keeps opaque (camelCase -> snake_case): with :data:`DATA_KEYS`'s modelled
+ones, every kind of data a Part holds (google.genai.types.Part); a part with none is refused."""
+DATA_KEYS: Final = (*_DATA_KEYS, *OPAQUE_DATA)
 _ROLES: Final[Mapping[str, Role]] = {"user": "user", "model": "assistant"}
 _FILTERED: Final = frozenset(
     {"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY",
@@ -117,19 +127,21 @@ class _Keys:
 
 def parse(payload: object, *, new_id: Callable[[], str]) -> Parsed:
     doc = _plain(payload)
+    check_nesting(doc)
+    paths: dict[str, str] = {}
     if isinstance(doc, list):
         if not doc:
             raise NativeFormatError("an empty list of contents", field="", code="empty_batch")
         out: list[MessageAppended] = []
         for i, content in enumerate(doc):
-            out.extend(_content(content, f"[{i}]", new_id=new_id))
-        return Parsed(tuple(out))
+            out.extend(_content(content, f"[{i}]", new_id=new_id, paths=paths))
+        return Parsed(tuple(out), answer_paths=paths)
     if not isinstance(doc, Mapping):
         raise NativeFormatError("must be a Content, a list of Contents or a GenerateContentResponse",
                                 field="", code="invalid_payload")  # fmt: skip
     if "candidates" in doc:
         return _response(doc, new_id=new_id)
-    return Parsed(tuple(_content(doc, "", new_id=new_id)))
+    return Parsed(tuple(_content(doc, "", new_id=new_id, paths=paths)), answer_paths=paths)
 
 
 def _plain(payload: object) -> Any:
@@ -181,14 +193,8 @@ def _usage(usage: Any, field: str) -> Usage | None:
     if not isinstance(usage, Mapping):
         raise NativeFormatError("must be an object", field=field, code="invalid_usage")
     keys = _Keys(usage, field)
-    counts: dict[str, int | None] = {}
-    for camel, snake in (("promptTokenCount", "prompt_token_count"), ("candidatesTokenCount", "candidates_token_count"),
-                         ("cachedContentTokenCount", "cached_content_token_count"),
-                         ("thoughtsTokenCount", "thoughts_token_count")):  # fmt: skip
-        f, v = _get(keys, camel, snake)
-        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
-            raise NativeFormatError("must be a non-negative integer", field=f, code="invalid_usage")
-        counts[camel] = v
+    check_counts(usage, [k for pair in GEMINI_COUNTS for k in pair], field, "invalid_usage")
+    counts: dict[str, int | None] = {camel: _get(keys, camel, snake)[1] for camel, snake in GEMINI_COUNTS}
     out, thoughts = counts["candidatesTokenCount"], counts["thoughtsTokenCount"]
     completion = None if out is None and thoughts is None else (out or 0) + (thoughts or 0)
     return Usage(prompt_tokens=counts["promptTokenCount"], completion_tokens=completion,
@@ -204,7 +210,9 @@ def _content(
     response: bool = False,
     usage: Usage | None = None,
     finish: str | None = None,
+    paths: dict[str, str] | None = None,
 ) -> list[MessageAppended]:
+    """``paths`` is told each tool message's answer path (:attr:`Parsed.answer_paths`)."""
     at = field or "content"
     if not isinstance(content, Mapping):
         raise NativeFormatError("must be a Content object", field=at, code="invalid_content")
@@ -235,7 +243,7 @@ def _content(
             usage=usage, finish_reason=_finish(finish, calls=calls) if response else None,
         )  # fmt: skip
         return [message]
-    return _user_parts(parts, parts_at, new_id=new_id)
+    return _user_parts(parts, parts_at, new_id=new_id, paths={} if paths is None else paths)
 
 
 def _finish(reason: str | None, *, calls: bool) -> FinishReason:
@@ -270,8 +278,10 @@ def _model_parts(parts: list[Any], field: str) -> tuple[Block, ...]:
     return tuple(blocks)
 
 
-def _user_parts(parts: list[Any], field: str, *, new_id: Callable[[], str]) -> list[MessageAppended]:
-    tools: list[tuple[str, TextBlock, bool | None]] = []
+def _user_parts(
+    parts: list[Any], field: str, *, new_id: Callable[[], str], paths: dict[str, str]
+) -> list[MessageAppended]:
+    tools: list[tuple[str, TextBlock, bool | None, str]] = []
     blocks: list[Block] = []
     ordinals: dict[str, int] = {}
     for i, raw in enumerate(parts):
@@ -290,18 +300,19 @@ def _user_parts(parts: list[Any], field: str, *, new_id: Callable[[], str]) -> l
                 raise NativeFormatError(f"function response id {call_id!r} appears twice in this content",
                                         field=f"{at}.{part.used_key}",
                                         code="duplicate_function_response_id")  # fmt: skip
-            tools.append((call_id, block, is_error))
+            named_by = "id" if block.item_id is not None else "name"  # Gemini pairs by id, else by name
+            tools.append((call_id, block, is_error, f"{at}.{part.used_key}.{named_by}"))
             continue
         block_ = _data_part(part, kind, at)
         if isinstance(block_, ReasoningBlock):
             raise NativeFormatError("thought parts come only in the model's contents", field=f"{at}.thought",
                                     code="thought_in_user_content")  # fmt: skip
         blocks.append(block_)
-    out = [
-        native_message(message_id=new_id(), role="tool", blocks=(block,), api="gemini", provider="google",
-                       tool_call_id=call_id, is_error=is_error)
-        for call_id, block, is_error in tools
-    ]  # fmt: skip
+    out = []
+    for call_id, block, is_error, path in tools:
+        out.append(native_message(message_id=new_id(), role="tool", blocks=(block,), api="gemini", provider="google",
+                                  tool_call_id=call_id, is_error=is_error))  # fmt: skip
+        paths[out[-1].message_id] = path
     if blocks:
         out.append(native_message(message_id=new_id(), role="user", blocks=tuple(blocks), api="gemini",
                                   provider="google"))  # fmt: skip
@@ -324,6 +335,8 @@ def _part_kind(raw: Any, at: str) -> tuple[_Part, str]:
         path, value = keys.get(camel)
         if value is not None:
             found.append((camel, path.rsplit(".", 1)[1]))
+    found += [(camel, key) for camel, snake in OPAQUE_DATA.items() for key in (camel, snake)
+              if raw.get(key) is not None]  # fmt: skip
     if len(found) > 1:
         raise NativeFormatError(f"a part holds one kind of data, this one has {', '.join(k for _, k in found)}",
                                 field=f"{at}.{found[1][1]}", code="multiple_part_data")  # fmt: skip
@@ -333,14 +346,16 @@ def _part_kind(raw: Any, at: str) -> tuple[_Part, str]:
     sig_at, signature = keys.get("thoughtSignature")
     if signature is not None and not is_base64(signature):
         raise NativeFormatError("must be a base64 string", field=sig_at, code="invalid_thought_signature")
-    if not found:
-        other = [k for k in raw if k not in keys.used and k != "thought"]
-        if not other:
-            raise NativeFormatError("a part needs its data (text, inlineData, functionCall...)", field=at,
-                                    code="empty_part")  # fmt: skip
-        return _Part(keys, other[0]), "opaque"
+    if not found:  # Gemini refuses a part without data: only keys of no kind it knows
+        raise NativeFormatError(f"a part needs its data, one of {', '.join(DATA_KEYS)}",
+                                field=at, code="empty_part")  # fmt: skip
     camel, used = found[0]
-    if thought and camel != "text":  # a thought image (Gemini image models): not modelled
+    check_fields(raw, GEMINI_PART, at, "invalid_part")
+    if camel in GEMINI_DATA:
+        if not isinstance(raw[used], Mapping):
+            raise NativeFormatError("must be an object", field=f"{at}.{used}", code="invalid_part")
+        check_fields(raw[used], GEMINI_DATA[camel], f"{at}.{used}", "invalid_part")
+    if camel in OPAQUE_DATA or (thought and camel != "text"):  # or a thought image (Gemini image models)
         return _Part(keys, used), "opaque"
     return _Part(keys, used), camel
 

@@ -16,6 +16,7 @@ from events.errors import EventTooLargeError, InvalidEventError, InvalidRequestE
 from events.event_types import API_FORMATS, MessageAppended
 from events.formats import Parsed, Parser
 from events.openai_format import message_from_openai, requested_message_id
+from events.servable import check_nesting
 
 __all__ = ["APPEND_FORMATS", "NATIVE_FORMATS", "at_path", "parse_chat_completions", "parser_for"]
 
@@ -51,6 +52,7 @@ def parse_chat_completions(payload: object, *, new_id: Callable[[], str]) -> Par
     before formats existed), or a list of them: the messages in order. A message may name its
     own ``message_id``; else it gets ``new_id()``. In a list, a problem's ``field`` is its JSON
     path from the list (``[2].tool_calls[0].id``); for one object, the path in it, as before."""
+    check_nesting(payload)
     if isinstance(payload, Mapping):
         return Parsed((_message(payload, new_id),))
     if not isinstance(payload, Sequence) or isinstance(payload, str | bytes):

@@ -29,7 +29,9 @@ Lossless layout (so rendering back gives the same items, see query_api/formats/r
 - an item of a type convlog does not model -> OpaqueBlock of the whole item, in the assistant
   message.
 
-Refused (:class:`~events.errors.NativeFormatError`, ``code``): see :data:`CODES`.
+Refused (:class:`~events.errors.NativeFormatError`, ``code``): see :data:`CODES`; every known
+key of an item, a part and a Response is type-checked (:mod:`events.formats.schema`, after
+``openai.types.responses``), an item type convlog does not model is kept whole, unchecked.
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ from events.blocks import Block, MediaBlock, OpaqueBlock, ReasoningBlock, TextBl
 from events.errors import NativeFormatError
 from events.event_types import FinishReason, MessageAppended, Role, Usage
 from events.formats import Parsed
+from events.formats.schema import RESPONSES_ITEMS, RESPONSES_PARTS, RESPONSES_RESPONSE, check_counts, check_fields
+from events.servable import check_nesting
 from events.strict_json import NotJsonError, compact_json, dump_json, parse_json
 
 __all__ = ["CODES", "ITEM_KEY", "parse"]
@@ -55,14 +59,14 @@ CODES: Final[Mapping[str, str]] = {
     "invalid_payload": "the payload is not a Response object, an item or a list of items",
     "not_json": "the payload holds a value JSON cannot carry (NaN, Infinity, a non-JSON type)",
     "empty_payload": "no items (an empty list, a Response without output)",
-    "invalid_item": "an item is not a JSON object, or its type is not a string",
+    "invalid_item": "an item is not a JSON object, its type is not a string, or a known key has the wrong type",
     "missing_type": "an item has neither a type nor a role",
     "unknown_role": "a message's role is not user, system, developer or assistant",
     "invalid_content": "a message's content is neither a string nor a list of parts",
-    "invalid_part": "a content part is not an object, or its text is not a string",
+    "invalid_part": "a content part is not an object, or its type, text or another known key has the wrong type",
     "reasoning_without_summary": "a reasoning item has no summary list (required even if empty)",
     "reasoning_without_id": "a reasoning item has no id (rs_…)",
-    "invalid_summary": "a reasoning summary is not a list",
+    "invalid_summary": "a reasoning summary is not a list of summary_text objects",
     "function_call_without_call_id": "a function_call has no call_id",
     "function_call_without_name": "a function_call has no name",
     "arguments_not_string": "a function_call's arguments are not a string",
@@ -72,7 +76,7 @@ CODES: Final[Mapping[str, str]] = {
     "function_call_output_before_call": "a function_call_output comes before its function_call",
     "duplicate_call_output": "two function_call_output items of the payload answer one call_id",
     "invalid_output": "a function_call_output's output is neither a string nor a list of parts",
-    "invalid_response": "a Response object's output is not a list",
+    "invalid_response": "a Response object's output is not a list, or its id, model or status is not a string",
     "invalid_usage": "a Response's usage counts are not non-negative integers",
 }
 
@@ -90,6 +94,7 @@ def parse(payload: object, *, new_id: Callable[[], str]) -> Parsed:
     """The neutral messages of one Responses payload, in order (one atomic batch)."""
     dump = getattr(payload, "model_dump", None)
     doc: Any = dump(mode="json", exclude_none=True) if callable(dump) else payload
+    check_nesting(doc)
     try:  # once, so every verbatim piece below is strict JSON (no NaN, no non-JSON values)
         dump_json(doc)
     except NotJsonError as e:
@@ -97,6 +102,9 @@ def parse(payload: object, *, new_id: Callable[[], str]) -> Parsed:
     response: Mapping[str, Any] | None = None
     if isinstance(doc, Mapping) and (doc.get("object") == "response" or ("output" in doc and "type" not in doc)):
         response = doc
+        check_fields(doc, RESPONSES_RESPONSE, "", "invalid_response")
+        check_fields(doc.get("incomplete_details") or {}, {"reason": (str, None)}, "incomplete_details",
+                     "invalid_response")  # fmt: skip
         items, prefix = doc.get("output"), "output"
         if not isinstance(items, list):
             raise _refuse("a Response's output must be a list of items", "output", "invalid_response")
@@ -122,7 +130,10 @@ def parse(payload: object, *, new_id: Callable[[], str]) -> Parsed:
             tool_call_id=call_id, **fields,
         ))  # fmt: skip
     native_id = response.get("id") if response is not None else None
-    return Parsed(tuple(messages), native_id if isinstance(native_id, str) else None)
+    outputs = {item["call_id"]: _at(path, "call_id") for item, path in zip(items, paths, strict=True)
+               if item.get("type") == "function_call_output"}  # fmt: skip
+    answer_paths = {m.message_id: outputs[m.tool_call_id] for m in messages if m.tool_call_id in outputs}
+    return Parsed(tuple(messages), native_id if isinstance(native_id, str) else None, answer_paths)
 
 
 def _at(path: str, key: str) -> str:
@@ -168,8 +179,9 @@ def _groups(items: Sequence[Mapping[str, Any]], paths: Sequence[str]) -> list[tu
     for item, path in zip(items, paths, strict=True):
         kind = item.get("type")
         role = item.get("role")
-        if kind is not None and not isinstance(kind, str):
+        if "type" in item and not isinstance(kind, str):  # null too: the item would be served without a type
             raise _refuse("an item's type must be a string", _at(path, "type"), "invalid_item")
+        check_fields(item, RESPONSES_ITEMS.get(kind or "message", {}), path, "invalid_item")  # unknown types: opaque
         if kind is None and role is None:
             raise _refuse("an item needs a type (or a role, for a message)", _at(path, "type"), "missing_type")
         if kind in (None, "message"):
@@ -232,6 +244,16 @@ def _reasoning(item: Mapping[str, Any], path: str) -> ReasoningBlock:
     summary = item["summary"]
     if not isinstance(summary, list):
         raise _refuse("a reasoning summary must be a list", _at(path, "summary"), "invalid_summary")
+    for j, entry in enumerate(summary):
+        at = f"{_at(path, 'summary')}[{j}]"
+        if not isinstance(entry, Mapping):
+            raise _refuse("a summary entry is a summary_text object", at, "invalid_summary")
+        check_fields(entry, {"type": str, "text": str}, at, "invalid_summary")
+    for j, part in enumerate(item.get("content") or ()):
+        at = f"{_at(path, 'content')}[{j}]"
+        if not isinstance(part, Mapping):
+            raise _refuse("a reasoning content part is an object", at, "invalid_part")
+        check_fields(part, {"type": str, "text": str}, at, "invalid_part")
     rest = {k: v for k, v in item.items() if k not in ("type", "id")}
     texts = tuple(p["text"] for p in summary if isinstance(p, Mapping) and isinstance(p.get("text"), str))
     if len(texts) == len(summary) and all(
@@ -293,6 +315,9 @@ def _part(part: Any, path: str, default_type: str, item_id: str | None) -> Block
     if not isinstance(part, Mapping):
         raise _refuse("a content part must be an object", path, "invalid_part")
     kind = part.get("type")
+    if not isinstance(kind, str):
+        raise _refuse("a content part's type must be a string", _at(path, "type"), "invalid_part")
+    check_fields(part, RESPONSES_PARTS.get(kind, {}), path, "invalid_part")
     if kind in ("input_text", "output_text"):
         text = part.get("text")
         if not isinstance(text, str):
@@ -351,24 +376,18 @@ def _usage(usage: Any) -> Usage | None:
         return None
     if not isinstance(usage, Mapping):
         raise _refuse("usage must be an object", "usage", "invalid_usage")
-
-    def count(path: str, value: Any) -> int | None:
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise _refuse("a token count must be a non-negative integer", path, "invalid_usage")
-        return value
-
-    def detail(key: str, name: str) -> int | None:
-        details = usage.get(key)
-        return count(f"usage.{key}.{name}", details.get(name)) if isinstance(details, Mapping) else None
-
+    check_counts(usage, ("input_tokens", "output_tokens", "total_tokens"), "usage", "invalid_usage")
+    check_fields(usage, {"input_tokens_details": (dict, None), "output_tokens_details": (dict, None)}, "usage",
+                 "invalid_usage")  # fmt: skip
+    inputs, outputs = usage.get("input_tokens_details") or {}, usage.get("output_tokens_details") or {}
+    check_counts(inputs, ("cached_tokens", "cache_write_tokens"), "usage.input_tokens_details", "invalid_usage")
+    check_counts(outputs, ("reasoning_tokens",), "usage.output_tokens_details", "invalid_usage")
     return Usage(
-        prompt_tokens=count("usage.input_tokens", usage.get("input_tokens")),
-        completion_tokens=count("usage.output_tokens", usage.get("output_tokens")),
-        cached_tokens=detail("input_tokens_details", "cached_tokens"),
-        cache_write_tokens=detail("input_tokens_details", "cache_write_tokens"),  # part of input_tokens
-        reasoning_tokens=detail("output_tokens_details", "reasoning_tokens"),
+        prompt_tokens=usage.get("input_tokens"),
+        completion_tokens=usage.get("output_tokens"),
+        cached_tokens=inputs.get("cached_tokens"),
+        cache_write_tokens=inputs.get("cache_write_tokens"),  # part of input_tokens
+        reasoning_tokens=outputs.get("reasoning_tokens"),
     )
 
 

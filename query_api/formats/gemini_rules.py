@@ -25,20 +25,12 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from events.formats.gemini import SNAKE, is_base64
+from events.formats.gemini import DATA_KEYS, OPAQUE_DATA, SNAKE, is_base64
 
 __all__ = ["violations"]
 
-_DATA: Final = (
-    "text", "inlineData", "fileData", "functionCall", "functionResponse", "executableCode",
-    "codeExecutionResult", "toolCall", "toolResponse",
-)  # fmt: skip
-_MORE_SNAKE: Final[Mapping[str, str]] = {
-    "executableCode": "executable_code",
-    "codeExecutionResult": "code_execution_result",
-    "toolCall": "tool_call",
-    "toolResponse": "tool_response",
-}
+_DATA: Final = DATA_KEYS  # the parser's: what it accepts is what these rules take
+_MORE_SNAKE: Final = OPAQUE_DATA
 
 
 def _get(obj: Mapping[str, Any], camel: str) -> Any:

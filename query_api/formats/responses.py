@@ -79,8 +79,30 @@ def render(request: RenderRequest) -> Rendered:
         else:
             items.extend(_user_side(selected, native=native, dropped=dropped))
     fragment: dict[str, Any] = {"instructions": "\n\n".join(texts)} if texts else {}
-    fragment["input"] = items
+    fragment["input"] = _unique_call_ids(items)
     return Rendered(fragment, tuple(dropped))
+
+
+def _unique_call_ids(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Responses takes a ``call_id`` once per input, but neutral call ids may repeat in a
+    conversation (Gemini's ``<name>:<k>`` in every content, the same payload appended twice): a
+    repeated one is served as ``<id>#<n>``, and the outputs after it answer that one."""
+    used: set[str] = set()
+    current: dict[str, str] = {}
+    for item in items:
+        call_id = item.get("call_id")
+        if not isinstance(call_id, str):
+            continue
+        if item.get("type") == "function_call":
+            served, n = call_id, 1
+            while served in used:
+                n += 1
+                served = f"{call_id}#{n}"
+            used.add(served)
+            current[call_id] = item["call_id"] = served
+        elif item.get("type") == "function_call_output":
+            item["call_id"] = current.get(call_id, call_id)
+    return items
 
 
 def _drop(dropped: dict[Dropped, None], entry: Dropped) -> None:

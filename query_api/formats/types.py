@@ -37,6 +37,7 @@ DropReason: TypeAlias = Literal[
     "other_model",  # a reasoning blob bound to the model that made it (Anthropic, Gemini signatures)
     "policy",  # Chat Completions reasoning_content the request's reasoning policy leaves out
     "unsupported",  # the target format has no place for it (an opaque block of another format)
+    "unservable",  # a stored message no context can carry (query_api/unservable.py): left out whole
 ]
 
 

@@ -45,7 +45,7 @@ def append_routes(deps: ApiDeps) -> APIRouter:
     requests = Requests(deps)
     idempotent = IdempotentAppends(deps.producer, deps.log, deps.reads)
 
-    async def refuse_orphans(key: ConversationKey, messages: tuple[MessageAppended, ...]) -> None:
+    async def refuse_orphans(key: ConversationKey, batch: NativeBatch, messages: tuple[MessageAppended, ...]) -> None:
         """422 ``orphan_tool_result`` for a result whose call is neither earlier in the payload nor
         open in the conversation. The projection may lag the log — a call appended a moment ago
         not open yet, or answered a moment ago still open — so first wait (bounded, like
@@ -66,7 +66,7 @@ def append_routes(deps: ApiDeps) -> APIRouter:
         orphan = first_orphan(messages, calls)
         if orphan is not None:
             raise NativeFormatError(f"answers tool call {messages[orphan].tool_call_id!r}, which is neither in this "
-                                    "payload nor open in the conversation", field=f"messages[{orphan}]",
+                                    "payload nor open in the conversation", field=batch.answer_path(orphan),
                                     code="orphan_tool_result")  # fmt: skip
 
     @router.post(PREFIX + "/{conversation_id}/messages", status_code=202)
@@ -87,7 +87,7 @@ def append_routes(deps: ApiDeps) -> APIRouter:
 
         async def check() -> None:
             if format in NATIVE_FORMATS:
-                await refuse_orphans(key, messages)
+                await refuse_orphans(key, batch, messages)
 
         if not batch.deterministic:
             await check()

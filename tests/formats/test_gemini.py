@@ -416,10 +416,16 @@ def test_a_call_without_args_and_a_response_with_more_keys_come_back_as_they_wer
     assert serve(rows(messages), model="gemini-3-pro-preview").fragment["contents"] == contents
 
 
-def test_unknown_part_types_are_kept_verbatim() -> None:
-    part = {"videoMetadata": {"startOffset": "1s"}, "futurePart": {"x": [1, 2.5, None]}}
+def test_unmodelled_part_data_is_kept_verbatim_and_a_part_of_no_known_data_is_refused() -> None:
+    """Gemini refuses a part without data of a kind it knows, so convlog does too (served back,
+    it broke every gemini context of the conversation); unknown keys beside known data are kept."""
+    part = {"executableCode": {"code": "print(1)", "language": "PYTHON"}, "futureKey": {"x": [1, 2.5, None]}}
     (message,) = parse({"role": "model", "parts": [part]}, new_id=ids()).messages
     assert message.blocks == (OpaqueBlock("gemini", compact_json(part)),)
+    unknown = {"videoMetadata": {"startOffset": "1s"}, "futurePart": {"x": [1, 2.5, None]}}
+    with pytest.raises(NativeFormatError) as info:
+        parse({"role": "model", "parts": [unknown]}, new_id=ids())
+    assert (info.value.code, info.value.field) == ("empty_part", "parts[0]")
 
 
 def test_file_data_and_media_extras_round_trip() -> None:

@@ -235,3 +235,28 @@ async def test_encrypted_reasoning_appended_without_a_model_goes_to_openai_model
             else:
                 assert not any(kept), (fmt, model)
                 assert {d["what"] for d in served.json()["dropped"]} == {"reasoning"}, (fmt, model)
+
+
+@pytest.mark.parametrize(
+    ("fmt", "payload", "field"),
+    [
+        ("anthropic", {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "nope", "content": "x"}]},
+         "content[0].tool_use_id"),
+        ("anthropic", [{"role": "user", "content": "q"},
+                       {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "nope"}]}],
+         "[1].content[0].tool_use_id"),
+        ("responses", [{"role": "user", "content": "q"}, {"type": "function_call_output", "call_id": "nope",
+                                                          "output": "x"}], "[1].call_id"),
+        ("gemini", {"role": "user", "parts": [{"text": "q"}, {"functionResponse": {"name": "f", "response": {}}}]},
+         "parts[1].functionResponse.name"),
+        ("gemini", [{"role": "user", "parts": [{"function_response": {"id": "nope", "name": "f", "response": {}}}]}],
+         "[0].parts[0].function_response.id"),
+    ],
+)  # fmt: skip
+async def test_a_tool_result_answering_no_call_is_refused_at_its_own_path(
+    client: httpx.AsyncClient, fmt: str, payload: object, field: str
+) -> None:
+    """The path is where the payload names the call, not the neutral message's index (``messages[0]``)."""
+    r = await client.post(f"{BASE}/orphans/messages", params={"format": fmt}, headers=A, json=payload)
+    assert r.status_code == 422, r.text
+    assert (r.json()["error"]["code"], r.json()["error"]["field"]) == ("orphan_tool_result", field)
