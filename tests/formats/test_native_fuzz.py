@@ -32,9 +32,9 @@ from query_api.context_types import ContextBudgetExceededError, ContextRequest
 from query_api.http.fast_json import FastJSONResponse
 from tests.formats.every_format import TARGETS, count, stored
 from tests.test_api_edge import _JSON, _paths, _put
-from tests.test_api_in_memory import client
+from tests.test_api_in_memory import client, deps
 
-__all__ = ["client"]  # the fixture (the API over the in-memory read models, a projector beside it)
+__all__ = ["client", "deps"]  # the fixtures (the API over the in-memory read models, a projector beside it)
 
 A = {"Authorization": "Bearer token-a"}
 BASE = "/v1/users/u1/conversations"
