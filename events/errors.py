@@ -51,6 +51,7 @@ list is exactly the classes the packages define, with these parents)::
       * UnknownMessageError — query_api.as_of
       * ClientDisconnectedError — query_api.disconnects
       * IdempotencyKeyReusedError — query_api.idempotency
+        * IdempotencyKeyErasedError — query_api.idempotency
       * ApiError — query_api.http.deps
       * _BodyRefusedError — query_api.http.middleware, also a starlette HTTPException
         * _BodyTooLargeError — query_api.http.middleware
@@ -62,6 +63,7 @@ list is exactly the classes the packages define, with these parents)::
       * RetentionError — convlog.ops.retention
         * ProjectionBehindError — convlog.ops.retention, retriable
       * ServiceError — convlog.local.processes, also a RuntimeError
+        * PortTakenError — convlog.local.processes
       * _HeadTooLargeError — convlog.runtime.http_server, also a ValueError
       * ClientError — convlog.client.errors
         * UnreachableError — convlog.client.errors, retriable
