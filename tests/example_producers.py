@@ -25,6 +25,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 GO_EXAMPLE = REPO / "examples" / "go-producer"
 GO_BINARY = GO_EXAMPLE / "bin" / "go-producer"
+TS_EXAMPLE = REPO / "examples" / "ts-producer"
+TS_MAIN = TS_EXAMPLE / "dist" / "src" / "main.js"
 VECTORS = REPO / "schemas" / "vectors"
 
 
@@ -91,6 +93,46 @@ def build_go(go: str) -> Path:
                         timeout_s=600, what="building examples/go-producer")  # fmt: skip
             stamp.write_text(wanted)
     return GO_BINARY
+
+
+def node_or_skip() -> tuple[str, str]:
+    """``node`` and ``npm``; without them the test is skipped (failed where the services are
+    required: CI has Node)."""
+    import pytest  # noqa: PLC0415 - only tests call this
+
+    from tests.support import services_required  # noqa: PLC0415
+
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        if services_required():
+            pytest.fail("CONVLOG_REQUIRE_SERVICES=1 but no Node.js (node, npm) on PATH: examples/ts-producer needs it")
+        pytest.skip("no Node.js (node, npm): it builds examples/ts-producer")
+    return node, npm
+
+
+def build_ts(node: str, npm: str) -> Path:
+    """``examples/ts-producer/dist/src/main.js``: ``npm ci`` from the lock file when it changed
+    (``--ignore-scripts``: nothing downloads a binary; ``--prefer-offline``: npm's cache first),
+    then ``tsc`` when a source changed."""
+    TS_EXAMPLE.joinpath("dist").mkdir(exist_ok=True)
+    with (TS_EXAMPLE / "dist" / ".build.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # test runs side by side share one dist/
+        modules = TS_EXAMPLE / "node_modules"
+        installed = modules / ".convlog-install.sha256"
+        wanted = _inputs_hash(TS_EXAMPLE, [TS_EXAMPLE / "package-lock.json"])
+        if not (installed.is_file() and installed.read_text() == wanted):
+            run_checked([npm, "ci", "--ignore-scripts", "--no-audit", "--no-fund", "--prefer-offline"], cwd=TS_EXAMPLE,
+                        timeout_s=600, what="npm ci in examples/ts-producer")  # fmt: skip
+            installed.write_text(wanted)
+        stamp = TS_EXAMPLE / "dist" / "convlog-build.sha256"
+        sources = [*TS_EXAMPLE.glob("src/*.ts"), *TS_EXAMPLE.glob("test/*.ts"), *TS_EXAMPLE.glob("*.json"),
+                   *TS_EXAMPLE.glob("*.avsc")]  # fmt: skip
+        built = _inputs_hash(TS_EXAMPLE, sources)
+        if not (TS_MAIN.is_file() and stamp.is_file() and stamp.read_text() == built):
+            run_checked([node, str(modules / "typescript" / "bin" / "tsc"), "-p", "."], cwd=TS_EXAMPLE, timeout_s=300,
+                        what="tsc in examples/ts-producer")  # fmt: skip
+            stamp.write_text(built)
+    return TS_MAIN
 
 
 def run_checked(
