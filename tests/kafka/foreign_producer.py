@@ -21,24 +21,20 @@ from events.log import LogRecord
 from query_api.http import create_app
 from query_api.rules import violations
 from tests.example_producers import events_vectors, keys_vectors, vector_turn_args
+from tests.java_example import TURN_CONTEXT as JAVA_TURN_CONTEXT
 from tests.projection_support import temporary_database
 from tests.support import unique_topic
 
 PARTITIONS = 12
 TOKEN = "token-foreign"  # noqa: S105 -- the test service's token
 
-# The vectors' turn as a context serves it (Chat Completions format): the native answer's
-# reasoning blocks are not in the view, its text block is.
+# The vectors' turn as a context serves it (Chat Completions format): the Java example's turn,
+# then a second question and the native answer, whose reasoning blocks are not in the view.
 TURN_CONTEXT: list[dict[str, Any]] = [
-    {"role": "user", "content": "How do I file an overtime request in the OA system?"},
-    {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "call_1", "type": "function",
-         "function": {"name": "search_kb", "arguments": '{"q": "overtime request"}'}}]},
-    {"role": "tool", "tool_call_id": "call_1", "content": '{"hits": 3, "top": "OA > Attendance > Overtime"}'},
-    {"role": "assistant", "content": "Open OA, then Attendance > Overtime, and submit the form."},
+    *JAVA_TURN_CONTEXT,
     {"role": "user", "content": "And on a public holiday?"},
     {"role": "assistant", "content": "Use Attendance > Holiday overtime instead: it is paid double."},
-]  # fmt: skip
+]
 
 
 @asynccontextmanager
