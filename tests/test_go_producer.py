@@ -14,6 +14,7 @@ from tests.example_producers import GO_EXAMPLE, REPO, go_env, go_or_skip, run_ch
 def test_the_go_example_bundles_the_newest_schema_unchanged() -> None:
     [bundled] = GO_EXAMPLE.glob("event.v*.avsc")
     newest = max(REPO.glob("schemas/event.v*.avsc"), key=lambda p: int(re.findall(r"\d+", p.name)[0]))
+    # A new schema version: copy it into examples/go-producer, point the example at it, regenerate the vectors.
     assert bundled.name == newest.name
     assert bundled.read_bytes() == newest.read_bytes()
     assert f"//go:embed {newest.name}" in (GO_EXAMPLE / "events.go").read_text(encoding="utf-8")

@@ -15,6 +15,7 @@ from tests.example_producers import REPO, TS_EXAMPLE, build_ts, node_or_skip, ru
 def test_the_ts_example_bundles_the_newest_schema_unchanged() -> None:
     [bundled] = TS_EXAMPLE.glob("event.v*.avsc")
     newest = max(REPO.glob("schemas/event.v*.avsc"), key=lambda p: int(re.findall(r"\d+", p.name)[0]))
+    # A new schema version: copy it into examples/ts-producer, point the example at it, regenerate the vectors.
     assert bundled.name == newest.name
     assert bundled.read_bytes() == newest.read_bytes()
     assert f'"../../{newest.name}"' in (TS_EXAMPLE / "src" / "events.ts").read_text(encoding="utf-8")
