@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from tests.example_producers import GO_EXAMPLE, REPO, go_env, go_or_skip, run_checked
 
 
@@ -20,6 +22,7 @@ def test_the_go_example_bundles_the_newest_schema_unchanged() -> None:
     assert f"//go:embed {newest.name}" in (GO_EXAMPLE / "events.go").read_text(encoding="utf-8")
 
 
+@pytest.mark.slow  # cold: compiles the example (a Go build about a minute; npm ci and tsc seconds)
 def test_go_test_passes_on_the_golden_vectors() -> None:
     go = go_or_skip()
     # go test caches a pass until a source or a file it read (the vectors) changes.

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
+
 from tests.example_producers import REPO, TS_EXAMPLE, build_ts, node_or_skip, run_checked
 
 
@@ -32,6 +34,7 @@ def test_the_ts_example_installs_from_its_lock_file_from_the_npm_registry_only()
         assert not package.get("hasInstallScript"), f"{name} runs an install script"
 
 
+@pytest.mark.slow  # cold: compiles the example (a Go build about a minute; npm ci and tsc seconds)
 def test_node_test_passes_on_the_golden_vectors() -> None:
     node, npm = node_or_skip()
     build_ts(node, npm)
