@@ -34,7 +34,7 @@ def test_the_vectors_are_written_with_the_newest_schema() -> None:
     document = committed(vectors.EVENTS_FILE)
     assert document["schema_version"] == CODEC.version
     assert document["fingerprint"] == CODEC.fingerprint.hex()
-    for vector in document["events"]:
+    for vector in document["events"] + document["more_events"]:
         value = bytes.fromhex(vector["value_hex"])
         assert value[:2] == MAGIC
         assert value[2:10].hex() == document["fingerprint"]
@@ -45,13 +45,14 @@ async def test_the_python_producer_appends_the_vectors_records_byte_for_byte(log
     turn = document["turn"]
     key = ConversationKey(turn["tenant_id"], turn["user_id"], turn["conversation_id"])
     producer = ConversationProducer(log, producer=turn["producer"])
-    for _, event in vectors.turn_events():
+    expected = document["events"] + document["more_events"]
+    for _, event in vectors.turn_events() + vectors.more_events():
         await producer.append(key, event.body, event_id=event.event_id, occurred_at=event.occurred_at)
-    batch = await log.read(dict.fromkeys(range(4), 0), timeout_s=1)
+    batch = await log.read(dict.fromkeys(range(4), 0), timeout_s=1)  # fewer than max_records: one read
     records = sorted(batch.records, key=lambda r: r.offset)
     assert {r.partition for r in records} == {partition_for_key(key.encode(), 4)}
-    assert len(records) == len(document["events"])
-    for record, vector in zip(records, document["events"], strict=True):
+    assert len(records) == len(expected)
+    for record, vector in zip(records, expected, strict=True):
         assert record.key == bytes.fromhex(vector["key_hex"]) == vector["key"].encode()
         assert record.value.hex() == vector["value_hex"], vector["name"]
         assert {k: v.decode() for k, v in record.headers} == vector["headers"]

@@ -3,12 +3,13 @@
 partitioner (``tests/test_vectors.py`` checks the committed files equal what it writes now).
 
 ``events.json`` is one conversation turn, as the examples in ``examples/`` write it with fixed
-event ids and times: each event's Avro record in JSON (the fields of the newest
-``schemas/event.vN.avsc``; a union of several named types — the body, a block, a content part —
-as ``{"convlog.events.Name": {...}}``, a ``["null", T]`` union as the value or null,
-``occurred_at`` as microseconds), its key, its headers and the exact bytes of its record value
-(Avro single-object encoding) in hex. ``keys.json`` is key → murmur2 → partition for several
-partition counts, with keys that need escaping and non-ASCII ones.
+event ids and times (``events``), and more records of every shape (``more_events``): per event
+its Avro record in JSON (the fields of the newest ``schemas/event.vN.avsc``; a union of several
+named types — the body, a block, a content part — as ``{"convlog.events.Name": {...}}``, a
+``["null", T]`` union as the value or null, ``occurred_at`` as microseconds), its key, its
+headers and the exact bytes of its record value (Avro single-object encoding) in hex.
+``keys.json`` is key → murmur2 → partition for several partition counts, with keys that need
+escaping and non-ASCII ones.
 """
 
 from __future__ import annotations
@@ -22,13 +23,21 @@ from typing import Any, Final
 from events.blocks import native_message
 from events.codec import default_codec
 from events.event_types import (
+    ConversationCleared,
+    ConversationErased,
     ConversationStarted,
     Event,
     EventBody,
+    ImagePart,
+    MediaBlock,
     MessageAppended,
+    MessageRedacted,
+    OpaqueBlock,
     ReasoningBlock,
     TextBlock,
+    TextPart,
     ToolCall,
+    ToolCallBlock,
     Usage,
 )
 from events.keys import ConversationKey, murmur2, partition_for_key
@@ -90,16 +99,59 @@ def turn_bodies() -> list[tuple[str, EventBody]]:
     ]  # fmt: skip
 
 
+def more_bodies() -> list[tuple[str, EventBody]]:
+    """Records beyond the turn, for a producer's encoder to be tested on every shape: a content of
+    parts (text and image), the other body types, and native blocks of every kind with their
+    optional fields. Not one conversation's story: each is checked on its own."""
+    return [
+        ("user_message_with_image_parts", message(
+            "user", content=(TextPart("What does this form say?"), ImagePart("https://example.com/f.png", "high")),
+            name="employee_42", metadata={"app": "oa-assistant", "locale": "zh-CN"})),
+        ("system_message", message("system", content="You are the OA assistant.")),
+        ("interrupted_assistant", message(
+            "assistant", content="Open OA, then", finish_reason="interrupted", thinking_duration_ms=1200,
+            usage=Usage(reasoning_tokens=40))),
+        ("native_responses_assistant", native_message(
+            message_id="", role="assistant", blocks=(
+                ReasoningBlock(summary=("Looked up the form.",), encrypted_content="gAAAAB", item_id="rs_01"),
+                TextBlock("Here it is.", item_id="msg_01", extra='{"annotations":[]}'),
+                ToolCallBlock("call_2", "open_form", '{"form":"overtime"}', item_id="fc_01"),
+            ), provider="openai", api="responses", model="gpt-5")),
+        ("native_tool_result_error", native_message(
+            message_id="", role="tool", blocks=(TextBlock("form not found"),), api="responses",
+            tool_call_id="call_2", is_error=True)),
+        ("native_gemini_media_and_opaque", native_message(
+            message_id="", role="user", blocks=(
+                MediaBlock("image", data="iVBORw0KGgo=", media_type="image/png"),
+                MediaBlock("file", url="https://example.com/policy.pdf", media_type="application/pdf",
+                           filename="policy.pdf"),
+                OpaqueBlock("google", '{"executableCode":{"code":"print(1)"}}'),
+                TextBlock("Is this the policy?"),
+            ), provider="google", api="gemini")),
+        ("message_redacted", MessageRedacted(message_id="vec-2", reason="personal data")),
+        ("conversation_cleared", ConversationCleared(reason="new chat")),
+        ("conversation_erased", ConversationErased(reason="user request", only_if_last_offset=41)),
+    ]  # fmt: skip
+
+
 def message(role: Any, **fields: Any) -> MessageAppended:
     return MessageAppended(message_id="", role=role, **fields)
 
 
 def turn_events() -> list[tuple[str, Event]]:
+    return _events(turn_bodies(), EVENT_ID_PREFIX, FIRST_OCCURRED_AT)
+
+
+def more_events() -> list[tuple[str, Event]]:
+    return _events(more_bodies(), f"{EVENT_ID_PREFIX}-more", FIRST_OCCURRED_AT + timedelta(hours=1))
+
+
+def _events(bodies: list[tuple[str, EventBody]], prefix: str, first: datetime) -> list[tuple[str, Event]]:
     events = []
-    for i, (name, template) in enumerate(turn_bodies(), start=1):
-        event_id = f"{EVENT_ID_PREFIX}-{i}"
+    for i, (name, template) in enumerate(bodies, start=1):
+        event_id = f"{prefix}-{i}"
         body = dataclasses.replace(template, message_id=event_id) if isinstance(template, MessageAppended) else template
-        at = FIRST_OCCURRED_AT + timedelta(seconds=i - 1)
+        at = first + timedelta(seconds=i - 1)
         event = Event(event_id, KEY, at, PRODUCER, body)
         validate_event(event)  # what convlog's producer would refuse is no vector
         events.append((name, event))
@@ -163,17 +215,20 @@ def events_document() -> dict[str, Any]:
             "occurred_at_step_micros": 1_000_000,
             "producer": PRODUCER,
         },
-        "events": [
-            {
-                "name": name,
-                "key": str(event.key),
-                "key_hex": event.key.encode().hex(),
-                "headers": {EVENT_TYPE_HEADER: event.event_type},
-                "record": json_value(codec.to_record(event), optional),
-                "value_hex": codec.encode(event).hex(),
-            }
-            for name, event in turn_events()
-        ],
+        "events": [vector(name, event, optional) for name, event in turn_events()],
+        "more_events": [vector(name, event, optional) for name, event in more_events()],
+    }
+
+
+def vector(name: str, event: Event, optional: frozenset[str]) -> dict[str, Any]:
+    codec = default_codec()
+    return {
+        "name": name,
+        "key": str(event.key),
+        "key_hex": event.key.encode().hex(),
+        "headers": {EVENT_TYPE_HEADER: event.event_type},
+        "record": json_value(codec.to_record(event), optional),
+        "value_hex": codec.encode(event).hex(),
     }
 
 
