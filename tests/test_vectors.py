@@ -1,7 +1,8 @@
 """The golden vectors of schemas/vectors/ (tests/vectors.py writes them) are what convlog's
 Python producer writes now: the committed files cannot drift from the codec or the partitioner.
-The Java, Go and TypeScript examples are tested against the same files
-(tests/kafka/test_murmur2_java.py, examples/go-producer, examples/ts-producer)."""
+Java's Avro and kafka-clients, the Go and the TypeScript examples are tested against the same files
+(tests/kafka/test_java_producer.py, tests/kafka/test_murmur2_java.py, examples/go-producer's go test,
+examples/ts-producer's node --test, and tests/kafka/test_{go,ts}_producer.py on a broker)."""
 
 from __future__ import annotations
 
