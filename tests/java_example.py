@@ -73,13 +73,18 @@ def _jars_present(classpath_file: Path) -> bool:
 
 def run_example(classpath: str, *args: str, timeout_s: float = 120) -> list[dict[str, Any]]:
     """Runs the example's main class; returns the JSON lines it printed."""
+    return [json.loads(line) for line in run_lines(classpath, *args, timeout_s=timeout_s)]
+
+
+def run_lines(classpath: str, *args: str, timeout_s: float = 120) -> list[str]:
+    """Runs the example's main class; returns the lines it printed."""
     result = subprocess.run(
         [java_executable(), "-cp", classpath, MAIN_CLASS, *args],
         capture_output=True, text=True, check=False, timeout=timeout_s,
     )  # fmt: skip
     if result.returncode != 0:
         raise JavaExampleError(f"the Java example failed ({result.returncode}):\n{result.stderr[-4000:]}")
-    return [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
+    return [line for line in result.stdout.splitlines() if line.strip()]
 
 
 def classpath_or_skip() -> str:

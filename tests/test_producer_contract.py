@@ -134,6 +134,20 @@ def test_the_safe_producer_settings_are_those_the_java_example_is_run_with() -> 
     assert "tests/kafka/test_java_producer_settings.py" in DOC.read_text(encoding="utf-8")
 
 
+@pytest.mark.parametrize(("heading", "example"), [("Go", "go-producer"), ("TypeScript and Node.js", "ts-producer")])
+def test_the_settings_each_language_section_lists_are_those_of_its_example(heading: str, example: str) -> None:
+    root = DOC.parents[1] / "examples" / example
+    files = [*root.glob("*.go"), *root.glob("src/*.ts")]  # the example's code (and the Go tests beside it)
+    sources = "".join(p.read_text(encoding="utf-8") for p in files)
+    rows = table(heading)
+    assert {cell(r[0]) for r in rows} >= {"partitioner", "acks", "idempotence", "compression", "value"}
+    for setting, value in rows:
+        spans = re.findall(r"`([^`]+)`", value)
+        assert spans, setting
+        for span in spans:
+            assert span in sources, f"{heading}: {setting} says {span}, which examples/{example} does not have"
+
+
 # ---------------------------------------------------------------- what a foreign record must meet
 
 

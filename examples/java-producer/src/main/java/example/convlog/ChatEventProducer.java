@@ -37,6 +37,7 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  *                   [--set producer.setting=value ...]     e.g. compression.type=zstd, transactional.id=app-1
  *                   [--abort-last]                          with transactional.id: then a follow-up turn, aborted
  * ChatEventProducer --print-fingerprints [SCHEMA.avsc ...]  the bundled schema, or the files named
+ * ChatEventProducer --reencode SCHEMA.avsc HEX ...         decode single-object records, encode them again
  * </pre>
  *
  * Prints one JSON line per acknowledged event: its type, ids, key, partition, offset and
@@ -65,6 +66,10 @@ public final class ChatEventProducer {
         Schema bundled = loadBundledSchema();
         if (options.containsKey("print-fingerprints")) {
             printFingerprints(bundled, options.get("print-fingerprints"));
+            return;
+        }
+        if (options.containsKey("reencode")) {
+            reencode(options.get("reencode"));
             return;
         }
         Conversation conversation = new Conversation(
@@ -273,6 +278,27 @@ public final class ChatEventProducer {
             System.out.println("{\"schema\":" + json(source) + ",\"java_long_hex\":\"" + Long.toHexString(fingerprint)
                     + "\",\"wire_hex\":\"" + HexFormat.of().formatHex(wire) + "\"}");
         });
+    }
+
+    /**
+     * Decodes each record (hex) with Avro's BinaryMessageDecoder for the schema file named first
+     * and prints it encoded again by BinaryMessageEncoder, one hex line per record: convlog's
+     * golden vectors (schemas/vectors/events.json) come back byte for byte.
+     */
+    static void reencode(List<String> args) throws IOException {
+        if (args.isEmpty()) {
+            throw new IllegalArgumentException("--reencode SCHEMA.avsc HEX ...");
+        }
+        Schema schema = new Schema.Parser().parse(Files.readString(Path.of(args.get(0))));
+        org.apache.avro.message.BinaryMessageDecoder<GenericRecord> decoder =
+                new org.apache.avro.message.BinaryMessageDecoder<>(GenericData.get(), schema);
+        BinaryMessageEncoder<GenericRecord> encoder = new BinaryMessageEncoder<>(GenericData.get(), schema);
+        for (String hex : args.subList(1, args.size())) {
+            ByteBuffer again = encoder.encode(decoder.decode(HexFormat.of().parseHex(hex)));
+            byte[] out = new byte[again.remaining()];
+            again.get(out);
+            System.out.println(HexFormat.of().formatHex(out));
+        }
     }
 
     private static Schema loadBundledSchema() throws IOException {
