@@ -113,3 +113,60 @@ def test_the_whole_lifecycle_through_the_sdk(client: OpenAI, served: str) -> Non
     erased_at = events[-1]["offset"]
     context = _context(served, created.id, "responses", min_offset=erased_at)
     assert context.json()["input"] == []  # no context serves it again
+
+
+def test_refusals_are_the_sdks_typed_exceptions_in_openais_error_shape(client: OpenAI, served: str) -> None:
+    stranger = OpenAI(base_url=f"{served}/v1", api_key="not-a-token", max_retries=0)
+    with stranger, pytest.raises(openai.AuthenticationError) as unauthorized:
+        stranger.conversations.create()
+    assert unauthorized.value.status_code == 401
+    assert unauthorized.value.body == {"message": "a valid bearer token is required", "type": "authentication_error",
+                                       "param": None, "code": "unauthorized"}  # fmt: skip
+    with pytest.raises(openai.NotFoundError) as missing:
+        client.conversations.retrieve("conv_unknown")
+    assert (missing.value.code, missing.value.param) == ("not_found", "conversation_id")
+    conversation = client.conversations.create(items=[{"role": "user", "content": "Hi"}])
+    with pytest.raises(openai.NotFoundError) as no_item:
+        client.conversations.items.retrieve("msg_unknown", conversation_id=conversation.id)
+    assert no_item.value.code == "item_not_found"
+
+    too_many = {f"k{i}": "v" for i in range(17)}
+    for metadata, param in ((too_many, "metadata"), ({"k" * 65: "v"}, "metadata." + "k" * 65),
+                            ({"k": "v" * 513}, "metadata.k")):  # fmt: skip
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.conversations.create(metadata=metadata)
+        assert (refused.value.code, refused.value.param) == ("invalid_metadata", param)
+    assert client.conversations.create(metadata={"k" * 64: "v" * 512, **{f"k{i}": "v" for i in range(15)}})
+
+    with pytest.raises(openai.BadRequestError) as orphan:  # an output of no call: refused, nothing stored
+        client.conversations.items.create(conversation.id, items=[OUTPUT])  # type: ignore[list-item]
+    assert orphan.value.code == "orphan_tool_result"
+    robot: Any = {"type": "message", "role": "robot", "content": "x"}
+    with pytest.raises(openai.BadRequestError) as bad_item:  # the Responses parser's own refusals
+        client.conversations.items.create(conversation.id, items=[robot])
+    assert bad_item.value.code == "unknown_role"
+    with pytest.raises(openai.BadRequestError):  # OpenAI's limit: 20 items a request
+        client.conversations.items.create(conversation.id, items=[{"role": "user", "content": "x"}] * 21)
+    assert [i.type for i in client.conversations.items.list(conversation.id)] == ["message"]  # nothing else stored
+
+    reasoning = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "blob"}
+    client.conversations.items.create(conversation.id, items=[reasoning, ANSWER])  # type: ignore[list-item]
+    with pytest.raises(openai.BadRequestError) as shared:  # one stored message: deleted whole or not at all
+        client.conversations.items.delete("msg_2", conversation_id=conversation.id)
+    assert shared.value.code == "item_shares_message"
+    assert [i.id for i in client.conversations.items.list(conversation.id, limit=2).data] == ["msg_2", "rs_1"]
+
+
+def test_a_conversation_is_its_users_the_default_user_is_a_setting(client: OpenAI, served: str) -> None:
+    conversation = client.conversations.create(items=[{"role": "user", "content": "mine"}])
+    other = OpenAI(base_url=f"{served}/v1", api_key=TOKEN, max_retries=0,
+                   default_headers={"Convlog-User-Id": "someone-else"})  # fmt: skip
+    with other, pytest.raises(openai.NotFoundError):
+        other.conversations.retrieve(conversation.id)
+    with OpenAI(base_url=f"{served}/v1", api_key=TOKEN, max_retries=0) as no_header:  # CONVLOG_OPENAI_USER_ID
+        with pytest.raises(openai.NotFoundError):
+            no_header.conversations.items.list(conversation.id)
+        default = no_header.conversations.create(items=[{"role": "user", "content": "the default user's"}])
+    stored = httpx.get(f"{served}/v1/users/default/conversations/{default.id}/events",
+                       headers={"Authorization": f"Bearer {TOKEN}"})  # fmt: skip
+    assert "the default user's" in stored.text

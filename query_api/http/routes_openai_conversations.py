@@ -36,6 +36,7 @@ from query_api.http.deps import ApiDeps, ApiError, AuthHeader, Requests
 from query_api.http.fast_json import FastJSONResponse
 from query_api.http.openai_errors import OPENAI_PREFIX
 from query_api.http.strict_json import StrictJsonRoute
+from query_api.log_reads import conversation_records
 from query_api.openai_conversations import ConversationItem, OpenAIConversation, fold_conversation
 from query_api.orphans import first_orphan
 
@@ -65,7 +66,7 @@ class _Helpers:
         return self.requests.key_of(authorization, user or self.deps.openai_user_id, conversation_id)
 
     async def folded(self, key: ConversationKey) -> OpenAIConversation:
-        pairs = await self.requests.logged_events(key)  # 404 for none
+        pairs = await conversation_records(self.deps.log, await self.deps.reads(), key)
         conversation = fold_conversation(pairs, max_event_bytes=self.deps.max_event_bytes)
         if conversation is None:
             raise ApiError(404, "not_found", f"no conversation {key.conversation_id!r}", field="conversation_id")
