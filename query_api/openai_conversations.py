@@ -9,14 +9,16 @@ does not wait for the read models), and its stored messages as Responses items.
   redacted nor erased nor flagged, in log order, each rendered as the Responses items the
   Responses renderer serves for it alone (a message appended as Responses items comes back as
   those items). An item keeps the ``id`` it was stored with (``msg_…``, ``fc_…``, ``rs_…``);
-  one stored without an id gets the convlog message id that holds it — ``<message_id>`` for the
-  message's first item, ``<message_id>#<k>`` for its k-th. Every item names the message that
-  holds it and how many items that message holds (a delete takes out the whole message).
+  one stored without an id gets one in OpenAI's shape derived from the message that holds it
+  and its place there (``msg_<48 hex>``: stable, and an app that sends its items on to OpenAI's
+  Responses API passes that API's id checks). Every item names the message that holds it and how
+  many items that message holds (a delete takes out the whole message).
   A message item is listed in OpenAI's shape: ``type`` given, content a list of parts.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +38,7 @@ from query_api.formats.types import RenderRequest, Selected, Target, stored_bloc
 
 __all__ = ["ConversationItem", "OpenAIConversation", "fold_conversation", "message_items"]
 
+_PREFIXES = {"message": "msg", "function_call": "fc", "function_call_output": "fco"}
 _TARGET_MODEL = "gpt-4o"  # the model items are rendered for when the message records none
 
 
@@ -92,7 +95,7 @@ def message_items(message: StoredMessage) -> list[ConversationItem]:
     out = []
     for k, item in enumerate(rendered):
         stored_id = item.get("id")
-        item_id = stored_id if isinstance(stored_id, str) and stored_id else _derived_id(message.message_id, k)
+        item_id = stored_id if isinstance(stored_id, str) and stored_id else _derived_id(item, message.message_id, k)
         body = {"id": item_id, **_as_listed(item)}
         out.append(ConversationItem(item_id, message.message_id, len(rendered), body))
     return out
@@ -113,5 +116,8 @@ def _as_listed(item: dict[str, Any]) -> dict[str, Any]:
     return {"type": "message", **item}
 
 
-def _derived_id(message_id: str, k: int) -> str:
-    return message_id if k == 0 else f"{message_id}#{k}"
+def _derived_id(item: Mapping[str, Any], message_id: str, k: int) -> str:
+    """An id in OpenAI's shape (``msg_…``, ``fc_…``, ``fco_…``, else ``item_…``: the Responses API
+    checks an input item's id prefix) derived from the message id and the item's place in it."""
+    prefix = _PREFIXES.get(str(item.get("type", "message")), "item")
+    return f"{prefix}_{hashlib.sha256(f'{message_id}#{k}'.encode()).hexdigest()[:48]}"
