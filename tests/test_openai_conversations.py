@@ -12,17 +12,14 @@ import openai
 import pytest
 from openai import OpenAI
 
-from tests.live_server import TOKEN, convlog_serve
+from tests.live_server import TOKEN
+from tests.test_client_live import served
+
+__all__ = ["served"]  # the fixture (a live convlog serve of the module's own), imported for pytest
 
 pytestmark = pytest.mark.postgres
 
 USER = "u-openai"
-
-
-@pytest.fixture(scope="module")
-def served(pg_admin_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with convlog_serve(pg_admin_url, tmp_path_factory.mktemp("serve-openai")) as url:
-        yield url
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -16,15 +16,12 @@ from agents.memory import Session
 from openai import AsyncOpenAI
 from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
 
-from tests.live_server import TOKEN, convlog_serve
+from tests.live_server import TOKEN
+from tests.test_client_live import served
+
+__all__ = ["served"]  # the fixture (a live convlog serve of the module's own), imported for pytest
 
 pytestmark = pytest.mark.postgres
-
-
-@pytest.fixture(scope="module")
-def served(pg_admin_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with convlog_serve(pg_admin_url, tmp_path_factory.mktemp("serve-conversations")) as url:
-        yield url
 
 
 @pytest.fixture
