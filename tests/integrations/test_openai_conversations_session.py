@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -121,3 +123,18 @@ def _as_listed(item: dict[str, Any]) -> dict[str, Any]:
             part = {"type": "output_text", "text": content, "annotations": []}
         content = [part]
     return {"type": "message", **item, "content": content}
+
+
+async def test_the_switch_of_the_docs_runs_as_written(served: str) -> None:
+    page = (Path(__file__).parents[2] / "docs" / "openai-conversations.md").read_text()
+    found = re.search(r"## The switch\n.*?```python\n(.*?)```", page, re.S)
+    assert found is not None
+    code = found.group(1).replace("http://127.0.0.1:8080", served).replace("<a convlog token>", TOKEN)
+    assert len(code.strip().splitlines()) == 5
+    scope: dict[str, Any] = {}
+    exec(code, scope)  # noqa: S102 - the page's own example
+    session, agent = scope["session"], Agent(name="weather", model=ToolModel(), tools=[lookup])
+    assert (await Runner.run(agent, "Paris", session=session)).final_output == "It is sunny in Paris."
+    assert [item.get("type") for item in await session.get_items()] == [
+        "message", "function_call", "function_call_output", "message"]  # fmt: skip
+    await scope["convlog"].close()
