@@ -70,6 +70,8 @@ def test_the_whole_lifecycle_through_the_sdk(client: OpenAI, served: str) -> Non
     user_item = asc[0].model_dump(exclude_unset=True)
     assert user_item == {"id": user_item["id"], "type": "message", "role": "user",
                          "content": [{"type": "input_text", "text": "Weather in Paris?"}]}  # fmt: skip
+    included = client.conversations.items.list(created.id, order="asc", include=["reasoning.encrypted_content"])
+    assert [item.id for item in included.data] == [item.id for item in asc]  # include: items come back whole anyway
     page = client.conversations.items.list(created.id, limit=3)  # desc by default, OpenAI's
     assert [item.id for item in page.data] == [asc[3].id, asc[2].id, asc[1].id]
     assert page.has_more

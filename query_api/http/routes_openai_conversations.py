@@ -46,7 +46,10 @@ USER_HEADER = "Convlog-User-Id"
 UserHeader = Annotated[str | None, Header(alias=USER_HEADER, description="the convlog user (else the default)")]
 ItemsBody = Annotated[list[dict[str, Any]] | None, Body(embed=True, max_length=MAX_ITEMS)]
 MetadataBody = Annotated[dict[str, Any] | None, Body(embed=True)]
-Include = Annotated[list[str] | None, Query(description="accepted and ignored: items come back as stored, whole")]
+Include = Annotated[
+    list[str] | None,
+    Query(alias="include[]", description="as the openai SDK sends it; changes nothing: items come whole, as stored"),
+]
 
 
 def openai_conversation_routes(deps: ApiDeps) -> APIRouter:
