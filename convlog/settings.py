@@ -148,6 +148,11 @@ class Settings(BaseSettings):
     api_tokens: SecretStr | None = Field(
         None, description=f"`tenant:token` pairs, comma-separated ({TOKENS_FORMAT}); unset: every request is 401"
     )
+    openai_user_id: str = Field(
+        "default", min_length=1,
+        description="the convlog user of an OpenAI Conversations API request (`/v1/conversations`) without a "
+        "`Convlog-User-Id` header",
+    )  # fmt: skip
     window_image_turns: int = Field(2, ge=0, description="only the last N turns keep their images")
     default_encoding: str = Field(
         "o200k_base", description="tiktoken encoding for models the table does not know (counts are then an estimate)"

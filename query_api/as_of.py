@@ -29,7 +29,7 @@ from events.event_types import Event, MessageAppended
 from events.keys import ConversationKey
 from events.log import EventLog, LogRecord
 from events.reading import conversation_events
-from projectors.applied import apply_decisions
+from projectors.applied import AppliedMessage, apply_decisions
 from projectors.fold import BatchInputs, decode_batch, fold_batch
 from projectors.state import TranscriptRow, countable_reasoning, countable_text, image_count
 from projectors.tokens import text_counter
@@ -122,17 +122,7 @@ async def context_inputs_as_of(
     count = text_counter(encoding)
 
     def stored(original: TranscriptRow) -> StoredMessage:
-        m = applied.messages[(k, original.seq)]
-        row = m.row
-        return StoredMessage(
-            seq=row.seq, epoch=row.epoch, message_id=row.message_id, role=row.role, content=row.content,
-            name=row.name, tool_calls=tuple(row.tool_calls or ()), tool_call_id=row.tool_call_id,
-            reasoning_content=row.reasoning_content, finish_reason=row.finish_reason, flag=row.flag,
-            redacted=m.redacted, erased=m.erased, tokens=count(countable_text(original)),
-            reasoning_tokens=count(countable_reasoning(original)), image_count=image_count(original),
-            blocks=row.blocks or (), api=row.api, provider=row.provider, model=row.model, is_error=row.is_error,
-            prompt_tokens=(row.usage or {}).get("prompt_tokens"),
-        )  # fmt: skip
+        return stored_message(applied.messages[(k, original.seq)], count)
 
     rows = out.transcript
     seq_of = {r.message_id: r.seq for r in reversed(rows)}  # the first row of a message id
@@ -157,3 +147,18 @@ async def context_inputs_as_of(
         partition=state.last_at[0],
         last_offset=state.last_at[1],
     )
+
+
+def stored_message(m: AppliedMessage, count: Callable[[str], int]) -> StoredMessage:
+    """A folded row as the context assembler reads it from the transcript: the decisions of the
+    whole history applied, its token counts (``count``) taken as appended."""
+    row, original = m.row, m.original
+    return StoredMessage(
+        seq=row.seq, epoch=row.epoch, message_id=row.message_id, role=row.role, content=row.content,
+        name=row.name, tool_calls=tuple(row.tool_calls or ()), tool_call_id=row.tool_call_id,
+        reasoning_content=row.reasoning_content, finish_reason=row.finish_reason, flag=row.flag,
+        redacted=m.redacted, erased=m.erased, tokens=count(countable_text(original)),
+        reasoning_tokens=count(countable_reasoning(original)), image_count=image_count(original),
+        blocks=row.blocks or (), api=row.api, provider=row.provider, model=row.model, is_error=row.is_error,
+        prompt_tokens=(row.usage or {}).get("prompt_tokens"),
+    )  # fmt: skip

@@ -160,6 +160,7 @@ async def running_service(settings: Settings) -> AsyncIterator[Service]:
             log_behind=guard.check_read,
             positions=watch,
             alive=readiness.alive,
+            openai_user_id=settings.openai_user_id,
         )
         summarizer = None
         if "summarizer" in roles:

@@ -12,12 +12,14 @@ from query_api.context_types import ContextBudgetExceededError
 from query_api.disconnects import ClientDisconnectedError
 from query_api.http.deps import ApiDeps, ApiError, error_response
 from query_api.http.middleware import LimitsAndMetrics
+from query_api.http.openai_errors import OpenAIErrors
 from query_api.http.openapi import install_openapi
 from query_api.http.routes_appends import append_routes
 from query_api.http.routes_audit import audit_routes
 from query_api.http.routes_context import context_routes
 from query_api.http.routes_conversations import conversation_routes
 from query_api.http.routes_health import PUBLIC_ROUTES, health_routes
+from query_api.http.routes_openai_conversations import openai_conversation_routes
 from query_api.http.strict_json import StrictJsonRoute
 from query_api.http.utf8_request import Utf8Request
 
@@ -42,10 +44,13 @@ def create_app(deps: ApiDeps) -> FastAPI:
     public = frozenset([*PUBLIC_ROUTES, *(path for path in docs if path)])
     app.add_middleware(Utf8Request)  # inside the next one (added later, so outer): after authentication
     app.add_middleware(LimitsAndMetrics, deps=deps, public=public)
+    app.add_middleware(OpenAIErrors)  # outermost: it shapes the 401s and 413s of the one above too
     install_openapi(app, public=public)
     # Requests try the routes in the order they were added (the schema lists them so too): the
     # context, asked for every turn, first — each route tried before it cost ~4 us a request.
-    for routes in (context_routes, health_routes, append_routes, audit_routes, conversation_routes):
+    routes_in_order = (context_routes, health_routes, append_routes, audit_routes, conversation_routes,
+                       openai_conversation_routes)  # fmt: skip
+    for routes in routes_in_order:
         app.include_router(routes(deps))
     return app
 

@@ -66,6 +66,7 @@ class ApiDeps:
     log_behind: Callable[[int], None] | None = None  # raises for a partition whose records the log lost
     prefixes: PrefixMemory = field(default_factory=PrefixMemory)  # the last context served, for its cacheable prefix
     positions: PositionsWatch | None = None  # the projector's commits, when it runs in this process; else polling
+    openai_user_id: str = "default"  # the user of an OpenAI Conversations API request without Convlog-User-Id
     alive: Callable[[], str | None] = lambda: None  # /healthz: why only a restart helps now (None: healthy)
 
 
