@@ -106,7 +106,7 @@ def more_bodies() -> list[tuple[str, EventBody]]:
     return [
         ("user_message_with_image_parts", message(
             "user", content=(TextPart("What does this form say?"), ImagePart("https://example.com/f.png", "high")),
-            name="employee_42", metadata={"app": "oa-assistant", "locale": "zh-CN"})),
+            name="employee_42", metadata={"locale": "zh-CN"})),
         ("system_message", message("system", content="You are the OA assistant.")),
         ("interrupted_assistant", message(
             "assistant", content="Open OA, then", finish_reason="interrupted", thinking_duration_ms=1200,
