@@ -24,9 +24,10 @@ import pytest
 from convlog.local import embedded_pg, kafka_service, postgres_service
 from convlog.local.embedded_pg import ensure_embedded_postgres, stop_embedded_postgres
 from convlog.local.kafka_service import KafkaHandle
-from convlog.local.postgres_service import PostgresHandle, pg_bin_dir, start_postgres
+from convlog.local.postgres_service import PostgresHandle, start_postgres
 from convlog.local.processes import PortTakenError, ServiceError, port_in_use
 from tests.support import free_port
+from tests.test_pg import require_pg_binaries
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -36,10 +37,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def foreign_postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresHandle]:
     """Somebody else's Postgres (same trust-auth user, so it would happily serve us)."""
-    try:
-        pg_bin_dir()
-    except ServiceError as e:
-        pytest.skip(f"no Postgres binaries: {e}")
+    require_pg_binaries()
     handle = start_postgres(tmp_path_factory.mktemp("foreign"), port=free_port())
     yield handle
     handle.stop()
@@ -105,10 +103,7 @@ def test_the_embedded_postgres_moves_to_another_port_and_records_it(
 
 
 def test_readiness_fails_fast_when_our_server_dies_after_binding(tmp_path: Path) -> None:
-    try:
-        pg_bin_dir()
-    except ServiceError as e:
-        pytest.skip(f"no Postgres binaries: {e}")
+    require_pg_binaries()
     handle = PostgresHandle(tmp_path / "pg", port=free_port())
     handle.start(timeout=60)  # initdb once, so the next start is only the server's
     handle.stop()
@@ -130,10 +125,7 @@ def test_readiness_fails_fast_when_our_server_dies_after_binding(tmp_path: Path)
 
 def test_two_embedded_postgres_started_at_once_on_one_port_each_get_their_own(tmp_path: Path) -> None:
     """Two `make demo`s in two clones at once: both remembered the same port; both must work."""
-    try:
-        pg_bin_dir()
-    except ServiceError as e:
-        pytest.skip(f"no Postgres binaries: {e}")
+    require_pg_binaries()
     port = free_port()
     dirs = [tmp_path / "one", tmp_path / "two"]
     for data_dir in dirs:

@@ -18,10 +18,9 @@ from pathlib import Path
 import pytest
 
 from convlog.local.embedded_pg import stop_embedded_postgres
-from convlog.local.postgres_service import pg_bin_dir
-from convlog.local.processes import ServiceError
 from tests.live_server import ready
 from tests.support import free_port
+from tests.test_pg import require_pg_binaries
 
 REPO = Path(__file__).resolve().parents[1]
 README_PORT = "8080"
@@ -53,10 +52,7 @@ def _commands(block: str) -> list[list[str]]:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     """`convlog serve` started as the quick start says, in a fresh data dir, on a free port."""
-    try:
-        pg_bin_dir()
-    except ServiceError as e:
-        pytest.skip(f"no Postgres binaries: {e}")
+    require_pg_binaries()
     [serve_line] = [c for b in _blocks(QUICK_STARTS["README.md"], "sh") for c in _commands(b) if "serve" in c]
     assignments = dict(arg.split("=", 1) for arg in serve_line if "=" in arg and arg.startswith("CONVLOG_"))
     assert serve_line[len(assignments) :] == [".venv/bin/convlog", "serve"], serve_line
