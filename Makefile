@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 RUNTIME := $(VENV)/.runtime-stamp
-SERVICES := $(BIN)/python -m convlog.local.devservices
+SERVICES := $(BIN)/python -m devservices
 
 .PHONY: help install demo test check lint typecheck docs pytest services-up services-down services-status bench clean
 

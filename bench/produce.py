@@ -203,8 +203,7 @@ async def main() -> None:
     bootstrap = os.environ.get("CONVLOG_KAFKA_BOOTSTRAP")
     if not bootstrap:
         raise SystemExit(
-            "set CONVLOG_KAFKA_BOOTSTRAP: make services-up, then eval the output of"
-            " `python -m convlog.local.devservices env`"
+            "set CONVLOG_KAFKA_BOOTSTRAP: make services-up, then eval the output of `python -m devservices env`"
         )
     events = make_events(args.events, args.conversations)
     codec = default_codec()

@@ -60,10 +60,10 @@ list is exactly the classes the packages define, with these parents)::
       * SummarizerError — summarizer.errors
         * LLMUnavailableError — summarizer.errors, retriable
         * LLMRejectedError — summarizer.errors
-      * RetentionError — convlog.ops.retention
-        * ProjectionBehindError — convlog.ops.retention, retriable
-      * ServiceError — convlog.local.processes, also a RuntimeError
-        * PortTakenError — convlog.local.processes
+      * RetentionError — convlog.jobs.retention
+        * ProjectionBehindError — convlog.jobs.retention, retriable
+      * ServiceError — convlog.embedded.processes, also a RuntimeError
+        * PortTakenError — convlog.embedded.processes
       * _HeadTooLargeError — convlog.runtime.http_server, also a ValueError
       * ClientError — convlog.client.errors
         * UnreachableError — convlog.client.errors, retriable

@@ -17,7 +17,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from convlog.local.kafka_service import java_executable
+from devservices.kafka_service import java_executable
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "java-producer"

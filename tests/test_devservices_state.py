@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from convlog.local.devservices import kafka_handle, kafka_layout, main
-from convlog.local.processes import ServiceError
+from convlog.embedded.processes import ServiceError
 from convlog.settings import Settings
+from devservices.cli import kafka_handle, kafka_layout, main
 
 
 @pytest.mark.parametrize("content", ["{not json", "[19092]"])

@@ -21,11 +21,13 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from convlog.local import embedded_pg, kafka_service, postgres_service
-from convlog.local.embedded_pg import ensure_embedded_postgres, stop_embedded_postgres
-from convlog.local.kafka_service import KafkaHandle
-from convlog.local.postgres_service import PostgresHandle, start_postgres
-from convlog.local.processes import PortTakenError, ServiceError, port_in_use
+from convlog.embedded import postgres as embedded_pg
+from convlog.embedded import postgres_server as postgres_service
+from convlog.embedded.postgres import ensure_embedded_postgres, stop_embedded_postgres
+from convlog.embedded.postgres_server import PostgresHandle, start_postgres
+from convlog.embedded.processes import PortTakenError, ServiceError, port_in_use
+from devservices import kafka_service
+from devservices.kafka_service import KafkaHandle
 from tests.support import free_port
 from tests.test_pg import require_pg_binaries
 
@@ -132,7 +134,7 @@ def test_two_embedded_postgres_started_at_once_on_one_port_each_get_their_own(tm
         (data_dir / "postgres").mkdir(parents=True)
         (data_dir / "postgres" / "port").write_text(f"{port}\n")
     code = (
-        "import sys, pathlib; from convlog.local.embedded_pg import ensure_embedded_postgres as e; "
+        "import sys, pathlib; from convlog.embedded.postgres import ensure_embedded_postgres as e; "
         "print(e(pathlib.Path(sys.argv[1])))"
     )
     starters = [

@@ -23,9 +23,9 @@ from psycopg import errors
 from psycopg.conninfo import make_conninfo
 from structlog.testing import capture_logs
 
-from convlog.local.embedded_pg import ensure_embedded_postgres, stop_embedded_postgres
-from convlog.local.postgres_service import PostgresHandle, pg_bin_dir, start_postgres
-from convlog.local.processes import ServiceError
+from convlog.embedded.postgres import ensure_embedded_postgres, stop_embedded_postgres
+from convlog.embedded.postgres_server import PostgresHandle, pg_bin_dir, start_postgres
+from convlog.embedded.processes import ServiceError
 from events.errors import ConvlogError
 from projectors.errors import PositionConflictError, ProjectionError, RecordRefusedError, StoreUnavailableError
 from projectors.pg import PgPool, convert_pg_error, describe_url, open_pool, retrying
@@ -478,7 +478,7 @@ def test_embedded_postgres_is_reused_and_outlives_its_starter(tmp_path: Path) ->
         [
             sys.executable,
             "-c",
-            "import sys, pathlib; from convlog.local.embedded_pg import ensure_embedded_postgres as e; "
+            "import sys, pathlib; from convlog.embedded.postgres import ensure_embedded_postgres as e; "
             "print(e(pathlib.Path(sys.argv[1])))",
             str(data_dir),
         ],

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from convlog.demo.run import append_oa_conversation, append_tools_conversation
-from convlog.ops.export import ExportFilter, export_transcripts
+from convlog.jobs.export import ExportFilter, export_transcripts
 from events.blocks import blocks_from_json, blocks_to_json, reasoning_text
 from events.codec import EventCodec
 from events.embedded_log import EmbeddedEventLog

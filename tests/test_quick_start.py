@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from convlog.local.embedded_pg import stop_embedded_postgres
+from convlog.embedded.postgres import stop_embedded_postgres
 from tests.live_server import ready
 from tests.support import free_port
 from tests.test_pg import require_pg_binaries

@@ -11,8 +11,8 @@ import pytest
 
 from convlog.cli.main import build_parser
 from convlog.demo.run import print_stop_hint, print_try_it
-from convlog.local.embedded_pg import ensure_embedded_postgres
-from convlog.local.postgres_service import PostgresHandle
+from convlog.embedded.postgres import ensure_embedded_postgres
+from convlog.embedded.postgres_server import PostgresHandle
 from convlog.settings import Settings
 from events.keys import ConversationKey
 from tests.support import convlog_cli

@@ -69,9 +69,8 @@ if _REPO:
 """
 
 _CHECK_INSTALL = """
-import importlib, json, sys
+import importlib, importlib.util, json, sys
 import events, projectors, query_api, summarizer, convlog
-from convlog.local.kafka_service import kafka_pom
 from events.codec import _bundled_schema_dir
 from projectors.migrate import MIGRATIONS_DIR
 from summarizer.prompt import PROMPTS_DIR
@@ -80,7 +79,8 @@ packages = [events, projectors, query_api, summarizer, convlog]
 print(json.dumps({
     "files": {p.__name__: p.__file__ for p in packages},
     "unresolved": [f"{p.__name__}.{n}" for p in packages for n in p.__all__ if getattr(p, n, None) is None],
-    "data": [str(kafka_pom()), str(_bundled_schema_dir()), str(MIGRATIONS_DIR), str(PROMPTS_DIR)],
+    "data": [str(_bundled_schema_dir()), str(MIGRATIONS_DIR), str(PROMPTS_DIR)],
+    "dev_only": [name for name in ("devservices", "convlog.local") if importlib.util.find_spec(name) is not None],
     "path": sys.path,
 }))
 """
@@ -154,7 +154,7 @@ def outside(installed: Installed, tmp_path: Path) -> Path:
 def test_the_wheel_carries_py_typed_and_every_data_file(installed: Installed) -> None:
     """What the installed packages read at run time is in the wheel, under the package that reads it."""
     names = set(zipfile.ZipFile(installed.wheel).namelist())
-    expected = {f"{p}/py.typed" for p in PACKAGES} | {"convlog/local/_services/kafka/pom.xml"}
+    expected = {f"{p}/py.typed" for p in PACKAGES}
     expected |= {f"events/_schemas/{p.name}" for p in (REPO / "schemas").iterdir() if p.is_file()}
     for directory in ("projectors/migrations", "projectors/sql", "summarizer/prompts"):
         found = {p.relative_to(REPO).as_posix() for p in (REPO / directory).iterdir() if p.is_file()}
@@ -162,6 +162,8 @@ def test_the_wheel_carries_py_typed_and_every_data_file(installed: Installed) ->
         expected |= found
     assert sorted(expected - names) == []
     assert [n for n in names if "__pycache__" in n or n.startswith(("tests/", "services/", "bench/"))] == []
+    # The dev services (make services-up, the tests' Kafka and Postgres) are not the product's.
+    assert [n for n in names if n.startswith(("devservices/", "convlog/local/"))] == []
 
 
 def test_the_audit_hook_sees_a_file_of_the_repo_being_opened(installed: Installed, outside: Path) -> None:
@@ -178,7 +180,8 @@ def test_the_installed_packages_import_from_the_venv_with_their_public_api(insta
     for package, file in report["files"].items():
         assert Path(file).resolve().is_relative_to(site), (package, file)
     assert report["unresolved"] == []
-    for data in report["data"]:  # the Kafka pom, the Avro schemas, the migrations, the prompts
+    assert report["dev_only"] == []  # no dev services installed: the embedded defaults need none
+    for data in report["data"]:  # the Avro schemas, the migrations, the prompts
         assert Path(data).resolve().is_relative_to(site), data
         assert Path(data).exists(), data
     assert not [p for p in report["path"] if p and Path(p).resolve().is_relative_to(REPO)]

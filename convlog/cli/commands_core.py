@@ -48,7 +48,7 @@ def _demo(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _migrate(settings: Settings, args: argparse.Namespace) -> int:
-    from convlog.local.embedded_pg import database_url  # noqa: PLC0415
+    from convlog.resources import database_url  # noqa: PLC0415
     from projectors.migrate import migrate_command  # noqa: PLC0415
 
     return asyncio.run(migrate_command(database_url(settings), legacy_window=settings.legacy_window_policy()))
@@ -83,8 +83,8 @@ def _events(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def _print_events(settings: Settings, key: ConversationKey) -> None:
-    from convlog.ops.resources import opened_log  # noqa: PLC0415
     from convlog.render import print_conversation_events  # noqa: PLC0415
+    from convlog.resources import opened_log  # noqa: PLC0415
 
     # Read-only, like replay and tail: the embedded log has one writer, usually `convlog serve`.
     async with opened_log(settings, read_only=True) as event_log:

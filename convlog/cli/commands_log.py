@@ -55,7 +55,7 @@ def _log(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _stop(settings: Settings, args: argparse.Namespace) -> int:
-    from convlog.local.embedded_pg import embedded_postgres_dir, stop_embedded_postgres  # noqa: PLC0415
+    from convlog.embedded.postgres import embedded_postgres_dir, stop_embedded_postgres  # noqa: PLC0415
     from events.embedded_log_repair import log_in_use  # noqa: PLC0415
 
     if not args.force and log_in_use(settings.embedded_log_path):

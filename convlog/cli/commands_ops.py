@@ -121,7 +121,7 @@ def _positive(text: str) -> int:
 
 
 def _timestamp(text: str) -> Any:
-    from convlog.ops.export import parse_timestamp  # noqa: PLC0415 - keep `--help` fast
+    from convlog.jobs.export import parse_timestamp  # noqa: PLC0415 - keep `--help` fast
 
     try:
         return parse_timestamp(text)
@@ -131,7 +131,7 @@ def _timestamp(text: str) -> Any:
 
 def _replay(settings: Settings, args: argparse.Namespace) -> int:
     from convlog.ops.replay import first_offset, replay  # noqa: PLC0415
-    from convlog.ops.resources import live_read_models, opened_log  # noqa: PLC0415
+    from convlog.resources import live_read_models, opened_log  # noqa: PLC0415
     from events.errors import InvalidRequestError  # noqa: PLC0415
     from projectors.versions import policy_of_version, served_policies  # noqa: PLC0415
     from projectors.window import WindowPolicy  # noqa: PLC0415
@@ -165,7 +165,7 @@ def _replay(settings: Settings, args: argparse.Namespace) -> int:
 
 def _tail(settings: Settings, args: argparse.Namespace) -> int:
     from convlog.ops.replay import first_offset, follow  # noqa: PLC0415
-    from convlog.ops.resources import live_read_models, opened_log  # noqa: PLC0415
+    from convlog.resources import live_read_models, opened_log  # noqa: PLC0415
 
     key = ConversationKey.parse(args.key)
 
@@ -189,7 +189,7 @@ def _tail(settings: Settings, args: argparse.Namespace) -> int:
 
 def _positions(settings: Settings, args: argparse.Namespace) -> int:
     from convlog.ops.positions import collect_positions, render_positions, window_lines  # noqa: PLC0415
-    from convlog.ops.resources import opened_log, opened_pool  # noqa: PLC0415
+    from convlog.resources import opened_log, opened_pool  # noqa: PLC0415
 
     async def run() -> str:
         async with opened_pool(settings, migrated=False) as pool, opened_log(settings, read_only=True) as event_log:
@@ -202,7 +202,7 @@ def _positions(settings: Settings, args: argparse.Namespace) -> int:
 
 def _dead_letters(settings: Settings, args: argparse.Namespace) -> int:
     from convlog.ops import dead_letters as ops  # noqa: PLC0415
-    from convlog.ops.resources import live_read_models  # noqa: PLC0415
+    from convlog.resources import live_read_models  # noqa: PLC0415
 
     async def run() -> str:
         async with live_read_models(settings) as handle:
@@ -222,8 +222,8 @@ def _dead_letters(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _export(settings: Settings, args: argparse.Namespace) -> int:
-    from convlog.ops.export import ExportFilter, export_transcripts  # noqa: PLC0415
-    from convlog.ops.resources import live_read_models  # noqa: PLC0415
+    from convlog.jobs.export import ExportFilter, export_transcripts  # noqa: PLC0415
+    from convlog.resources import live_read_models  # noqa: PLC0415
     from events.errors import ConfigurationError  # noqa: PLC0415
 
     where = ExportFilter(tenant=args.tenant, user=args.user, since=args.since, until=args.until)
@@ -254,8 +254,8 @@ def _export(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _retention(settings: Settings, args: argparse.Namespace) -> int:
-    from convlog.ops.resources import live_read_models, opened_log  # noqa: PLC0415
-    from convlog.ops.retention import run_retention  # noqa: PLC0415
+    from convlog.jobs.retention import run_retention  # noqa: PLC0415
+    from convlog.resources import live_read_models, opened_log  # noqa: PLC0415
     from convlog.wiring import make_producer  # noqa: PLC0415
 
     archive = args.archive or settings.data_dir / "retention"

@@ -60,7 +60,7 @@ def register(sub: Any) -> None:
 
 
 def _rebuild(settings: Settings, args: argparse.Namespace) -> int:
-    from convlog.ops.common import run_interruptibly  # noqa: PLC0415 - keep `--help` fast
+    from convlog.interruptible import run_interruptibly  # noqa: PLC0415 - keep `--help` fast
     from convlog.ops.rebuilding import RebuildOptions, rebuild  # noqa: PLC0415
 
     opts = RebuildOptions(
@@ -71,7 +71,7 @@ def _rebuild(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _verify(settings: Settings, args: argparse.Namespace) -> int:
-    from convlog.ops.common import run_interruptibly  # noqa: PLC0415
+    from convlog.interruptible import run_interruptibly  # noqa: PLC0415
     from convlog.ops.verifying import verify  # noqa: PLC0415
 
     sample = None if args.all else args.sample

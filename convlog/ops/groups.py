@@ -1,7 +1,7 @@
-"""The consumer groups of convlog's Kafka readers, and ``convlog members list|remove``.
+"""``convlog members list|remove``: the members of convlog's consumer groups.
 
-The names are here, below the processes that join the groups (:mod:`convlog.runtime`) and the
-command that removes members from them, so that both use the same.
+The groups' names are :mod:`convlog.resources`', below both the processes that join the groups
+(:mod:`convlog.runtime`) and this command that removes members from them, so that both use the same.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from convlog.ops.resources import live_read_models
+from convlog.resources import live_read_models, projector_group, summarizer_group
 from convlog.settings import Settings
 from events.errors import ConfigurationError
 from events.kafka_groups import GroupState, describe_group, remove_static_members
@@ -18,28 +18,6 @@ from projectors.pg import database_identity, retrying
 
 Role = Literal["projector", "summarizer"]
 ROLES: tuple[Role, ...] = ("projector", "summarizer")
-
-
-def projector_group(topic: str, database: str, schema: str) -> str:
-    """The projector's consumer group: ``convlog.projector.<topic>.<database>.<schema>``.
-
-    One group per read-models version of one database projecting one topic. The topic too, as
-    the summarizer's: deployments sharing a cluster (each its own topic, all with the default
-    schema name and often the same instance ids) must not share a group, or each start
-    rebalances the others and static members fence them. And the database
-    (:func:`~projectors.pg.database_identity`): two databases projecting one topic (a staging
-    copy of the read models, a second region) each need every partition; in one group they
-    would split them, each projecting half the log."""
-    return f"convlog.projector.{topic}.{database}.{schema}"
-
-
-def summarizer_group(topic: str, database: str) -> str:
-    """The summarizer's consumer group: ``convlog.summarizer.<topic>.<database>``. The database
-    (:func:`~projectors.pg.database_identity`) as in the projector's group: two deployments
-    summarizing one topic into two databases each need every partition; in one group they split
-    them, and each database's summaries then covered only the conversations of its half. The
-    group only assigns partitions (positions live in Postgres), so renaming it loses nothing."""
-    return f"convlog.summarizer.{topic}.{database}"
 
 
 @dataclass(frozen=True, slots=True)

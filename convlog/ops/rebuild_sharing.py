@@ -29,7 +29,8 @@ from typing import Protocol
 
 import structlog
 
-from convlog.ops.common import INTERRUPTED, say
+from convlog.interruptible import INTERRUPTED
+from convlog.ops.common import say
 from convlog.ops.forked import CAN_FORK, fork_worker
 from convlog.settings import Settings
 from events.errors import ConvlogError

@@ -18,9 +18,10 @@ import json
 import sys
 from collections.abc import Mapping, Sequence
 
-from convlog.ops.common import INTERRUPTED, ops_resources, run_interruptibly
+from convlog.interruptible import INTERRUPTED, run_interruptibly
 from convlog.ops.rebuild_sharing import READY, RETRIABLE
 from convlog.ops.rebuilding import load_counter, make_store, poison_stop
+from convlog.resources import ops_resources
 from convlog.settings import Settings
 from events.errors import ConvlogError
 from projectors.fold import PoisonRecordError

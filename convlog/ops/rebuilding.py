@@ -33,10 +33,11 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
-from convlog.local.embedded_pg import database_url
-from convlog.ops.common import INTERRUPTED, following, ops_resources, progress_bar, say
+from convlog.interruptible import INTERRUPTED
+from convlog.ops.common import following, progress_bar, say
 from convlog.ops.rebuild_sharing import build_sharing
 from convlog.ops.verifying import compare_settled, positions, uncounted_encodings
+from convlog.resources import ops_resources, resolved_database_url
 from convlog.settings import Settings
 from events.codec import default_codec
 from events.errors import ConfigurationError
@@ -288,7 +289,7 @@ async def _project(
 
 async def drop(settings: Settings, projection: str, version: int) -> int:
     check_projection(projection)
-    url = await asyncio.to_thread(database_url, settings)
+    url = await resolved_database_url(settings)
     pool = await open_pool(url, max_size=1, name="convlog-drop")
     try:
         async with pool.connection() as conn, conn.transaction():

@@ -14,8 +14,8 @@ from collections.abc import Callable, Collection
 from psycopg import sql
 from tqdm import tqdm
 
-from convlog.ops.resources import ReadModelsHandle
 from convlog.render import format_line
+from convlog.resources import ReadModelsHandle
 from events.codec import default_codec
 from events.errors import ConvlogError, DecodeError
 from events.event_types import Event

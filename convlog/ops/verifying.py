@@ -24,7 +24,9 @@ from typing import Any
 
 from psycopg import AsyncConnection, sql
 
-from convlog.ops.common import INTERRUPTED, following, ops_resources, progress_bar, say
+from convlog.interruptible import INTERRUPTED
+from convlog.ops.common import following, progress_bar, say
+from convlog.resources import ops_resources
 from convlog.settings import Settings
 from events.codec import default_codec
 from events.errors import ConfigurationError

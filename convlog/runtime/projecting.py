@@ -9,9 +9,8 @@ from collections.abc import Callable, Mapping
 import structlog
 from prometheus_client import CollectorRegistry
 
-from convlog.local.embedded_pg import database_url
-from convlog.ops.common import run_interruptibly
-from convlog.ops.groups import projector_group
+from convlog.interruptible import run_interruptibly
+from convlog.resources import migrated_database_url, projector_group, service_pool
 from convlog.runtime.metrics_server import ProjectorCollector, start_metrics_endpoint
 from convlog.settings import Settings
 from convlog.wiring import ensure_kafka_topic, open_event_log
@@ -20,8 +19,7 @@ from events.log import EventLog
 from projectors.gc_tuning import projection_gc
 from projectors.kafka_source import KafkaGroupSource
 from projectors.log_source import LogSource
-from projectors.migrate import migrate
-from projectors.pg import PgPool, SessionLimits, database_identity, open_pool, retrying
+from projectors.pg import PgPool, SessionLimits, database_identity, retrying
 from projectors.ports import RecordSource
 from projectors.runner import Projector, ProjectorStats
 from projectors.stalled_sessions import watch_stalled_blockers
@@ -237,13 +235,11 @@ async def run_projector(settings: Settings, stop: asyncio.Event) -> LiveProjecto
     # made sure of beside the migration, so that a restarted projector waits for neither twice.
     topic = asyncio.create_task(ensure_kafka_topic(settings, client_id="convlog-projector"))
     try:
-        url = await asyncio.to_thread(database_url, settings)  # may start the embedded Postgres
-        legacy = settings.legacy_window_policy()  # what versions made before 0006 ran with
-        await retrying(lambda: migrate(url, legacy_window=legacy), action="migrating")  # waits out a Postgres outage
+        url = await migrated_database_url(settings)  # may start the embedded Postgres; waits out an outage
     finally:
         await topic
     limits = projector_session_limits(settings)
-    pool = await retrying(lambda: open_pool(url, name=POOL_NAME, limits=limits), action="connecting")
+    pool = await service_pool(url, name=POOL_NAME, limits=limits)
     event_log = None
     try:
         if not settings.kafka_bootstrap:

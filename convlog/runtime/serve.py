@@ -22,7 +22,7 @@ import structlog
 import uvicorn
 import uvloop
 
-from convlog.local.embedded_pg import database_url
+from convlog.resources import migrated_database_url, service_pool
 from convlog.runtime.http_server import listening_socket, server_config
 from convlog.runtime.log_guard import LogGuard
 from convlog.runtime.metrics_server import ProjectorCollector
@@ -34,8 +34,7 @@ from convlog.wiring import make_producer, open_event_log
 from events.errors import ConfigurationError
 from events.log import EventLog
 from projectors.gc_tuning import projection_gc
-from projectors.migrate import migrate
-from projectors.pg import PgPool, database_identity, open_pool, retrying
+from projectors.pg import PgPool, database_identity, retrying
 from projectors.positions_watch import PositionsWatch
 from projectors.tokens import model_spec
 from projectors.versions import live_version, served_policies, version_policies
@@ -115,12 +114,11 @@ def serve_roles(settings: Settings) -> list[str]:
 @asynccontextmanager
 async def running_service(settings: Settings) -> AsyncIterator[Service]:
     roles = serve_roles(settings)
-    url = await asyncio.to_thread(database_url, settings)
-    await retrying(lambda: migrate(url, legacy_window=settings.legacy_window_policy()), action="migrating")
+    url = await migrated_database_url(settings)
     # A projecting serve's sessions get the projector's bounds (a frozen one must not hold its
     # partitions' locks from the next owner); the API's reads are well inside them.
     limits = projector_session_limits(settings) if "projector" in roles else None
-    pool = await retrying(lambda: open_pool(url, name="convlog-serve", limits=limits), action="connecting")
+    pool = await service_pool(url, name="convlog-serve", limits=limits)
     event_log = await open_event_log(settings)
     stop = asyncio.Event()
     try:
@@ -231,7 +229,7 @@ def _retention_task(
     archive_dir = settings.retention_archive
     if idle_days is None:
         return []
-    from convlog.ops.retention import retention_schedule  # noqa: PLC0415 - only when retention is on
+    from convlog.jobs.retention import retention_schedule  # noqa: PLC0415 - only when retention is on
 
     producer = make_producer(event_log, settings, producer="convlog-retention")
     log.info("retention.scheduled", idle_days=idle_days, archive_dir=str(archive_dir), first_run_s=delay_s)

@@ -13,9 +13,8 @@ import asyncio
 import structlog
 from prometheus_client import CollectorRegistry
 
-from convlog.local.embedded_pg import database_url
-from convlog.ops.common import run_interruptibly
-from convlog.ops.groups import summarizer_group
+from convlog.interruptible import run_interruptibly
+from convlog.resources import migrated_database_url, service_pool, summarizer_group
 from convlog.runtime.metrics_server import start_metrics_endpoint
 from convlog.settings import Settings
 from convlog.wiring import make_producer, open_event_log
@@ -24,8 +23,7 @@ from events.errors import ConfigurationError
 from events.log import EventLog
 from projectors.kafka_source import KafkaGroupSource
 from projectors.log_source import LogSource
-from projectors.migrate import migrate
-from projectors.pg import PgPool, database_identity, open_pool, retrying
+from projectors.pg import PgPool, database_identity, retrying
 from projectors.ports import RecordSource
 from summarizer.metrics import SummarizerMetrics
 from summarizer.offline_model import OfflineSummaryModel
@@ -106,9 +104,8 @@ async def run_summarizer(settings: Settings, stop: asyncio.Event) -> Summarizer:
             "convlog summarize runs against Kafka (CONVLOG_KAFKA_BOOTSTRAP); with the embedded log, "
             "`convlog serve` runs the summarizer"
         )
-    url = await asyncio.to_thread(database_url, settings)
-    await retrying(lambda: migrate(url, legacy_window=settings.legacy_window_policy()), action="migrating")
-    pool = await retrying(lambda: open_pool(url, name="convlog-summarizer", max_size=6), action="connecting")
+    url = await migrated_database_url(settings)
+    pool = await service_pool(url, name="convlog-summarizer", max_size=6)
     event_log = await open_event_log(settings)
     try:
         registry = CollectorRegistry()

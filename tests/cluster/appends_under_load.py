@@ -31,7 +31,7 @@ from typing import Protocol
 import httpx
 
 from convlog.client import AsyncConvlogClient, ClientError
-from convlog.local.kafka_cluster import ClusterNode, KafkaCluster
+from devservices.kafka_cluster import ClusterNode, KafkaCluster
 from events.codec import default_codec
 from events.kafka_log import KafkaEventLog
 from tests.live_server import TOKEN, ready

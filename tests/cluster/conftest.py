@@ -2,7 +2,7 @@
 
 API (stable: the failover tests build on it)
 
-``kafka_cluster`` (session scope) — a :class:`convlog.local.kafka_cluster.KafkaCluster`, started
+``kafka_cluster`` (session scope) — a :class:`devservices.kafka_cluster.KafkaCluster`, started
 once for every test under ``tests/cluster`` on free loopback ports of its own (never the dev
 services' 19092..) with its data in a session temp dir, and killed at the end of the session
 whatever the tests did (no JVM outlives pytest: a reaper process kills them even when pytest
@@ -47,8 +47,8 @@ from pathlib import Path
 
 import pytest
 
-from convlog.local.kafka_cluster import KafkaCluster
-from convlog.local.processes import ServiceError, spawn_detached
+from convlog.embedded.processes import ServiceError, spawn_detached
+from devservices.kafka_cluster import KafkaCluster
 from events.kafka_log import KafkaEventLog
 from tests.support import free_port, services_required, unique_topic
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from convlog.client import AsyncConvlogClient
-from convlog.local.kafka_cluster import KafkaCluster
+from devservices.kafka_cluster import KafkaCluster
 from events.kafka_log import KafkaEventLog
 from events.keys import ConversationKey, partition_for_key
 from events.producer import ConversationProducer

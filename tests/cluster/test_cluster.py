@@ -13,10 +13,10 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-from convlog.local.kafka_cluster import ClusterNode, KafkaCluster
-from convlog.local.processes import ServiceError
+from convlog.embedded.processes import ServiceError
 from convlog.settings import Settings
 from convlog.wiring import make_producer
+from devservices.kafka_cluster import ClusterNode, KafkaCluster
 from events.codec import default_codec
 from events.errors import ConvlogError
 from events.kafka_log import KafkaEventLog

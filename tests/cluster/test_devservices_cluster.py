@@ -1,4 +1,4 @@
-"""``python -m convlog.local.devservices`` with a three-node cluster: ``status``, ``env`` and
+"""``python -m devservices`` with a three-node cluster: ``status``, ``env`` and
 ``down`` find the cluster ``up --brokers 3`` recorded, and ``down`` stops every node. Run against
 the session's cluster (laid out as the dev services lay theirs out) instead of a second one."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from convlog.local.devservices import main
-from convlog.local.kafka_cluster import KafkaCluster
+from devservices.cli import main
+from devservices.kafka_cluster import KafkaCluster
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 

@@ -30,9 +30,9 @@ from pathlib import Path
 
 import pytest
 
-from convlog.local.kafka_cluster import KafkaCluster
 from convlog.settings import Settings
 from convlog.wiring import make_producer
+from devservices.kafka_cluster import KafkaCluster
 from events.kafka_log import KafkaEventLog
 from events.keys import ConversationKey
 from events.producer import ConversationProducer

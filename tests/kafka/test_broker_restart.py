@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from convlog.local.devservices import KafkaHandle, start_kafka
+from devservices.cli import KafkaHandle, start_kafka
 from events.codec import default_codec
 from events.errors import ConvlogError
 from events.kafka_log import KafkaEventLog

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from convlog.local.kafka_service import java_executable, kafka_classpath
-from convlog.local.processes import services_root
+from convlog.embedded.processes import services_root
+from devservices.kafka_service import java_executable, kafka_classpath
 from events.keys import ConversationKey, murmur2, partition_for_key
 
 pytestmark = pytest.mark.kafka

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from convlog.ops import retention
-from convlog.ops.retention import active_since
+from convlog.jobs import retention
+from convlog.jobs.retention import active_since
 from convlog.runtime.serve import running_service
 from convlog.settings import Settings
 from events.embedded_log import EmbeddedEventLog

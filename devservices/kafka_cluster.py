@@ -1,5 +1,5 @@
 """A local three-node Kafka cluster (KRaft) for development and tests, from the same Maven jars as
-the single broker of :mod:`convlog.local.kafka_service`.
+the single broker of :mod:`devservices.kafka_service`.
 
 Layout: three combined nodes, each a broker *and* a voter of a three-voter controller quorum
 (static ``controller.quorum.voters``), one JVM per node. Any one node may die — a controlled stop
@@ -21,7 +21,7 @@ Sized for a small machine: at most 320 MB of heap per JVM (-Xms64m), two network
 threads, one replica fetcher, fewer internal-topic partitions.
 
 The leader of a partition and the in-sync replicas come from a Metadata request
-(:mod:`convlog.local.kafka_wire`: a socket, no Kafka client, no event loop). The waits here
+(:mod:`devservices.kafka_wire`: a socket, no Kafka client, no event loop). The waits here
 block: from async code, run them with ``asyncio.to_thread``.
 """
 
@@ -37,10 +37,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from convlog.local.kafka_service import KafkaHandle, _cluster_id, kafka_classpath
-from convlog.local.kafka_wire import ClusterMetadata, PartitionState, cluster_metadata
-from convlog.local.processes import HOST, PortTakenError, ServiceError, StoppedOnExit
+from convlog.embedded.processes import HOST, PortTakenError, ServiceError, StoppedOnExit
 from convlog.settings import Settings
+from devservices.kafka_service import KafkaHandle, _cluster_id, kafka_classpath
+from devservices.kafka_wire import ClusterMetadata, PartitionState, cluster_metadata
 
 NODES = 3
 HEAP = "320m"

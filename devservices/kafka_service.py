@@ -1,12 +1,12 @@
 """A local single-node Kafka broker (KRaft, broker+controller in one JVM) for development and tests.
 
-The broker's classpath is resolved with Maven from ``convlog/local/_services/kafka/pom.xml`` (package
+The broker's classpath is resolved with Maven from ``devservices/_services/kafka/pom.xml`` (package
 data, found with importlib.resources in a checkout and in an installed wheel alike; jars cached in
 ``~/.m2``, the resulting classpath cached next to the data directories), the storage is formatted
 once with ``kafka.tools.StorageTool format --standalone`` and the broker runs as a detached
 ``java -cp ... kafka.Kafka server.properties`` (own session, output to files, pid file).
 
-Also holds the small process helpers shared with :mod:`convlog.local.postgres_service`.
+Also holds the small process helpers shared with :mod:`convlog.embedded.postgres_server`.
 """
 
 from __future__ import annotations
@@ -27,8 +27,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from convlog.local.kafka_wire import ClusterMetadata, cluster_metadata
-from convlog.local.processes import (
+from convlog.embedded.processes import (
     HOST,
     PortTakenError,
     ServiceError,
@@ -46,12 +45,13 @@ from convlog.local.processes import (
     tail,
 )
 from convlog.settings import Settings
+from devservices.kafka_wire import ClusterMetadata, cluster_metadata
 
 
 def kafka_pom(settings: Settings | None = None) -> Path:
     """``CONVLOG_SERVICES_KAFKA_POM`` if it names a file, else the pom shipped as package data."""
     # Installed packages are directories (pip unpacks wheels): the resource is a file Maven can read.
-    packaged = resources.files("convlog.local").joinpath("_services", "kafka", "pom.xml")
+    packaged = resources.files("devservices").joinpath("_services", "kafka", "pom.xml")
     for candidate in ((settings or Settings.from_env()).services_kafka_pom, str(packaged)):
         if candidate and Path(candidate).is_file():
             return Path(candidate).resolve()

@@ -12,7 +12,7 @@ import socket
 import struct
 from dataclasses import dataclass
 
-from convlog.local.processes import ServiceError
+from convlog.embedded.processes import ServiceError
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,7 +35,7 @@ import structlog
 from psycopg import sql
 from tqdm import tqdm
 
-from convlog.ops.export import ExportFilter, export_transcripts
+from convlog.jobs.export import ExportFilter, export_transcripts
 from events.durable import fsync_directory
 from events.errors import ConfigurationError, ConvlogError
 from events.keys import ConversationKey
