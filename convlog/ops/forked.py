@@ -30,6 +30,8 @@ import sys
 import traceback
 from collections.abc import Sequence
 
+from convlog.ops import rebuild_worker
+
 CAN_FORK = hasattr(os, "fork") and sys.platform == "linux"  # /proc/self/fd lists what to neutralise
 _CRASHED = 70  # EX_SOFTWARE: the child failed before the worker's own exit codes applied
 
@@ -72,8 +74,6 @@ def _reap(pid: int) -> int:
 async def fork_worker(argv: Sequence[str], env: dict[str, str]) -> ForkedWorker:
     """A child running ``rebuild_worker.main(argv)`` with the settings of ``env`` (what a worker
     started afresh would find in its environment)."""
-    from convlog.ops import rebuild_worker  # noqa: PLC0415 - imported here: the worker imports rebuild_sharing
-
     loop = asyncio.get_running_loop()
     in_r, in_w = os.pipe()
     out_r, out_w = os.pipe()

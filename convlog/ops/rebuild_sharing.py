@@ -32,6 +32,7 @@ import structlog
 from convlog.interruptible import INTERRUPTED
 from convlog.ops.common import say
 from convlog.ops.forked import CAN_FORK, fork_worker
+from convlog.ops.rebuild_protocol import READY, RETRIABLE
 from convlog.settings import Settings
 from events.errors import ConvlogError
 from events.log import EventLog
@@ -41,8 +42,6 @@ from projectors.runner import Projector
 
 log = structlog.get_logger(__name__)
 
-READY = "convlog-rebuild-worker: ready"  # a worker's line on stdout once it can project
-RETRIABLE = 75  # a worker's exit code for a retriable error (as the CLI's)
 # How long this process waits for forked workers (ready in tens of milliseconds) before it starts
 # projecting itself: their shares are then handed over before it reads anything.
 FORKED_READY_GRACE_S = 1.0

@@ -3,7 +3,7 @@
 Started by :func:`convlog.ops.rebuild_sharing.build_sharing`, not by operators:
 ``python -m convlog.ops.rebuild_worker SCHEMA UNTIL [--batch-size N] [--park-poison]``, where
 UNTIL is ``'{"partition": until_offset, ...}'``, or ``-``: then the worker starts (connections,
-token tables, its store), prints :data:`~convlog.ops.rebuild_sharing.READY` on stdout and reads
+token tables, its store), prints :data:`~convlog.ops.rebuild_protocol.READY` on stdout and reads
 that JSON as one line on stdin (an empty object or end of input: nothing to do). Settings come
 from the same ``CONVLOG_*`` environment. Exit codes as the CLI's: 0 reached every ``until``,
 130 stopped by SIGINT/SIGTERM (after its batch in flight), 2 / 75 a non-retriable / retriable
@@ -19,8 +19,7 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from convlog.interruptible import INTERRUPTED, run_interruptibly
-from convlog.ops.rebuild_sharing import READY, RETRIABLE
-from convlog.ops.rebuilding import load_counter, make_store, poison_stop
+from convlog.ops.rebuild_protocol import READY, RETRIABLE, load_counter, make_store, poison_stop
 from convlog.resources import ops_resources
 from convlog.settings import Settings
 from events.errors import ConvlogError

@@ -35,11 +35,11 @@ from psycopg import sql
 
 from convlog.interruptible import INTERRUPTED
 from convlog.ops.common import following, progress_bar, say
+from convlog.ops.rebuild_protocol import load_counter, make_store, poison_stop
 from convlog.ops.rebuild_sharing import build_sharing
 from convlog.ops.verifying import compare_settled, positions, uncounted_encodings
 from convlog.resources import ops_resources, resolved_database_url
 from convlog.settings import Settings
-from events.codec import default_codec
 from events.errors import ConfigurationError
 from events.log import EventLog
 from projectors.errors import ProjectionError, VersionBusyError
@@ -49,8 +49,7 @@ from projectors.log_source import LogSource
 from projectors.pg import PgPool, open_pool
 from projectors.ports import ProjectionStore
 from projectors.runner import Projector
-from projectors.store import PostgresProjectionStore, skip_decisions
-from projectors.tokens import TokenCounter
+from projectors.store import PostgresProjectionStore
 from projectors.topics import claim_topic
 from projectors.versions import (
     READ_MODELS,
@@ -59,7 +58,6 @@ from projectors.versions import (
     keep_hand_over,
     live_version,
     switch,
-    version_of_schema,
     versions,
 )
 from projectors.window import WindowPolicy
@@ -209,31 +207,6 @@ async def building(pool: PgPool, target: ProjectionVersion) -> AsyncIterator[Non
             with contextlib.suppress(psycopg.Error):  # a broken connection released it already
                 await conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", [key])
                 await conn.commit()
-
-
-def poison_stop(e: PoisonRecordError) -> ProjectionError:
-    return ProjectionError(f"{e}; a rebuild stops at poison records (--park-poison parks them instead)")
-
-
-def load_counter(settings: Settings) -> asyncio.Task[TokenCounter]:
-    """Load the tiktoken tables of the counted encodings (~0.25 s of CPU each) on a thread
-    while Kafka and Postgres connect."""
-    return asyncio.create_task(asyncio.to_thread(TokenCounter, encodings=settings.counted_encodings()))
-
-
-async def make_store(
-    settings: Settings, pool: PgPool, schema: str, counter: TokenCounter, *, park_poison: bool
-) -> PostgresProjectionStore:
-    """The store a rebuild writes ``schema`` with. Poison records an operator skipped in the live
-    version are skipped here too (with the same reason): the log does not hold that decision,
-    and without it the rebuild would stop there, or park the conversation, and differ."""
-    async with pool.connection() as conn:
-        live = await live_version(conn)
-        skips = await skip_decisions(conn, live.schema) if live is not None and live.schema != schema else {}
-        target = await version_of_schema(conn, schema)  # its own window policy (a resumed one keeps its)
-    return PostgresProjectionStore(pool, schema=schema, codec=default_codec(), counter=counter,
-                           policy=target.policy, max_event_bytes=settings.max_event_bytes,
-                           fail_fast=not park_poison, skips=skips)  # fmt: skip
 
 
 def worker_count(settings: Settings, opts: RebuildOptions, records: int) -> int:
