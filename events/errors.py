@@ -16,7 +16,7 @@ list is exactly the classes the packages define, with these parents)::
 
     * ConvlogError — events.errors
       * ConfigurationError — events.errors
-        * SettingsError — convlog.settings
+        * SettingsError — convlog.settings.declared
       * InvalidEventError — events.errors, also a ValueError
         * EventTooLargeError — events.errors
         * InvalidKeyError — events.errors

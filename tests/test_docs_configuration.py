@@ -1,4 +1,4 @@
-"""The configuration table of docs/configuration.md matches the one declaration (``convlog/settings.py``)."""
+"""The configuration table of docs/configuration.md matches the one declaration (``convlog/settings/declared.py``)."""
 
 from __future__ import annotations
 

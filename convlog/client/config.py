@@ -1,7 +1,7 @@
 """Where the service is and the token to show it: arguments first, else ``CONVLOG_URL`` and
 ``CONVLOG_TOKEN``.
 
-The one other place convlog reads the environment besides ``convlog/settings.py``, on purpose:
+The one other place convlog reads the environment besides ``convlog/settings/``, on purpose:
 that module declares the *service's* settings (and pulls in pydantic-settings); the client is a
 separate library surface an app imports without the service, and its two variables name the
 service to call, not a setting of it. They are read only here, when a client is made.

@@ -1,34 +1,20 @@
-"""Every setting convlog reads, declared once: name, type, default, range and meaning.
+"""The declaration of every setting (:class:`Settings`), how it is read from an environment
+(:meth:`Settings.from_env`, :class:`SettingsError`) and which variables name it (:func:`variables`).
 
-Settings come from ``CONVLOG_*`` environment variables (plus ``OPENAI_API_KEY`` and
-``JAVA_HOME``, read under their own names); an unset or empty variable means the default.
-pydantic-settings does the reading and the type and range checks, so no module parses a
-variable by hand and no module but this one reads the environment: the composition root
-builds :class:`Settings` once (:meth:`Settings.from_env`) and passes it — or the plain option
-objects the lower layers take, such as :meth:`Settings.window_policy` — down.
-
-A malformed or out-of-range value is one :class:`SettingsError` naming the variable, the value
-(masked for secrets) and what was expected; the CLI turns it into exit code 2. ``convlog
-config`` prints :func:`describe`: each setting's effective value and where it came from.
-
-``Settings(...)`` built in code (tests, benchmarks) reads no environment: the defaults and the
-values given. The configuration table of docs/configuration.md is checked against this declaration by a test.
-"""
+See :mod:`convlog.settings` for the rules all of them follow."""
 
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import AliasChoices, Field, PrivateAttr, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 from pydantic_settings.sources.utils import parse_env_vars
 
+from convlog.settings.tokens import TOKENS_FORMAT, parse_tokens
 from events.errors import ConfigurationError
 from events.producer import DEFAULT_MAX_EVENT_BYTES
 from projectors.tokens import DEFAULT_COUNTED
@@ -43,7 +29,6 @@ from projectors.window import (
 
 PREFIX = "CONVLOG_"
 MASK = "****"
-TOKENS_FORMAT = "tenant_a:token_a,tenant_b:token_b"
 
 
 class SettingsError(ConfigurationError):
@@ -320,25 +305,6 @@ class _MappingSource(EnvSettingsSource):
         return parse_env_vars(self._env, self.case_sensitive, self.env_ignore_empty, self.env_parse_none_str)
 
 
-def parse_tokens(raw: str) -> dict[str, str]:
-    """``"tenant_a:token_a,tenant_b:token_b"`` -> {token: tenant}. A token listed twice is
-    refused (which tenant it authenticates would depend on the order), naming the entries and
-    their tenants, never the token."""
-    tokens: dict[str, str] = {}
-    entries: dict[str, int] = {}  # token -> its entry's number, counted from 1
-    for number, item in enumerate((item for item in raw.split(",") if item.strip()), start=1):
-        tenant, sep, token = item.strip().partition(":")
-        if not sep or not tenant or not token:
-            raise ValueError(f"expected {TOKENS_FORMAT}")
-        if token in tokens:
-            raise ValueError(
-                f"entries {entries[token]} (tenant {tokens[token]!r}) and {number} (tenant {tenant!r}) have the same "
-                "token: a token belongs to one tenant"
-            )
-        tokens[token], entries[token] = tenant, number
-    return tokens
-
-
 def variables(name: str) -> tuple[str, ...]:
     """The environment variables field ``name`` is read from, the first one set winning."""
     alias = Settings.model_fields[name].validation_alias
@@ -381,71 +347,3 @@ def _raw(value: object) -> str:
     if isinstance(value, SecretStr):
         return value.get_secret_value()
     return str(value)
-
-
-def show(value: object) -> str:
-    """A value as the documentation and ``convlog config`` print it (``unset`` for None)."""
-    if value is None:
-        return "unset"
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
-
-
-def _masked(name: str, value: object) -> str:
-    if value is None:
-        return "unset"
-    if isinstance(value, SecretStr):
-        if name == "api_tokens":  # tenants are not secret, their tokens are
-            return ",".join(f"{tenant}:{MASK}" for tenant in parse_tokens(value.get_secret_value()).values())
-        return MASK
-    if name == "database_url" and isinstance(value, str):
-        return mask_password(value)
-    return show(value)
-
-
-def mask_password(url: str) -> str:
-    """A Postgres URL or ``key=value`` conninfo with its password (``user:pw@``, ``password=``) masked."""
-    try:
-        parts = urlsplit(url)
-        password = parts.password
-    except ValueError:  # not a URL Python can split (a broken IPv6 host): show none of it
-        return "<unparsable database URL>"
-    if password is not None:
-        userinfo, _, hosts = parts.netloc.rpartition("@")
-        url = urlunsplit(parts._replace(netloc=f"{userinfo.partition(':')[0]}:{MASK}@{hosts}"))
-    return _PASSWORD_PARAMETER.sub(rf"\1{MASK}", url)
-
-
-_PASSWORD_PARAMETER = re.compile(r"(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|[^&\s]+)", re.IGNORECASE)
-
-
-def unknown_variables(env: Mapping[str, str] | None = None) -> list[str]:
-    """``CONVLOG_*`` variables in ``env`` (default: this process's) that are no setting: typos, or
-    knobs of something else (the test suite's)."""
-    env = os.environ if env is None else env
-    declared = {var for name in Settings.model_fields for var in variables(name)}
-    return sorted(var for var in env if var.startswith(PREFIX) and var not in declared)
-
-
-@dataclass(frozen=True, slots=True)
-class Described:
-    """One line of ``convlog config``."""
-
-    variable: str
-    value: str  # secrets masked
-    source: str  # "default", "environment" or "set in code"
-    doc: str
-
-
-def describe(settings: Settings) -> list[Described]:
-    """Each setting's effective value (secrets masked) and where it came from."""
-    lines = []
-    for name, field in Settings.model_fields.items():
-        read_from = settings._read_from.get(name)
-        if read_from is not None:
-            source = "environment" + ("" if read_from == variable(name) else f" ({read_from})")
-        else:
-            source = "set in code" if name in settings.model_fields_set else "default"
-        lines.append(Described(variable(name), _masked(name, getattr(settings, name)), source, field.description or ""))
-    return lines
