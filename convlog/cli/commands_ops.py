@@ -19,6 +19,17 @@ from query_api.context_types import REASONING_POLICIES
 
 
 def register(sub: Any) -> None:
+    """The operators' subcommands, in the order ``convlog --help`` lists them."""
+    _add_replay(sub)
+    _add_tail(sub)
+    _add_positions(sub)
+    _add_dead_letters(sub)
+    _add_export(sub)
+    _add_retention(sub)
+    _add_members(sub)
+
+
+def _add_replay(sub: Any) -> None:
     replay = sub.add_parser(
         "replay", help="print a conversation's events and the context served as of an offset (the API's as_of path)"
     )
@@ -39,16 +50,22 @@ def register(sub: Any) -> None:
                         help="with version N's window (a context's Convlog-Read-Models-Version header)")  # fmt: skip
     replay.set_defaults(handler=_replay)
 
+
+def _add_tail(sub: Any) -> None:
     tail = sub.add_parser("tail", help="follow a conversation's events live (Ctrl-C stops)")
     tail.add_argument("key", help=KEY_HELP)
     tail.add_argument("--from-start", action="store_true", help="print its whole history first")
     tail.set_defaults(handler=_tail)
 
+
+def _add_positions(sub: Any) -> None:
     positions = sub.add_parser(
         "positions", help="per projection version / summarizer consumer and partition: position, log end, lag"
     )
     positions.set_defaults(handler=_positions)
 
+
+def _add_dead_letters(sub: Any) -> None:
     letters = sub.add_parser("dead-letters", help="inspect, release or skip records the projection parked")
     actions = letters.add_subparsers(dest="action", required=True, metavar="ACTION")
     listing = actions.add_parser("list", help="dead letters of the live version (default: the parked ones)")
@@ -61,6 +78,8 @@ def register(sub: Any) -> None:
     skip.add_argument("--reason", required=True, help="why it is skipped; stored with the dead letter")
     letters.set_defaults(handler=_dead_letters)
 
+
+def _add_export(sub: Any) -> None:
     export = sub.add_parser("export", help="audit export of transcripts with event coordinates, streamed")
     export.add_argument("--tenant", required=True)
     export.add_argument("--user")
@@ -70,6 +89,8 @@ def register(sub: Any) -> None:
     export.add_argument("--output", "-o", type=Path, metavar="PATH", help="write here instead of stdout")
     export.set_defaults(handler=_export)
 
+
+def _add_retention(sub: Any) -> None:
     retention = sub.add_parser("retention", help="archive, then erase, conversations idle for more than N days")
     retention.add_argument("--idle-days", type=_positive, required=True, metavar="N")
     retention.add_argument(
@@ -81,6 +102,8 @@ def register(sub: Any) -> None:
                            help="how long to wait for the projection to catch up first (default 60)")  # fmt: skip
     retention.set_defaults(handler=_retention)
 
+
+def _add_members(sub: Any) -> None:
     members = sub.add_parser("members", help="the Kafka consumer group members of the projector or the summarizer")
     member_actions = members.add_subparsers(dest="action", required=True, metavar="ACTION")
     remove = member_actions.add_parser(

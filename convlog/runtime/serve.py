@@ -160,35 +160,15 @@ async def running_service(settings: Settings) -> AsyncIterator[Service]:
             alive=readiness.alive,
             openai_user_id=settings.openai_user_id,
         )
-        summarizer = None
-        if "summarizer" in roles:
-            database = ""
-            if settings.kafka_bootstrap:
-                database = await retrying(lambda: database_identity(pool), action="identifying the database")
-            summarizer = build_summarizer(settings, pool, appending, registry=metrics.registry, database=database)
-        if projector is not None:
-            background["projector"] = asyncio.create_task(projector.run(stop), name="projector")
-        if summarizer is not None:
-            background["summarizer"] = asyncio.create_task(summarizer.run(stop), name="summarizer")
-        for task in _retention_task(settings, pool, appending, stop):
-            background["retention"] = task
-        for task in background.values():
-            task.add_done_callback(_report_crash)
-        # Every projector's commits (other processes' too: a Kafka group shares the partitions).
-        # A switch reaches this process's reads and projector at its commit (their polls: fallbacks).
-        listener = PositionsListener(url, watch, lambda: _schema_of(reads),
-                                     on_switch=lambda: _switched(reads, projector))  # fmt: skip
-        listening = asyncio.create_task(listener.run(stop), name="positions-listener")
+        summarizer = await _summarizer(settings, roles, pool, appending, metrics)
+        background.update(
+            _background(settings, projector=projector, summarizer=summarizer, pool=pool, appending=appending, stop=stop)
+        )
+        listening = _listening(url, watch, reads, projector, stop)
         try:
             yield Service(deps, projector, summarizer, pool, event_log)
         finally:
-            stop.set()
-            listening.cancel()  # it may sit in a wait for notifications; nothing to finish
-            with contextlib.suppress(asyncio.CancelledError):
-                await listening
-            for task in background.values():
-                with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.wait_for(task, 30)
+            await _stopped(stop, listening, background)
     finally:
         await event_log.close()
         await pool.close()
@@ -212,6 +192,62 @@ async def _projector(
     log.info("serve.roles", roles=roles, host=socket.gethostname(), port=settings.http_port,
              **({"run_elsewhere": elsewhere} if elsewhere else {}))  # fmt: skip
     return projector
+
+
+def _listening(
+    url: str, watch: PositionsWatch, reads: _LiveReads, projector: LiveProjector | None, stop: asyncio.Event
+) -> asyncio.Task[None]:
+    """Every projector's commits (other processes' too: a Kafka group shares the partitions).
+    A switch reaches this process's reads and projector at its commit (their polls: fallbacks)."""
+    listener = PositionsListener(url, watch, lambda: _schema_of(reads), on_switch=lambda: _switched(reads, projector))
+    return asyncio.create_task(listener.run(stop), name="positions-listener")
+
+
+async def _summarizer(
+    settings: Settings, roles: list[str], pool: PgPool, appending: EventLog, metrics: Metrics
+) -> Summarizer | None:
+    """This process's summarizer, or None when it runs elsewhere (``--no-summarizer``)."""
+    if "summarizer" not in roles:
+        return None
+    database = ""
+    if settings.kafka_bootstrap:
+        database = await retrying(lambda: database_identity(pool), action="identifying the database")
+    return build_summarizer(settings, pool, appending, registry=metrics.registry, database=database)
+
+
+def _background(
+    settings: Settings,
+    *,
+    projector: LiveProjector | None,
+    summarizer: Summarizer | None,
+    pool: PgPool,
+    appending: EventLog,
+    stop: asyncio.Event,
+) -> dict[str, asyncio.Task[None]]:
+    """The loops this process runs beside the API, started, by name (readiness reports them)."""
+    background: dict[str, asyncio.Task[None]] = {}
+    if projector is not None:
+        background["projector"] = asyncio.create_task(projector.run(stop), name="projector")
+    if summarizer is not None:
+        background["summarizer"] = asyncio.create_task(summarizer.run(stop), name="summarizer")
+    for task in _retention_task(settings, pool, appending, stop):
+        background["retention"] = task
+    for task in background.values():
+        task.add_done_callback(_report_crash)
+    return background
+
+
+async def _stopped(
+    stop: asyncio.Event, listening: asyncio.Task[None], background: dict[str, asyncio.Task[None]]
+) -> None:
+    """Stop the background loops: each finishes what it has in flight (30 s at most)."""
+    stop.set()
+    listening.cancel()  # it may sit in a wait for notifications; nothing to finish
+    with contextlib.suppress(asyncio.CancelledError):
+        await listening
+    for task in background.values():
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(task, 30)
 
 
 def _report_crash(task: asyncio.Task[None]) -> None:
