@@ -31,7 +31,8 @@ from project import Ceiling, fresh_topic, necessary_work, print_cpu_budget, prin
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from convlog.ops.rebuild_sharing import READY, start_worker
+from convlog.ops.rebuild_protocol import READY
+from convlog.ops.rebuild_sharing import start_worker
 from convlog.ops.rebuilding import RebuildOptions, rebuild
 from convlog.settings import Settings
 from projectors.migrate import migrate
