@@ -1,12 +1,12 @@
 """A local single-node Kafka broker (KRaft, broker+controller in one JVM) for development and tests.
 
-The broker's classpath is resolved with Maven from ``devservices/_services/kafka/pom.xml`` (package
-data, found with importlib.resources in a checkout and in an installed wheel alike; jars cached in
+The broker's classpath is resolved with Maven from ``devservices/_services/kafka/pom.xml`` (data of
+this dev-only package, found with importlib.resources in a checkout; jars cached in
 ``~/.m2``, the resulting classpath cached next to the data directories), the storage is formatted
 once with ``kafka.tools.StorageTool format --standalone`` and the broker runs as a detached
 ``java -cp ... kafka.Kafka server.properties`` (own session, output to files, pid file).
 
-Also holds the small process helpers shared with :mod:`convlog.embedded.postgres_server`.
+Its process helpers are :mod:`convlog.embedded.processes`', shared with the embedded Postgres.
 """
 
 from __future__ import annotations
@@ -49,13 +49,13 @@ from devservices.kafka_wire import ClusterMetadata, cluster_metadata
 
 
 def kafka_pom(settings: Settings | None = None) -> Path:
-    """``CONVLOG_SERVICES_KAFKA_POM`` if it names a file, else the pom shipped as package data."""
-    # Installed packages are directories (pip unpacks wheels): the resource is a file Maven can read.
+    """``CONVLOG_SERVICES_KAFKA_POM`` if it names a file, else the pom in ``devservices/_services/kafka/``."""
+    # A checkout's package is a directory: the resource is a file Maven can read.
     packaged = resources.files("devservices").joinpath("_services", "kafka", "pom.xml")
     for candidate in ((settings or Settings.from_env()).services_kafka_pom, str(packaged)):
         if candidate and Path(candidate).is_file():
             return Path(candidate).resolve()
-    raise ServiceError(f"{packaged} not found (reinstall convlog or set CONVLOG_SERVICES_KAFKA_POM)")
+    raise ServiceError(f"{packaged} not found (run from a convlog checkout, or set CONVLOG_SERVICES_KAFKA_POM)")
 
 
 def kafka_classpath(cache_dir: Path, settings: Settings | None = None) -> str:

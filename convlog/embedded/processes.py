@@ -1,4 +1,5 @@
-"""Process and port helpers shared by the local Kafka and Postgres services (stdlib, settings, error tree)."""
+"""Process and port helpers of the servers convlog runs on this machine: the embedded Postgres, and
+the dev services (``devservices``: the local Kafka and Postgres) built on it (stdlib, settings, error tree)."""
 
 from __future__ import annotations
 
