@@ -28,7 +28,7 @@ import pytest
 pytestmark = [pytest.mark.wheel, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parent.parent
-PACKAGES = ("events", "projectors", "query_api", "summarizer", "convlog")
+PACKAGES = ("events", "projectors", "query_api", "summarizer", "pgstore", "convlog")
 
 # Installed into the venv's site-packages and loaded by a .pth line at every interpreter start:
 # with WHEEL_TEST_REPO set, every audited access to a path under it is appended to
@@ -70,13 +70,13 @@ if _REPO:
 
 _CHECK_INSTALL = """
 import importlib, json, sys
-import events, projectors, query_api, summarizer, convlog
+import events, projectors, query_api, summarizer, pgstore, convlog
 from convlog.local.kafka_service import kafka_pom
 from events.codec import _bundled_schema_dir
 from projectors.migrate import MIGRATIONS_DIR
 from summarizer.prompt import PROMPTS_DIR
 
-packages = [events, projectors, query_api, summarizer, convlog]
+packages = [events, projectors, query_api, summarizer, pgstore, convlog]
 print(json.dumps({
     "files": {p.__name__: p.__file__ for p in packages},
     "unresolved": [f"{p.__name__}.{n}" for p in packages for n in p.__all__ if getattr(p, n, None) is None],
