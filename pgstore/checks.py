@@ -74,16 +74,27 @@ class VersionReads:
         return await index_rows_from(self._conn, *schemas)
 
     async def checksums(
-        self, schema: str, keys: Sequence[str] | None = None, *, by_value: bool, uncounted: Collection[str],
+        self,
+        schema: str,
+        keys: Sequence[str] | None = None,
+        *,
+        by_value: bool,
+        uncounted: Collection[str],
         index_from: Mapping[int, int] | None,
-    ) -> dict[tuple[str, str], str]:  # fmt: skip
+    ) -> dict[tuple[str, str], str]:
         """md5 per (table, conversation): :func:`projectors.versions.checksums`."""
         return await checksums(self._conn, schema, keys, by_value=by_value, uncounted=uncounted, index_from=index_from)
 
     async def rows_as_text(
-        self, schema: str, table: str, key: str, *, by_value: bool, uncounted: Collection[str],
+        self,
+        schema: str,
+        table: str,
+        key: str,
+        *,
+        by_value: bool,
+        uncounted: Collection[str],
         index_from: Mapping[int, int] | None,
-    ) -> list[tuple[str, str]]:  # fmt: skip
+    ) -> list[tuple[str, str]]:
         """(row key, row as compared) of each compared row of ``table`` for conversation ``key``,
         in key order: the rows a checksum covers."""
         order = CHECKED_TABLES[table]

@@ -95,8 +95,8 @@ async def rebuild(settings: Settings, opts: RebuildOptions, stop: asyncio.Event)
             live = await registry.live(pool, opts.projection)
             assert live is not None  # choose_version refused a projection without one
             if opts.verify:
-                result = await compare_settled(pool, live.schema, target.schema,
-                                               uncounted=uncounted_encodings(settings))  # fmt: skip
+                uncounted = uncounted_encodings(settings)
+                result = await compare_settled(pool, live.schema, target.schema, uncounted=uncounted)
                 say(result.describe(checked=target.schema, reference=live.schema))
                 if result.differing:
                     say("not switching: the versions differ" if opts.switch else "the versions differ")

@@ -79,8 +79,9 @@ async def first_row_difference(
     """The first row, in key order, where ``checked`` differs from ``reference`` for ``key``."""
 
     async def rows(schema: str) -> list[tuple[str, str]]:
-        return await found.rows_as_text(schema, table, key, by_value=by_value, uncounted=uncounted,
-                                        index_from=index_from)  # fmt: skip
+        return await found.rows_as_text(
+            schema, table, key, by_value=by_value, uncounted=uncounted, index_from=index_from
+        )
 
     expected, got = await rows(reference), await rows(checked)
     for e, f in itertools.zip_longest(expected, got):
