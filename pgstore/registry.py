@@ -15,6 +15,7 @@ from projectors.versions import (
     create_version,
     keep_hand_over,
     live_version,
+    policy_of_version,
     switch,
     version_of_schema,
     versions,
@@ -39,6 +40,12 @@ async def known_versions(pool: PgPool, projection: str = READ_MODELS) -> list[Pr
     """Every version of ``projection``, retired ones too, by version number."""
     async with pool.connection() as conn:
         return await versions(conn, projection)
+
+
+async def served_policy(pool: PgPool, version: int, projection: str = READ_MODELS) -> WindowPolicy | None:
+    """The window policy ``version`` served contexts with (None: it was never live)."""
+    async with pool.connection() as conn:
+        return await policy_of_version(conn, version, projection)
 
 
 async def new_version(pool: PgPool, projection: str, *, policy: WindowPolicy) -> ProjectionVersion:
