@@ -60,7 +60,7 @@ async def fill(service: Service, key: ConversationKey, messages: int) -> int:
 
 async def summarized(service: Service, key: ConversationKey, timeout_s: float = 300) -> None:
     """Until the summarizer's summary covers every turn that left the window."""
-    reads = await service.deps.reads()
+    reads = await service.deps.queries.reads()
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         inputs = await reads.context_inputs(key, encoding="o200k_base")
@@ -123,7 +123,7 @@ async def scenario(admin_url: str, requests: int, *, summarize: bool, formats: b
                 transport = httpx.ASGITransport(app=create_app(service.deps))
                 auth = {"Authorization": f"Bearer {TOKEN}"}
                 client = httpx.AsyncClient(transport=transport, base_url="http://bench", headers=auth)
-                reads = await service.deps.reads()
+                reads = await service.deps.queries.reads()
                 schema = reads.schema
                 for key, offset in zip((small, big), offsets, strict=True):  # wait until projected
                     r = await client.get(f"/v1/users/u/conversations/{key.conversation_id}/context",

@@ -20,9 +20,10 @@ from convlog.settings import Settings
 from convlog.wiring import open_event_log
 from events.errors import ConfigurationError
 from events.log import EventLog
+from pgstore import registry
 from projectors.migrate import migrate
 from projectors.pg import PgPool, SessionLimits, open_pool, pg_errors, retrying
-from projectors.versions import ProjectionVersion, live_version
+from projectors.versions import ProjectionVersion
 
 __all__ = [
     "ReadModelsHandle",
@@ -93,8 +94,7 @@ async def live_read_models(settings: Settings) -> AsyncIterator[ReadModelsHandle
     """A pool and the live read-models version; a clear error if there is none yet."""
     async with opened_pool(settings, migrated=False) as pool:
         with pg_errors("look up the live read-models version"):
-            async with pool.connection() as conn:
-                live = await live_version(conn)
+            live = await registry.live(pool)
         if live is None:
             raise ConfigurationError("no live read-models version yet: run `convlog migrate` and `convlog project`")
         yield ReadModelsHandle(pool, live)

@@ -50,6 +50,10 @@ list is exactly the classes the packages define, with these parents)::
       * NeedOlderMessagesError — query_api.context
       * UnknownMessageError — query_api.as_of
       * ClientDisconnectedError — query_api.disconnects
+      * ConversationNotFoundError — query_api.live.errors
+      * NotCaughtUpError — query_api.live.errors, retriable
+      * UnknownVersionError — query_api.live.errors
+      * ConversationParkedError — query_api.live.errors
       * IdempotencyKeyReusedError — query_api.idempotency
         * IdempotencyKeyErasedError — query_api.idempotency
       * ApiError — query_api.http.deps

@@ -56,13 +56,15 @@ class UnknownMessageError(ConvlogError):
 
 class OffsetBeyondLogEndError(InvalidRequestError):
     """An offset the conversation's partition does not hold yet: no context was served right
-    after it, and no projection reaches it (HTTP 422, for ``as_of`` and ``min_offset`` alike)."""
+    after it, and no projection reaches it (HTTP 422, for ``as_of`` and ``min_offset`` alike).
+    ``field``: the input that named the offset, when a caller says (None: not said)."""
 
     code = "offset_beyond_log_end"
 
-    def __init__(self, partition: int, offset: int) -> None:
+    def __init__(self, partition: int, offset: int, *, field: str | None = None) -> None:
         super().__init__(f"partition {partition} of the log holds no offset {offset} yet")
         self.partition = partition
+        self.field = field
 
 
 async def refuse_beyond_log_end(log: EventLog, partition: int, offset: int) -> None:

@@ -19,7 +19,7 @@ from convlog.settings import Settings
 from events.event_types import SummaryRecorded
 from events.keys import ConversationKey
 from query_api.http import create_app
-from query_api.http import routes_context as http_module
+from query_api.live import ranges
 from query_api.rules import violations
 from tests.projection_support import temporary_database
 
@@ -174,7 +174,7 @@ async def test_invalid_bodies_are_422_with_the_field(
 
 
 async def test_oversized_bodies_are_413(client: httpx.AsyncClient, service: Service) -> None:
-    huge = {"role": "user", "content": "x" * (service.deps.max_body_bytes + 10)}
+    huge = {"role": "user", "content": "x" * (service.deps.http.max_body_bytes + 10)}
     response = await client.post(f"{BASE}/c/messages", json=huge, headers=A)
     assert response.status_code == 413
     event_sized = {"role": "user", "content": "x" * (1024 * 1024 + 10)}
@@ -185,7 +185,7 @@ async def test_oversized_bodies_are_413(client: httpx.AsyncClient, service: Serv
 
 async def test_a_chunked_body_is_cut_off_at_the_limit(client: httpx.AsyncClient, service: Service) -> None:
     async def chunks() -> Any:
-        for _ in range(service.deps.max_body_bytes // 65536 + 2):
+        for _ in range(service.deps.http.max_body_bytes // 65536 + 2):
             yield b" " * 65536  # whitespace: it would parse if it were ever read whole
 
     response = await client.post(f"{BASE}/c/messages", content=chunks(), headers=A)
@@ -271,7 +271,7 @@ async def test_an_undecodable_record_of_a_conversation_is_a_409_naming_it_not_a_
 ) -> None:
     key = ConversationKey("acme", "u1", "foreign")
     await post(client, "foreign", {"role": "user", "content": "hello"})
-    bad = await service.deps.log.append(key=key.encode(), value=b"not avro")  # a foreign producer's record
+    bad = await service.deps.queries.log.append(key=key.encode(), value=b"not avro")  # a foreign producer's record
     keyed = await post(client, "foreign", {"role": "user", "content": "again"}, **{"Idempotency-Key": "k-1"})
     assert keyed["offset"] > bad.offset  # a keyed append looks past the record it cannot decode
     for path, params in ((f"{BASE}/foreign/events", {}), (f"{BASE}/foreign/context",
@@ -337,7 +337,7 @@ async def test_as_of_reproduces_earlier_answers_byte_for_byte(
     """Contexts recorded while the conversation grows equal, later, the ones rebuilt with as_of
     (from the log, whole). With newest_first=3 the live answers come from reading only the
     newest rows whenever the budget allows it."""
-    monkeypatch.setattr(http_module, "NEWEST_FIRST", newest_first)
+    monkeypatch.setattr(ranges, "NEWEST_FIRST", newest_first)
     script: list[dict[str, Any]] = [{"role": "system", "content": OA_SYSTEM_PROMPT}]
     for i, (question, answer) in enumerate(OA_TURNS):
         script.append({"role": "user", "content": question})

@@ -55,7 +55,8 @@ async def _post(client: httpx.AsyncClient, conversation: str, body: Any, fmt: st
 
 async def _end(service: Service, conversation: str) -> int:
     key = ConversationKey("acme", "u1", conversation)
-    return (await service.deps.log.end_offsets())[partition_for_key(key.encode(), service.deps.log.partition_count)]
+    log = service.deps.queries.log
+    return (await log.end_offsets())[partition_for_key(key.encode(), log.partition_count)]
 
 
 async def _transcript(client: httpx.AsyncClient, conversation: str, offset: int) -> list[dict[str, Any]]:

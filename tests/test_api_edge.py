@@ -272,7 +272,8 @@ async def service(pg_admin_url: str, tmp_path: Path) -> AsyncIterator[Service]:
 @pytest.fixture
 async def client(service: Service) -> AsyncIterator[httpx.AsyncClient]:
     # No waiting for offsets nobody writes: the fuzz test asks for random ones.
-    transport = httpx.ASGITransport(app=create_app(replace(service.deps, wait_for_offset_s=0.0)))
+    impatient = replace(service.deps.queries, wait_for_offset_s=0.0)
+    transport = httpx.ASGITransport(app=create_app(replace(service.deps, queries=impatient)))
     async with httpx.AsyncClient(transport=transport, base_url="http://convlog") as c:
         yield c
 

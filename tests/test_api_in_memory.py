@@ -24,7 +24,8 @@ from projectors.memory_store import InMemoryProjectionStore
 from projectors.memory_tables import MemoryTables
 from projectors.runner import Projector
 from projectors.window import WindowPolicy
-from query_api.http import ApiDeps, create_app
+from query_api.http import ApiDeps, HttpSettings, create_app
+from query_api.live import QueryService
 from query_api.memory_reads import InMemoryReadModels
 from query_api.metrics import Metrics
 from query_api.ports import ReadModels
@@ -50,8 +51,9 @@ async def deps(log: EmbeddedEventLog) -> AsyncIterator[ApiDeps]:
     async def readiness() -> dict[str, Any]:
         return {"ready": True}
 
-    deps = ApiDeps(tokens={"token-a": "acme"}, producer=ConversationProducer(log, producer="test"), log=log,
-                   reads=live_reads, readiness=readiness, metrics=Metrics())  # fmt: skip
+    deps = ApiDeps(queries=QueryService(log=log, reads=live_reads, metrics=Metrics()),
+                   producer=ConversationProducer(log, producer="test"), http=HttpSettings(tokens={"token-a": "acme"}),
+                   readiness=readiness)  # fmt: skip
     stop = asyncio.Event()
     projecting = asyncio.create_task(Projector(LogSource(log), store, fetch_timeout_s=0.05).run(stop))
     try:

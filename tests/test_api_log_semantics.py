@@ -24,7 +24,8 @@ from projectors.tokens import model_spec
 from projectors.window import WindowPolicy
 from query_api.context_types import ContextRequest
 from query_api.events_json import events_json
-from query_api.http import ApiDeps, create_app
+from query_api.http import ApiDeps, HttpSettings, create_app
+from query_api.live import QueryService
 from query_api.metrics import Metrics
 from query_api.reads import PostgresReadModels
 from query_api.served import context_as_of, context_body
@@ -106,8 +107,9 @@ def _deps(log: EventLog, projection: Projection) -> ApiDeps:
         return {"ready": True}
 
     return ApiDeps(
-        tokens={"token-a": "acme", "token-b": "globex"}, producer=ConversationProducer(log, producer="convlog-api"),
-        log=log, reads=live_reads, readiness=readiness, metrics=Metrics(),
+        queries=QueryService(log=log, reads=live_reads, metrics=Metrics()),
+        producer=ConversationProducer(log, producer="convlog-api"),
+        http=HttpSettings(tokens={"token-a": "acme", "token-b": "globex"}), readiness=readiness,
     )  # fmt: skip
 
 

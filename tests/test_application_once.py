@@ -34,8 +34,7 @@ from projectors.window import WindowPolicy
 from query_api.as_of import context_inputs_as_of
 from query_api.context_types import ContextBudgetExceededError, ContextRequest, StoredMessage
 from query_api.http import create_app
-from query_api.http import routes_context as http_module
-from query_api.http.routes_context import _assemble as assemble_live
+from query_api.live import assemble_live, ranges
 from query_api.ports import ContextInputs
 from query_api.reads import PostgresReadModels
 from query_api.served import context_as_of, context_body
@@ -244,7 +243,7 @@ async def test_live_context_equals_the_as_of_context_byte_for_byte(
     last = history.offsets[-1]
     url = f"/v1/users/u1/conversations/{conversation}/context"
     # With 3, the live path reads the newest rows first (query_api/http.py) whenever it can.
-    monkeypatch.setattr(http_module, "NEWEST_FIRST", newest_first)
+    monkeypatch.setattr(ranges, "NEWEST_FIRST", newest_first)
     for reasoning in POLICIES:
         for budget in BUDGETS:
             params = {"model": "gpt-4o", "budget_tokens": budget, "reasoning": reasoning}
@@ -267,12 +266,12 @@ async def test_live_context_equals_the_as_of_context_byte_for_byte(
             assert live.status_code in (200, 422), live.text
             assert (rebuilt.status_code, rebuilt.content) == (live.status_code, live.content), (fmt, budget)
     # And what every format renders from: the stored messages, native blocks included.
-    deps = service.deps
+    queries = service.deps.queries
     for encoding in ("o200k_base", "cl100k_base"):
-        stored = await (await deps.reads()).context_inputs(key, encoding=encoding)
-        as_of = await context_inputs_as_of(deps.log, key, last, encoding=encoding, policy=deps.policy,
-                                           max_event_bytes=deps.max_event_bytes)  # fmt: skip
-        if encoding in deps.counted_encodings:
+        stored = await (await queries.reads()).context_inputs(key, encoding=encoding)
+        as_of = await context_inputs_as_of(queries.log, key, last, encoding=encoding, policy=queries.policy,
+                                           max_event_bytes=queries.max_event_bytes)  # fmt: skip
+        if encoding in queries.counted_encodings:
             assert stored == as_of, encoding
         else:  # counted when read: a message that is never served again has no text left to count
             assert never_served_uncounted(stored) == never_served_uncounted(as_of), encoding
@@ -312,7 +311,7 @@ async def test_a_context_counted_when_read_is_the_one_stored_counts_give(
     assert stored in ([], [(None, None)])
     only_o200k = PostgresReadModels(projection.pool, schema=projection.version.schema)
     counted_both = PostgresReadModels(projection.pool, schema=both.schema)
-    monkeypatch.setattr(http_module, "NEWEST_FIRST", newest_first)
+    monkeypatch.setattr(ranges, "NEWEST_FIRST", newest_first)
     spec = model_spec("gpt-4")
     assert spec.encoding == "cl100k_base"
     for reasoning in POLICIES:

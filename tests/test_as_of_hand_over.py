@@ -22,7 +22,7 @@ from projectors.versions import ProjectionVersion, create_version, served_polici
 from projectors.window import WindowPolicy
 from query_api.as_of import PolicyAt
 from query_api.context_types import ContextRequest
-from query_api.http.routes_context import _assemble as assemble_live
+from query_api.live import assemble_live
 from query_api.reads import PostgresReadModels
 from query_api.served import context_as_of, context_body
 from tests.projection_support import Projection, project_all

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("events", "projectors", "query_api", "summarizer", "convlog", "devservices")
+PACKAGES = ("events", "projectors", "query_api", "summarizer", "pgstore", "convlog", "devservices")
 SPAN = re.compile(r"`([^`\s]+)`")
 
 

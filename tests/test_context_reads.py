@@ -11,7 +11,7 @@ from events.keys import ConversationKey
 from events.producer import ConversationProducer
 from projectors.tokens import ModelSpec, model_spec
 from query_api.context_types import ContextRequest
-from query_api.http.routes_context import NEWEST_FIRST, RowsNeeded, _assemble
+from query_api.live import NEWEST_FIRST, RowsNeeded, assemble_live
 from query_api.ports import ContextInputs
 from query_api.reads import PostgresReadModels
 from tests.projection_support import Projection, project_all
@@ -45,10 +45,10 @@ async def test_the_next_context_of_a_long_range_is_read_once_with_as_many_rows_a
     request = ContextRequest("gpt-4o", 8000, 0, 0, "omit", 2)
     rows_needed = RowsNeeded()
 
-    first, _ = await _assemble(reads, KEY, spec, request, rows_needed)
+    first, _ = await assemble_live(reads, KEY, spec, request, rows_needed)
     assert reads.reads[0] == NEWEST_FIRST
     assert len(reads.reads) == 2  # the budget reached past the newest rows
-    again, _ = await _assemble(reads, KEY, spec, request, rows_needed)
+    again, _ = await assemble_live(reads, KEY, spec, request, rows_needed)
     assert len(reads.reads) == 3  # one read: enough rows for the budget, by what they cost last time
     hint = reads.reads[2]
     assert hint is not None
@@ -56,7 +56,7 @@ async def test_the_next_context_of_a_long_range_is_read_once_with_as_many_rows_a
     assert again == first
     assert len(first.fragment["messages"]) == 300
     # Without the memory it starts from the newest rows again.
-    await _assemble(reads, KEY, spec, request)
+    await assemble_live(reads, KEY, spec, request)
     assert reads.reads[3] == NEWEST_FIRST
 
     # Longer messages: the budget reaches back fewer rows, and the next first read shrinks.
@@ -65,11 +65,11 @@ async def test_the_next_context_of_a_long_range_is_read_once_with_as_many_rows_a
         await producer.append_assistant(KEY, f"long answer {i}: " + "word " * 300, message_id=f"la{i}")
     await project_all(log, projection.store())
     del reads.reads[:]
-    served, _ = await _assemble(reads, KEY, spec, request, rows_needed)
+    served, _ = await assemble_live(reads, KEY, spec, request, rows_needed)
     assert reads.reads == [hint]
-    await _assemble(reads, KEY, spec, request, rows_needed)
+    await assemble_live(reads, KEY, spec, request, rows_needed)
     smaller = reads.reads[1]
     assert smaller is not None
     assert smaller < hint
     assert len(reads.reads) == 2
-    assert served == (await _assemble(reads, KEY, spec, request))[0]  # the whole range's answer
+    assert served == (await assemble_live(reads, KEY, spec, request))[0]  # the whole range's answer

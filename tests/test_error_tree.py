@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import events.errors
 from events.errors import ConvlogError
 
-PACKAGES = ("events", "projectors", "query_api", "summarizer", "convlog")
+PACKAGES = ("events", "projectors", "query_api", "summarizer", "pgstore", "convlog")
 _LINE = re.compile(r"^(?P<indent> *)\* (?P<name>\w+) — (?P<module>[\w.]+)(?P<notes>(, [^,]+)*)$")
 
 

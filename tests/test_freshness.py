@@ -25,8 +25,8 @@ from projectors.tokens import TokenCounter
 from projectors.versions import switch
 from projectors.window import WindowPolicy
 from query_api.http import create_app
-from query_api.http.deps import ApiError
-from query_api.http.routes_context import VERSION_HEADER, _wait_for
+from query_api.http.routes_context import VERSION_HEADER
+from query_api.live import NotCaughtUpError, wait_for_projection
 from query_api.ports import ReadModels
 from query_api.positions_listener import PositionsListener
 from tests.projection_support import Projection, temporary_database
@@ -57,7 +57,8 @@ async def test_the_wait_ends_at_the_commit_not_at_the_next_poll(
     partition, offset = await appended(producer, log)
     positions, watch = Positions(), PositionsWatch()
     watch.listening = True  # as while the Postgres listener is up: every commit is heard
-    waiting = asyncio.create_task(_wait_for(cast("ReadModels", positions), log, partition, offset, 5.0, watch))
+    reads = cast("ReadModels", positions)
+    waiting = asyncio.create_task(wait_for_projection(reads, log, partition, offset, timeout_s=5.0, watch=watch))
     await asyncio.sleep(0.25)  # long enough for a dozen polls
     assert not waiting.done()
     positions.next_offset = offset + 1  # the batch committed ...
@@ -79,7 +80,8 @@ async def test_a_commit_the_read_models_do_not_confirm_keeps_the_wait_going(
     partition, offset = await appended(producer, log)
     positions, watch = Positions(), PositionsWatch()
     watch.committed({partition: offset + 1})  # another version's commit
-    waiting = asyncio.create_task(_wait_for(cast("ReadModels", positions), log, partition, offset, 5.0, watch))
+    reads = cast("ReadModels", positions)
+    waiting = asyncio.create_task(wait_for_projection(reads, log, partition, offset, timeout_s=5.0, watch=watch))
     await asyncio.sleep(0.05)
     assert not waiting.done()
     positions.next_offset = offset + 1
@@ -88,11 +90,13 @@ async def test_a_commit_the_read_models_do_not_confirm_keeps_the_wait_going(
 
 async def test_the_wait_is_bounded_with_a_watch_too(log: EmbeddedEventLog, producer: ConversationProducer) -> None:
     partition, offset = await appended(producer, log)
+    reads = cast("ReadModels", Positions())
     started = time.monotonic()
-    with pytest.raises(ApiError) as raised:
-        await _wait_for(cast("ReadModels", Positions()), log, partition, offset, 0.2, PositionsWatch())
-    assert raised.value.status == 503
+    with pytest.raises(NotCaughtUpError) as raised:
+        await wait_for_projection(reads, log, partition, offset, timeout_s=0.2, watch=PositionsWatch())
+    assert raised.value.retriable  # HTTP 503 (tests/test_api_edge.py)
     assert raised.value.code == "not_caught_up"
+    assert raised.value.partition == partition
     assert 0.2 <= time.monotonic() - started < 0.5
 
 
@@ -116,7 +120,7 @@ async def test_serve_answers_a_min_offset_context_at_the_projectors_commit(pg_ad
         settings = Settings(database_url=url, data_dir=tmp_path, partitions=2, api_tokens="acme:token-a",
                             summarizer="off")  # fmt: skip
         async with running_service(settings) as service:
-            assert service.deps.positions is not None
+            assert service.deps.queries.positions is not None
             transport = httpx.ASGITransport(app=create_app(service.deps))
             headers = {"Authorization": "Bearer token-a"}
             base = "/v1/users/u/conversations/c"
@@ -129,7 +133,7 @@ async def test_serve_answers_a_min_offset_context_at_the_projectors_commit(pg_ad
                     assert context.status_code == 200, context.text
                     assert context.json()["messages"][-1]["content"] == f"turn {i}"
                 metrics = (await client.get("/metrics")).text
-            assert service.deps.positions.met >= 1  # woken by the projector's commit, not found by a poll
+            assert service.deps.queries.positions.met >= 1  # woken by the projector's commit, not found by a poll
     assert "convlog_freshness_seconds_count 5.0" in metrics
 
 
@@ -185,7 +189,8 @@ async def test_without_a_listener_the_local_commit_still_wakes_the_wait_at_once(
     another process is heard no other way), and this process's projector still wakes it."""
     partition, offset = await appended(producer, log)
     positions, watch = Positions(), PositionsWatch()
-    waiting = asyncio.create_task(_wait_for(cast("ReadModels", positions), log, partition, offset, 5.0, watch))
+    reads = cast("ReadModels", positions)
+    waiting = asyncio.create_task(wait_for_projection(reads, log, partition, offset, timeout_s=5.0, watch=watch))
     await asyncio.sleep(0.2)
     assert positions.reads >= 8  # polling
     positions.next_offset = offset + 1
@@ -215,7 +220,7 @@ async def test_a_commit_landing_while_the_position_is_read_is_not_missed_for_a_p
 
     positions = CommitDuringRead()
     started = time.perf_counter()
-    await _wait_for(cast("ReadModels", positions), log, partition, offset, 5.0, watch)
+    await wait_for_projection(cast("ReadModels", positions), log, partition, offset, timeout_s=5.0, watch=watch)
     assert time.perf_counter() - started < 0.01  # a poll interval is 20 ms
     assert positions.reads == 3
 
@@ -233,8 +238,9 @@ async def test_a_listening_watch_that_says_behind_saves_the_first_read_and_a_sta
     watch.listening = True
     watch.committed({partition: offset})  # heard: the partition is at the offset, not past it
     positions = Positions()
+    reads = cast("ReadModels", positions)
     waiting = asyncio.create_task(
-        _wait_for(cast("ReadModels", positions), log, partition, offset, 5.0, watch, trust_hint=True)
+        wait_for_projection(reads, log, partition, offset, timeout_s=5.0, watch=watch, trust_hint=True)
     )
     await asyncio.sleep(0.05)
     assert not waiting.done()
@@ -247,7 +253,8 @@ async def test_a_listening_watch_that_says_behind_saves_the_first_read_and_a_sta
     stale.committed({partition: offset})
     positions.next_offset = offset + 1  # committed, but this watch never heard it
     started = time.perf_counter()
-    confirmed = await _wait_for(cast("ReadModels", positions), log, partition, offset, 5.0, stale, trust_hint=True)
+    reads = cast("ReadModels", positions)
+    confirmed = await wait_for_projection(reads, log, partition, offset, timeout_s=5.0, watch=stale, trust_hint=True)
     assert confirmed is False  # the read models' own word
     assert time.perf_counter() - started < FALLBACK_S + 0.05
     stale.forget()  # as a listener does when it starts listening: nothing heard, so nothing trusted
@@ -270,9 +277,9 @@ async def test_a_switch_reaches_the_api_and_its_projector_at_its_commit(pg_admin
             first = await service.deps.producer.append_user(KEY, "before the rebuild", message_id="m0")
         assert await rebuild(settings, RebuildOptions(), asyncio.Event()) == 0  # version 2, built, not live
         async with running_service(settings) as service:
-            assert service.deps.positions is not None
+            assert service.deps.queries.positions is not None
             for _ in range(100):
-                if service.deps.positions.listening:
+                if service.deps.queries.positions.listening:
                     break
                 await asyncio.sleep(0.02)
             transport = httpx.ASGITransport(app=create_app(service.deps))
@@ -306,8 +313,9 @@ async def test_a_wait_under_way_at_a_switch_follows_the_new_version(
     async def live_reads() -> ReadModels:
         return cast("ReadModels", live[0])
 
+    reads = cast("ReadModels", retired)
     waiting = asyncio.create_task(
-        _wait_for(cast("ReadModels", retired), log, partition, offset, 5.0, PositionsWatch(), follow=live_reads)
+        wait_for_projection(reads, log, partition, offset, timeout_s=5.0, watch=PositionsWatch(), follow=live_reads)
     )
     await asyncio.sleep(0.1)
     live[0], new.next_offset = new, offset + 1  # the switch: the new version has the record

@@ -93,7 +93,7 @@ async def test_after_an_encoding_is_dropped_from_the_counted_ones_verify_and_rep
             while service.projector.positions.get(last.partition, 0) <= last.offset:
                 assert time.monotonic() < deadline
                 await asyncio.sleep(0.05)
-            schema = (await service.deps.reads()).schema
+            schema = (await service.deps.queries.reads()).schema
             async with service.pool.connection() as conn:
                 query = sql.SQL("SELECT count(*) FROM {}.transcript WHERE tokens_cl100k IS NOT NULL")
                 [(counted_rows,)] = await (await conn.execute(query.format(sql.Identifier(schema)))).fetchall()

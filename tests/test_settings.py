@@ -242,7 +242,7 @@ def _environment_reads(path: Path) -> list[str]:
 
 
 def test_only_the_settings_module_reads_the_environment() -> None:
-    modules = [p for package in ("events", "projectors", "query_api", "summarizer", "convlog")
+    modules = [p for package in ("events", "projectors", "query_api", "summarizer", "pgstore", "convlog")
                for p in sorted((REPO / package).rglob("*.py"))]  # fmt: skip
     # The client is a library of its own: it names the service it calls (CONVLOG_URL, CONVLOG_TOKEN),
     # no setting of the service, and reads them in one place (its config.py says why).

@@ -4,7 +4,7 @@ Built from this checkout, installed into a fresh venv in a temporary directory (
 from the package index, as a user gets them), it runs ``convlog demo`` and ``convlog stop``
 there, with that directory as the working directory and no ``PYTHONPATH``; the packages import
 from the venv with their public API, carry ``py.typed`` (mypy reads their types) and find their
-data files (schemas, migrations, SQL, prompts, the local Kafka pom) inside the venv. An audit
+data files (schemas, migrations, SQL, prompts) inside the venv, and the dev services are not in it. An audit
 hook in the venv's interpreter records every file, directory or program of the checkout that
 any of those processes opens, lists or runs: there must be none.
 """
@@ -28,7 +28,7 @@ import pytest
 pytestmark = [pytest.mark.wheel, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parent.parent
-PACKAGES = ("events", "projectors", "query_api", "summarizer", "convlog")
+PACKAGES = ("events", "projectors", "query_api", "summarizer", "pgstore", "convlog")
 
 # Installed into the venv's site-packages and loaded by a .pth line at every interpreter start:
 # with WHEEL_TEST_REPO set, every audited access to a path under it is appended to
@@ -70,12 +70,12 @@ if _REPO:
 
 _CHECK_INSTALL = """
 import importlib, importlib.util, json, sys
-import events, projectors, query_api, summarizer, convlog
+import events, projectors, query_api, summarizer, pgstore, convlog
 from events.codec import _bundled_schema_dir
 from projectors.migrate import MIGRATIONS_DIR
 from summarizer.prompt import PROMPTS_DIR
 
-packages = [events, projectors, query_api, summarizer, convlog]
+packages = [events, projectors, query_api, summarizer, pgstore, convlog]
 print(json.dumps({
     "files": {p.__name__: p.__file__ for p in packages},
     "unresolved": [f"{p.__name__}.{n}" for p in packages for n in p.__all__ if getattr(p, n, None) is None],

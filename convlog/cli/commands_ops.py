@@ -156,7 +156,8 @@ def _replay(settings: Settings, args: argparse.Namespace) -> int:
     from convlog.ops.replay import first_offset, replay  # noqa: PLC0415
     from convlog.resources import live_read_models, opened_log  # noqa: PLC0415
     from events.errors import InvalidRequestError  # noqa: PLC0415
-    from projectors.versions import policy_of_version, served_policies  # noqa: PLC0415
+    from pgstore.registry import served_policy  # noqa: PLC0415
+    from projectors.versions import served_policies  # noqa: PLC0415
     from projectors.window import WindowPolicy  # noqa: PLC0415
     from query_api.as_of import BeforeMessage, PolicyAt  # noqa: PLC0415
     from query_api.context_types import ContextRequest  # noqa: PLC0415
@@ -171,8 +172,7 @@ def _replay(settings: Settings, args: argparse.Namespace) -> int:
             point = BeforeMessage(args.before_message) if args.before_message is not None else args.as_of
             policy: WindowPolicy | PolicyAt | None = served_policies(handle.pool, handle.live.policy)
             if args.read_models_version is not None:
-                async with handle.pool.connection() as conn:
-                    policy = await policy_of_version(conn, args.read_models_version)
+                policy = await served_policy(handle.pool, args.read_models_version)
                 if policy is None:
                     raise InvalidRequestError(f"read-models version {args.read_models_version} never served contexts")
             assert policy is not None

@@ -62,7 +62,7 @@ async def append_claude_conversation(producer: ConversationProducer, key: Conver
 
 
 async def print_claude_contexts(service: Service, key: ConversationKey) -> None:
-    reads = await service.deps.reads()
+    reads = await service.deps.queries.reads()
     for target in (Target("anthropic", CLAUDE, cache=True), Target("chat_completions", "gpt-4o")):
         spec = model_spec(target.model)
         inputs = await reads.context_inputs(key, encoding=spec.encoding)

@@ -83,7 +83,7 @@ async def run_demo(settings: Settings) -> None:
     settings = settings.model_copy(update={"projector": "on"})
     async with running_service(settings) as service:
         producer = service.deps.producer
-        event_log = service.deps.log
+        event_log = service.deps.queries.log
         oa_appended = await append_oa_conversation(producer, oa_key) + await append_oa_follow_ups(producer, oa_key)
         written = [(oa_key, oa_appended),
                    (tools_key, await append_tools_conversation(producer, tools_key)),
@@ -110,7 +110,7 @@ async def _caught_up(service: Service, offsets: dict[int, int]) -> None:
 
 async def print_summary(service: Service, key: ConversationKey) -> None:
     """Wait for the summarizer to fold the turns that left the OA conversation's window."""
-    reads = await service.deps.reads()
+    reads = await service.deps.queries.reads()
     for _ in range(600):
         inputs = await reads.context_inputs(key, encoding="o200k_base")
         if inputs is not None and inputs.summary is not None:
@@ -132,7 +132,7 @@ async def print_context(
     service: Service, key: ConversationKey, *, model: str, budget_tokens: int, reasoning: ReasoningPolicy = "omit"
 ) -> None:
     spec = model_spec(model)
-    reads = await service.deps.reads()
+    reads = await service.deps.queries.reads()
     inputs = await reads.context_inputs(key, encoding=spec.encoding)
     assert inputs is not None
     request = ContextRequest(model, budget_tokens, reserve_tokens=200, reasoning=reasoning)

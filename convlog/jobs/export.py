@@ -9,44 +9,16 @@ constant whatever the size of the export. Every line carries the message's event
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-import psycopg
-from psycopg import sql
-from psycopg.rows import dict_row
 from tqdm import tqdm
 
-from projectors.pg import PgPool, convert_pg_error
+from pgstore.errors import driver_errors
+from pgstore.transcripts import ExportFilter, transcript_pages
+from projectors.pg import PgPool
 
-# Erased and redacted content is NULL in the read models already; the markers say why.
-_COLUMNS = sql.SQL(
-    't.conversation_key, c.tenant_id, c.user_id, c.conversation_id, t.seq, t.partition, t."offset", t.event_id, '
-    "t.message_id, t.role, t.content, t.name, t.tool_calls, t.tool_call_id, t.reasoning_content, "
-    "t.thinking_duration_ms, t.finish_reason, t.model, t.usage, t.metadata, t.occurred_at, t.epoch, t.turn, t.flag, "
-    "t.redacted_at, t.redaction_reason, t.erased_at, t.blocks, t.provider, t.api, t.is_error"
-)
-_WHERE = sql.SQL(
-    "(%(tenant)s::text IS NULL OR c.tenant_id = %(tenant)s) AND (%(user)s::text IS NULL OR c.user_id = %(user)s) "
-    "AND (%(since)s::timestamptz IS NULL OR t.occurred_at >= %(since)s) "
-    "AND (%(until)s::timestamptz IS NULL OR t.occurred_at < %(until)s) "
-    "AND (%(keys)s::text[] IS NULL OR t.conversation_key = ANY(%(keys)s))"
-)
-
-
-@dataclass(frozen=True, slots=True)
-class ExportFilter:
-    tenant: str | None  # None: every tenant (retention archives)
-    user: str | None = None
-    since: datetime | None = None  # inclusive, on the message's occurred_at
-    until: datetime | None = None  # exclusive
-    conversation_keys: Sequence[str] | None = None  # only these conversations (retention archives)
-
-    def params(self) -> dict[str, Any]:
-        keys = None if self.conversation_keys is None else list(self.conversation_keys)
-        return {"tenant": self.tenant, "user": self.user, "since": self.since, "until": self.until, "keys": keys}
+__all__ = ["ExportFilter", "export_transcripts", "parse_timestamp"]
 
 
 def parse_timestamp(text: str) -> datetime:
@@ -80,33 +52,16 @@ async def export_transcripts(
 ) -> int:
     """Write the matching messages to ``out``, ordered by conversation and sequence number;
     returns how many were written."""
-    s = sql.Identifier(schema)
-    source = sql.SQL("FROM {s}.conversations c JOIN {s}.transcript t USING (conversation_key) WHERE {w}").format(
-        s=s, w=_WHERE
-    )
     written = 0
-    try:
-        async with pool.connection() as conn, conn.transaction():
-            await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            total_row = await (await conn.execute(sql.SQL("SELECT count(*) ") + source, where.params())).fetchone()
-            total = int(total_row[0]) if total_row else 0
-            bar = tqdm(total=total, unit="msg", unit_scale=True, desc="export", disable=not progress, leave=False)
+    with driver_errors("export the transcripts"):
+        async with transcript_pages(pool, schema, where, page_size=page_size) as found:
+            bar = tqdm(total=found.total, unit="msg", unit_scale=True, desc="export", disable=not progress, leave=False)
             try:
-                async with conn.cursor(name="convlog_export", row_factory=dict_row) as cur:
-                    cur.itersize = page_size
-                    query = (
-                        sql.SQL("SELECT {c} ").format(c=_COLUMNS)
-                        + source
-                        + sql.SQL(" ORDER BY t.conversation_key, t.seq")
-                    )
-                    await cur.execute(query, where.params())
-                    while rows := await cur.fetchmany(page_size):
-                        out.write("".join(_line(row) + "\n" for row in rows))
-                        written += len(rows)
-                        bar.update(len(rows))
+                async for rows in found.pages:
+                    out.write("".join(_line(row) + "\n" for row in rows))
+                    written += len(rows)
+                    bar.update(len(rows))
             finally:
                 bar.close()
-    except psycopg.Error as e:
-        raise convert_pg_error(e, action="export the transcripts") from e
     out.flush()
     return written

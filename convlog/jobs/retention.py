@@ -30,9 +30,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import psycopg
 import structlog
-from psycopg import sql
 from tqdm import tqdm
 
 from convlog.jobs.export import ExportFilter, export_transcripts
@@ -41,8 +39,11 @@ from events.errors import ConfigurationError, ConvlogError
 from events.keys import ConversationKey
 from events.log import EventLog
 from events.producer import ConversationProducer
-from projectors.pg import PgPool, convert_pg_error, pg_errors
-from projectors.versions import live_version
+from pgstore import registry, transcripts
+from pgstore.errors import driver_errors
+from pgstore.locks import session_lock
+from pgstore.positions import stored_positions
+from projectors.pg import PgPool, pg_errors
 
 _EVENT_ID_NAMESPACE = uuid.UUID("0b7d6c1e-3f0a-4d8e-9a52-6a2f3c1d9e01")
 _LOCK = "convlog.retention"
@@ -80,23 +81,16 @@ class RetentionReport:
 
 
 async def idle_conversations(pool: PgPool, schema: str, *, cutoff: datetime) -> list[IdleConversation]:
-    query = sql.SQL(
-        "SELECT conversation_key, last_event_at, last_partition, last_offset FROM {}.conversations "
-        "WHERE last_event_at < %s AND (erased_at IS NULL OR erased_at < last_event_at) ORDER BY conversation_key"
-    ).format(sql.Identifier(schema))
     with pg_errors("find idle conversations"):
-        async with pool.connection() as conn:
-            rows = await (await conn.execute(query, [cutoff])).fetchall()
-    return [IdleConversation(str(k), t, int(p), int(o)) for k, t, p, o in rows]
+        rows = await transcripts.idle_conversations(pool, schema, cutoff=cutoff)
+    return [IdleConversation(*row) for row in rows]
 
 
 async def wait_for_projection(pool: PgPool, schema: str, ends: dict[int, int], *, timeout_s: float) -> None:
-    query = sql.SQL("SELECT partition, next_offset FROM {}.positions").format(sql.Identifier(schema))
     deadline = time.monotonic() + timeout_s
     while True:
         with pg_errors("read the projection positions"):
-            async with pool.connection() as conn:
-                stored: dict[int, int] = {int(p): int(o) for p, o in await (await conn.execute(query)).fetchall()}
+            stored = await stored_positions(pool, schema)
         behind = {p: (stored.get(p, 0), end) for p, end in ends.items() if stored.get(p, 0) < end}
         if not behind:
             return
@@ -112,21 +106,11 @@ async def wait_for_projection(pool: PgPool, schema: str, ends: dict[int, int], *
 @contextlib.asynccontextmanager
 async def _single_run(pool: PgPool) -> AsyncIterator[None]:
     """One retention run at a time across processes (every `serve` may schedule one)."""
-    try:
-        async with pool.connection() as conn:
-            await conn.set_autocommit(True)
-            try:
-                row = await (await conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", [_LOCK])).fetchone()
-                if not row or not row[0]:
-                    raise RetentionError("another retention run holds the lock; try again later")
-                try:
-                    yield
-                finally:
-                    await conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", [_LOCK])
-            finally:
-                await conn.set_autocommit(False)
-    except psycopg.Error as e:
-        raise convert_pg_error(e, action="take the retention lock") from e
+    with driver_errors("take the retention lock"):
+        async with session_lock(pool, _LOCK) as held:
+            if not held:
+                raise RetentionError("another retention run holds the lock; try again later")
+            yield
 
 
 def archive_path(target: Path, now: datetime) -> Path:
@@ -268,8 +252,8 @@ async def retention_schedule(
             return  # stopping
         delay = interval_s
         try:
-            async with pool.connection() as conn:
-                live = await live_version(conn)
+            with pg_errors("look up the live read-models version"):
+                live = await registry.live(pool)
             if live is None:
                 continue
             await asyncio.to_thread(archive_dir.mkdir, parents=True, exist_ok=True)
@@ -277,5 +261,5 @@ async def retention_schedule(
                                          archive=archive_dir, dry_run=False, progress=False)  # fmt: skip
             log.info("retention.done", erased=report.erased, archived_messages=report.archived_messages,
                      archive=str(report.archive) if report.archive else None)  # fmt: skip
-        except (ConvlogError, psycopg.Error, OSError) as e:
+        except (ConvlogError, OSError) as e:  # driver errors arrive converted
             log.warning("retention.failed", error=str(e), next_run_s=interval_s)

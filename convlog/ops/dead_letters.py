@@ -7,15 +7,11 @@ the held records of the conversation are then applied in log order in the same t
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from datetime import datetime
-
-from psycopg import sql
-from psycopg.rows import dict_row
 
 from convlog.settings import Settings
 from events.codec import default_codec
 from events.errors import DecodeError
+from pgstore.dead_letters import DeadLetterSummary, dead_letter_row, dead_letter_summaries
 from projectors.errors import ProjectionError
 from projectors.pg import PgPool, pg_errors
 from projectors.ports import BatchReport
@@ -28,30 +24,9 @@ from query_api.events_json import events_json
 _HEX_LINE = 32  # bytes per line of a hex dump
 
 
-@dataclass(frozen=True, slots=True)
-class DeadLetterSummary:
-    id: int
-    status: str
-    partition: int
-    offset: int
-    conversation_key: str | None
-    error_code: str
-    error: str
-    created_at: datetime
-    held: int  # records of the same conversation waiting behind it
-
-
 async def list_dead_letters(pool: PgPool, schema: str, *, status: str | None) -> list[DeadLetterSummary]:
-    query = sql.SQL(
-        'SELECT d.id, d.status, d.partition, d."offset", d.conversation_key, d.error_code, d.error, d.created_at, '
-        "(SELECT count(*) FROM {s}.held_records h JOIN {s}.parked p USING (conversation_key) "
-        " WHERE p.dead_letter_id = d.id) "
-        "FROM {s}.dead_letters d WHERE %(status)s::text IS NULL OR d.status = %(status)s ORDER BY d.id"
-    ).format(s=sql.Identifier(schema))
     with pg_errors("list the dead letters"):
-        async with pool.connection() as conn:
-            rows = await (await conn.execute(query, {"status": status})).fetchall()
-    return [DeadLetterSummary(*row) for row in rows]
+        return await dead_letter_summaries(pool, schema, status=status)
 
 
 def render_list(letters: list[DeadLetterSummary]) -> str:
@@ -69,19 +44,10 @@ def render_list(letters: list[DeadLetterSummary]) -> str:
 async def show_dead_letter(pool: PgPool, schema: str, dead_letter_id: int) -> str:
     """Everything about one dead letter: coordinates, error, resolution, the record decoded
     where this build can decode it, as hex where it cannot."""
-    s = sql.Identifier(schema)
     with pg_errors(f"read dead letter {dead_letter_id}"):
-        async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(sql.SQL("SELECT * FROM {}.dead_letters WHERE id = %s").format(s), [dead_letter_id])
-            row = await cur.fetchone()
-            if row is None:
-                raise ProjectionError(f"no dead letter with id {dead_letter_id}")
-            await cur.execute(
-                sql.SQL("SELECT count(*) AS n FROM {s}.held_records h JOIN {s}.parked p USING (conversation_key) "
-                        "WHERE p.dead_letter_id = %s").format(s=s),
-                [dead_letter_id],
-            )  # fmt: skip
-            held = await cur.fetchone()
+        row = await dead_letter_row(pool, schema, dead_letter_id)
+    if row is None:
+        raise ProjectionError(f"no dead letter with id {dead_letter_id}")
     record = record_from_row(row)
     lines = [
         f"dead letter {row['id']}: {row['status']}",
@@ -92,7 +58,7 @@ async def show_dead_letter(pool: PgPool, schema: str, dead_letter_id: int) -> st
         f"  log time      {record.timestamp.isoformat()}",
         f"  parked at     {row['created_at'].isoformat()}",
         f"  error         {row['error_code']}: {row['error']}",
-        f"  held behind   {held['n'] if held else 0} record(s) of the same conversation",
+        f"  held behind   {row['held']} record(s) of the same conversation",
     ]
     if row["status"] != "parked":
         lines.append(f"  resolved      {row['resolved_at'].isoformat()} ({row['resolution'] or 'no reason given'})")

@@ -7,14 +7,11 @@ them. A partition a projection never wrote a position for counts from 0.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
-
-import psycopg
-from psycopg import sql
 
 from events.log import EventLog
+from pgstore.positions import reader_positions
+from pgstore.registry import known_versions
 from projectors.pg import PgPool, pg_errors
-from projectors.versions import versions
 from projectors.window import WindowPolicy
 
 
@@ -35,33 +32,20 @@ async def collect_positions(pool: PgPool, event_log: EventLog) -> list[PositionR
     ends = await event_log.end_offsets()
     rows: list[PositionRow] = []
     with pg_errors("read the stored positions"):
-        async with pool.connection() as conn:
-            for projection, version, schema, status in await _versions(conn):
-                stored = await _stored(conn, sql.SQL("SELECT partition, next_offset FROM {}.positions").format(
-                    sql.Identifier(schema)))  # fmt: skip
-                reader = f"{projection} v{version} ({status})"
-                rows += [PositionRow(reader, p, stored.get(p, 0), end) for p, end in sorted(ends.items())]
-            for consumer, stored in (await _summarizers(conn)).items():
-                rows += [
-                    PositionRow(f"summarizer {consumer}", p, stored.get(p, 0), end) for p, end in sorted(ends.items())
-                ]
+        stored = await reader_positions(pool)
+    for v in stored.versions:
+        reader = f"{v.projection} v{v.version} ({v.status})"
+        rows += [PositionRow(reader, p, v.positions.get(p, 0), end) for p, end in sorted(ends.items())]
+    for consumer, positions in stored.summarizers.items():
+        rows += [PositionRow(f"summarizer {consumer}", p, positions.get(p, 0), end) for p, end in sorted(ends.items())]
     return rows
-
-
-async def _versions(conn: psycopg.AsyncConnection[Any]) -> list[tuple[str, int, str, str]]:
-    cur = await conn.execute(
-        "SELECT projection, version, schema_name, status FROM convlog.projection_versions "
-        "WHERE status <> 'retired' ORDER BY projection, version"
-    )
-    return [(str(a), int(b), str(c), str(d)) for a, b, c, d in await cur.fetchall()]
 
 
 async def window_lines(pool: PgPool, settings_policy: WindowPolicy) -> list[str]:
     """Each version's window policy (it keeps its own), and the settings' when they differ: what
     the next ``convlog rebuild`` makes a version with."""
     with pg_errors("read the versions' window policies"):
-        async with pool.connection() as conn:
-            known = [v for v in await versions(conn) if v.status != "retired"]
+        known = [v for v in await known_versions(pool) if v.status != "retired"]
     # Worded so that no line reads as a row of the table above (scripts parse those).
     lines = [f"{v.projection} v{v.version} ({v.status}) window: at most {v.policy.max_turns} turns, "
              f"dropping to {v.policy.keep_turns}" for v in known]  # fmt: skip
@@ -70,19 +54,6 @@ async def window_lines(pool: PgPool, settings_policy: WindowPolicy) -> list[str]
                      f"{settings_policy.keep_turns} (CONVLOG_WINDOW_MAX_TURNS / KEEP_TURNS): "
                      "the next convlog rebuild uses them")  # fmt: skip
     return lines
-
-
-async def _stored(conn: psycopg.AsyncConnection[Any], query: sql.Composed) -> dict[int, int]:
-    cur = await conn.execute(query)
-    return {int(p): int(o) for p, o in await cur.fetchall()}
-
-
-async def _summarizers(conn: psycopg.AsyncConnection[Any]) -> dict[str, dict[int, int]]:
-    cur = await conn.execute("SELECT consumer, partition, next_offset FROM convlog.summarizer_positions")
-    out: dict[str, dict[int, int]] = {}
-    for consumer, partition, offset in await cur.fetchall():
-        out.setdefault(str(consumer), {})[int(partition)] = int(offset)
-    return out
 
 
 def render_positions(rows: list[PositionRow]) -> str:

@@ -14,12 +14,12 @@ import asyncio
 
 from convlog.settings import Settings
 from events.codec import default_codec
+from pgstore import registry
 from projectors.errors import ProjectionError
 from projectors.fold import PoisonRecordError
 from projectors.pg import PgPool
-from projectors.store import PostgresProjectionStore, skip_decisions
+from projectors.store import PostgresProjectionStore
 from projectors.tokens import TokenCounter
-from projectors.versions import live_version, version_of_schema
 
 __all__ = ["READY", "RETRIABLE", "load_counter", "make_store", "poison_stop"]
 
@@ -43,10 +43,7 @@ async def make_store(
     """The store a rebuild writes ``schema`` with. Poison records an operator skipped in the live
     version are skipped here too (with the same reason): the log does not hold that decision,
     and without it the rebuild would stop there, or park the conversation, and differ."""
-    async with pool.connection() as conn:
-        live = await live_version(conn)
-        skips = await skip_decisions(conn, live.schema) if live is not None and live.schema != schema else {}
-        target = await version_of_schema(conn, schema)  # its own window policy (a resumed one keeps its)
+    inputs = await registry.store_inputs(pool, schema)  # the version's own window policy (a resumed one keeps its)
     return PostgresProjectionStore(pool, schema=schema, codec=default_codec(), counter=counter,
-                           policy=target.policy, max_event_bytes=settings.max_event_bytes,
-                           fail_fast=not park_poison, skips=skips)  # fmt: skip
+                           policy=inputs.policy, max_event_bytes=settings.max_event_bytes,
+                           fail_fast=not park_poison, skips=inputs.skips)  # fmt: skip

@@ -30,18 +30,18 @@ import os
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 
-import psycopg
-from psycopg import sql
-
 from convlog.interruptible import INTERRUPTED
 from convlog.ops.common import following, progress_bar, say
 from convlog.ops.rebuild_protocol import load_counter, make_store, poison_stop
 from convlog.ops.rebuild_sharing import build_sharing
-from convlog.ops.verifying import compare_settled, positions, uncounted_encodings
+from convlog.ops.verifying import compare_settled, uncounted_encodings
 from convlog.resources import ops_resources, resolved_database_url
 from convlog.settings import Settings
 from events.errors import ConfigurationError
 from events.log import EventLog
+from pgstore import registry
+from pgstore.locks import session_lock
+from pgstore.positions import stored_positions
 from projectors.errors import ProjectionError, VersionBusyError
 from projectors.fold import PoisonRecordError
 from projectors.gc_tuning import projection_gc
@@ -51,15 +51,7 @@ from projectors.ports import ProjectionStore
 from projectors.runner import Projector
 from projectors.store import PostgresProjectionStore
 from projectors.topics import claim_topic
-from projectors.versions import (
-    READ_MODELS,
-    ProjectionVersion,
-    create_version,
-    keep_hand_over,
-    live_version,
-    switch,
-    versions,
-)
+from projectors.versions import READ_MODELS, ProjectionVersion
 from projectors.window import WindowPolicy
 
 PROJECTIONS = (READ_MODELS,)
@@ -100,13 +92,11 @@ async def rebuild(settings: Settings, opts: RebuildOptions, stop: asyncio.Event)
             if not await build(settings, event_log, store, stop, opts=opts, desc=f"rebuild v{target.version}"):
                 say(f"interrupted: version {target.version} keeps what it built; run the command again to resume")
                 return INTERRUPTED
-            async with pool.connection() as conn:
-                live = await live_version(conn, opts.projection)
+            live = await registry.live(pool, opts.projection)
             assert live is not None  # choose_version refused a projection without one
             if opts.verify:
-                async with pool.connection() as conn:
-                    result = await compare_settled(conn, live.schema, target.schema,
-                                                   uncounted=uncounted_encodings(settings))  # fmt: skip
+                uncounted = uncounted_encodings(settings)
+                result = await compare_settled(pool, live.schema, target.schema, uncounted=uncounted)
                 say(result.describe(checked=target.schema, reference=live.schema))
                 if result.differing:
                     say("not switching: the versions differ" if opts.switch else "the versions differ")
@@ -115,8 +105,7 @@ async def rebuild(settings: Settings, opts: RebuildOptions, stop: asyncio.Event)
                 say(f"version {target.version} built; make it live with: "
                     f"convlog rebuild {opts.projection} --version {target.version} --switch")  # fmt: skip
                 return 0
-            async with pool.connection() as conn:
-                live_read = await positions(conn, live.schema)  # before the log end the catch-up reads
+            live_read = await stored_positions(pool, live.schema)  # before the log end the catch-up reads
             # Catch up to the log's end once more so that reads of the new version start fresh; what
             # arrives after this the live projector applies once it followed the switch. (A new store:
             # it takes the skips an operator made in the live version meanwhile.)
@@ -125,8 +114,7 @@ async def rebuild(settings: Settings, opts: RebuildOptions, stop: asyncio.Event)
                 say(f"interrupted before the switch: version {target.version} is still building")
                 return INTERRUPTED
             await check_not_behind(store, live_read, settings.topic)
-            async with pool.connection() as conn:
-                await switch(conn, opts.projection, target.version)
+            await registry.make_live(pool, opts.projection, target.version)
             say(f"version {target.version} is live; version {live.version} is retired "
                 f"(remove it with: convlog drop {opts.projection} --version {live.version})")  # fmt: skip
             return 0
@@ -147,34 +135,33 @@ async def check_not_behind(store: PostgresProjectionStore, live_read: Mapping[in
 async def choose_version(pool: PgPool, opts: RebuildOptions, *, settings_policy: WindowPolicy) -> ProjectionVersion:
     """The version to build: the one named, an unfinished one (each keeps the window policy it
     was made with), or a new one made with ``settings_policy``, the settings' window."""
-    async with pool.connection() as conn:
-        known = await versions(conn, opts.projection)
-        live = next((v for v in known if v.status == "live"), None)
-        if live is None:
-            raise ConfigurationError(
-                f"{opts.projection} has no live version yet: convlog project (or serve) creates one; "
-                "rebuild builds a new version beside it"
+    known = await registry.known_versions(pool, opts.projection)
+    live = next((v for v in known if v.status == "live"), None)
+    if live is None:
+        raise ConfigurationError(
+            f"{opts.projection} has no live version yet: convlog project (or serve) creates one; "
+            "rebuild builds a new version beside it"
+        )
+    if opts.version is not None:
+        chosen = next((v for v in known if v.version == opts.version), None)
+        if chosen is None:
+            listed = ", ".join(f"{v.version} ({v.status})" for v in known)
+            raise ProjectionError(f"{opts.projection} has no version {opts.version} (versions: {listed})")
+        if chosen.status != "building":
+            raise ProjectionError(
+                f"version {chosen.version} is {chosen.status}, not building: omit --version to build a new one"
             )
-        if opts.version is not None:
-            chosen = next((v for v in known if v.version == opts.version), None)
-            if chosen is None:
-                listed = ", ".join(f"{v.version} ({v.status})" for v in known)
-                raise ProjectionError(f"{opts.projection} has no version {opts.version} (versions: {listed})")
-            if chosen.status != "building":
-                raise ProjectionError(
-                    f"version {chosen.version} is {chosen.status}, not building: omit --version to build a new one"
-                )
-            say(f"resuming version {chosen.version} ({chosen.schema}) from its stored positions")
-            return chosen
-        building = [v for v in known if v.status == "building"]
-        if building and not opts.new:
-            chosen = building[-1]
-            say(f"resuming unfinished version {chosen.version} ({chosen.schema}); pass --new to start a fresh one")
-            return chosen
-        created = await create_version(conn, opts.projection, policy=settings_policy)
-        say(f"building version {created.version} ({created.schema}) beside live version {live.version}"
-            f"{policy_change(live.policy, created.policy)}")  # fmt: skip
-        return created
+        say(f"resuming version {chosen.version} ({chosen.schema}) from its stored positions")
+        return chosen
+    building = [v for v in known if v.status == "building"]
+    if building and not opts.new:
+        chosen = building[-1]
+        say(f"resuming unfinished version {chosen.version} ({chosen.schema}); pass --new to start a fresh one")
+        return chosen
+    created = await registry.new_version(pool, opts.projection, policy=settings_policy)
+    say(f"building version {created.version} ({created.schema}) beside live version {live.version}"
+        f"{policy_change(live.policy, created.policy)}")  # fmt: skip
+    return created
 
 
 def policy_change(live: WindowPolicy, new: WindowPolicy) -> str:
@@ -191,22 +178,13 @@ async def building(pool: PgPool, target: ProjectionVersion) -> AsyncIterator[Non
     every position check (correct, but wasted) and show a progress bar that means nothing.
     A session-level advisory lock on a connection held for the whole rebuild: it goes away with
     the process, however that ends."""
-    key = f"convlog.rebuild.{target.schema}"
-    async with pool.connection() as conn:
-        cur = await conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", [key])
-        row = await cur.fetchone()
-        await conn.commit()
-        if row is None or not row[0]:
+    async with session_lock(pool, f"convlog.rebuild.{target.schema}") as held:
+        if not held:
             raise VersionBusyError(
                 f"version {target.version} ({target.schema}) is being built by another convlog rebuild right now; "
                 "wait for it to end, or stop it and run this again: it resumes from the stored positions"
             )
-        try:
-            yield
-        finally:
-            with contextlib.suppress(psycopg.Error):  # a broken connection released it already
-                await conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", [key])
-                await conn.commit()
+        yield
 
 
 def worker_count(settings: Settings, opts: RebuildOptions, records: int) -> int:
@@ -264,30 +242,18 @@ async def drop(settings: Settings, projection: str, version: int) -> int:
     check_projection(projection)
     url = await resolved_database_url(settings)
     pool = await open_pool(url, max_size=1, name="convlog-drop")
+
+    def droppable(schema: str | None, status: str | None) -> None:
+        if schema is None:
+            raise ProjectionError(f"{projection} has no version {version}")
+        if status == "live":
+            raise ProjectionError(
+                f"version {version} of {projection} is live and cannot be dropped; "
+                f"make another version live first (convlog rebuild {projection} --switch)"
+            )
+
     try:
-        async with pool.connection() as conn, conn.transaction():
-            # The lock create_version takes: no version is created or switched meanwhile.
-            await conn.execute("SELECT pg_advisory_xact_lock(hashtext('convlog.projection_versions'))")
-            cur = await conn.execute(
-                "SELECT schema_name, status FROM convlog.projection_versions "
-                "WHERE projection = %s AND version = %s FOR UPDATE",
-                [projection, version],
-            )
-            row = await cur.fetchone()
-            if row is None:
-                raise ProjectionError(f"{projection} has no version {version}")
-            schema, status = row
-            if status == "live":
-                raise ProjectionError(
-                    f"version {version} of {projection} is live and cannot be dropped; "
-                    f"make another version live first (convlog rebuild {projection} --switch)"
-                )
-            if status == "retired":  # where the version that replaced it began serving (as_of needs it)
-                await keep_hand_over(conn, projection, schema)
-            await conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
-            await conn.execute(
-                "DELETE FROM convlog.projection_versions WHERE projection = %s AND version = %s", [projection, version]
-            )
+        schema, status = await registry.drop_version(pool, projection, version, check=droppable)
     finally:
         await pool.close()
     say(f"dropped {projection} version {version} ({schema}, was {status})")

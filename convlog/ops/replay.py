@@ -11,7 +11,6 @@ import asyncio
 import json
 from collections.abc import Callable, Collection
 
-from psycopg import sql
 from tqdm import tqdm
 
 from convlog.render import format_line
@@ -22,6 +21,7 @@ from events.event_types import Event
 from events.keys import ConversationKey, partition_for_key
 from events.log import EventLog, LogRecord
 from events.reading import conversation_events
+from pgstore.transcripts import first_offset as stored_first_offset
 from projectors.pg import pg_errors
 from projectors.tokens import DEFAULT_COUNTED, model_spec
 from projectors.window import WindowPolicy
@@ -33,13 +33,8 @@ from query_api.served import context_as_of, context_body
 async def first_offset(handle: ReadModelsHandle, key: ConversationKey) -> int | None:
     """Where the conversation starts on its partition, per the live read models (None: unknown
     to them — the projection may lag, so callers then read the partition from 0)."""
-    query = sql.SQL("SELECT first_offset FROM {}.conversations WHERE conversation_key = %s").format(
-        sql.Identifier(handle.schema)
-    )
     with pg_errors(f"look up {key}"):
-        async with handle.pool.connection() as conn:
-            row = await (await conn.execute(query, [str(key)])).fetchone()
-    return None if row is None else int(row[0])
+        return await stored_first_offset(handle.pool, handle.schema, str(key))
 
 
 async def replay(

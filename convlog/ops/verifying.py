@@ -19,10 +19,6 @@ import itertools
 import uuid
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from importlib import resources
-from typing import Any
-
-from psycopg import AsyncConnection, sql
 
 from convlog.interruptible import INTERRUPTED
 from convlog.ops.common import following, progress_bar, say
@@ -31,22 +27,13 @@ from convlog.settings import Settings
 from events.codec import default_codec
 from events.errors import ConfigurationError
 from events.log import EventLog
+from pgstore import registry
+from pgstore.checks import VersionReads, reads, snapshot
+from pgstore.schemas import create_read_models_schema, drop_schema
 from projectors.pg import PgPool
-from projectors.store import PostgresProjectionStore, skip_decisions
+from projectors.store import PostgresProjectionStore
 from projectors.tokens import ENCODINGS, TokenCounter
 from projectors.topics import claim_topic
-from projectors.versions import (
-    CHECKED_TABLES,
-    checksums,
-    compared_rows,
-    index_rows_from,
-    json_forms_differ,
-    live_version,
-    row_text,
-    stores_jsonb,
-)
-
-Conn = AsyncConnection[Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,11 +67,6 @@ class Comparison:
         return "\n".join(lines)
 
 
-async def positions(conn: Conn, schema: str) -> dict[int, int]:
-    cur = await conn.execute(sql.SQL("SELECT partition, next_offset FROM {}.positions").format(sql.Identifier(schema)))
-    return dict(await cur.fetchall())
-
-
 def uncounted_encodings(settings: Settings) -> tuple[str, ...]:
     """The encodings whose stored counts a comparison leaves out: those ``CONVLOG_TOKEN_ENCODINGS``
     does not name (a replay counts none of them; rows projected before may have them)."""
@@ -93,29 +75,24 @@ def uncounted_encodings(settings: Settings) -> tuple[str, ...]:
 
 
 async def first_row_difference(
-    conn: Conn, table: str, key: str, reference: str, checked: str, *, by_value: bool = False,
+    found: VersionReads, table: str, key: str, reference: str, checked: str, *, by_value: bool = False,
     uncounted: Collection[str] = (), index_from: Mapping[int, int] | None = None,
 ) -> RowDifference:  # fmt: skip
     """The first row, in key order, where ``checked`` differs from ``reference`` for ``key``."""
-    order = CHECKED_TABLES[table]
-    where, params = compared_rows(table, [key], index_from)
 
     async def rows(schema: str) -> list[tuple[str, str]]:
-        query = sql.SQL("SELECT ROW({o})::text, {r} FROM {s}.{t} AS t {w} ORDER BY {o}")
-        text = row_text(by_value=by_value, uncounted=uncounted, table=table)
-        cur = await conn.execute(
-            query.format(o=sql.SQL(order), r=text, s=sql.Identifier(schema), t=sql.Identifier(table), w=where), params
+        return await found.rows_as_text(
+            schema, table, key, by_value=by_value, uncounted=uncounted, index_from=index_from
         )
-        return [(k, text) for k, text in await cur.fetchall()]
 
-    expected, found = await rows(reference), await rows(checked)
-    for e, f in itertools.zip_longest(expected, found):
+    expected, got = await rows(reference), await rows(checked)
+    for e, f in itertools.zip_longest(expected, got):
         if e != f:
             return RowDifference(table, key, (e or f)[0], e[1] if e else None, f[1] if f else None)
     return RowDifference(table, key, "(rows equal now: the conversation changed during the check)", None, None)
 
 
-async def compare_settled(conn: Conn, reference: str, checked: str, *, uncounted: Collection[str] = ()) -> Comparison:
+async def compare_settled(pool: PgPool, reference: str, checked: str, *, uncounted: Collection[str] = ()) -> Comparison:
     """Compare two versions that may both be moving (the live projector keeps writing).
 
     In one snapshot: per partition the lower of the two versions' positions is a point both
@@ -123,33 +100,20 @@ async def compare_settled(conn: Conn, reference: str, checked: str, *, uncounted
     may legitimately differ and is skipped. Every other conversation has seen the same events in
     both versions, so its rows must be equal.
     """
-    await conn.commit()  # end any implicit transaction: the snapshot below must be a transaction of its own
-    async with conn.transaction():
-        await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        pos_a, pos_b = await positions(conn, reference), await positions(conn, checked)
+    async with snapshot(pool) as found:
+        pos_a, pos_b = await found.positions(reference), await found.positions(checked)
         floor = {p: min(pos_a.get(p, 0), pos_b.get(p, 0)) for p in pos_a.keys() | pos_b.keys()}
-        moved: set[str] = set()
-        for schema in (reference, checked):
-            cur = await conn.execute(
-                sql.SQL(
-                    "SELECT c.conversation_key FROM {}.conversations c "
-                    "LEFT JOIN unnest(%s::int[], %s::bigint[]) AS f(partition, floor) "
-                    "ON f.partition = c.last_partition "
-                    "WHERE c.last_offset >= coalesce(f.floor, 0)"
-                ).format(sql.Identifier(schema)),
-                [list(floor), list(floor.values())],
-            )
-            moved.update(k for (k,) in await cur.fetchall())
-        by_value = await json_forms_differ(conn, reference, checked)  # a version made before json
-        index_from = await index_rows_from(conn, reference, checked)
-        a = await checksums(conn, reference, by_value=by_value, uncounted=uncounted, index_from=index_from)
-        b = await checksums(conn, checked, by_value=by_value, uncounted=uncounted, index_from=index_from)
+        moved = await found.moved_since(reference, floor) | await found.moved_since(checked, floor)
+        by_value = await found.json_forms_differ(reference, checked)  # a version made before json
+        index_from = await found.index_rows_from(reference, checked)
+        a = await found.checksums(reference, by_value=by_value, uncounted=uncounted, index_from=index_from)
+        b = await found.checksums(checked, by_value=by_value, uncounted=uncounted, index_from=index_from)
         pairs = {k for k in a.keys() | b.keys() if k[1] not in moved}
         result = Comparison(compared=len(pairs), skipped=len(moved))
         result.differing = sorted(k for k in pairs if a.get(k) != b.get(k))
         if result.differing:
             table, key = result.differing[0]
-            result.first = await first_row_difference(conn, table, key, reference, checked, by_value=by_value,
+            result.first = await first_row_difference(found, table, key, reference, checked, by_value=by_value,
                                                       uncounted=uncounted, index_from=index_from)  # fmt: skip
     return result
 
@@ -194,15 +158,12 @@ async def verify(settings: Settings, *, sample: int | None, batch_size: int, sto
 async def _verify(
     settings: Settings, pool: PgPool, event_log: EventLog, *, sample: int | None, batch_size: int, stop: asyncio.Event
 ) -> int:
-    async with pool.connection() as conn:
-        live = await live_version(conn)
-        if live is None:
-            raise ConfigurationError("no live read-models version to verify (run convlog project first)")
-        await claim_topic(pool, live, settings.topic)  # its positions are offsets of one topic
-        await conn.commit()
-        uncounted = uncounted_encodings(settings)
-        until, skips, keys, expected, by_value, index_from = await _live_snapshot(conn, live.schema, sample,
-                                                                                 uncounted)  # fmt: skip
+    live = await registry.live(pool)
+    if live is None:
+        raise ConfigurationError("no live read-models version to verify (run convlog project first)")
+    await claim_topic(pool, live, settings.topic)  # its positions are offsets of one topic
+    uncounted = uncounted_encodings(settings)
+    until, skips, keys, expected, by_value, index_from = await _live_snapshot(pool, live.schema, sample, uncounted)
     ends = await event_log.end_offsets()
     beyond = sorted(p for p, o in until.items() if o > ends.get(p, 0))
     if beyond:
@@ -213,9 +174,7 @@ async def _verify(
     scratch = f"convlog_verify_{uuid.uuid4().hex[:12]}"
     what = "all conversations" if keys is None else f"a sample of {len(keys)} conversations"
     say(f"verifying {live.schema} ({what}, up to {sum(until.values())} records) against a replay into {scratch}")
-    async with pool.connection() as conn:
-        ddl = resources.files("projectors").joinpath("sql/read_models.sql").read_text(encoding="utf-8")
-        await conn.execute(sql.SQL(ddl).format(schema=sql.Identifier(scratch)))
+    await create_read_models_schema(pool, scratch)
     try:
         policy, counter = live.policy, TokenCounter(encodings=settings.counted_encodings())  # the version's own
         store = PostgresProjectionStore(pool, schema=scratch, codec=default_codec(), counter=counter,
@@ -232,23 +191,22 @@ async def _verify(
         if not finished:
             say("verify interrupted; nothing was changed")
             return INTERRUPTED
-        async with pool.connection() as conn:
-            found = await checksums(conn, scratch, keys, by_value=by_value, uncounted=uncounted, index_from=index_from)
+        async with reads(pool) as now:
+            found = await now.checksums(scratch, keys, by_value=by_value, uncounted=uncounted, index_from=index_from)
             result = Comparison(compared=len(expected.keys() | found.keys()))
             result.differing = sorted(k for k in expected.keys() | found.keys() if expected.get(k) != found.get(k))
             if result.differing:
                 table, key = result.differing[0]
-                result.first = await first_row_difference(conn, table, key, scratch, live.schema, by_value=by_value,
+                result.first = await first_row_difference(now, table, key, scratch, live.schema, by_value=by_value,
                                                           uncounted=uncounted, index_from=index_from)  # fmt: skip
         say(result.describe(checked=live.schema, reference="replay"))
         return 1 if result.differing else 0
     finally:
-        async with pool.connection() as conn:
-            await conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(scratch)))
+        await drop_schema(pool, scratch)
 
 
 async def _live_snapshot(
-    conn: Conn, schema: str, sample: int | None, uncounted: Collection[str]
+    pool: PgPool, schema: str, sample: int | None, uncounted: Collection[str]
 ) -> tuple[
     dict[int, int], dict[tuple[int, int], str], list[str] | None, dict[tuple[str, str], str], bool,
     dict[int, int] | None,
@@ -257,20 +215,11 @@ async def _live_snapshot(
     from one snapshot, whether they compare JSON by value (the live version stores jsonb:
     the replay's schema is made from today's read_models.sql, JSON as json), and where its
     event index starts (the replay's indexes every record it applies)."""
-    async with conn.transaction():
-        await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        until = await positions(conn, schema)
-        skips = await skip_decisions(conn, schema)  # operators' decisions the log does not hold
-        keys: list[str] | None = None
-        if sample is not None:
-            cur = await conn.execute(
-                sql.SQL("SELECT conversation_key FROM {}.conversations ORDER BY random() LIMIT %s").format(
-                    sql.Identifier(schema)
-                ),
-                [sample],
-            )
-            keys = [k for (k,) in await cur.fetchall()]
-        by_value = await stores_jsonb(conn, schema)
-        index_from = await index_rows_from(conn, schema)
-        expected = await checksums(conn, schema, keys, by_value=by_value, uncounted=uncounted, index_from=index_from)
+    async with snapshot(pool) as found:
+        until = await found.positions(schema)
+        skips = await found.skip_decisions(schema)  # operators' decisions the log does not hold
+        keys = None if sample is None else await found.sample_keys(schema, sample)
+        by_value = await found.stores_jsonb(schema)
+        index_from = await found.index_rows_from(schema)
+        expected = await found.checksums(schema, keys, by_value=by_value, uncounted=uncounted, index_from=index_from)
     return until, skips, keys, expected, by_value, index_from

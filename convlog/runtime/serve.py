@@ -38,7 +38,8 @@ from projectors.pg import PgPool, database_identity, retrying
 from projectors.positions_watch import PositionsWatch
 from projectors.tokens import model_spec
 from projectors.versions import live_version, served_policies, version_policies
-from query_api.http import ApiDeps, create_app
+from query_api.http import ApiDeps, HttpSettings, create_app
+from query_api.live import QueryService
 from query_api.metrics import Metrics
 from query_api.positions_listener import PositionsListener
 from query_api.reads import PostgresReadModels
@@ -111,6 +112,46 @@ def serve_roles(settings: Settings) -> list[str]:
     return roles
 
 
+def _api_deps(
+    settings: Settings,
+    pool: PgPool,
+    event_log: EventLog,
+    appending: EventLog,
+    *,
+    reads: _LiveReads,
+    metrics: Metrics,
+    guard: LogGuard,
+    watch: PositionsWatch,
+    readiness: Readiness,
+) -> ApiDeps:
+    """The API's query service (over ``event_log``), its producer (appending to ``appending``)
+    and its HTTP settings."""
+    default_encoding = settings.default_encoding
+    model_spec("unknown-model", default_encoding=default_encoding)  # refuse a bad setting at start
+    queries = QueryService(
+        log=event_log,
+        reads=reads,
+        metrics=metrics,
+        image_turns=settings.window_image_turns,
+        default_encoding=default_encoding,
+        counted_encodings=settings.counted_encodings(),
+        # as_of: the window of the version that served the context (live when its event was projected)
+        policy_at=served_policies(pool, settings.window_policy()),
+        version_policy=version_policies(pool),
+        max_event_bytes=settings.max_event_bytes,
+        log_behind=guard.check_read,
+        positions=watch,
+    )
+    http = HttpSettings(
+        tokens=settings.token_tenants(),
+        max_body_bytes=settings.max_event_bytes * 2,
+        body_timeout_s=settings.http_body_timeout_s,
+        openai_user_id=settings.openai_user_id,
+    )
+    producer = make_producer(appending, settings, producer="convlog-api")
+    return ApiDeps(queries=queries, producer=producer, http=http, readiness=readiness, alive=readiness.alive)
+
+
 @asynccontextmanager
 async def running_service(settings: Settings) -> AsyncIterator[Service]:
     roles = serve_roles(settings)
@@ -137,28 +178,16 @@ async def running_service(settings: Settings) -> AsyncIterator[Service]:
         readiness = Readiness(projector, event_log, pool, metrics, background, guard=guard, roles=roles,
                               reads=reads, listening=lambda: watch.listening)  # fmt: skip
 
-        default_encoding = settings.default_encoding
-        model_spec("unknown-model", default_encoding=default_encoding)  # refuse a bad setting at start
-        deps = ApiDeps(
-            tokens=settings.token_tenants(),
-            producer=make_producer(appending, settings, producer="convlog-api"),
-            log=event_log,
+        deps = _api_deps(
+            settings,
+            pool,
+            event_log,
+            appending,
             reads=reads,
-            readiness=readiness,
             metrics=metrics,
-            image_turns=settings.window_image_turns,
-            default_encoding=default_encoding,
-            counted_encodings=settings.counted_encodings(),
-            max_body_bytes=settings.max_event_bytes * 2,
-            body_timeout_s=settings.http_body_timeout_s,
-            # as_of: the window of the version that served the context (live when its event was projected)
-            policy_at=served_policies(pool, settings.window_policy()),
-            version_policy=version_policies(pool),
-            max_event_bytes=settings.max_event_bytes,
-            log_behind=guard.check_read,
-            positions=watch,
-            alive=readiness.alive,
-            openai_user_id=settings.openai_user_id,
+            guard=guard,
+            watch=watch,
+            readiness=readiness,
         )
         summarizer = await _summarizer(settings, roles, pool, appending, metrics)
         background.update(
@@ -284,7 +313,7 @@ def main(settings: Settings) -> None:
 
     async def run() -> None:
         async with running_service(settings) as service:
-            if not service.deps.tokens:
+            if not service.deps.http.tokens:
                 log.warning("serve.no_tokens", hint="set CONVLOG_API_TOKENS=tenant:token,... — every request is 401")
             server = http_server(create_app(service.deps), settings)
             loop = asyncio.get_running_loop()

@@ -15,11 +15,13 @@ def on_page_markdown(markdown: str, **_: Any) -> str:
 
 
 def schema() -> dict[str, Any]:
-    from query_api.http import ApiDeps, create_app  # noqa: PLC0415 - only when the page is built
+    from query_api.http import ApiDeps, HttpSettings, create_app  # noqa: PLC0415 - only when the page is built
+    from query_api.live import QueryService  # noqa: PLC0415
     from query_api.metrics import Metrics  # noqa: PLC0415
 
     none: Any = None  # the routes use their dependencies per request: the schema needs none
-    deps = ApiDeps(tokens={}, producer=none, log=none, reads=none, readiness=none, metrics=Metrics())
+    queries = QueryService(log=none, reads=none, metrics=Metrics())
+    deps = ApiDeps(queries=queries, producer=none, http=HttpSettings(tokens={}), readiness=none)
     return create_app(deps).openapi()
 
 

@@ -8,6 +8,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from events.errors import ConvlogError, EventTooLargeError, InvalidEventError, UndecodableRecordError
+from query_api.as_of import OffsetBeyondLogEndError, UnknownMessageError
 from query_api.context_types import ContextBudgetExceededError
 from query_api.disconnects import ClientDisconnectedError
 from query_api.http.deps import ApiDeps, ApiError, error_response
@@ -22,6 +23,7 @@ from query_api.http.routes_health import PUBLIC_ROUTES, health_routes
 from query_api.http.routes_openai_conversations import openai_conversation_routes
 from query_api.http.strict_json import StrictJsonRoute
 from query_api.http.utf8_request import Utf8Request
+from query_api.live import ConversationNotFoundError, ConversationParkedError, NotCaughtUpError, UnknownVersionError
 
 # The OpenAPI description.
 DESCRIPTION = """The HTTP API (FastAPI): appends, contexts, audit reads. The tenant comes only from the token.
@@ -76,20 +78,48 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(ConvlogError)
     async def convlog_error(_: Request, e: ConvlogError) -> JSONResponse:
-        if isinstance(e, EventTooLargeError):
-            return error_response(413, e.code, str(e), field=e.field)
-        if isinstance(e, InvalidEventError):
-            return error_response(422, e.code, str(e), field=e.field)
-        if isinstance(e, UndecodableRecordError):  # the conversation's own poison: its audit reads say so
-            return error_response(409, e.code, str(e), partition=e.partition, offset=e.offset)
-        if isinstance(e, ClientDisconnectedError):  # nobody reads it: 499, nginx's "client closed request"
-            return error_response(499, e.code, str(e))
-        if isinstance(e, ContextBudgetExceededError):
-            return error_response(422, e.code, str(e), needed=e.needed, available=e.available)
-        if e.retriable:
-            return JSONResponse(
-                {"error": {"code": e.code, "message": str(e)}},
-                status_code=503,
-                headers={"Retry-After": str(getattr(e, "retry_after_s", 1))},
-            )
-        return error_response(500, e.code, str(e))
+        return convlog_answer(e)
+
+
+def convlog_answer(e: ConvlogError) -> JSONResponse:
+    """The one place a domain error becomes an HTTP answer: its status and body."""
+    read = _read_answer(e)
+    if read is not None:
+        return read
+    if isinstance(e, EventTooLargeError):
+        return error_response(413, e.code, str(e), field=e.field)
+    if isinstance(e, InvalidEventError):
+        return error_response(422, e.code, str(e), field=e.field)
+    if isinstance(e, UndecodableRecordError):  # the conversation's own poison: its audit reads say so
+        return error_response(409, e.code, str(e), partition=e.partition, offset=e.offset)
+    if isinstance(e, ClientDisconnectedError):  # nobody reads it: 499, nginx's "client closed request"
+        return error_response(499, e.code, str(e))
+    if isinstance(e, ContextBudgetExceededError):
+        return error_response(422, e.code, str(e), needed=e.needed, available=e.available)
+    if e.retriable:
+        return JSONResponse(
+            {"error": {"code": e.code, "message": str(e)}},
+            status_code=503,
+            headers={"Retry-After": str(getattr(e, "retry_after_s", 1))},
+        )
+    return error_response(500, e.code, str(e))
+
+
+def _read_answer(e: ConvlogError) -> JSONResponse | None:
+    """What the query service (query_api/live/) refuses; None for another error."""
+    if isinstance(e, ConversationNotFoundError):  # 404s are ``not_found``, whatever is missing
+        return error_response(404, "not_found", str(e))
+    if isinstance(e, NotCaughtUpError):  # retry later (no Retry-After: a client waits as it likes)
+        if e.projected is None:
+            return error_response(503, e.code, str(e), partition=e.partition)
+        return error_response(503, e.code, str(e), partition=e.partition, projected=e.projected)
+    if isinstance(e, UnknownVersionError):
+        return error_response(422, e.code, str(e), field="read_models_version")
+    if isinstance(e, ConversationParkedError):
+        return error_response(409, e.code, str(e), dead_letter_id=e.dead_letter_id, partition=e.partition,
+                              offset=e.offset, error_code=e.error_code)  # fmt: skip
+    if isinstance(e, UnknownMessageError):  # only a before_message names a message to rebuild before
+        return error_response(404, e.code, str(e), field="before_message")
+    if isinstance(e, OffsetBeyondLogEndError):
+        return error_response(422, e.code, str(e), field=e.field, partition=e.partition)
+    return None

@@ -1,31 +1,22 @@
-"""What the routes share: the API's dependencies, its error, the tenant a token belongs to, and
-the per-request helpers (the caller's conversation key, 404 unless the log holds it, the
-``202 Accepted`` body of an append)."""
+"""What the routes share: the API's dependencies (the query service, the producer, the HTTP
+settings), its error, the tenant a token belongs to, and the per-request helpers (the caller's
+conversation key, the ``202 Accepted`` body of an append)."""
 
 from __future__ import annotations
 
 import hmac
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import Header
 from fastapi.responses import JSONResponse
 
 from events.errors import ConvlogError
-from events.event_types import Event
 from events.keys import ConversationKey
-from events.log import EventLog, LogRecord
 from events.producer import Appended, ConversationProducer
-from projectors.positions_watch import PositionsWatch
-from projectors.tokens import DEFAULT_COUNTED
-from projectors.window import WindowPolicy
-from query_api.as_of import PolicyAt
-from query_api.cache_prefix import PrefixMemory
 from query_api.http.fast_json import FastJSONResponse
-from query_api.log_reads import conversation_records, log_holds
-from query_api.metrics import Metrics
-from query_api.ports import ReadModels
+from query_api.live import QueryService
 
 PREFIX = "/v1/users/{user_id}/conversations"
 AuthHeader = Annotated[str | None, Header()]
@@ -43,30 +34,25 @@ class ApiError(ConvlogError):
         self.retriable = status == 503
 
 
-@dataclass
-class ApiDeps:
+@dataclass(frozen=True)
+class HttpSettings:
+    """What only the HTTP API needs: who may call it, and how much of a request it takes."""
+
     tokens: Mapping[str, str]  # bearer token -> tenant id
-    producer: ConversationProducer
-    log: EventLog
-    reads: Callable[[], Awaitable[ReadModels]]  # the live version's reads (it changes on a switch)
-    readiness: Callable[[], Awaitable[dict[str, Any]]]
-    metrics: Metrics
-    default_encoding: str = "o200k_base"
-    counted_encodings: tuple[str, ...] = DEFAULT_COUNTED  # what the projector stores counts of; others: at read
-    image_turns: int = 2
     max_body_bytes: int = 2 * 1024 * 1024
     body_timeout_s: float = 30.0  # from the request's start until its body has wholly arrived: else 408
-    wait_for_offset_s: float = 5.0
-    policy: WindowPolicy = field(default_factory=WindowPolicy)  # as-of rebuilds', unless policy_at is given
-    policy_at: PolicyAt | None = None  # the window of the version that served a context as of an event
-    # The window of a numbered read-models version (None: it never was live), for an audit that
-    # names the version a context said it was served by (Convlog-Read-Models-Version).
-    version_policy: Callable[[int], Awaitable[WindowPolicy | None]] | None = None
-    max_event_bytes: int = 1024 * 1024
-    log_behind: Callable[[int], None] | None = None  # raises for a partition whose records the log lost
-    prefixes: PrefixMemory = field(default_factory=PrefixMemory)  # the last context served, for its cacheable prefix
-    positions: PositionsWatch | None = None  # the projector's commits, when it runs in this process; else polling
     openai_user_id: str = "default"  # the user of an OpenAI Conversations API request without Convlog-User-Id
+
+
+@dataclass
+class ApiDeps:
+    """The query service the routes read through, the producer they append with, the HTTP
+    settings and the probes' answers."""
+
+    queries: QueryService
+    producer: ConversationProducer
+    http: HttpSettings
+    readiness: Callable[[], Awaitable[dict[str, Any]]]
     alive: Callable[[], str | None] = lambda: None  # /healthz: why only a restart helps now (None: healthy)
 
 
@@ -101,22 +87,10 @@ class Requests:
     deps: ApiDeps
 
     def tenant(self, authorization: str | None) -> str:
-        tenant_id = tenant_of(self.deps.tokens, authorization)  # the middleware let only these in
+        tenant_id = tenant_of(self.deps.http.tokens, authorization)  # the middleware let only these in
         if tenant_id is None:
             raise ApiError(401, "unauthorized", "a valid bearer token is required")
         return tenant_id
 
     def key_of(self, authorization: str | None, user_id: str, conversation_id: str) -> ConversationKey:
         return ConversationKey(self.tenant(authorization), user_id, conversation_id)
-
-    async def held_by_log(self, key: ConversationKey) -> None:
-        """404 unless the log holds the conversation (the read models may lag behind it)."""
-        if not await log_holds(self.deps.log, await self.deps.reads(), key):
-            raise ApiError(404, "not_found", "no such conversation")
-
-    async def logged_events(self, key: ConversationKey) -> list[tuple[LogRecord, Event]]:
-        """The conversation's events, read from the log through the event index; 404 for none."""
-        pairs = await conversation_records(self.deps.log, await self.deps.reads(), key)
-        if not pairs:
-            raise ApiError(404, "not_found", "no such conversation")
-        return pairs

@@ -64,7 +64,7 @@ class LimitsAndMetrics:
         status = 500
         received = 0
         body_done = False
-        limit, timeout_s = self.deps.max_body_bytes, self.deps.body_timeout_s
+        limit, timeout_s = self.deps.http.max_body_bytes, self.deps.http.body_timeout_s
         started = time.perf_counter()
 
         async def receive_counted() -> Message:  # a chunked body has no content-length to check
@@ -95,7 +95,7 @@ class LimitsAndMetrics:
             status = e.status_code
             await e.response()(scope, receive, send)
         route = getattr(scope.get("route"), "path", "unmatched")
-        self.deps.metrics.request(route, scope["method"], status, time.perf_counter() - started)
+        self.deps.queries.metrics.request(route, scope["method"], status, time.perf_counter() - started)
 
     async def _refused(self, scope: Scope, receive: Receive, send: Send) -> bool:
         """Answers 401 without a valid token (on a non-public path) and 413 for a declared
@@ -103,13 +103,14 @@ class LimitsAndMetrics:
         path = scope["path"].removeprefix(scope.get("root_path", ""))  # as the router matches it
         if path not in self.public:
             authorization = Headers(scope=scope).get("authorization")  # the first one, as routes read it
-            if tenant_of(self.deps.tokens, authorization) is None:
+            if tenant_of(self.deps.http.tokens, authorization) is None:
                 started = time.perf_counter()
                 await error_response(401, "unauthorized", "a valid bearer token is required")(scope, receive, send)
-                self.deps.metrics.request("unauthenticated", scope["method"], 401, time.perf_counter() - started)
+                elapsed = time.perf_counter() - started
+                self.deps.queries.metrics.request("unauthenticated", scope["method"], 401, elapsed)
                 return True
         length = dict(scope["headers"]).get(b"content-length")
-        if length is not None and (not length.isdigit() or int(length) > self.deps.max_body_bytes):
-            await _BodyTooLargeError(self.deps.max_body_bytes).response()(scope, receive, send)
+        if length is not None and (not length.isdigit() or int(length) > self.deps.http.max_body_bytes):
+            await _BodyTooLargeError(self.deps.http.max_body_bytes).response()(scope, receive, send)
             return True
         return False

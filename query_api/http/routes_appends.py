@@ -8,8 +8,6 @@ call is refused (422 ``orphan_tool_result``, see query_api/orphans.py)."""
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import re
 from typing import Annotated, Any
 
@@ -20,9 +18,8 @@ from events.batches import NativeBatch
 from events.errors import InvalidRequestError, NativeFormatError
 from events.event_types import MessageAppended, MessageRedacted
 from events.formats.registry import APPEND_FORMATS, NATIVE_FORMATS
-from events.keys import ConversationKey, partition_for_key
+from events.keys import ConversationKey
 from events.producer import Appended
-from projectors.positions_watch import read_until_passed
 from query_api.http.deps import PREFIX, ApiDeps, ApiError, AuthHeader, Requests, accepted
 from query_api.http.fast_json import FastJSONResponse
 from query_api.http.strict_json import StrictJsonRoute
@@ -43,7 +40,7 @@ FormatQuery = Annotated[
 def append_routes(deps: ApiDeps) -> APIRouter:
     router = APIRouter(route_class=StrictJsonRoute)
     requests = Requests(deps)
-    idempotent = IdempotentAppends(deps.producer, deps.log, deps.reads)
+    idempotent = IdempotentAppends(deps.producer, deps.queries.log, deps.queries.reads)
 
     async def refuse_orphans(key: ConversationKey, batch: NativeBatch, messages: tuple[MessageAppended, ...]) -> None:
         """422 ``orphan_tool_result`` for a result whose call is neither earlier in the payload nor
@@ -52,17 +49,7 @@ def append_routes(deps: ApiDeps) -> APIRouter:
         ``min_offset``) until it reached the partition's end as of now."""
         calls: tuple[str, ...] = ()
         if needs_conversation_calls(messages):
-            reads = await deps.reads()
-            partition = partition_for_key(key.encode(), deps.log.partition_count)
-            end = (await deps.log.end_offsets([partition]))[partition]
-            deadline = asyncio.get_running_loop().time() + deps.wait_for_offset_s
-            position = await read_until_passed(functools.partial(reads.projection_position, partition),
-                                               deps.positions, partition, end - 1, deadline=deadline)  # fmt: skip
-            if position < end:
-                raise ApiError(503, "not_caught_up", "the read models have not caught up with the log, "
-                               "so the tool calls this payload answers cannot be checked yet",
-                               partition=partition)  # fmt: skip
-            calls = await reads.open_tool_calls(key)
+            calls = await (await deps.queries.reads_past_log_end(key)).open_tool_calls(key)
         orphan = first_orphan(messages, calls)
         if orphan is not None:
             raise NativeFormatError(f"answers tool call {messages[orphan].tool_call_id!r}, which is neither in this "
@@ -125,13 +112,13 @@ def append_routes(deps: ApiDeps) -> APIRouter:
     @router.post(PREFIX + "/{conversation_id}/clear", status_code=202)
     async def clear(user_id: str, conversation_id: str, authorization: AuthHeader = None) -> JSONResponse:
         key = requests.key_of(authorization, user_id, conversation_id)
-        await requests.held_by_log(key)
+        await deps.queries.held_by_log(key)
         return accepted(await deps.producer.clear(key))
 
     @router.delete(PREFIX + "/{conversation_id}", status_code=202)
     async def erase(user_id: str, conversation_id: str, authorization: AuthHeader = None) -> JSONResponse:
         key = requests.key_of(authorization, user_id, conversation_id)
-        await requests.held_by_log(key)
+        await deps.queries.held_by_log(key)
         return accepted(await deps.producer.erase(key, reason="erased through the API"))
 
     return router
@@ -143,14 +130,14 @@ async def _redact(
 ) -> JSONResponse:  # fmt: skip
     """Append the redaction once the log shows the conversation holds the message (404 else);
     with an ``event_id`` (the Idempotency-Key), only if no other event holds it (409)."""
-    producer = requests.deps.producer
+    producer, queries = requests.deps.producer, requests.deps.queries
     built = producer.build(key, MessageRedacted(message_id=message_id, reason=reason), event_id=event_id)
 
     async def has_message() -> None:
         # From the log (the read models may lag), past records this build cannot decode.
-        events = await conversation_records(requests.deps.log, await requests.deps.reads(), key, skip_undecodable=True)
+        events = await conversation_records(queries.log, await queries.reads(), key, skip_undecodable=True)
         if not events:
-            await requests.held_by_log(key)  # 404 for no conversation
+            await queries.held_by_log(key)  # 404 for no conversation
         if not any(isinstance(e.body, MessageAppended) and e.body.message_id == message_id for _, e in events):
             raise ApiError(404, "message_not_found", f"the conversation has no message {message_id!r}",
                            field="message_id")  # fmt: skip

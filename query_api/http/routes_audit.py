@@ -25,7 +25,7 @@ def audit_routes(deps: ApiDeps) -> APIRouter:
         authorization: AuthHeader = None,
     ) -> dict[str, Any]:
         key = requests.key_of(authorization, user_id, conversation_id)
-        page = await (await deps.reads()).transcript(key, limit=limit, before=before)
+        page = await (await deps.queries.reads()).transcript(key, limit=limit, before=before)
         if page is None:
             raise ApiError(404, "not_found", "no such conversation")
         entries, next_before = page
@@ -34,7 +34,7 @@ def audit_routes(deps: ApiDeps) -> APIRouter:
     @router.get(PREFIX + "/{conversation_id}/summaries")
     async def summaries(user_id: str, conversation_id: str, authorization: AuthHeader = None) -> dict[str, Any]:
         key = requests.key_of(authorization, user_id, conversation_id)
-        entries = await (await deps.reads()).summaries(key)
+        entries = await (await deps.queries.reads()).summaries(key)
         if entries is None:
             raise ApiError(404, "not_found", "no such conversation")
         return {"summaries": entries}
@@ -44,6 +44,6 @@ def audit_routes(deps: ApiDeps) -> APIRouter:
         http_request: Request, user_id: str, conversation_id: str, authorization: AuthHeader = None
     ) -> dict[str, Any]:
         key = requests.key_of(authorization, user_id, conversation_id)
-        return {"events": events_json(await unless_disconnected(http_request, requests.logged_events(key)))}
+        return {"events": events_json(await unless_disconnected(http_request, deps.queries.logged_events(key)))}
 
     return router

@@ -27,7 +27,7 @@ def conversation_routes(deps: ApiDeps) -> APIRouter:
         tenant_id = requests.tenant(authorization)
         ConversationKey(tenant_id, user_id, "x")  # validates user_id like every other route
         try:
-            items, next_before = await (await deps.reads()).list_conversations(
+            items, next_before = await (await deps.queries.reads()).list_conversations(
                 tenant_id, user_id, limit=limit, before=before
             )
         except InvalidRequestError as e:

@@ -29,6 +29,6 @@ def health_routes(deps: ApiDeps) -> APIRouter:
 
     @router.get("/metrics", response_class=PlainTextResponse)
     async def metrics() -> PlainTextResponse:
-        return PlainTextResponse(deps.metrics.render(), media_type=deps.metrics.content_type)
+        return PlainTextResponse(deps.queries.metrics.render(), media_type=deps.queries.metrics.content_type)
 
     return router

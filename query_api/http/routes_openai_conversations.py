@@ -66,11 +66,11 @@ class _Helpers:
     requests: Requests
 
     def key_of(self, authorization: str | None, user: str | None, conversation_id: str) -> ConversationKey:
-        return self.requests.key_of(authorization, user or self.deps.openai_user_id, conversation_id)
+        return self.requests.key_of(authorization, user or self.deps.http.openai_user_id, conversation_id)
 
     async def folded(self, key: ConversationKey) -> OpenAIConversation:
-        pairs = await conversation_records(self.deps.log, await self.deps.reads(), key)
-        conversation = fold_conversation(pairs, max_event_bytes=self.deps.max_event_bytes)
+        pairs = await conversation_records(self.deps.queries.log, await self.deps.queries.reads(), key)
+        conversation = fold_conversation(pairs, max_event_bytes=self.deps.queries.max_event_bytes)
         if conversation is None:
             raise ApiError(404, "not_found", f"no conversation {key.conversation_id!r}", field="conversation_id")
         return conversation

@@ -20,7 +20,8 @@ from convlog.runtime.serve import http_server
 from convlog.settings import Settings
 from events.kafka_log import KafkaEventLog
 from events.keys import ConversationKey
-from query_api.http import ApiDeps, create_app
+from query_api.http import ApiDeps, HttpSettings, create_app
+from query_api.live import QueryService
 from query_api.metrics import Metrics
 from query_api.reads import PostgresReadModels
 from tests.kafka.ops_support import Ops
@@ -78,8 +79,9 @@ async def serving(ops: Ops, server_of: Any) -> AsyncIterator[tuple[GatedLog, int
     async def ready() -> dict[str, object]:
         return {"ready": True}
 
-    deps = ApiDeps(tokens={"token-a": "acme"}, producer=ops.producer, log=gated, reads=reads, readiness=ready,
-                   metrics=Metrics())  # type: ignore[arg-type]  # fmt: skip
+    queries = QueryService(log=gated, reads=reads, metrics=Metrics())  # type: ignore[arg-type]
+    deps = ApiDeps(queries=queries, producer=ops.producer, http=HttpSettings(tokens={"token-a": "acme"}),
+                   readiness=ready)  # fmt: skip
     port = free_port()
     server = server_of(create_app(deps), port)
     task = asyncio.create_task(server.serve())

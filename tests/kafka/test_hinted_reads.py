@@ -32,7 +32,7 @@ async def test_a_hint_the_read_models_do_not_hold_waits_for_the_projection(
                             data_dir=tmp_path)  # fmt: skip
         stop = asyncio.Event()
         async with running_service(settings) as service:
-            watch = service.deps.positions
+            watch = service.deps.queries.positions
             assert watch is not None
             transport = httpx.ASGITransport(app=create_app(service.deps))
             headers = {"Authorization": "Bearer t"}

@@ -15,7 +15,8 @@ import pytest
 from convlog.demo.run import append_tools_conversation
 from events.keys import ConversationKey, partition_for_key
 from events.reading import conversation_events
-from query_api.http import ApiDeps, create_app
+from query_api.http import ApiDeps, HttpSettings, create_app
+from query_api.live import QueryService
 from query_api.metrics import Metrics
 from query_api.reads import PostgresReadModels
 from tests.kafka.ops_support import PARTITIONS, REPO, Ops
@@ -176,8 +177,8 @@ async def test_replay_prints_byte_for_byte_the_context_the_api_serves_as_of_that
     await project_all(ops.log, ops.projection.store())
     pairs = [pair async for pair in conversation_events(ops.log, OA)]
     deps = ApiDeps(
-        tokens={"token-a": "acme"}, producer=ops.producer, log=ops.log,
-        reads=lambda: _reads(ops.projection), readiness=_ready, metrics=Metrics(),
+        queries=QueryService(log=ops.log, reads=lambda: _reads(ops.projection), metrics=Metrics()),
+        producer=ops.producer, http=HttpSettings(tokens={"token-a": "acme"}), readiness=_ready,
     )  # fmt: skip
     transport = httpx.ASGITransport(app=create_app(deps))
     async with httpx.AsyncClient(transport=transport, base_url="http://convlog") as client:

@@ -24,7 +24,8 @@ from projectors.log_source import LogSource
 from projectors.runner import Projector
 from projectors.window import WindowPolicy
 from query_api.as_of import BeforeMessage, context_inputs_as_of
-from query_api.http import ApiDeps, create_app
+from query_api.http import ApiDeps, HttpSettings, create_app
+from query_api.live import QueryService
 from query_api.metrics import Metrics
 from query_api.reads import PostgresReadModels
 from summarizer.offline_model import OfflineSummaryModel
@@ -120,8 +121,9 @@ async def test_reads_of_the_log_finish_and_show_only_committed_events(ops: Ops, 
     since = dict.fromkeys(range(PARTITIONS), 0)
     assert await asyncio.wait_for(active_since(ops.log, since, everyone, timeout_s=10), 15) == {str(A), str(B)}
 
-    deps = ApiDeps(tokens={"token-a": "acme"}, producer=ConversationProducer(ops.log), log=ops.log,
-                   reads=lambda: _reads(ops.projection), readiness=_ready, metrics=Metrics())  # fmt: skip
+    deps = ApiDeps(queries=QueryService(log=ops.log, reads=lambda: _reads(ops.projection), metrics=Metrics()),
+                   producer=ConversationProducer(ops.log), http=HttpSettings(tokens={"token-a": "acme"}),
+                   readiness=_ready)  # fmt: skip
     path = f"/v1/users/{A.user_id}/conversations/{A.conversation_id}"
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(deps)), base_url="http://t") as client:
         events = await asyncio.wait_for(client.get(path + "/events", headers=HEADERS), 15)
