@@ -26,9 +26,9 @@ from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import AliasChoices, Field, PrivateAttr, SecretStr, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
-from pydantic_settings.sources.utils import parse_env_vars
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from convlog.pydantic_settings_compat import EnvSettingsSource, parse_env_vars
 from events.errors import ConfigurationError
 from events.producer import DEFAULT_MAX_EVENT_BYTES
 from projectors.tokens import DEFAULT_COUNTED
