@@ -14,6 +14,7 @@ from events.embedded_log import EmbeddedEventLog
 from events.kafka_log import KafkaEventLog
 from events.log import EventLog
 from events.producer import ConversationProducer
+from tests.fake_llm import FakeLLM
 from tests.projection_support import Projection, projection_database, temporary_database
 from tests.support import services_required, unique_topic
 
@@ -65,6 +66,20 @@ async def projection(pg_admin_url: str) -> AsyncIterator[Projection]:
     """A fresh, migrated database with a live read-models version."""
     async with projection_database(pg_admin_url) as p:
         yield p
+
+
+@pytest.fixture
+async def fresh_database_url(pg_admin_url: str) -> AsyncIterator[str]:
+    """A fresh, empty database (dropped after the test)."""
+    async with temporary_database(pg_admin_url) as url:
+        yield url
+
+
+@pytest.fixture
+def fake_llm() -> Iterator[FakeLLM]:
+    """An OpenAI-compatible model server on a local port, answering as tests/fake_llm.py scripts it."""
+    with FakeLLM().running() as server:
+        yield server
 
 
 @pytest.fixture
