@@ -8,6 +8,11 @@ such members by instance id (``LeaveGroup`` v3, a request aiokafka does not carr
 here in aiokafka's own protocol types), and the group rebalances at once. The members are
 listed with ``DescribeGroups`` v4, the first version that names their instance ids (aiokafka
 carries v0-v3).
+
+aiokafka's protocol types, its low-level client and its member-assignment codec are not its
+documented API: this module is the one place that uses them, for the aiokafka versions in
+:data:`VERSIONS` (pyproject.toml's range; tests/compat/test_aiokafka_compat.py checks the
+installed aiokafka against it, with the wire bytes relied on).
 """
 
 from __future__ import annotations
@@ -23,6 +28,9 @@ from aiokafka.protocol.api import Request, RequestStruct, Response
 from aiokafka.protocol.types import Array, Boolean, Bytes, Int16, Int32, Schema, String
 
 from events.kafka_log import convert_kafka_error
+
+DISTRIBUTION = "aiokafka"
+VERSIONS = ">=0.12,<0.15"  # written for 0.14; pyproject.toml's range (undocumented modules: the next minor is unknown)
 
 _GROUP_COORDINATOR = 0  # FindCoordinator's key type for consumer groups
 _UNKNOWN_MEMBER_ID = ""  # a member named by its instance id alone

@@ -11,7 +11,6 @@ import sys
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -21,8 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg.types.json import Jsonb
 
-from convlog.runtime.serve import Service, running_service
-from convlog.settings import Settings
+from convlog.runtime.serve import Service
 from events.embedded_log import EmbeddedEventLog
 from events.errors import InvalidEventError
 from events.event_types import MessageAppended, SummaryRecorded
@@ -31,7 +29,6 @@ from events.producer import ConversationProducer
 from events.strict_json import parse_json
 from events.validation import unstorable_char
 from query_api.http import create_app
-from tests.projection_support import temporary_database
 
 A = {"Authorization": "Bearer token-a"}
 BASE = "/v1/users/u1/conversations"
@@ -261,47 +258,40 @@ async def test_the_refused_characters_are_exactly_what_postgres_cannot_store(pg_
 
 
 @pytest.fixture
-async def service(pg_admin_url: str, tmp_path: Path) -> AsyncIterator[Service]:
-    async with temporary_database(pg_admin_url) as url:
-        settings = Settings(database_url=url, data_dir=tmp_path, partitions=4,
-                            api_tokens="acme:token-a,globex:token-b", summarizer="off")  # fmt: skip
-        async with running_service(settings) as svc:
-            yield svc
-
-
-@pytest.fixture
-async def client(service: Service) -> AsyncIterator[httpx.AsyncClient]:
-    # No waiting for offsets nobody writes: the fuzz test asks for random ones.
-    impatient = replace(service.deps.queries, wait_for_offset_s=0.0)
-    transport = httpx.ASGITransport(app=create_app(replace(service.deps, queries=impatient)))
+async def no_wait_http_client(api_service: Service) -> AsyncIterator[httpx.AsyncClient]:
+    """An HTTP client of the API that does not wait for offsets nobody writes: the fuzz test asks for random ones."""
+    impatient = replace(api_service.deps.queries, wait_for_offset_s=0.0)
+    transport = httpx.ASGITransport(app=create_app(replace(api_service.deps, queries=impatient)))
     async with httpx.AsyncClient(transport=transport, base_url="http://convlog") as c:
         yield c
 
 
 @pytest.mark.postgres
-async def test_http_refuses_unstorable_strings_and_the_projector_keeps_going(client: httpx.AsyncClient) -> None:
+async def test_http_refuses_unstorable_strings_and_the_projector_keeps_going(
+    no_wait_http_client: httpx.AsyncClient,
+) -> None:
     for case in NUL_CASES:
         message, field = _with_nul(case)
         if case == "surrogate":
             continue  # JSON text cannot carry a lone surrogate as a character, only as an escape
-        response = await client.post(f"{BASE}/c/messages", json=message, headers=A)
+        response = await no_wait_http_client.post(f"{BASE}/c/messages", json=message, headers=A)
         assert response.status_code == 422, (case, response.text)
         error = response.json()["error"]
         assert (error["code"], error["field"]) == ("invalid_event", field)
     escaped = '{"role": "user", "content": "a\\ud800b"}'  # a lone surrogate, as JSON can write one
-    response = await client.post(
+    response = await no_wait_http_client.post(
         f"{BASE}/c/messages", content=escaped, headers={**A, "Content-Type": "application/json"}
     )
     assert (response.status_code, response.json()["error"]["field"]) == (422, "content")
-    ok = await client.post(f"{BASE}/c/messages", json={"role": "user", "content": "still here"}, headers=A)
+    ok = await no_wait_http_client.post(f"{BASE}/c/messages", json={"role": "user", "content": "still here"}, headers=A)
     assert ok.status_code == 202
-    context = await client.get(f"{BASE}/c/context", headers=A, params={
+    context = await no_wait_http_client.get(f"{BASE}/c/context", headers=A, params={
         "model": "gpt-4o", "budget_tokens": 500, "min_offset": ok.json()["offset"]})  # fmt: skip
     for _ in range(200):  # read-your-writes: the projector applied it (this app does not wait)
         if context.status_code == 200:
             break
         await asyncio.sleep(0.05)
-        context = await client.get(context.request.url, headers=A)
+        context = await no_wait_http_client.get(context.request.url, headers=A)
     assert context.status_code == 200, context.text
     assert [m["content"] for m in context.json()["messages"]] == ["still here"]
 
@@ -318,15 +308,17 @@ async def test_http_refuses_unstorable_strings_and_the_projector_keeps_going(cli
         b'{"role": "user", "content": "\xff"}',
     ],
 )
-async def test_http_bodies_are_strict_json(client: httpx.AsyncClient, raw: str | bytes) -> None:
-    response = await client.post(f"{BASE}/c/messages", content=raw, headers={**A, "Content-Type": "application/json"})
+async def test_http_bodies_are_strict_json(no_wait_http_client: httpx.AsyncClient, raw: str | bytes) -> None:
+    response = await no_wait_http_client.post(
+        f"{BASE}/c/messages", content=raw, headers={**A, "Content-Type": "application/json"}
+    )
     assert response.status_code == 422, response.text
     assert response.json()["error"]["code"] == "invalid_json"
     assert response.json()["error"]["field"] == "body"
 
 
 @pytest.mark.postgres
-async def test_http_type_checks_name_the_field(client: httpx.AsyncClient) -> None:
+async def test_http_type_checks_name_the_field(no_wait_http_client: httpx.AsyncClient) -> None:
     for body, field in (
         ({"role": "user", "content": "x", "message_id": 5}, "message_id"),
         ({"role": "assistant", "content": "x", "usage": {"prompt_tokens_details": "x"}}, "usage.prompt_tokens_details"),
@@ -339,16 +331,18 @@ async def test_http_type_checks_name_the_field(client: httpx.AsyncClient) -> Non
             "tool_calls[0].arguments",
         ),
     ):
-        response = await client.post(f"{BASE}/c/messages", json=body, headers=A)
+        response = await no_wait_http_client.post(f"{BASE}/c/messages", json=body, headers=A)
         assert response.status_code == 422, response.text
         assert response.json()["error"]["field"] == field
 
 
 @pytest.mark.postgres
-async def test_ids_that_are_not_utf8_are_422_never_one_conversation(client: httpx.AsyncClient) -> None:
+async def test_ids_that_are_not_utf8_are_422_never_one_conversation(no_wait_http_client: httpx.AsyncClient) -> None:
     """``a%FFb``, ``a%FEb`` and a lone surrogate (``%ED%A0%80``) were all decoded to the
     conversation ``a\ufffdb``: refused, naming the id; the UTF-8 of U+FFFD itself still names it."""
-    posted = await client.post(f"{BASE}/a%EF%BF%BDb/messages", json={"role": "user", "content": "x"}, headers=A)
+    posted = await no_wait_http_client.post(
+        f"{BASE}/a%EF%BF%BDb/messages", json={"role": "user", "content": "x"}, headers=A
+    )
     assert posted.status_code == 202, posted.text
     for path, field in (
         (f"{BASE}/a%FFb/messages", "conversation_id"),
@@ -356,17 +350,19 @@ async def test_ids_that_are_not_utf8_are_422_never_one_conversation(client: http
         (f"{BASE}/a%ED%A0%80b/messages", "conversation_id"),
         ("/v1/users/u%FF/conversations/c/messages", "user_id"),
     ):
-        response = await client.post(path, json={"role": "user", "content": "y"}, headers=A)
+        response = await no_wait_http_client.post(path, json={"role": "user", "content": "y"}, headers=A)
         assert (response.status_code, response.json()["error"]["code"]) == (422, "invalid_request"), path
         assert response.json()["error"]["field"] == field
     for path in (f"{BASE}/a%FFb/context?model=gpt-4o&budget_tokens=100", f"{BASE}/a%FEb/events"):
-        response = await client.get(path, headers=A)
+        response = await no_wait_http_client.get(path, headers=A)
         assert (response.status_code, response.json()["error"]["field"]) == (422, "conversation_id"), path
-    refused = await client.get(f"{BASE}/c/context?model=gpt-4o&budget_tokens=100&before_message=m%FF", headers=A)
+    refused = await no_wait_http_client.get(
+        f"{BASE}/c/context?model=gpt-4o&budget_tokens=100&before_message=m%FF", headers=A
+    )
     assert (refused.status_code, refused.json()["error"]["field"]) == (422, "before_message")
-    unauthenticated = await client.post(f"{BASE}/a%FFb/messages", json={"role": "user", "content": "y"})
+    unauthenticated = await no_wait_http_client.post(f"{BASE}/a%FFb/messages", json={"role": "user", "content": "y"})
     assert unauthenticated.status_code == 401  # authentication still first
-    events = await client.get(f"{BASE}/a%EF%BF%BDb/events", headers=A)
+    events = await no_wait_http_client.get(f"{BASE}/a%EF%BF%BDb/events", headers=A)
     assert events.status_code == 200, events.text
     assert len(events.json()["events"]) == 1  # only the message sent to it
 
@@ -377,7 +373,9 @@ PUBLIC = ("/healthz", "/readyz", "/metrics", "/openapi.json")
 
 
 @pytest.mark.postgres
-async def test_without_a_token_nothing_but_401_and_the_body_is_never_read(client: httpx.AsyncClient) -> None:
+async def test_without_a_token_nothing_but_401_and_the_body_is_never_read(
+    no_wait_http_client: httpx.AsyncClient,
+) -> None:
     read: list[bytes] = []
 
     async def body() -> AsyncIterator[bytes]:
@@ -394,24 +392,24 @@ async def test_without_a_token_nothing_but_401_and_the_body_is_never_read(client
             ("GET", "/v1/no/such/route", None),
             ("POST", f"{BASE}/c/clear", None),
         ):
-            response = await client.request(method, path, content=content, headers=headers)
+            response = await no_wait_http_client.request(method, path, content=content, headers=headers)
             assert response.status_code == 401, (method, path, headers, response.text)
             assert response.json()["error"]["code"] == "unauthorized"
     assert read == []  # the streamed body was never asked for
 
 
 @pytest.mark.postgres
-async def test_health_readiness_metrics_and_the_schema_need_no_token(client: httpx.AsyncClient) -> None:
+async def test_health_readiness_metrics_and_the_schema_need_no_token(no_wait_http_client: httpx.AsyncClient) -> None:
     for path in PUBLIC:
-        response = await client.get(path)
+        response = await no_wait_http_client.get(path)
         allowed = (200, 503) if path == "/readyz" else (200,)  # /readyz: 503 until caught up
         assert response.status_code in allowed, (path, response.text)
         assert response.status_code != 401
-    assert (await client.get("/healthz")).json() == {"status": "ok"}
-    metrics = (await client.get("/metrics")).text
+    assert (await no_wait_http_client.get("/healthz")).json() == {"status": "ok"}
+    metrics = (await no_wait_http_client.get("/metrics")).text
     assert 'status="401"' not in metrics  # nothing was refused yet
-    assert (await client.get(f"{BASE}/c/messages")).status_code == 401
-    assert 'status="401"' in (await client.get("/metrics")).text  # refusals are still counted
+    assert (await no_wait_http_client.get(f"{BASE}/c/messages")).status_code == 401
+    assert 'status="401"' in (await no_wait_http_client.get("/metrics")).text  # refusals are still counted
 
 
 # --- fuzzing every endpoint of the schema --------------------------------------------------------
@@ -585,8 +583,9 @@ def _operations(spec: dict[str, Any]) -> list[Operation]:
 
 
 @pytest.fixture
-async def operations(client: httpx.AsyncClient) -> list[Operation]:
+async def operations(no_wait_http_client: httpx.AsyncClient) -> list[Operation]:
     """Every operation of the app's OpenAPI schema, and a conversation the token's tenant has."""
+    client = no_wait_http_client
     known = await client.post(f"{BASE}/c/messages", json={"role": "user", "content": "known conversation"}, headers=A)
     assert known.status_code == 202, known.text
     return _operations((await client.get("/openapi.json")).json())
@@ -604,7 +603,7 @@ _IDEMPOTENCY_KEY = st.text(st.characters(codec="latin-1", exclude_characters="\r
           derandomize=True)  # fmt: skip
 @given(data=st.data())
 async def test_fuzzed_requests_on_every_endpoint_never_get_a_5xx(
-    client: httpx.AsyncClient, operations: list[Operation], data: st.DataObject
+    no_wait_http_client: httpx.AsyncClient, operations: list[Operation], data: st.DataObject
 ) -> None:
     """Every operation the schema lists, with path, query, headers and body drawn from their
     declared types and from anything at all; appends (the richest input) are drawn most."""
@@ -624,7 +623,7 @@ async def test_fuzzed_requests_on_every_endpoint_never_get_a_5xx(
         body, headers["Content-Type"] = data.draw(_BODY, label="body")
         if data.draw(st.booleans(), label="give an idempotency key"):
             headers["Idempotency-Key"] = data.draw(_IDEMPOTENCY_KEY, label="key").encode("latin-1")
-    response = await client.request(method, path, params=params, content=body, headers=headers)
+    response = await no_wait_http_client.request(method, path, params=params, content=body, headers=headers)
     assert response.status_code != 500, (method, path, params, body, response.text)
     if body is not None and template.endswith(("/messages", "/redact")) and _ambiguous(body):
         assert response.status_code >= 400, (method, path, params, body, response.text)
@@ -637,7 +636,7 @@ async def test_fuzzed_requests_on_every_endpoint_never_get_a_5xx(
           derandomize=True)  # fmt: skip
 @given(data=st.data())
 async def test_fuzzed_requests_without_a_valid_token_are_all_401(
-    client: httpx.AsyncClient, operations: list[Operation], data: st.DataObject
+    no_wait_http_client: httpx.AsyncClient, operations: list[Operation], data: st.DataObject
 ) -> None:
     method, template, names, _ = data.draw(st.sampled_from(operations), label="op")
     path = template
@@ -646,7 +645,9 @@ async def test_fuzzed_requests_without_a_valid_token_are_all_401(
     headers = dict(data.draw(st.sampled_from([{}, {"Authorization": "Bearer x"}, {"Authorization": "token-a"},
                                               {"Authorization": "Basic dG9rZW4tYQ=="}]), label="auth"))  # fmt: skip
     body, headers["Content-Type"] = data.draw(_BODY, label="body")
-    response = await client.request(method, path, content=body if method == "POST" else None, headers=headers)
+    response = await no_wait_http_client.request(
+        method, path, content=body if method == "POST" else None, headers=headers
+    )
     if template in PUBLIC:
         assert response.status_code in ((200, 503) if template == "/readyz" else (200,)), response.text
     else:
@@ -655,49 +656,53 @@ async def test_fuzzed_requests_without_a_valid_token_are_all_401(
 
 @pytest.mark.postgres
 @pytest.mark.parametrize("conversation_id", ["a\x00b", "a\ud800b"])
-async def test_a_crafted_list_cursor_is_a_422_not_a_500(client: httpx.AsyncClient, conversation_id: str) -> None:
+async def test_a_crafted_list_cursor_is_a_422_not_a_500(
+    no_wait_http_client: httpx.AsyncClient, conversation_id: str
+) -> None:
     raw = json.dumps([None, conversation_id]).encode()  # ASCII escapes: valid UTF-8 whatever it says
     cursor = base64.urlsafe_b64encode(raw).decode().rstrip("=")
-    response = await client.get(BASE, params={"before": cursor}, headers=A)
+    response = await no_wait_http_client.get(BASE, params={"before": cursor}, headers=A)
     assert response.status_code == 422, response.text
 
 
 @pytest.mark.postgres
-async def test_a_min_offset_the_log_does_not_hold_is_a_422_at_once(client: httpx.AsyncClient) -> None:
-    appended = await client.post(f"{BASE}/c/messages", json={"role": "user", "content": "hi"}, headers=A)
+async def test_a_min_offset_the_log_does_not_hold_is_a_422_at_once(no_wait_http_client: httpx.AsyncClient) -> None:
+    appended = await no_wait_http_client.post(f"{BASE}/c/messages", json={"role": "user", "content": "hi"}, headers=A)
     assert appended.status_code == 202, appended.text
     params = {"model": "gpt-4o", "budget_tokens": 1000, "min_offset": appended.json()["offset"] + 10**9}
     started = asyncio.get_running_loop().time()
-    response = await client.get(f"{BASE}/c/context", params=params, headers=A)
+    response = await no_wait_http_client.get(f"{BASE}/c/context", params=params, headers=A)
     assert response.status_code == 422, response.text
     assert response.json()["error"]["code"] == "offset_beyond_log_end"
     assert asyncio.get_running_loop().time() - started < 1.0  # not the whole wait for read-your-writes
 
 
 @pytest.mark.postgres
-async def test_an_as_of_the_log_does_not_hold_is_the_422_min_offset_is(client: httpx.AsyncClient) -> None:
+async def test_an_as_of_the_log_does_not_hold_is_the_422_min_offset_is(no_wait_http_client: httpx.AsyncClient) -> None:
     """One rule for both: no context "after" an event the log does not hold (the last one was 200)."""
-    appended = await client.post(f"{BASE}/c/messages", json={"role": "user", "content": "hi"}, headers=A)
+    appended = await no_wait_http_client.post(f"{BASE}/c/messages", json={"role": "user", "content": "hi"}, headers=A)
     assert appended.status_code == 202, appended.text
     offset = appended.json()["offset"]
     base = {"model": "gpt-4o", "budget_tokens": 1000}
     for name in ("as_of", "min_offset"):
-        response = await client.get(f"{BASE}/c/context", params={**base, name: offset + 10**9}, headers=A)
+        response = await no_wait_http_client.get(f"{BASE}/c/context", params={**base, name: offset + 10**9}, headers=A)
         assert response.status_code == 422, response.text
         error = response.json()["error"]
         assert (error["code"], error["field"]) == ("offset_beyond_log_end", name)
         assert error["partition"] == appended.json()["partition"]
-    response = await client.get(f"{BASE}/c/context", params={**base, "as_of": offset}, headers=A)
+    response = await no_wait_http_client.get(f"{BASE}/c/context", params={**base, "as_of": offset}, headers=A)
     assert response.status_code == 200, response.text
 
 
 @pytest.mark.postgres
-async def test_a_reserve_that_takes_the_whole_budget_is_a_422_that_says_so(client: httpx.AsyncClient) -> None:
-    appended = await client.post(f"{BASE}/c/messages", json={"role": "user", "content": "hi"}, headers=A)
+async def test_a_reserve_that_takes_the_whole_budget_is_a_422_that_says_so(
+    no_wait_http_client: httpx.AsyncClient,
+) -> None:
+    appended = await no_wait_http_client.post(f"{BASE}/c/messages", json={"role": "user", "content": "hi"}, headers=A)
     assert appended.status_code == 202, appended.text
     for extra in ({"as_of": appended.json()["offset"]}, {}):  # rebuilt or live, the same answer
         params = {"model": "gpt-4o", "budget_tokens": 100, "reserve_tokens": 150, "tools_tokens": 50, **extra}
-        response = await client.get(f"{BASE}/c/context", params=params, headers=A)
+        response = await no_wait_http_client.get(f"{BASE}/c/context", params=params, headers=A)
         assert response.status_code == 422, response.text
         error = response.json()["error"]
         assert (error["code"], error["field"]) == ("reserve_exceeds_budget", "reserve_tokens")
@@ -707,11 +712,13 @@ async def test_a_reserve_that_takes_the_whole_budget_is_a_422_that_says_so(clien
 
 
 @pytest.mark.postgres
-async def test_an_unknown_format_is_one_code_on_a_read_and_an_append(client: httpx.AsyncClient) -> None:
+async def test_an_unknown_format_is_one_code_on_a_read_and_an_append(no_wait_http_client: httpx.AsyncClient) -> None:
     message = {"role": "user", "content": "hi"}
-    appended = await client.post(f"{BASE}/c/messages", params={"format": "klingon"}, json=message, headers=A)
-    read = await client.get(f"{BASE}/c/context", params={"model": "gpt-4o", "budget_tokens": 100, "format": "klingon"},
-                            headers=A)  # fmt: skip
+    appended = await no_wait_http_client.post(
+        f"{BASE}/c/messages", params={"format": "klingon"}, json=message, headers=A
+    )
+    params = {"model": "gpt-4o", "budget_tokens": 100, "format": "klingon"}
+    read = await no_wait_http_client.get(f"{BASE}/c/context", params=params, headers=A)
     for response in (appended, read):
         assert response.status_code == 422, response.text
         assert (response.json()["error"]["code"], response.json()["error"]["field"]) == ("unknown_format", "format")

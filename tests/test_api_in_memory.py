@@ -64,7 +64,7 @@ async def deps(log: EmbeddedEventLog) -> AsyncIterator[ApiDeps]:
 
 
 @pytest.fixture
-async def client(deps: ApiDeps) -> AsyncIterator[httpx.AsyncClient]:
+async def in_memory_client(deps: ApiDeps) -> AsyncIterator[httpx.AsyncClient]:
     """The API over ``deps``; another ``create_app(deps)`` is the same API after a restart."""
     transport = httpx.ASGITransport(app=create_app(deps))
     async with httpx.AsyncClient(transport=transport, base_url="http://convlog") as c:
@@ -78,12 +78,12 @@ async def post(client: httpx.AsyncClient, message: dict[str, Any], *, key: str |
     return response.json()
 
 
-async def test_read_your_writes_and_a_valid_context_without_postgres(client: httpx.AsyncClient) -> None:
-    last = await post(client, {"role": "system", "content": OA_SYSTEM_PROMPT})
+async def test_read_your_writes_and_a_valid_context_without_postgres(in_memory_client: httpx.AsyncClient) -> None:
+    last = await post(in_memory_client, {"role": "system", "content": OA_SYSTEM_PROMPT})
     for question, answer in OA_TURNS:
-        await post(client, {"role": "user", "content": question})
-        last = await post(client, {"role": "assistant", "content": answer, "finish_reason": "stop"})
-    response = await client.get(
+        await post(in_memory_client, {"role": "user", "content": question})
+        last = await post(in_memory_client, {"role": "assistant", "content": answer, "finish_reason": "stop"})
+    response = await in_memory_client.get(
         f"{BASE}/oa/context", params={"model": "gpt-4o", "budget_tokens": 300, "min_offset": last["offset"]},
         headers=A,
     )  # fmt: skip
@@ -95,18 +95,20 @@ async def test_read_your_writes_and_a_valid_context_without_postgres(client: htt
     assert body["token_count"] <= 300
     assert body["position"]["offset"] == last["offset"]
     assert body["dropped_turns"] > 0  # the whole conversation costs about 530 tokens: the oldest turns went
-    page = (await client.get(f"{BASE}/oa/messages", params={"limit": 5}, headers=A)).json()
+    page = (await in_memory_client.get(f"{BASE}/oa/messages", params={"limit": 5}, headers=A)).json()
     assert [m["content"] for m in page["messages"]][-1] == OA_TURNS[-1][1]
-    listed = (await client.get(BASE, headers=A)).json()["conversations"]
+    listed = (await in_memory_client.get(BASE, headers=A)).json()["conversations"]
     assert [(c["conversation_id"], c["turn_count"]) for c in listed] == [("oa", len(OA_TURNS))]
 
 
-async def test_an_erased_conversation_serves_nothing_of_it_without_postgres(client: httpx.AsyncClient) -> None:
-    secret = await post(client, {"role": "user", "content": "my card is 4111 1111 1111 1111"})
-    await post(client, {"role": "assistant", "content": "noted", "finish_reason": "stop"})
-    erase = await client.delete(f"{BASE}/oa", headers=A)
+async def test_an_erased_conversation_serves_nothing_of_it_without_postgres(
+    in_memory_client: httpx.AsyncClient,
+) -> None:
+    secret = await post(in_memory_client, {"role": "user", "content": "my card is 4111 1111 1111 1111"})
+    await post(in_memory_client, {"role": "assistant", "content": "noted", "finish_reason": "stop"})
+    erase = await in_memory_client.delete(f"{BASE}/oa", headers=A)
     assert erase.status_code == 202, erase.text
-    response = await client.get(
+    response = await in_memory_client.get(
         f"{BASE}/oa/context", params={"model": "gpt-4o", "budget_tokens": 2000, "min_offset": erase.json()["offset"]},
         headers=A,
     )  # fmt: skip
@@ -114,14 +116,14 @@ async def test_an_erased_conversation_serves_nothing_of_it_without_postgres(clie
     erased = erase.json()
     body = response.json()
     assert (body["messages"], body["position"]) == ([], {"partition": erased["partition"], "offset": erased["offset"]})
-    entries = (await client.get(f"{BASE}/oa/messages", headers=A)).json()["messages"]
+    entries = (await in_memory_client.get(f"{BASE}/oa/messages", headers=A)).json()["messages"]
     assert [(e["message_id"], e["content"], e["erased_at"] is not None) for e in entries] == [
         (secret["message_id"], None, True), (entries[1]["message_id"], None, True),
     ]  # fmt: skip
 
 
 async def test_the_audit_shows_a_native_messages_blocks_and_origin_until_it_is_redacted(
-    client: httpx.AsyncClient, log: EmbeddedEventLog
+    in_memory_client: httpx.AsyncClient, log: EmbeddedEventLog
 ) -> None:
     producer = ConversationProducer(log, producer="test")
     key = ConversationKey("acme", "u1", "native")
@@ -131,11 +133,11 @@ async def test_the_audit_shows_a_native_messages_blocks_and_origin_until_it_is_r
     last = await producer.append(key, tool_result("toolu_2", "no such city", message_id="r2", is_error=True))
 
     async def audit() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        context = await client.get(f"{BASE}/native/context", params={"model": "gpt-4o", "budget_tokens": 4000,
+        context = await in_memory_client.get(f"{BASE}/native/context", params={"model": "gpt-4o", "budget_tokens": 4000,
                                    "min_offset": last.offset}, headers=A)  # fmt: skip
         assert context.status_code == 200, context.text
-        messages = await client.get(f"{BASE}/native/messages", headers=A)
-        events = await client.get(f"{BASE}/native/events", headers=A)
+        messages = await in_memory_client.get(f"{BASE}/native/messages", headers=A)
+        events = await in_memory_client.get(f"{BASE}/native/events", headers=A)
         assert (messages.status_code, events.status_code) == (200, 200)
         return messages.json()["messages"], [e["body"] for e in events.json()["events"]]
 
@@ -166,38 +168,40 @@ async def context_after(client: httpx.AsyncClient, offset: int) -> Any:
 
 
 async def test_a_redaction_of_a_message_the_conversation_never_had_is_404_and_parks_nothing(
-    client: httpx.AsyncClient, log: EmbeddedEventLog
+    in_memory_client: httpx.AsyncClient, log: EmbeddedEventLog
 ) -> None:
     """Unknown targets are refused at the edge: nothing is appended, so nothing the projection
     could dead-letter, and the clear and the erase after it are applied."""
-    secret = await post(client, {"role": "user", "content": "my card is 4111"})
+    secret = await post(in_memory_client, {"role": "user", "content": "my card is 4111"})
     summary = SummaryRecorded("s1", "a summary", secret["message_id"], "test-model", "v1")
     await ConversationProducer(log, producer="test").append(ConversationKey("acme", "u1", "oa"), summary,
                                                             event_id="s1-event")  # fmt: skip
-    cleared = await client.post(f"{BASE}/oa/clear", headers=A)
+    cleared = await in_memory_client.post(f"{BASE}/oa/clear", headers=A)
     assert cleared.status_code == 202, cleared.text
     for target in ("never-sent", "s1", "s1-event", cleared.json()["event_id"]):  # no message, events that are not
-        response = await client.post(f"{BASE}/oa/messages/{target}/redact", json={"reason": "pii"}, headers=A)
+        response = await in_memory_client.post(f"{BASE}/oa/messages/{target}/redact", json={"reason": "pii"}, headers=A)
         assert (response.status_code, response.json()["error"]["code"]) == (404, "message_not_found"), response.text
-    unknown = await client.post(f"{BASE}/nobody/messages/{secret['message_id']}/redact", json={}, headers=A)
+    unknown = await in_memory_client.post(f"{BASE}/nobody/messages/{secret['message_id']}/redact", json={}, headers=A)
     assert (unknown.status_code, unknown.json()["error"]["code"]) == (404, "not_found")
-    erased = await client.delete(f"{BASE}/oa", headers=A)
+    erased = await in_memory_client.delete(f"{BASE}/oa", headers=A)
     assert erased.status_code == 202, erased.text
-    body = await context_after(client, erased.json()["offset"])
+    body = await context_after(in_memory_client, erased.json()["offset"])
     assert (body["messages"], body["degraded"]) == ([], False)
-    events = (await client.get(f"{BASE}/oa/events", headers=A)).json()["events"]
+    events = (await in_memory_client.get(f"{BASE}/oa/events", headers=A)).json()["events"]
     assert [e["event_type"] for e in events] == ["MessageAppended", "SummaryRecorded", "ConversationCleared",
                                                  "ConversationErased"]  # fmt: skip
 
 
 async def test_a_redaction_whose_idempotency_key_is_taken_is_409_naming_what_holds_it(
-    client: httpx.AsyncClient,
+    in_memory_client: httpx.AsyncClient,
 ) -> None:
-    first = await post(client, {"role": "user", "content": "secret one"}, key="k1")
-    second = await post(client, {"role": "assistant", "content": "secret two", "finish_reason": "stop"}, key="k2")
+    first = await post(in_memory_client, {"role": "user", "content": "secret one"}, key="k1")
+    second = await post(
+        in_memory_client, {"role": "assistant", "content": "secret two", "finish_reason": "stop"}, key="k2"
+    )
 
     async def redact(message: Any, key: str) -> httpx.Response:
-        return await client.post(f"{BASE}/oa/messages/{message['message_id']}/redact", json={"reason": "pii"},
+        return await in_memory_client.post(f"{BASE}/oa/messages/{message['message_id']}/redact", json={"reason": "pii"},
                                  headers={**A, "Idempotency-Key": key})  # fmt: skip
 
     for key, holder in (("k1", first), ("k2", second)):  # its own message's key, another message's
@@ -212,26 +216,26 @@ async def test_a_redaction_whose_idempotency_key_is_taken_is_409_naming_what_hol
     assert (again.status_code, again.json()["error"]["offset"]) == (409, redacted.json()["offset"])
     last = await redact(second, "r2")
     assert last.status_code == 202, last.text
-    body = await context_after(client, last.json()["offset"])
+    body = await context_after(in_memory_client, last.json()["offset"])
     assert "secret" not in json.dumps(body)
 
 
 @pytest.mark.parametrize("withdraw", ["erase", "redact"])
 async def test_after_an_erasure_a_repeated_idempotency_key_does_not_tell_whether_the_body_matched(
-    client: httpx.AsyncClient, deps: ApiDeps, withdraw: str
+    in_memory_client: httpx.AsyncClient, deps: ApiDeps, withdraw: str
 ) -> None:
     """No erasure oracle: once the content is gone, the answer to its key must not depend on
     the body sent with it — in this process and after a restart (a new API, no memory)."""
     secret = {"role": "user", "content": "my card is 4111"}
-    first = await post(client, secret, key="k1")
+    first = await post(in_memory_client, secret, key="k1")
     if withdraw == "erase":
-        done = await client.delete(f"{BASE}/oa", headers=A)
+        done = await in_memory_client.delete(f"{BASE}/oa", headers=A)
     else:
-        done = await client.post(f"{BASE}/oa/messages/{first['message_id']}/redact", json={}, headers=A)
+        done = await in_memory_client.post(f"{BASE}/oa/messages/{first['message_id']}/redact", json={}, headers=A)
     assert done.status_code == 202, done.text
     restarted = httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(deps)), base_url="http://convlog")
     async with restarted:
-        for api in (client, restarted):
+        for api in (in_memory_client, restarted):
             answers = [await api.post(f"{BASE}/oa/messages", json=body, headers={**A, "Idempotency-Key": "k1"})
                        for body in (secret, {"role": "user", "content": "my card is 5500"})]  # fmt: skip
             assert [a.status_code for a in answers] == [409, 409]
@@ -242,47 +246,49 @@ async def test_after_an_erasure_a_repeated_idempotency_key_does_not_tell_whether
 
 
 async def test_a_parked_conversation_is_never_served_past_its_dead_letter_and_an_erase_is_not_held(
-    client: httpx.AsyncClient, log: EmbeddedEventLog
+    in_memory_client: httpx.AsyncClient, log: EmbeddedEventLog
 ) -> None:
     """A record the projection cannot apply parks its conversation: a read-your-writes context
     past it is 409 naming the dead letter, never a 200 missing acknowledged events; the erase
     sent after it is applied at once, to the held messages too."""
-    first = await post(client, {"role": "user", "content": "my card is 4111"})
+    first = await post(in_memory_client, {"role": "user", "content": "my card is 4111"})
     garbage = await log.append(key=ConversationKey("acme", "u1", "oa").encode(), value=b"\xc3\x01garbage")
-    held = await post(client, {"role": "user", "content": "and my pin is 1234"})
+    held = await post(in_memory_client, {"role": "user", "content": "and my pin is 1234"})
     params = {"model": "gpt-4o", "budget_tokens": 2000, "min_offset": held["offset"]}
-    parked = await client.get(f"{BASE}/oa/context", params=params, headers=A)
+    parked = await in_memory_client.get(f"{BASE}/oa/context", params=params, headers=A)
     assert parked.status_code == 409, parked.text
     error = parked.json()["error"]
     assert (error["code"], error["partition"], error["offset"]) == ("conversation_parked", garbage.partition,
                                                                     garbage.offset)  # fmt: skip
-    assert (await context_after(client, first["offset"]))["degraded"] is True  # before it: served, and said so
+    assert (await context_after(in_memory_client, first["offset"]))[
+        "degraded"
+    ] is True  # before it: served, and said so
     # A record this build cannot decode does not stop a privacy action.
-    redacted = await client.post(f"{BASE}/oa/messages/{held['message_id']}/redact", json={}, headers=A)
+    redacted = await in_memory_client.post(f"{BASE}/oa/messages/{held['message_id']}/redact", json={}, headers=A)
     assert redacted.status_code == 202, redacted.text
-    erased = await client.delete(f"{BASE}/oa", headers=A)
+    erased = await in_memory_client.delete(f"{BASE}/oa", headers=A)
     assert erased.status_code == 202, erased.text
-    body = await context_after(client, erased.json()["offset"])
+    body = await context_after(in_memory_client, erased.json()["offset"])
     assert (body["messages"], body["degraded"]) == ([], False)
-    [listed] = (await client.get(BASE, headers=A)).json()["conversations"]
+    [listed] = (await in_memory_client.get(BASE, headers=A)).json()["conversations"]
     assert (listed["erased"], listed["degraded"], listed["message_count"]) == (True, False, 2)
 
 
 async def test_the_audit_of_an_erased_conversation_withholds_what_was_held_behind_a_dead_letter(
-    client: httpx.AsyncClient, log: EmbeddedEventLog
+    in_memory_client: httpx.AsyncClient, log: EmbeddedEventLog
 ) -> None:
     """A record that breaks the event rules (a summary of a message the conversation never had)
     parks the conversation; the erase after it still applies to the messages held behind it, in
     the read models and in the audit's fold of the log alike."""
     producer = ConversationProducer(log, producer="test")
     key = ConversationKey("acme", "u1", "oa")
-    await post(client, {"role": "user", "content": "hello"})
+    await post(in_memory_client, {"role": "user", "content": "hello"})
     await producer.append(key, SummaryRecorded("s1", "a summary", "never-sent", "test-model", "v1"), event_id="s1")
-    await post(client, {"role": "user", "content": "my card is 4111"})
-    erased = await client.delete(f"{BASE}/oa", headers=A)
+    await post(in_memory_client, {"role": "user", "content": "my card is 4111"})
+    erased = await in_memory_client.delete(f"{BASE}/oa", headers=A)
     assert erased.status_code == 202, erased.text
-    assert (await context_after(client, erased.json()["offset"]))["messages"] == []
+    assert (await context_after(in_memory_client, erased.json()["offset"]))["messages"] == []
     for path in ("events", "messages"):
-        audit = await client.get(f"{BASE}/oa/{path}", headers=A)
+        audit = await in_memory_client.get(f"{BASE}/oa/{path}", headers=A)
         assert audit.status_code == 200, audit.text
         assert "4111" not in audit.text, path

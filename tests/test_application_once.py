@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -21,8 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg import sql
 
-from convlog.runtime.serve import Service, running_service
-from convlog.settings import Settings
+from convlog.runtime.serve import Service
 from events.blocks import TextBlock, native_message
 from events.embedded_log import EmbeddedEventLog
 from events.event_types import MessageAppended, SummaryRecorded
@@ -33,38 +30,20 @@ from projectors.versions import compare, json_forms_differ
 from projectors.window import WindowPolicy
 from query_api.as_of import context_inputs_as_of
 from query_api.context_types import ContextBudgetExceededError, ContextRequest, StoredMessage
-from query_api.http import create_app
 from query_api.live import assemble_live, ranges
 from query_api.ports import ContextInputs
 from query_api.reads import PostgresReadModels
 from query_api.served import context_as_of, context_body
 from tests.native_support import thinking_answer, tool_result
-from tests.projection_support import Projection, project_all, temporary_database
+from tests.projection_support import Projection, project_all
 
-pytestmark = pytest.mark.postgres
+# One service for every example (each example is a conversation of its own); no summarizer: the
+# examples record their own summaries.
+pytestmark = [pytest.mark.postgres, pytest.mark.service_settings(partitions=2, api_tokens="acme:token-a")]
 
 A = {"Authorization": "Bearer token-a"}
 POLICIES = ("omit", "tool_turns", "all")
 BUDGETS = (200, 1000, 8000)  # one that often cannot fit (an image costs ~765), one that trims, one for all
-
-
-@pytest.fixture
-async def service(pg_admin_url: str, tmp_path: Path) -> AsyncIterator[Service]:
-    """One service for every example (each example is a conversation of its own); no summarizer:
-    the examples record their own summaries."""
-    async with temporary_database(pg_admin_url) as url:
-        settings_ = Settings(
-            database_url=url, data_dir=tmp_path, partitions=2, api_tokens="acme:token-a", summarizer="off"
-        )
-        async with running_service(settings_) as svc:
-            yield svc
-
-
-@pytest.fixture
-async def client(service: Service) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=create_app(service.deps))
-    async with httpx.AsyncClient(transport=transport, base_url="http://convlog") as c:
-        yield c
 
 
 words = st.text(alphabet="abcdefghij klmnop", min_size=1, max_size=30)
@@ -230,12 +209,15 @@ class Script:
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(script=steps, newest_first=st.sampled_from([3, 128]))
 async def test_live_context_equals_the_as_of_context_byte_for_byte(
-    client: httpx.AsyncClient, service: Service, monkeypatch: pytest.MonkeyPatch, script: list[tuple[Any, ...]],
+    http_client: httpx.AsyncClient,
+    api_service: Service,
+    monkeypatch: pytest.MonkeyPatch,
+    script: list[tuple[Any, ...]],
     newest_first: int,
-) -> None:  # fmt: skip
+) -> None:
     conversation = f"c-{uuid.uuid4().hex[:12]}"
     key = ConversationKey("acme", "u1", conversation)
-    history = Script(service.deps.producer, key)
+    history = Script(api_service.deps.producer, key)
     for step in script:
         await history.step(step)
     if not history.offsets:
@@ -247,26 +229,26 @@ async def test_live_context_equals_the_as_of_context_byte_for_byte(
     for reasoning in POLICIES:
         for budget in BUDGETS:
             params = {"model": "gpt-4o", "budget_tokens": budget, "reasoning": reasoning}
-            live = await client.get(url, params=params | {"min_offset": last}, headers=A)
-            rebuilt = await client.get(url, params=params | {"as_of": last}, headers=A)
+            live = await http_client.get(url, params=params | {"min_offset": last}, headers=A)
+            rebuilt = await http_client.get(url, params=params | {"as_of": last}, headers=A)
             assert live.status_code in (200, 422), live.text
             assert (rebuilt.status_code, rebuilt.content) == (live.status_code, live.content), (reasoning, budget)
     for budget in BUDGETS:  # cl100k_base, which the service does not store: counted when read
         params = {"model": "gpt-4", "budget_tokens": budget, "reasoning": "tool_turns"}
-        live = await client.get(url, params=params | {"min_offset": last}, headers=A)
-        rebuilt = await client.get(url, params=params | {"as_of": last}, headers=A)
+        live = await http_client.get(url, params=params | {"min_offset": last}, headers=A)
+        rebuilt = await http_client.get(url, params=params | {"as_of": last}, headers=A)
         assert live.status_code in (200, 422), live.text
         assert (rebuilt.status_code, rebuilt.content) == (live.status_code, live.content), ("gpt-4", budget)
         assert live.status_code == 422 or live.json()["counted_at_read"] is True
     for fmt, model in (("anthropic", "claude-sonnet-4-5"), ("responses", "gpt-5"), ("gemini", "gemini-2.5-pro")):
         for budget in BUDGETS:
             params = {"model": model, "budget_tokens": budget, "format": fmt}
-            live = await client.get(url, params=params | {"min_offset": last}, headers=A)
-            rebuilt = await client.get(url, params=params | {"as_of": last}, headers=A)
+            live = await http_client.get(url, params=params | {"min_offset": last}, headers=A)
+            rebuilt = await http_client.get(url, params=params | {"as_of": last}, headers=A)
             assert live.status_code in (200, 422), live.text
             assert (rebuilt.status_code, rebuilt.content) == (live.status_code, live.content), (fmt, budget)
     # And what every format renders from: the stored messages, native blocks included.
-    queries = service.deps.queries
+    queries = api_service.deps.queries
     for encoding in ("o200k_base", "cl100k_base"):
         stored = await (await queries.reads()).context_inputs(key, encoding=encoding)
         as_of = await context_inputs_as_of(queries.log, key, last, encoding=encoding, policy=queries.policy,
@@ -339,7 +321,7 @@ async def test_a_context_counted_when_read_is_the_one_stored_counts_give(
         await conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(both.schema)))
 
 
-async def test_content_parts_are_served_in_the_order_the_producer_sent_them(client: httpx.AsyncClient) -> None:
+async def test_content_parts_are_served_in_the_order_the_producer_sent_them(http_client: httpx.AsyncClient) -> None:
     """A jsonb column sorted a text part's keys ("text" before "type") in the live context only."""
     user = (
         '{"role":"user","content":[{"type":"text","text":"hello"},'
@@ -349,12 +331,14 @@ async def test_content_parts_are_served_in_the_order_the_producer_sent_them(clie
     tool = '{"role":"tool","tool_call_id":"c1","content":[{"type":"text","text":"found"}]}'
     url = "/v1/users/u1/conversations/parts"
     for body in (user, '{"role":"assistant","content":null,' + calls + ',"finish_reason":"tool_calls"}', tool):
-        response = await client.post(f"{url}/messages", content=body, headers={**A, "Content-Type": "application/json"})
+        response = await http_client.post(
+            f"{url}/messages", content=body, headers={**A, "Content-Type": "application/json"}
+        )
         assert response.status_code == 202, response.text
     last = response.json()["offset"]
     params = {"model": "gpt-4o", "budget_tokens": 4000}
-    live = await client.get(f"{url}/context", params=params | {"min_offset": last}, headers=A)
-    rebuilt = await client.get(f"{url}/context", params=params | {"as_of": last}, headers=A)
+    live = await http_client.get(f"{url}/context", params=params | {"min_offset": last}, headers=A)
+    rebuilt = await http_client.get(f"{url}/context", params=params | {"as_of": last}, headers=A)
     # The message-level fields in the renderer's order; the content parts and tool calls as sent.
     served_tool = '{"role":"tool","content":[{"type":"text","text":"found"}],"tool_call_id":"c1"}'
     served = '{"messages":[' + user + ',{"role":"assistant","content":null,' + calls + "}," + served_tool + "],"

@@ -6,27 +6,19 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
 from convlog.client import AsyncConvlogClient, ConvlogClient, NotFoundError, RejectedEventError, UnauthorizedError
-from tests.live_server import TOKEN, convlog_serve
+from tests.live_server import TOKEN
 
 CLIENT_PAGE = Path(__file__).resolve().parent.parent / "docs" / "client.md"
 
 pytestmark = pytest.mark.postgres
 
 MODEL = "gpt-4o"
-
-
-@pytest.fixture(scope="module")
-def served(pg_admin_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The base URL of a ``convlog serve`` process of this module's own, on a fresh database."""
-    with convlog_serve(pg_admin_url, tmp_path_factory.mktemp("serve")) as url:
-        yield url
 
 
 def _conversation() -> str:

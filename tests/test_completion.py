@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -38,13 +36,6 @@ RESPONSE: dict[str, Any] = {
         "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0},
     },
 }  # fmt: skip
-
-
-@pytest.fixture
-async def log(tmp_path: Path) -> AsyncIterator[EmbeddedEventLog]:
-    log = EmbeddedEventLog.open(tmp_path / "log", partitions=4)
-    yield log
-    await log.close()
 
 
 async def stored(log: EmbeddedEventLog) -> list[tuple[str, MessageAppended]]:

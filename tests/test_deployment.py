@@ -303,7 +303,7 @@ def _checked(result: subprocess.CompletedProcess[str]) -> subprocess.CompletedPr
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
+def image_install(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
     root = tmp_path_factory.mktemp("image")
     env = clean_env()
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
@@ -327,14 +327,14 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
 
 
 def test_the_entry_point_and_the_default_command_run_from_the_installed_wheel(
-    installed: Installed, tmp_path: Path
+    image_install: Installed, tmp_path: Path
 ) -> None:
-    where = _checked(installed.run(["python", "-c", "import convlog; print(convlog.__file__)"], cwd=tmp_path))
-    assert Path(where.stdout.strip()).is_relative_to(installed.venv), where.stdout
-    usage = _checked(installed.run([*image().entrypoint, "--help"], cwd=tmp_path)).stdout
+    where = _checked(image_install.run(["python", "-c", "import convlog; print(convlog.__file__)"], cwd=tmp_path))
+    assert Path(where.stdout.strip()).is_relative_to(image_install.venv), where.stdout
+    usage = _checked(image_install.run([*image().entrypoint, "--help"], cwd=tmp_path)).stdout
     for role in ROLES.values():
         assert role in usage
-    _checked(installed.run([*image().entrypoint, *image().cmd, "--help"], cwd=tmp_path))
+    _checked(image_install.run([*image().entrypoint, *image().cmd, "--help"], cwd=tmp_path))
 
 
 def healthcheck(installed: Installed, port: int, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -346,18 +346,18 @@ def healthcheck(installed: Installed, port: int, cwd: Path) -> subprocess.Comple
 
 @pytest.mark.slow
 def test_the_healthcheck_answers_once_convlog_serve_runs_on_embedded_defaults(
-    installed: Installed, tmp_path: Path
+    image_install: Installed, tmp_path: Path
 ) -> None:
     port = free_port()
-    assert healthcheck(installed, port, tmp_path).returncode != 0  # the control: nothing listens yet
+    assert healthcheck(image_install, port, tmp_path).returncode != 0  # the control: nothing listens yet
     data = tmp_path / "data"
-    env = installed.env(CONVLOG_HTTP_PORT=str(port), CONVLOG_DATA_DIR=str(data))
+    env = image_install.env(CONVLOG_HTTP_PORT=str(port), CONVLOG_DATA_DIR=str(data))
     errors = (tmp_path / "serve.err").open("wb")
     serve = subprocess.Popen([*image().entrypoint, *image().cmd], cwd=tmp_path, env=env,
                              stdout=subprocess.DEVNULL, stderr=errors)  # fmt: skip
     try:
         deadline = time.monotonic() + 90  # the embedded Postgres is initialised on first start
-        while healthcheck(installed, port, tmp_path).returncode != 0:
+        while healthcheck(image_install, port, tmp_path).returncode != 0:
             assert serve.poll() is None, (tmp_path / "serve.err").read_text()
             assert time.monotonic() < deadline, "convlog serve did not become healthy"
             time.sleep(0.5)
@@ -365,7 +365,7 @@ def test_the_healthcheck_answers_once_convlog_serve_runs_on_embedded_defaults(
         serve.send_signal(signal.SIGTERM)
         serve.wait(60)
         errors.close()
-        stop = installed.run(["convlog", "stop"], cwd=tmp_path, CONVLOG_DATA_DIR=str(data))
+        stop = image_install.run(["convlog", "stop"], cwd=tmp_path, CONVLOG_DATA_DIR=str(data))
     assert serve.returncode == 0, (tmp_path / "serve.err").read_text()
     _checked(stop)
 
@@ -392,7 +392,7 @@ print(json.dumps({"blocked": blocked, "dir": str(bpe_data_dir()),
 
 
 def test_tokens_are_counted_offline_from_the_bpe_files_inside_the_installed_package(
-    installed: Installed, tmp_path: Path
+    image_install: Installed, tmp_path: Path
 ) -> None:
     temp, home = tmp_path / "tmp", tmp_path / "home"
     temp.mkdir()
@@ -401,7 +401,7 @@ def test_tokens_are_counted_offline_from_the_bpe_files_inside_the_installed_pack
     cache_vars = ("TIKTOKEN_CACHE_DIR", "DATA_GYM_CACHE_DIR")
     result = subprocess.run(["python", "-c", _COUNT_OFFLINE], cwd=tmp_path, capture_output=True, text=True,
                             timeout=60, check=False,
-                            env={k: v for k, v in installed.env(**env).items() if k not in cache_vars})  # fmt: skip
+                            env={k: v for k, v in image_install.env(**env).items() if k not in cache_vars})  # fmt: skip
     report = json.loads(_checked(result).stdout)
     assert report["blocked"] is True
     assert report["counts"] == {"o200k_base": 2, "cl100k_base": 2}

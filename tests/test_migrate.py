@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import io
 import re
-from collections.abc import AsyncIterator
 from importlib import resources
 from pathlib import Path
 
@@ -23,15 +22,7 @@ from projectors.migrate import (
     schema_version,
 )
 from projectors.versions import compare, create_version
-from tests.projection_support import temporary_database
 from tests.support import free_port
-from tests.test_pg import admin_url
-
-
-@pytest.fixture
-async def db_url() -> AsyncIterator[str]:
-    async with temporary_database(admin_url()) as url:
-        yield url
 
 
 async def _rows(url: str, query: str) -> list[tuple[object, ...]]:
@@ -113,23 +104,25 @@ pg = pytest.mark.postgres
 
 
 @pg
-async def test_migrate_creates_the_core_schema_and_a_second_run_is_a_no_op(db_url: str) -> None:
+async def test_migrate_creates_the_core_schema_and_a_second_run_is_a_no_op(fresh_database_url: str) -> None:
     latest = load_migrations()[-1].version
-    assert await schema_version(db_url) == 0
-    assert await migrate(db_url) == list(range(1, latest + 1))
-    recorded = await _rows(db_url, "SELECT version, name, checksum, applied_at FROM convlog.schema_migrations")
-    assert recorded[0][:3] == (1, "core", load_migrations()[0].checksum)
-    assert await migrate(db_url) == []
-    assert await _rows(db_url, "SELECT version, name, checksum, applied_at FROM convlog.schema_migrations") == (
-        recorded
+    assert await schema_version(fresh_database_url) == 0
+    assert await migrate(fresh_database_url) == list(range(1, latest + 1))
+    recorded = await _rows(
+        fresh_database_url, "SELECT version, name, checksum, applied_at FROM convlog.schema_migrations"
     )
-    assert await schema_version(db_url) == latest
+    assert recorded[0][:3] == (1, "core", load_migrations()[0].checksum)
+    assert await migrate(fresh_database_url) == []
+    assert await _rows(
+        fresh_database_url, "SELECT version, name, checksum, applied_at FROM convlog.schema_migrations"
+    ) == (recorded)
+    assert await schema_version(fresh_database_url) == latest
 
 
 @pg
-async def test_projection_versions_allows_one_live_version_per_projection(db_url: str) -> None:
-    await migrate(db_url)
-    async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
+async def test_projection_versions_allows_one_live_version_per_projection(fresh_database_url: str) -> None:
+    await migrate(fresh_database_url)
+    async with await psycopg.AsyncConnection.connect(fresh_database_url, autocommit=True) as conn:
         # Every version records its window policy (0006): these rows take the default one.
         insert = (
             "INSERT INTO convlog.projection_versions "
@@ -166,64 +159,66 @@ async def test_projection_versions_allows_one_live_version_per_projection(db_url
 
 
 @pg
-async def test_concurrent_migrators_apply_each_version_once(db_url: str) -> None:
+async def test_concurrent_migrators_apply_each_version_once(fresh_database_url: str) -> None:
     latest = load_migrations()[-1].version
-    results = await asyncio.gather(*(migrate(db_url) for _ in range(6)))
+    results = await asyncio.gather(*(migrate(fresh_database_url) for _ in range(6)))
     assert sorted(v for applied in results for v in applied) == list(range(1, latest + 1))
     assert sum(1 for applied in results if applied) == 1  # one migrator did it all, the rest waited
-    count = await _rows(db_url, "SELECT count(*) FROM convlog.schema_migrations")
+    count = await _rows(fresh_database_url, "SELECT count(*) FROM convlog.schema_migrations")
     assert count == [(latest,)]
 
 
 @pg
-async def test_concurrent_migrators_with_slow_files(db_url: str, tmp_path: Path) -> None:
+async def test_concurrent_migrators_with_slow_files(fresh_database_url: str, tmp_path: Path) -> None:
     folder = _write(tmp_path / "m", THREE)
-    first = await migrate(db_url, migrations_dir=folder, target=1)
+    first = await migrate(fresh_database_url, migrations_dir=folder, target=1)
     assert first == [1]
-    results = await asyncio.gather(*(migrate(db_url, migrations_dir=folder) for _ in range(4)))
+    results = await asyncio.gather(*(migrate(fresh_database_url, migrations_dir=folder) for _ in range(4)))
     assert sorted(v for applied in results for v in applied) == [2, 3]
-    rows = await _rows(db_url, "SELECT version FROM convlog.schema_migrations ORDER BY version")
+    rows = await _rows(fresh_database_url, "SELECT version FROM convlog.schema_migrations ORDER BY version")
     assert rows == [(1,), (2,), (3,)]
 
 
 @pg
-async def test_migrators_wait_for_the_lock_holder(db_url: str) -> None:
-    async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as holder:
+async def test_migrators_wait_for_the_lock_holder(fresh_database_url: str) -> None:
+    async with await psycopg.AsyncConnection.connect(fresh_database_url, autocommit=True) as holder:
         await holder.execute("SELECT pg_advisory_lock(%s)", (LOCK_KEY,))
-        task = asyncio.create_task(migrate(db_url))
+        task = asyncio.create_task(migrate(fresh_database_url))
         await asyncio.sleep(0.5)
         assert not task.done()
-        assert await schema_version(db_url) == 0
+        assert await schema_version(fresh_database_url) == 0
         await holder.execute("SELECT pg_advisory_unlock(%s)", (LOCK_KEY,))
         assert await asyncio.wait_for(task, timeout=10) == [m.version for m in load_migrations()]
 
 
 @pg
-async def test_a_tampered_checksum_is_refused(db_url: str) -> None:
-    await migrate(db_url)
-    async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
+async def test_a_tampered_checksum_is_refused(fresh_database_url: str) -> None:
+    await migrate(fresh_database_url)
+    async with await psycopg.AsyncConnection.connect(fresh_database_url, autocommit=True) as conn:
         await conn.execute("UPDATE convlog.schema_migrations SET checksum = repeat('0', 64) WHERE version = 1")
     with pytest.raises(MigrationError, match=r"0001_core\.sql was changed after it was applied"):
-        await migrate(db_url)
+        await migrate(fresh_database_url)
 
 
 @pg
-async def test_an_applied_file_edited_later_is_refused_and_nothing_new_is_applied(db_url: str, tmp_path: Path) -> None:
+async def test_an_applied_file_edited_later_is_refused_and_nothing_new_is_applied(
+    fresh_database_url: str, tmp_path: Path
+) -> None:
     folder = _write(tmp_path / "m", {k: v for k, v in THREE.items() if k != "0003_three.sql"})
-    assert await migrate(db_url, migrations_dir=folder) == [1, 2]
+    assert await migrate(fresh_database_url, migrations_dir=folder) == [1, 2]
     (folder / "0002_two.sql").write_text(THREE["0002_two.sql"] + "CREATE TABLE convlog.extra (id int);\n")
     _write(folder, {"0003_three.sql": THREE["0003_three.sql"]})
     with pytest.raises(MigrationError, match=r"0002_two\.sql was changed"):
-        await migrate(db_url, migrations_dir=folder)
-    assert await schema_version(db_url) == 2
+        await migrate(fresh_database_url, migrations_dir=folder)
+    assert await schema_version(fresh_database_url) == 2
     (folder / "0002_two.sql").rename(folder / "0002_renamed.sql")
     (folder / "0002_renamed.sql").write_text(THREE["0002_two.sql"])
     with pytest.raises(MigrationError, match=r"applied as 0002_two\.sql but the file is now 0002_renamed\.sql"):
-        await migrate(db_url, migrations_dir=folder)
+        await migrate(fresh_database_url, migrations_dir=folder)
 
 
 @pg
-async def test_a_failing_migration_is_rolled_back_and_named(db_url: str, tmp_path: Path) -> None:
+async def test_a_failing_migration_is_rolled_back_and_named(fresh_database_url: str, tmp_path: Path) -> None:
     folder = _write(
         tmp_path / "m",
         {
@@ -234,37 +229,39 @@ async def test_a_failing_migration_is_rolled_back_and_named(db_url: str, tmp_pat
     with pytest.raises(
         MigrationError, match=r"(?s)^migration 0002_bad\.sql failed and was rolled back: .*nosuchtype.*SQLSTATE 42704"
     ):
-        await migrate(db_url, migrations_dir=folder)
-    assert await schema_version(db_url) == 1  # 0001 stays applied
-    tables = await _rows(db_url, "SELECT to_regclass('convlog.t1') IS NOT NULL, to_regclass('convlog.half')")
+        await migrate(fresh_database_url, migrations_dir=folder)
+    assert await schema_version(fresh_database_url) == 1  # 0001 stays applied
+    tables = await _rows(
+        fresh_database_url, "SELECT to_regclass('convlog.t1') IS NOT NULL, to_regclass('convlog.half')"
+    )
     assert tables == [(True, None)]
     (folder / "0002_bad.sql").write_text("CREATE TABLE convlog.half (id int);\n")  # fixed before it applied
-    assert await migrate(db_url, migrations_dir=folder) == [2]
+    assert await migrate(fresh_database_url, migrations_dir=folder) == [2]
 
 
 @pg
-async def test_target_applies_up_to_a_version(db_url: str, tmp_path: Path) -> None:
+async def test_target_applies_up_to_a_version(fresh_database_url: str, tmp_path: Path) -> None:
     folder = _write(tmp_path / "m", THREE)
-    assert await migrate(db_url, migrations_dir=folder, target=2) == [1, 2]
-    assert await migrate(db_url, migrations_dir=folder, target=1) == []  # already past it
-    assert await migrate(db_url, migrations_dir=folder) == [3]
+    assert await migrate(fresh_database_url, migrations_dir=folder, target=2) == [1, 2]
+    assert await migrate(fresh_database_url, migrations_dir=folder, target=1) == []  # already past it
+    assert await migrate(fresh_database_url, migrations_dir=folder) == [3]
     for bad in (0, 4):
         with pytest.raises(MigrationError, match=f"target version {bad} does not exist"):
-            await migrate(db_url, migrations_dir=folder, target=bad)
+            await migrate(fresh_database_url, migrations_dir=folder, target=bad)
 
 
 @pg
-async def test_a_database_newer_than_the_migrations_is_refused(db_url: str, tmp_path: Path) -> None:
+async def test_a_database_newer_than_the_migrations_is_refused(fresh_database_url: str, tmp_path: Path) -> None:
     folder = _write(tmp_path / "m", THREE)
-    await migrate(db_url, migrations_dir=folder)
+    await migrate(fresh_database_url, migrations_dir=folder)
     older = _write(tmp_path / "older", {k: v for k, v in THREE.items() if k != "0003_three.sql"})
     with pytest.raises(MigrationError, match=r"version\(s\) \[3\].*older than the database schema"):
-        await migrate(db_url, migrations_dir=older)
+        await migrate(fresh_database_url, migrations_dir=older)
 
 
 @pg
-async def test_migrate_on_a_callers_connection(db_url: str) -> None:
-    async with await psycopg.AsyncConnection.connect(db_url) as conn:
+async def test_migrate_on_a_callers_connection(fresh_database_url: str) -> None:
+    async with await psycopg.AsyncConnection.connect(fresh_database_url) as conn:
         assert not conn.autocommit
         assert await migrate(conn) == [m.version for m in load_migrations()]
         assert not conn.autocommit  # restored
@@ -279,19 +276,19 @@ async def test_migrate_on_a_callers_connection(db_url: str) -> None:
 
 
 @pg
-async def test_migrate_command_prints_what_it_did(db_url: str) -> None:
+async def test_migrate_command_prints_what_it_did(fresh_database_url: str) -> None:
     out = io.StringIO()
-    assert await migrate_command(db_url, out=out) == 0
+    assert await migrate_command(fresh_database_url, out=out) == 0
     assert out.getvalue().splitlines()[0] == "applied 0001_core"
     out = io.StringIO()
-    assert await migrate_command(db_url, out=out) == 0
+    assert await migrate_command(fresh_database_url, out=out) == 0
     latest = load_migrations()[-1].version
     assert out.getvalue() == f"schema is up to date (version {latest})\n"
 
 
 @pg
-async def test_migrate_command_writes_to_stdout(db_url: str, capsys: pytest.CaptureFixture[str]) -> None:
-    await migrate_command(db_url)
+async def test_migrate_command_writes_to_stdout(fresh_database_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    await migrate_command(fresh_database_url)
     assert "applied 0001_core" in capsys.readouterr().out
 
 
@@ -308,14 +305,16 @@ async def _columns(conn: psycopg.AsyncConnection[tuple[object, ...]], schema: st
 
 
 @pg
-async def test_0004_gives_versions_made_before_it_the_transcript_columns_a_new_version_has(db_url: str) -> None:
+async def test_0004_gives_versions_made_before_it_the_transcript_columns_a_new_version_has(
+    fresh_database_url: str,
+) -> None:
     """A version made before 0004 (read_models.sql without the schema v4 columns) gets them, in
     the order a version made from today's read_models.sql has them, so their rows compare alike."""
-    assert await migrate(db_url, target=3) == [1, 2, 3]
+    assert await migrate(fresh_database_url, target=3) == [1, 2, 3]
     ddl = (resources.files("projectors") / "sql/read_models.sql").read_text(encoding="utf-8")
     old_ddl = _V4_COLUMN.sub("", ddl)
     assert old_ddl.count("\n") == ddl.count("\n") - 4
-    async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
+    async with await psycopg.AsyncConnection.connect(fresh_database_url, autocommit=True) as conn:
         await conn.execute(sql.SQL(old_ddl).format(schema=sql.Identifier("convlog_read_models_v1")))
         await conn.execute(
             "INSERT INTO convlog.projection_versions (projection, version, schema_name, status) "
@@ -323,8 +322,8 @@ async def test_0004_gives_versions_made_before_it_the_transcript_columns_a_new_v
         )
         before = await _columns(conn, "convlog_read_models_v1")
         assert "blocks" not in [name for name, _ in before]
-        assert await migrate(db_url, target=4) == [4]
-        await migrate(db_url)  # a version made today records its window policy (0006)
+        assert await migrate(fresh_database_url, target=4) == [4]
+        await migrate(fresh_database_url)  # a version made today records its window policy (0006)
         new = await create_version(conn)
         assert await _columns(conn, "convlog_read_models_v1") == await _columns(conn, new.schema)
         assert (await _columns(conn, new.schema))[-4:] == [
@@ -337,14 +336,16 @@ _COUNT_COLUMN = re.compile(r"^(\s+(?:reasoning_)?tokens_(?:o200k|cl100k)\s+integ
 
 
 @pg
-async def test_0005_lets_versions_made_before_it_leave_counts_of_an_uncounted_encoding_null(db_url: str) -> None:
+async def test_0005_lets_versions_made_before_it_leave_counts_of_an_uncounted_encoding_null(
+    fresh_database_url: str,
+) -> None:
     """A version made before 0005 (NOT NULL token counts) takes the NULL counts of an encoding
     CONVLOG_TOKEN_ENCODINGS leaves out, keeps the counts it has, and reads like a new version."""
-    assert await migrate(db_url, target=4) == [1, 2, 3, 4]
+    assert await migrate(fresh_database_url, target=4) == [1, 2, 3, 4]
     ddl = (resources.files("projectors") / "sql/read_models.sql").read_text(encoding="utf-8")
     old_ddl, replaced = _COUNT_COLUMN.subn(r"\1 NOT NULL\2", ddl)
     assert replaced == 4
-    async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
+    async with await psycopg.AsyncConnection.connect(fresh_database_url, autocommit=True) as conn:
         await conn.execute(sql.SQL(old_ddl).format(schema=sql.Identifier("convlog_read_models_v1")))
         await conn.execute(
             "INSERT INTO convlog.projection_versions (projection, version, schema_name, status) "
@@ -360,14 +361,14 @@ async def test_0005_lets_versions_made_before_it_leave_counts_of_an_uncounted_en
         await conn.execute(insert, row)
         with pytest.raises(psycopg.errors.NotNullViolation):
             await conn.execute(insert, (*row[:1], 1, *row[2:12], None, 0, None))
-        assert await migrate(db_url, target=5) == [5]
+        assert await migrate(fresh_database_url, target=5) == [5]
         await conn.execute(insert, (*row[:1], 1, *row[2:12], None, 0, None))
         cur = await conn.execute(
             "SELECT seq, tokens_o200k, tokens_cl100k, reasoning_tokens_cl100k FROM convlog_read_models_v1.transcript "
             "ORDER BY seq"
         )
         assert await cur.fetchall() == [(0, 7, 9, 0), (1, 7, None, None)]  # the stored counts stay
-        await migrate(db_url)  # a version made today records its window policy (0006)
+        await migrate(fresh_database_url)  # a version made today records its window policy (0006)
         new = await create_version(conn)
         nullable = (
             "SELECT column_name, is_nullable FROM information_schema.columns WHERE table_schema = %s "

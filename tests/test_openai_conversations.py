@@ -13,9 +13,6 @@ import pytest
 from openai import OpenAI
 
 from tests.live_server import TOKEN
-from tests.test_client_live import served
-
-__all__ = ["served"]  # the fixture (a live convlog serve of the module's own), imported for pytest
 
 pytestmark = pytest.mark.postgres
 
@@ -23,7 +20,7 @@ USER = "u-openai"
 
 
 @pytest.fixture
-def client(served: str) -> Iterator[OpenAI]:
+def openai_client(served: str) -> Iterator[OpenAI]:
     with OpenAI(base_url=f"{served}/v1", api_key=TOKEN, max_retries=0,
                 default_headers={"Convlog-User-Id": USER}) as c:  # fmt: skip
         yield c
@@ -50,47 +47,49 @@ ANSWER = {"type": "message", "id": "msg_2", "role": "assistant", "status": "comp
           "content": [{"type": "output_text", "text": "It is sunny in Paris.", "annotations": []}]}  # fmt: skip
 
 
-def test_the_whole_lifecycle_through_the_sdk(client: OpenAI, served: str) -> None:
-    created = client.conversations.create(
+def test_the_whole_lifecycle_through_the_sdk(openai_client: OpenAI, served: str) -> None:
+    created = openai_client.conversations.create(
         items=[{"type": "message", "role": "user", "content": "Weather in Paris?"}], metadata={"topic": "weather"}
     )
     assert created.id.startswith("conv_")
     assert created.object == "conversation"
     assert created.metadata == {"topic": "weather"}
-    assert client.conversations.retrieve(created.id).model_dump() == created.model_dump()
+    assert openai_client.conversations.retrieve(created.id).model_dump() == created.model_dump()
 
-    added = client.conversations.items.create(created.id, items=[CALL, OUTPUT, ANSWER])  # type: ignore[list-item]
+    added = openai_client.conversations.items.create(created.id, items=[CALL, OUTPUT, ANSWER])  # type: ignore[list-item]
     assert [item.type for item in added.data] == ["function_call", "function_call_output", "message"]
     assert added.first_id == "fc_1"
     assert added.last_id == "msg_2"
     assert added.data[0].model_dump(exclude_unset=True) == CALL  # stored ids kept, the item as sent
 
-    asc = list(client.conversations.items.list(created.id, order="asc", limit=2))  # pages of 2, followed by `after`
+    asc = list(
+        openai_client.conversations.items.list(created.id, order="asc", limit=2)
+    )  # pages of 2, followed by `after`
     assert [item.type for item in asc] == ["message", "function_call", "function_call_output", "message"]
     user_item = asc[0].model_dump(exclude_unset=True)
     assert user_item == {"id": user_item["id"], "type": "message", "role": "user",
                          "content": [{"type": "input_text", "text": "Weather in Paris?"}]}  # fmt: skip
-    included = client.conversations.items.list(created.id, order="asc", include=["reasoning.encrypted_content"])
+    included = openai_client.conversations.items.list(created.id, order="asc", include=["reasoning.encrypted_content"])
     assert [item.id for item in included.data] == [item.id for item in asc]  # include: items come back whole anyway
-    page = client.conversations.items.list(created.id, limit=3)  # desc by default, OpenAI's
+    page = openai_client.conversations.items.list(created.id, limit=3)  # desc by default, OpenAI's
     assert [item.id for item in page.data] == [asc[3].id, asc[2].id, asc[1].id]
     assert page.has_more
-    assert [item.id for item in client.conversations.items.list(created.id, after=asc[1].id).data] == [asc[0].id]
-    assert client.conversations.items.retrieve(asc[2].id, conversation_id=created.id).model_dump() == (
+    assert [item.id for item in openai_client.conversations.items.list(created.id, after=asc[1].id).data] == [asc[0].id]
+    assert openai_client.conversations.items.retrieve(asc[2].id, conversation_id=created.id).model_dump() == (
         asc[2].model_dump()
     )
 
-    updated = client.conversations.update(created.id, metadata={"topic": "travel", "city": "Paris"})
+    updated = openai_client.conversations.update(created.id, metadata={"topic": "travel", "city": "Paris"})
     assert updated.metadata == {"topic": "travel", "city": "Paris"}
-    assert client.conversations.retrieve(created.id).metadata == {"topic": "travel", "city": "Paris"}
+    assert openai_client.conversations.retrieve(created.id).metadata == {"topic": "travel", "city": "Paris"}
     with pytest.raises(openai.BadRequestError) as refused:  # the log cannot drop a key: no 2xx that does not persist
-        client.conversations.update(created.id, metadata={"topic": "travel"})
+        openai_client.conversations.update(created.id, metadata={"topic": "travel"})
     assert refused.value.code == "metadata_key_removal_unsupported"
-    assert client.conversations.retrieve(created.id).metadata == {"topic": "travel", "city": "Paris"}
+    assert openai_client.conversations.retrieve(created.id).metadata == {"topic": "travel", "city": "Paris"}
 
-    after_delete = client.conversations.items.delete(asc[3].id, conversation_id=created.id)
+    after_delete = openai_client.conversations.items.delete(asc[3].id, conversation_id=created.id)
     assert after_delete.id == created.id
-    assert [i.id for i in client.conversations.items.list(created.id, order="asc")] == [i.id for i in asc[:3]]
+    assert [i.id for i in openai_client.conversations.items.list(created.id, order="asc")] == [i.id for i in asc[:3]]
 
     written = _events(served, created.id)[-1]["offset"]
     for fmt in ("anthropic", "gemini", "chat_completions", "responses"):  # the same conversation in every format
@@ -99,12 +98,12 @@ def test_the_whole_lifecycle_through_the_sdk(client: OpenAI, served: str) -> Non
         assert "Weather in Paris?" in context.text
         assert "sunny" in context.text
 
-    deleted = client.conversations.delete(created.id)
+    deleted = openai_client.conversations.delete(created.id)
     assert (deleted.id, deleted.deleted, deleted.object) == (created.id, True, "conversation.deleted")
     with pytest.raises(openai.NotFoundError):
-        client.conversations.retrieve(created.id)
+        openai_client.conversations.retrieve(created.id)
     with pytest.raises(openai.NotFoundError):
-        client.conversations.items.list(created.id)
+        openai_client.conversations.items.list(created.id)
     events = _events(served, created.id)
     assert events[-1]["event_type"] == "ConversationErased"
     for gone in ("Paris", "sunny", "travel", "weather"):  # content and metadata: withheld from the log's reads
@@ -114,7 +113,7 @@ def test_the_whole_lifecycle_through_the_sdk(client: OpenAI, served: str) -> Non
     assert context.json()["input"] == []  # no context serves it again
 
 
-def test_refusals_are_the_sdks_typed_exceptions_in_openais_error_shape(client: OpenAI, served: str) -> None:
+def test_refusals_are_the_sdks_typed_exceptions_in_openais_error_shape(openai_client: OpenAI, served: str) -> None:
     stranger = OpenAI(base_url=f"{served}/v1", api_key="not-a-token", max_retries=0)
     with stranger, pytest.raises(openai.AuthenticationError) as unauthorized:
         stranger.conversations.create()
@@ -122,42 +121,44 @@ def test_refusals_are_the_sdks_typed_exceptions_in_openais_error_shape(client: O
     assert unauthorized.value.body == {"message": "a valid bearer token is required", "type": "authentication_error",
                                        "param": None, "code": "unauthorized"}  # fmt: skip
     with pytest.raises(openai.NotFoundError) as missing:
-        client.conversations.retrieve("conv_unknown")
+        openai_client.conversations.retrieve("conv_unknown")
     assert (missing.value.code, missing.value.param) == ("not_found", "conversation_id")
-    conversation = client.conversations.create(items=[{"role": "user", "content": "Hi"}])
+    conversation = openai_client.conversations.create(items=[{"role": "user", "content": "Hi"}])
     with pytest.raises(openai.NotFoundError) as no_item:
-        client.conversations.items.retrieve("msg_unknown", conversation_id=conversation.id)
+        openai_client.conversations.items.retrieve("msg_unknown", conversation_id=conversation.id)
     assert no_item.value.code == "item_not_found"
 
     too_many = {f"k{i}": "v" for i in range(17)}
     for metadata, param in ((too_many, "metadata"), ({"k" * 65: "v"}, "metadata." + "k" * 65),
                             ({"k": "v" * 513}, "metadata.k")):  # fmt: skip
         with pytest.raises(openai.BadRequestError) as refused:
-            client.conversations.create(metadata=metadata)
+            openai_client.conversations.create(metadata=metadata)
         assert (refused.value.code, refused.value.param) == ("invalid_metadata", param)
-    assert client.conversations.create(metadata={"k" * 64: "v" * 512, **{f"k{i}": "v" for i in range(15)}})
+    assert openai_client.conversations.create(metadata={"k" * 64: "v" * 512, **{f"k{i}": "v" for i in range(15)}})
 
     with pytest.raises(openai.BadRequestError) as orphan:  # an output of no call: refused, nothing stored
-        client.conversations.items.create(conversation.id, items=[OUTPUT])  # type: ignore[list-item]
+        openai_client.conversations.items.create(conversation.id, items=[OUTPUT])  # type: ignore[list-item]
     assert orphan.value.code == "orphan_tool_result"
     robot: Any = {"type": "message", "role": "robot", "content": "x"}
     with pytest.raises(openai.BadRequestError) as bad_item:  # the Responses parser's own refusals
-        client.conversations.items.create(conversation.id, items=[robot])
+        openai_client.conversations.items.create(conversation.id, items=[robot])
     assert bad_item.value.code == "unknown_role"
     with pytest.raises(openai.BadRequestError):  # OpenAI's limit: 20 items a request
-        client.conversations.items.create(conversation.id, items=[{"role": "user", "content": "x"}] * 21)
-    assert [i.type for i in client.conversations.items.list(conversation.id)] == ["message"]  # nothing else stored
+        openai_client.conversations.items.create(conversation.id, items=[{"role": "user", "content": "x"}] * 21)
+    assert [i.type for i in openai_client.conversations.items.list(conversation.id)] == [
+        "message"
+    ]  # nothing else stored
 
     reasoning = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "blob"}
-    client.conversations.items.create(conversation.id, items=[reasoning, ANSWER])  # type: ignore[list-item]
+    openai_client.conversations.items.create(conversation.id, items=[reasoning, ANSWER])  # type: ignore[list-item]
     with pytest.raises(openai.BadRequestError) as shared:  # one stored message: deleted whole or not at all
-        client.conversations.items.delete("msg_2", conversation_id=conversation.id)
+        openai_client.conversations.items.delete("msg_2", conversation_id=conversation.id)
     assert shared.value.code == "item_shares_message"
-    assert [i.id for i in client.conversations.items.list(conversation.id, limit=2).data] == ["msg_2", "rs_1"]
+    assert [i.id for i in openai_client.conversations.items.list(conversation.id, limit=2).data] == ["msg_2", "rs_1"]
 
 
-def test_a_conversation_is_its_users_the_default_user_is_a_setting(client: OpenAI, served: str) -> None:
-    conversation = client.conversations.create(items=[{"role": "user", "content": "mine"}])
+def test_a_conversation_is_its_users_the_default_user_is_a_setting(openai_client: OpenAI, served: str) -> None:
+    conversation = openai_client.conversations.create(items=[{"role": "user", "content": "mine"}])
     other = OpenAI(base_url=f"{served}/v1", api_key=TOKEN, max_retries=0,
                    default_headers={"Convlog-User-Id": "someone-else"})  # fmt: skip
     with other, pytest.raises(openai.NotFoundError):

@@ -12,16 +12,16 @@ import pytest
 from openapi_spec_validator import validate
 
 from query_api.http.openapi import CONTEXT_PATH
-from tests.test_api_in_memory import BASE, A, client, deps, post
+from tests.test_api_in_memory import BASE, A, deps, in_memory_client, post
 
-__all__ = ["client", "deps"]  # the fixtures
+__all__ = ["deps", "in_memory_client"]  # the fixtures
 
 FORMATS = ("chat_completions", "anthropic", "responses", "gemini")
 
 
 @pytest.fixture
-async def spec(client: httpx.AsyncClient) -> dict[str, Any]:
-    response = await client.get("/openapi.json")
+async def spec(in_memory_client: httpx.AsyncClient) -> dict[str, Any]:
+    response = await in_memory_client.get("/openapi.json")
     assert response.status_code == 200
     return dict(response.json())
 
@@ -49,11 +49,13 @@ async def test_the_schema_is_valid_openapi_with_the_bearer_scheme_on_every_priva
     assert "HTTPValidationError" not in str(spec), "FastAPI's {detail: ...} shape is never answered"
 
 
-async def test_real_error_answers_have_the_documented_shape(client: httpx.AsyncClient, spec: dict[str, Any]) -> None:
+async def test_real_error_answers_have_the_documented_shape(
+    in_memory_client: httpx.AsyncClient, spec: dict[str, Any]
+) -> None:
     path = "/v1/users/{user_id}/conversations/{conversation_id}/messages"
-    unauthorized = await client.post(f"{BASE}/c/messages", json={"role": "user", "content": "x"})
-    not_json = await client.post(f"{BASE}/c/messages", content=b"{nope", headers=A)
-    invalid = await client.post(f"{BASE}/c/messages", json={"role": "wizard", "content": "x"}, headers=A)
+    unauthorized = await in_memory_client.post(f"{BASE}/c/messages", json={"role": "user", "content": "x"})
+    not_json = await in_memory_client.post(f"{BASE}/c/messages", content=b"{nope", headers=A)
+    invalid = await in_memory_client.post(f"{BASE}/c/messages", json={"role": "wizard", "content": "x"}, headers=A)
     for response, status in ((unauthorized, 401), (not_json, 422), (invalid, 422)):
         assert response.status_code == status, response.text
         _check(spec, _error_schema(spec, path, "post", status), response.json())
@@ -61,11 +63,11 @@ async def test_real_error_answers_have_the_documented_shape(client: httpx.AsyncC
 
 @pytest.mark.parametrize("fmt", FORMATS)
 async def test_a_real_context_of_each_format_has_the_documented_shape(
-    client: httpx.AsyncClient, spec: dict[str, Any], fmt: str
+    in_memory_client: httpx.AsyncClient, spec: dict[str, Any], fmt: str
 ) -> None:
-    await post(client, {"role": "system", "content": "Be brief."})
-    last = await post(client, {"role": "user", "content": "Hello"})
-    response = await client.get(
+    await post(in_memory_client, {"role": "system", "content": "Be brief."})
+    last = await post(in_memory_client, {"role": "user", "content": "Hello"})
+    response = await in_memory_client.get(
         f"{BASE}/oa/context",
         params={"model": "gpt-4o", "budget_tokens": 1000, "format": fmt, "min_offset": last["offset"]},
         headers=A,

@@ -29,7 +29,6 @@ from convlog.embedded.processes import ServiceError
 from events.errors import ConvlogError
 from projectors.errors import PositionConflictError, ProjectionError, RecordRefusedError, StoreUnavailableError
 from projectors.pg import PgPool, convert_pg_error, describe_url, open_pool, retrying
-from tests.projection_support import temporary_database
 from tests.support import free_port, services_required
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -55,14 +54,8 @@ def require_pg_binaries() -> None:
 
 
 @pytest.fixture
-async def db_url() -> AsyncIterator[str]:
-    async with temporary_database(admin_url()) as url:
-        yield url
-
-
-@pytest.fixture
-async def pool(db_url: str) -> AsyncIterator[PgPool]:
-    pool = await open_pool(db_url, max_size=2, name="convlog-test")
+async def pool(fresh_database_url: str) -> AsyncIterator[PgPool]:
+    pool = await open_pool(fresh_database_url, max_size=2, name="convlog-test")
     yield pool
     await pool.close()
 
@@ -302,8 +295,8 @@ async def test_open_pool_fails_fast_and_clearly_when_postgres_is_unreachable() -
 
 
 @pytest.mark.postgres
-async def test_open_pool_reports_a_missing_database_as_not_retriable(db_url: str) -> None:
-    url = make_conninfo(db_url, dbname="convlog_no_such_db")
+async def test_open_pool_reports_a_missing_database_as_not_retriable(fresh_database_url: str) -> None:
+    url = make_conninfo(fresh_database_url, dbname="convlog_no_such_db")
     with pytest.raises(ProjectionError, match="does not exist") as info:
         await open_pool(url, timeout_s=1.0)
     assert not info.value.retriable
@@ -357,11 +350,11 @@ async def _backend_pid(pool: PgPool) -> int:
 
 
 @pytest.mark.postgres
-async def test_a_connection_killed_while_idle_is_replaced_before_it_is_handed_out(db_url: str) -> None:
-    pool = await open_pool(db_url, min_size=1, max_size=1, name="convlog-test")
+async def test_a_connection_killed_while_idle_is_replaced_before_it_is_handed_out(fresh_database_url: str) -> None:
+    pool = await open_pool(fresh_database_url, min_size=1, max_size=1, name="convlog-test")
     try:
         pid = await _backend_pid(pool)
-        async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as admin:
+        async with await psycopg.AsyncConnection.connect(fresh_database_url, autocommit=True) as admin:
             await admin.execute("SELECT pg_terminate_backend(%s)", [pid])
         await asyncio.sleep(1.2)  # idle past the fresh window: checked when taken
         assert await _backend_pid(pool) != pid  # no error: the broken one was replaced

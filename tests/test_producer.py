@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,18 +16,6 @@ from events.reading import conversation_events
 
 KEY = ConversationKey("acme", "u1", "c1")
 CALL = {"id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": '{"q": "x"}'}}
-
-
-@pytest.fixture
-async def log(tmp_path: Path) -> AsyncIterator[EmbeddedEventLog]:
-    log = EmbeddedEventLog.open(tmp_path / "events.log", partitions=3)
-    yield log
-    await log.close()
-
-
-@pytest.fixture
-def producer(log: EmbeddedEventLog) -> ConversationProducer:
-    return ConversationProducer(log, producer="test")
 
 
 async def _stored(log: EmbeddedEventLog) -> list[Any]:

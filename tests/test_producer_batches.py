@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
@@ -27,18 +25,6 @@ TURN = [
     {"role": "tool", "tool_call_id": "call_1", "content": "42"},
     {"role": "assistant", "content": "it is 42", "message_id": "answer"},
 ]
-
-
-@pytest.fixture
-async def log(tmp_path: Path) -> AsyncIterator[EmbeddedEventLog]:
-    log = EmbeddedEventLog.open(tmp_path / "events.log", partitions=3)
-    yield log
-    await log.close()
-
-
-@pytest.fixture
-def producer(log: EmbeddedEventLog) -> ConversationProducer:
-    return ConversationProducer(log, producer="test")
 
 
 async def _messages(log: EmbeddedEventLog) -> list[tuple[int, str, MessageAppended]]:

@@ -50,7 +50,7 @@ def _commands(block: str) -> list[list[str]]:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+def quick_start_serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     """`convlog serve` started as the quick start says, in a fresh data dir, on a free port."""
     require_pg_binaries()
     [serve_line] = [c for b in _blocks(QUICK_STARTS["README.md"], "sh") for c in _commands(b) if "serve" in c]
@@ -78,8 +78,10 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]
 
 
 @pytest.mark.parametrize("page", list(QUICK_STARTS))
-def test_the_quick_start_curl_commands_append_and_read_the_context(served: tuple[str, str], page: str) -> None:
-    base, _ = served
+def test_the_quick_start_curl_commands_append_and_read_the_context(
+    quick_start_serve: tuple[str, str], page: str
+) -> None:
+    base, _ = quick_start_serve
     curl = shutil.which("curl")
     assert curl is not None, "the quick start uses curl"
     commands = [c for b in _blocks(QUICK_STARTS[page], "sh") for c in _commands(b) if c[0] == "curl"]
@@ -98,9 +100,9 @@ def test_the_quick_start_curl_commands_append_and_read_the_context(served: tuple
 
 @pytest.mark.parametrize("page", list(QUICK_STARTS))
 def test_the_quick_start_python_lines_run(
-    served: tuple[str, str], page: str, capsys: pytest.CaptureFixture[str]
+    quick_start_serve: tuple[str, str], page: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    base, _ = served
+    base, _ = quick_start_serve
     [block] = _blocks(QUICK_STARTS[page], "python")
     assert len(block.strip().splitlines()) <= 10, "the Python example stays ten lines"
     exec(block.replace(f"http://127.0.0.1:{README_PORT}", base), {})  # noqa: S102 - the docs' own example

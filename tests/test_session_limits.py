@@ -32,7 +32,7 @@ APP = "convlog-limits-test"
 
 
 @pytest.fixture
-async def db_url(pg_admin_url: str) -> AsyncIterator[str]:
+async def positions_database_url(pg_admin_url: str) -> AsyncIterator[str]:
     async with temporary_database(pg_admin_url) as url:
         async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
             await conn.execute("CREATE TABLE positions (partition int PRIMARY KEY, next_offset bigint)")
@@ -41,9 +41,9 @@ async def db_url(pg_admin_url: str) -> AsyncIterator[str]:
 
 
 @pytest.fixture
-async def pool(db_url: str) -> AsyncIterator[PgPool]:
+async def limited_pool(positions_database_url: str) -> AsyncIterator[PgPool]:
     limits = SessionLimits(lock_timeout_s=0.5, statement_timeout_s=5, idle_in_transaction_timeout_s=1.0)
-    pool = await open_pool(db_url, max_size=3, name=APP, limits=limits)
+    pool = await open_pool(positions_database_url, max_size=3, name=APP, limits=limits)
     yield pool
     await pool.close()
 
@@ -62,32 +62,34 @@ def test_the_projector_limits_come_from_the_settings_and_default_to_bounds() -> 
     assert "idle_in_transaction_session_timeout" not in limits.server_settings()  # 0: Postgres' default
 
 
-async def test_every_session_has_the_limits_and_keepalives_at_both_ends(pool: PgPool) -> None:
+async def test_every_session_has_the_limits_and_keepalives_at_both_ends(limited_pool: PgPool) -> None:
     names = ("lock_timeout", "statement_timeout", "idle_in_transaction_session_timeout")
-    assert await _settings(pool, *names) == ["500ms", "5s", "1s"]
-    async with pool.connection() as conn:  # the client's end: libpq's parameters
+    assert await _settings(limited_pool, *names) == ["500ms", "5s", "1s"]
+    async with limited_pool.connection() as conn:  # the client's end: libpq's parameters
         params = conn.info.get_parameters()
         assert (params["keepalives"], params["keepalives_idle"], params["keepalives_count"]) == ("1", "10", "3")
     # The server's end, on a TCP connection (the tests' Postgres is on 127.0.0.1).
-    assert await _settings(pool, "tcp_keepalives_idle", "tcp_keepalives_interval", "tcp_keepalives_count") == [
+    assert await _settings(limited_pool, "tcp_keepalives_idle", "tcp_keepalives_interval", "tcp_keepalives_count") == [
         "10", "5", "3",
     ]  # fmt: skip
 
 
-async def test_a_pool_without_limits_keeps_postgres_defaults(db_url: str) -> None:
-    pool = await open_pool(db_url, max_size=1, name=APP)
+async def test_a_pool_without_limits_keeps_postgres_defaults(positions_database_url: str) -> None:
+    pool = await open_pool(positions_database_url, max_size=1, name=APP)
     try:
         assert await _settings(pool, "lock_timeout", "idle_in_transaction_session_timeout") == ["0", "0"]
     finally:
         await pool.close()
 
 
-async def test_a_lock_wait_past_the_timeout_is_retriable_and_retried(pool: PgPool, db_url: str) -> None:
-    async with await psycopg.AsyncConnection.connect(db_url) as holder:
+async def test_a_lock_wait_past_the_timeout_is_retriable_and_retried(
+    limited_pool: PgPool, positions_database_url: str
+) -> None:
+    async with await psycopg.AsyncConnection.connect(positions_database_url) as holder:
         await holder.execute("SELECT * FROM positions FOR UPDATE")  # held while the batch below waits
 
         async def batch() -> int:
-            async with pool.connection() as conn:
+            async with limited_pool.connection() as conn:
                 row = await (await conn.execute("SELECT next_offset FROM positions FOR UPDATE")).fetchone()
                 assert row is not None
                 return int(row[0])
@@ -109,11 +111,11 @@ async def test_a_lock_wait_past_the_timeout_is_retriable_and_retried(pool: PgPoo
         assert set(retried) == {"store_unavailable"}
 
 
-async def test_a_transaction_left_idle_is_ended_and_its_locks_released(pool: PgPool) -> None:
-    async with pool.connection() as frozen:
+async def test_a_transaction_left_idle_is_ended_and_its_locks_released(limited_pool: PgPool) -> None:
+    async with limited_pool.connection() as frozen:
         await frozen.execute("SELECT * FROM positions FOR UPDATE")
         await asyncio.sleep(1.5)  # a frozen client: past idle_in_transaction_session_timeout
-        async with pool.connection() as successor:
+        async with limited_pool.connection() as successor:
             await successor.execute("SELECT * FROM positions FOR UPDATE")  # not blocked: the lock is gone
         with pytest.raises(StoreUnavailableError, match="25P03"), pg_errors("applying a batch"):
             await frozen.execute("SELECT 1")  # the frozen one, resumed: a retriable error
@@ -134,17 +136,19 @@ async def _state(db_url: str, pid: int) -> tuple[str, str] | None:
         return None if row is None else (row[0], row[1])
 
 
-async def test_a_session_frozen_in_a_copy_is_ended_once_it_blocks_another(pool: PgPool, db_url: str) -> None:
-    frozen = _frozen_in_copy(db_url, APP)
+async def test_a_session_frozen_in_a_copy_is_ended_once_it_blocks_another(
+    limited_pool: PgPool, positions_database_url: str
+) -> None:
+    frozen = _frozen_in_copy(positions_database_url, APP)
     pid = frozen.info.backend_pid
     try:
         await asyncio.sleep(1.5)  # past the bound: Postgres' idle-in-transaction timeout does not apply in a COPY
-        assert await _state(db_url, pid) == ("active", "ClientRead")
-        assert await end_stalled_blockers(pool, applications=[APP], stalled_s=1.0) == []  # blocks nobody
+        assert await _state(positions_database_url, pid) == ("active", "ClientRead")
+        assert await end_stalled_blockers(limited_pool, applications=[APP], stalled_s=1.0) == []  # blocks nobody
 
         async def successor() -> None:
             async def batch() -> None:
-                async with pool.connection() as conn:
+                async with limited_pool.connection() as conn:
                     await conn.execute("SELECT * FROM positions FOR UPDATE")
 
             await retrying(batch, action="applying a batch", base_delay_s=0.05)
@@ -152,16 +156,16 @@ async def test_a_session_frozen_in_a_copy_is_ended_once_it_blocks_another(pool: 
         waiting = asyncio.create_task(successor())
         await asyncio.sleep(0.2)  # waiting for the frozen session's lock
         # A bound it has not stalled for yet: left alone; then past it, ended.
-        assert await end_stalled_blockers(pool, applications=[APP], stalled_s=60.0) == []
-        assert await end_stalled_blockers(pool, applications=["another-app"], stalled_s=1.0) == []
+        assert await end_stalled_blockers(limited_pool, applications=[APP], stalled_s=60.0) == []
+        assert await end_stalled_blockers(limited_pool, applications=["another-app"], stalled_s=1.0) == []
         began = time.monotonic()
         ended: list[int] = []
         while not ended and time.monotonic() - began < 5:  # between lock timeouts the successor is not waiting
-            ended = await end_stalled_blockers(pool, applications=[APP], stalled_s=1.0)
+            ended = await end_stalled_blockers(limited_pool, applications=[APP], stalled_s=1.0)
             await asyncio.sleep(0.05)
         assert ended == [pid]
         await asyncio.wait_for(waiting, 5)
-        assert await _state(db_url, pid) is None
+        assert await _state(positions_database_url, pid) is None
     finally:
         frozen.close()
 

@@ -7,7 +7,6 @@ summarizer's own store and planner, sent by the real ``openai`` client to a loop
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import pytest
 
@@ -28,18 +27,12 @@ pytestmark = pytest.mark.postgres
 KEY = ConversationKey("acme", "u1", "claude-chat")
 
 
-@pytest.fixture
-def fake() -> Iterator[FakeLLM]:
-    with FakeLLM().running() as server:
-        yield server
-
-
 def leaked(text: str) -> list[str]:
     return [secret for secret in NATIVE_SECRETS if secret in text]
 
 
 async def test_no_reasoning_signature_encrypted_content_or_opaque_block_reaches_the_summary_model(
-    projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer, fake: FakeLLM
+    projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer, fake_llm: FakeLLM
 ) -> None:
     for t in range(1, 11):  # ten turns: the first ones leave the window (8, then 6)
         await producer.append_user(KEY, f"Q{t}: weather in Paris and Oslo?", message_id=f"u{t}")
@@ -60,12 +53,14 @@ async def test_no_reasoning_signature_encrypted_content_or_opaque_block_reaches_
     # ...and none of what the blocks hold beyond it.
     assert leaked(lines) == []
 
-    model = OpenAISummaryModel(base_url=fake.base_url, api_key="test", model="fake-model", timeout_s=5, max_retries=0)
+    model = OpenAISummaryModel(
+        base_url=fake_llm.base_url, api_key="test", model="fake-model", timeout_s=5, max_retries=0
+    )
     try:
         draft = await model.summarize(job, max_tokens=300)
     finally:
         await model.close()
-    [request] = fake.answered()
+    [request] = fake_llm.answered()
     sent = json.dumps(request, ensure_ascii=False)
     assert "Let me check both cities." in sent
     assert leaked(sent) == []

@@ -32,8 +32,8 @@ import socket
 from typing import Any
 
 import uvicorn
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from convlog.runtime.uvicorn_compat import HttpToolsProtocol
 from convlog.settings import Settings
 from events.errors import ConfigurationError, ConvlogError
 
@@ -71,7 +71,7 @@ class _CloseAfterBody(asyncio.Transport):
         return self._transport.get_extra_info(name, default)
 
 
-class _BoundedHeadProtocol(HttpToolsProtocol):
+class _BoundedHeadProtocol(HttpToolsProtocol):  # uvicorn internals: what is relied on is listed in uvicorn_compat.py
     head_timeout_s = 10.0  # set per server by :func:`server_config`
     body_timeout_s = 30.0  # likewise
     _head_timer: asyncio.TimerHandle | None = None

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import AliasChoices, Field, PrivateAttr, SecretStr, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
-from pydantic_settings.sources.utils import parse_env_vars
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from convlog.pydantic_settings_compat import MappingSource
 from convlog.settings.tokens import TOKENS_FORMAT, parse_tokens
 from events.errors import ConfigurationError
 from events.producer import DEFAULT_MAX_EVENT_BYTES
@@ -207,7 +207,7 @@ class Settings(BaseSettings):
         """The settings in ``env`` (default: this process's environment). Raises
         :class:`SettingsError` naming every bad variable."""
         env = os.environ if env is None else env
-        values = _MappingSource(cls, env)()
+        values = MappingSource(cls, env)()
         try:
             settings = cls(**values)
         except ValidationError as e:
@@ -290,19 +290,6 @@ class Settings(BaseSettings):
     def subprocess_env(self) -> dict[str, str]:
         """This process's environment (``PATH``, ...) with :meth:`as_env` on top."""
         return {**os.environ, **self.as_env()}
-
-
-class _MappingSource(EnvSettingsSource):
-    """pydantic-settings' environment source over a given mapping instead of ``os.environ`` (tests
-    pass one; a rebuild worker's is built by :meth:`Settings.as_env`). ``_load_env_vars`` is the
-    hook pydantic-settings' own dotenv source overrides the same way."""
-
-    def __init__(self, settings_cls: type[BaseSettings], env: Mapping[str, str]) -> None:
-        self._env = env
-        super().__init__(settings_cls)
-
-    def _load_env_vars(self) -> Mapping[str, str | None]:
-        return parse_env_vars(self._env, self.case_sensitive, self.env_ignore_empty, self.env_parse_none_str)
 
 
 def variables(name: str) -> tuple[str, ...]:

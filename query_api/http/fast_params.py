@@ -26,15 +26,10 @@ from copy import deepcopy
 from typing import Any
 
 from fastapi import Request, Response
-
-try:  # FastAPI's own, not public: a FastAPI without them gets its own handler on every route
-    from fastapi._compat import ModelField, get_missing_field_error
-except ImportError:  # pragma: no cover - depends on the installed FastAPI
-    _FAST = False
-else:
-    _FAST = True
 from fastapi.exceptions import RequestValidationError
 
+from query_api.http import fastapi_compat
+from query_api.http.fastapi_compat import ModelField
 from query_api.http.strict_json import StrictJsonRoute
 
 _Handler = Callable[[Request], Coroutine[Any, Any, Response]]
@@ -52,7 +47,7 @@ class FastParamsRoute(StrictJsonRoute):
             return super().get_route_handler()
 
     def _fast_handler(self) -> _Handler | None:
-        if not _FAST:
+        if not fastapi_compat.AVAILABLE:
             return None
         d = self.dependant
         special = (d.body_params, d.cookie_params, d.dependencies, d.websocket_param_name, d.http_connection_param_name,
@@ -91,7 +86,7 @@ class FastParamsRoute(StrictJsonRoute):
 
 class _Param:
     """One parameter: where it is read, and FastAPI's ``_validate_value_with_model_field`` for
-    its value (a string, or None when absent)."""
+    its value (a string, or None when absent), through query_api/http/fastapi_compat.py."""
 
     def __init__(self, field: ModelField, name: str, source: str) -> None:
         self.field, self.name, self.loc = field, name, (source, name)
@@ -103,12 +98,12 @@ class _Param:
     def validated(self, value: str | None) -> tuple[Any, list[Any]]:
         if value is None:
             if self.required:
-                return None, [get_missing_field_error(loc=self.loc)]
+                return None, [fastapi_compat.missing_error(self.loc)]
             default = deepcopy(self.default) if self.copy_default else self.default
             if not self.field.field_info.validate_default:
                 return default, []
-            return self.field.validate(default, {}, loc=self.loc)
-        return self.field.validate(value, {}, loc=self.loc)
+            return fastapi_compat.validate(self.field, default, self.loc)
+        return fastapi_compat.validate(self.field, value, self.loc)
 
 
 def _header_name(field: ModelField) -> str:

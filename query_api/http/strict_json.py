@@ -31,16 +31,21 @@ class _BodyNotJsonError(StarletteHTTPException, ConvlogError):
 
 class _StrictJsonRequest(Request):
     """A request whose JSON body is read strictly: no NaN or Infinity, and invalid UTF-8, deep
-    nesting or huge integers are a 422 like any malformed JSON."""
+    nesting or huge integers are a 422 like any malformed JSON. The parsed body is kept in an
+    attribute of its own, not Starlette's private ``_json`` cache: FastAPI calls :meth:`json`
+    (its documented hook for a custom Request class), and nothing reads the cache but Starlette's
+    own ``json``, which this one replaces."""
+
+    _parsed_json: Any
 
     async def json(self) -> Any:
-        if not hasattr(self, "_json"):
+        if not hasattr(self, "_parsed_json"):
             body = await self.body()
             try:
-                self._json = parse_json(body)
+                self._parsed_json = parse_json(body)
             except NotJsonError as e:
                 raise _BodyNotJsonError(str(e)) from e
-        return self._json
+        return self._parsed_json
 
 
 # Read as JSON: no type, and curl's default for `-d` (a newcomer's first request). Neither can

@@ -4,7 +4,7 @@ then what only a networked model can do: fail, retriably or not."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -25,12 +25,6 @@ def job(previous: str | None = None) -> SummaryJob:
     return SummaryJob(KEY, previous, lines, turns=2, covers_through_message_id="m4", covers_through_seq=4)
 
 
-@pytest.fixture
-def fake() -> Iterator[FakeLLM]:
-    with FakeLLM().running() as server:
-        yield server
-
-
 def openai_model(base_url: str) -> OpenAISummaryModel:
     return OpenAISummaryModel(base_url=base_url, api_key="test", model="fake-model", timeout_s=5, max_retries=0)
 
@@ -41,7 +35,7 @@ async def model(request: pytest.FixtureRequest) -> AsyncIterator[SummaryModel]:
     if request.param == "offline":
         yield OfflineSummaryModel()
         return
-    adapter = openai_model(request.getfixturevalue("fake").base_url)
+    adapter = openai_model(request.getfixturevalue("fake_llm").base_url)
     yield adapter
     await adapter.close()
 
@@ -78,16 +72,16 @@ async def test_the_same_job_gets_the_same_draft(model: SummaryModel) -> None:
 
 
 async def test_an_overloaded_endpoint_is_retriable_and_an_empty_answer_is_not(
-    fake: FakeLLM, monkeypatch: pytest.MonkeyPatch
+    fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    adapter = openai_model(fake.base_url)
+    adapter = openai_model(fake_llm.base_url)
     try:
-        fake.mode = "fail"  # 503
+        fake_llm.mode = "fail"  # 503
         with pytest.raises(LLMUnavailableError) as unavailable:
             await adapter.summarize(job(), max_tokens=200)
         assert unavailable.value.retriable
-        fake.mode = "ok"
-        monkeypatch.setattr(fake, "answer_for", lambda body: "  ")
+        fake_llm.mode = "ok"
+        monkeypatch.setattr(fake_llm, "answer_for", lambda body: "  ")
         with pytest.raises(LLMRejectedError) as rejected:  # no summary to record: asking again will not help
             await adapter.summarize(job(), max_tokens=200)
         assert not rejected.value.retriable

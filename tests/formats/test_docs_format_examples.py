@@ -11,9 +11,9 @@ from pathlib import Path
 
 import httpx
 
-from tests.test_api_in_memory import A, client, deps
+from tests.test_api_in_memory import A, deps, in_memory_client
 
-__all__ = ["client", "deps"]  # the fixtures
+__all__ = ["deps", "in_memory_client"]  # the fixtures
 
 SECTION = Path(__file__).parents[2].joinpath("docs", "formats.md").read_text()
 SERVED_CALL = {"anthropic": '"tool_use"', "responses": '"function_call"', "gemini": '"functionCall"'}
@@ -27,7 +27,7 @@ def _commands() -> list[list[str]]:
     return out
 
 
-async def test_the_format_examples_of_the_docs_run(client: httpx.AsyncClient) -> None:
+async def test_the_format_examples_of_the_docs_run(in_memory_client: httpx.AsyncClient) -> None:
     commands = _commands()
     assert len(commands) >= 9
     offset = None
@@ -35,12 +35,12 @@ async def test_the_format_examples_of_the_docs_run(client: httpx.AsyncClient) ->
         url = next(a for a in args if "$BASE" in a).replace("$BASE", "/v1/users/u1/conversations")
         if "-d" in args:
             body = json.loads(args[args.index("-d") + 1])
-            r = await client.post(url, json=body, headers=A)
+            r = await in_memory_client.post(url, json=body, headers=A)
             assert r.status_code == 202, (url, r.text)
             offset = r.json()["offset"]  # $OFFSET: the last append's
         else:
             assert "min_offset=$OFFSET" in url  # the page reads its own writes, never a 404 for lag
-            r = await client.get(url.replace("$OFFSET", str(offset)), headers=A)
+            r = await in_memory_client.get(url.replace("$OFFSET", str(offset)), headers=A)
             assert r.status_code == 200, (url, r.text)
             fmt = re.search(r"format=(\w+)", url)
             assert fmt is not None

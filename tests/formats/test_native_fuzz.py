@@ -32,9 +32,9 @@ from query_api.context_types import ContextBudgetExceededError, ContextRequest
 from query_api.http.fast_json import FastJSONResponse
 from tests.formats.every_format import TARGETS, count, stored
 from tests.test_api_edge import _JSON, _paths, _put
-from tests.test_api_in_memory import client, deps
+from tests.test_api_in_memory import deps, in_memory_client
 
-__all__ = ["client", "deps"]  # the fixtures (the API over the in-memory read models, a projector beside it)
+__all__ = ["deps", "in_memory_client"]  # the fixtures (the API over the in-memory read models, a projector beside it)
 
 A = {"Authorization": "Bearer token-a"}
 BASE = "/v1/users/u1/conversations"
@@ -132,24 +132,24 @@ def test_every_accepted_native_payload_is_servable_in_every_format(drawn: tuple[
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])  # fmt: skip
 @given(appended=st.lists(_payloads() | st.sampled_from(_FOUND), min_size=1, max_size=6))
 async def test_a_conversation_stays_servable_whatever_is_appended_to_it(
-    client: httpx.AsyncClient, appended: list[tuple[str, Any]]
+    in_memory_client: httpx.AsyncClient, appended: list[tuple[str, Any]]
 ) -> None:
     """Random valid and invalid native payloads appended over HTTP: never a 5xx; after each, the
     conversation's context in every format is a 200 with nothing left out as unservable."""
     conversation = f"{BASE}/fuzz-{next(_CONVERSATIONS)}"
-    first = await client.post(f"{conversation}/messages", json={"role": "user", "content": "q"}, headers=A)
+    first = await in_memory_client.post(f"{conversation}/messages", json={"role": "user", "content": "q"}, headers=A)
     assert first.status_code == 202, first.text
     offset = first.json()["offset"]
     for fmt, payload in appended:
         body = json.dumps(payload).encode()  # as a client's JSON library writes it (Infinity too: refused)
-        r = await client.post(f"{conversation}/messages", params={"format": fmt}, content=body,
+        r = await in_memory_client.post(f"{conversation}/messages", params={"format": fmt}, content=body,
                               headers={**A, "Content-Type": "application/json"})  # fmt: skip
         assert r.status_code < 500, (fmt, payload, r.text)
         if r.status_code == 202:
             offset = r.json()["offset"]
         for target, model in TARGETS:
             params = {"model": model, "budget_tokens": 1_000_000, "format": target, "min_offset": offset}
-            ctx = await client.get(f"{conversation}/context", params=params, headers=A)
+            ctx = await in_memory_client.get(f"{conversation}/context", params=params, headers=A)
             assert ctx.status_code == 200, (target, payload, ctx.text)
             unservable = [d for d in ctx.json()["dropped"] if d["reason"] == "unservable"]
             assert not unservable, (target, payload, unservable)

@@ -4,23 +4,14 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
-
-import pytest
 
 from convlog.client import AsyncConvlogClient
 from convlog.integrations.agents import ConvlogSession
-from tests.test_client_live import TOKEN, served
+from tests.live_server import TOKEN
 
-__all__ = ["TOKEN", "USER", "client", "new_id", "served", "session_on"]
+__all__ = ["TOKEN", "USER", "new_id", "session_on"]
 
 USER = "u-agents"
-
-
-@pytest.fixture
-async def client(served: str) -> AsyncIterator[AsyncConvlogClient]:
-    async with AsyncConvlogClient(served, token=TOKEN) as c:
-        yield c
 
 
 def new_id(prefix: str = "s") -> str:

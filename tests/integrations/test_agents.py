@@ -22,9 +22,7 @@ from convlog.client import (
     RejectedRequestError,
 )
 from convlog.integrations.agents import ConvlogSession
-from tests.integrations.agents_support import TOKEN, USER, client, new_id, served, session_on
-
-__all__ = ["client", "served"]  # the fixtures, imported for pytest
+from tests.integrations.agents_support import TOKEN, USER, new_id, session_on
 
 pytestmark = pytest.mark.postgres
 
@@ -48,8 +46,8 @@ async def _run(agent: Agent[Any], input_data: Any, *, streamed: bool, **kwargs: 
 
 
 @pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_streamed"])
-async def test_session_memory_basic_functionality(client: AsyncConvlogClient, streamed: bool) -> None:
-    session = session_on(client)
+async def test_session_memory_basic_functionality(async_convlog_client: AsyncConvlogClient, streamed: bool) -> None:
+    session = session_on(async_convlog_client)
     model = ScriptedModel()
     agent = Agent(name="test", model=model)
     model.enqueue([assistant_message("San Francisco")])
@@ -64,10 +62,12 @@ async def test_session_memory_basic_functionality(client: AsyncConvlogClient, st
 
 
 @pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_streamed"])
-async def test_different_sessions_keep_separate_histories(client: AsyncConvlogClient, streamed: bool) -> None:
+async def test_different_sessions_keep_separate_histories(
+    async_convlog_client: AsyncConvlogClient, streamed: bool
+) -> None:
     model = ScriptedModel()
     agent = Agent(name="test", model=model)
-    cats, dogs = session_on(client), session_on(client)
+    cats, dogs = session_on(async_convlog_client), session_on(async_convlog_client)
     model.enqueue([assistant_message("I like cats")])
     await _run(agent, "I like cats", streamed=streamed, session=cats)
     model.enqueue([assistant_message("I like dogs")])
@@ -79,8 +79,8 @@ async def test_different_sessions_keep_separate_histories(client: AsyncConvlogCl
     assert "cats" in str(model.calls[-1].input)
 
 
-async def test_add_get_and_clear(client: AsyncConvlogClient) -> None:
-    session = session_on(client)
+async def test_add_get_and_clear(async_convlog_client: AsyncConvlogClient) -> None:
+    session = session_on(async_convlog_client)
     items = _items(("user", "Hello"), ("assistant", "Hi there!"))
     await session.add_items(items)
     assert await session.get_items() == items
@@ -88,8 +88,8 @@ async def test_add_get_and_clear(client: AsyncConvlogClient) -> None:
     assert await session.get_items() == []
 
 
-async def test_pop_item_returns_the_newest_until_none(client: AsyncConvlogClient) -> None:
-    session = session_on(client)
+async def test_pop_item_returns_the_newest_until_none(async_convlog_client: AsyncConvlogClient) -> None:
+    session = session_on(async_convlog_client)
     assert await session.pop_item() is None
     await session.add_items(_items(("user", "Hello"), ("assistant", "Hi there!"), ("user", "How are you?")))
     assert len(await session.get_items()) == 3
@@ -103,8 +103,8 @@ async def test_pop_item_returns_the_newest_until_none(client: AsyncConvlogClient
     assert await session.get_items() == []
 
 
-async def test_pop_item_affects_only_its_session(client: AsyncConvlogClient) -> None:
-    one, two = session_on(client), session_on(client)
+async def test_pop_item_affects_only_its_session(async_convlog_client: AsyncConvlogClient) -> None:
+    one, two = session_on(async_convlog_client), session_on(async_convlog_client)
     await one.add_items(_items(("user", "Session 1 message")))
     await two.add_items(_items(("user", "Session 2 message 1"), ("user", "Session 2 message 2")))
     popped = await two.pop_item()
@@ -114,8 +114,8 @@ async def test_pop_item_affects_only_its_session(client: AsyncConvlogClient) -> 
     assert [i.get("content") for i in await two.get_items()] == ["Session 2 message 1"]
 
 
-async def test_get_items_with_limit(client: AsyncConvlogClient) -> None:
-    session = session_on(client)
+async def test_get_items_with_limit(async_convlog_client: AsyncConvlogClient) -> None:
+    session = session_on(async_convlog_client)
     items = _items(*[(role, f"{'Message' if role == 'user' else 'Response'} {n}")
                      for n in (1, 2, 3) for role in ("user", "assistant")])  # fmt: skip
     await session.add_items(items)
@@ -127,8 +127,8 @@ async def test_get_items_with_limit(client: AsyncConvlogClient) -> None:
 
 
 @pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_streamed"])
-async def test_list_input_is_appended_to_the_history(client: AsyncConvlogClient, streamed: bool) -> None:
-    session = session_on(client)
+async def test_list_input_is_appended_to_the_history(async_convlog_client: AsyncConvlogClient, streamed: bool) -> None:
+    session = session_on(async_convlog_client)
     history = _items(("user", "Earlier message"), ("assistant", "Saved reply"))
     await session.add_items(history)
     model = ScriptedModel()
@@ -138,8 +138,8 @@ async def test_list_input_is_appended_to_the_history(client: AsyncConvlogClient,
     assert model.calls[-1].input == history + list_input
 
 
-async def test_session_input_callback_prepares_the_input(client: AsyncConvlogClient) -> None:
-    session = session_on(client)
+async def test_session_input_callback_prepares_the_input(async_convlog_client: AsyncConvlogClient) -> None:
+    session = session_on(async_convlog_client)
     history = _items(("user", "Hello there."), ("assistant", "Hi, I'm here to assist you."))
     await session.add_items(history)
 
@@ -154,8 +154,8 @@ async def test_session_input_callback_prepares_the_input(client: AsyncConvlogCli
     assert model.calls[-1].input == [history[0], new_turn[0]]
 
 
-async def test_a_callback_repeating_history_does_not_grow_the_session(client: AsyncConvlogClient) -> None:
-    session = session_on(client)
+async def test_a_callback_repeating_history_does_not_grow_the_session(async_convlog_client: AsyncConvlogClient) -> None:
+    session = session_on(async_convlog_client)
 
     def repeat_first(old: Items, new: Items) -> Items:
         return [*old, old[0], *new] if old else new
@@ -170,38 +170,38 @@ async def test_a_callback_repeating_history_does_not_grow_the_session(client: As
     assert len(stored) == 6
 
 
-async def test_unicode_and_sql_like_content_round_trip(client: AsyncConvlogClient) -> None:
-    session = session_on(client)
+async def test_unicode_and_sql_like_content_round_trip(async_convlog_client: AsyncConvlogClient) -> None:
+    session = session_on(async_convlog_client)
     items = _items(("user", "こんにちは"), ("assistant", "😊👍"), ("user", "O'Reilly"),
                    ("assistant", "Robert'); DROP TABLE students;--"), ("user", '"SELECT * FROM users";'))  # fmt: skip
     await session.add_items(items)
     assert await session.get_items() == items
 
 
-async def test_concurrent_adds_are_all_stored(client: AsyncConvlogClient) -> None:
-    session = session_on(client)
+async def test_concurrent_adds_are_all_stored(async_convlog_client: AsyncConvlogClient) -> None:
+    session = session_on(async_convlog_client)
     await asyncio.gather(*(session.add_items(_items(("user", f"Message {n}"))) for n in range(10)))
     assert sorted(str(i.get("content")) for i in await session.get_items()) == sorted(f"Message {n}"
                                                                                        for n in range(10))  # fmt: skip
 
 
-async def test_session_settings(client: AsyncConvlogClient) -> None:
-    default = session_on(client)
+async def test_session_settings(async_convlog_client: AsyncConvlogClient) -> None:
+    default = session_on(async_convlog_client)
     assert isinstance(default.session_settings, SessionSettings)
     assert default.session_settings.limit is None
-    given = session_on(client, session_settings={"limit": 0})
+    given = session_on(async_convlog_client, session_settings={"limit": 0})
     assert isinstance(given.session_settings, SessionSettings)
     assert given.session_settings.limit == 0
     with pytest.raises(TypeError, match="Unknown session settings: limitt"):
-        session_on(client, session_settings={"limitt": 1})
-    limited = session_on(client, session_settings=SessionSettings(limit=3))
+        session_on(async_convlog_client, session_settings={"limitt": 1})
+    limited = session_on(async_convlog_client, session_settings=SessionSettings(limit=3))
     await limited.add_items(_items(*[("user", f"Message {n}") for n in range(5)]))
     assert [i.get("content") for i in await limited.get_items()] == ["Message 2", "Message 3", "Message 4"]
     assert [i.get("content") for i in await limited.get_items(limit=2)] == ["Message 3", "Message 4"]
 
 
-async def test_the_run_config_session_settings_override_the_sessions(client: AsyncConvlogClient) -> None:
-    session = session_on(client, session_settings=SessionSettings(limit=100))
+async def test_the_run_config_session_settings_override_the_sessions(async_convlog_client: AsyncConvlogClient) -> None:
+    session = session_on(async_convlog_client, session_settings=SessionSettings(limit=100))
     await session.add_items(_items(*[("user", f"Turn {n}") for n in range(10)]))
     model = ScriptedModel()
     model.enqueue([assistant_message("Got it")])
@@ -220,10 +220,10 @@ TOOL_PAIR_HISTORY = cast("Items", [
 ])  # fmt: skip
 
 
-async def test_a_limit_never_passes_an_output_whose_call_it_cut(client: AsyncConvlogClient) -> None:
+async def test_a_limit_never_passes_an_output_whose_call_it_cut(async_convlog_client: AsyncConvlogClient) -> None:
     """The SDK's test_session_limit_drops_unmatched_history_function_call_output: its SQLite
     session returns the orphan output and the Runner drops it; this session never returns it."""
-    session = session_on(client)
+    session = session_on(async_convlog_client)
     await session.add_items(TOOL_PAIR_HISTORY)
     assert await session.get_items(limit=2) == TOOL_PAIR_HISTORY[-1:]
     assert await session.get_items(limit=3) == TOOL_PAIR_HISTORY[-3:]
@@ -270,8 +270,10 @@ async def test_a_retried_add_items_is_stored_once_and_a_repeated_one_twice(serve
     assert transport.keys[0] == transport.keys[1] != transport.keys[3]
 
 
-async def test_popping_one_item_of_a_several_item_message_keeps_the_others(client: AsyncConvlogClient) -> None:
-    session = session_on(client)
+async def test_popping_one_item_of_a_several_item_message_keeps_the_others(
+    async_convlog_client: AsyncConvlogClient,
+) -> None:
+    session = session_on(async_convlog_client)
     items = cast("Items", [
         {"role": "user", "content": "Tell me two things"},
         {"type": "message", "role": "assistant", "id": "msg_1",
@@ -285,15 +287,15 @@ async def test_popping_one_item_of_a_several_item_message_keeps_the_others(clien
     assert await session.get_items() == items[:2]
     assert await session.pop_item() == items[1]
     assert await session.get_items() == items[:1]
-    transcript = (await client.messages(USER, session.session_id)).messages
+    transcript = (await async_convlog_client.messages(USER, session.session_id)).messages
     assert [(m.role, m.redacted) for m in transcript] == [("user", False), ("assistant", True), ("assistant", True)]
 
 
-async def test_popping_an_output_hides_its_call_for_good(client: AsyncConvlogClient) -> None:
+async def test_popping_an_output_hides_its_call_for_good(async_convlog_client: AsyncConvlogClient) -> None:
     """SQLiteSession would serve the call without its output from then on (the API refuses such
     an input); convlog serves neither: the popped output's call is not open any more, so
     an output sent for it again is refused as an orphan, as one for a call never made."""
-    session = session_on(client)
+    session = session_on(async_convlog_client)
     await session.add_items(TOOL_PAIR_HISTORY)
     assert await session.pop_item() == TOOL_PAIR_HISTORY[3]
     assert await session.pop_item() == TOOL_PAIR_HISTORY[2]
@@ -305,8 +307,8 @@ async def test_popping_an_output_hides_its_call_for_good(client: AsyncConvlogCli
     assert await session.get_items() == TOOL_PAIR_HISTORY[:1]
 
 
-async def test_the_instructions_lead_the_items(client: AsyncConvlogClient) -> None:
-    session = session_on(client)
+async def test_the_instructions_lead_the_items(async_convlog_client: AsyncConvlogClient) -> None:
+    session = session_on(async_convlog_client)
     await session.add_items(_items(("system", "Be brief."), ("user", "Hi")))
     assert await session.get_items() == _items(("system", "Be brief."), ("user", "Hi"))
     assert await session.get_items(limit=1) == _items(("user", "Hi"))
@@ -315,8 +317,8 @@ async def test_the_instructions_lead_the_items(client: AsyncConvlogClient) -> No
     assert await session.get_items() == []
 
 
-async def test_reasoning_is_kept_and_never_cut_from_its_item(client: AsyncConvlogClient) -> None:
-    session = session_on(client)
+async def test_reasoning_is_kept_and_never_cut_from_its_item(async_convlog_client: AsyncConvlogClient) -> None:
+    session = session_on(async_convlog_client)
     items = cast("Items", [
         {"role": "user", "content": "Think first"},
         {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "hmm"}],
@@ -330,24 +332,27 @@ async def test_reasoning_is_kept_and_never_cut_from_its_item(client: AsyncConvlo
     assert await session.get_items(limit=1) == []  # the message without its reasoning: not served
 
 
-async def test_the_redaction_route_keeps_the_audit_and_refuses_what_it_cannot_do(client: AsyncConvlogClient) -> None:
+async def test_the_redaction_route_keeps_the_audit_and_refuses_what_it_cannot_do(
+    async_convlog_client: AsyncConvlogClient,
+) -> None:
     conversation = new_id("c")
     pair = [{"role": "user", "content": "secret"}, {"role": "assistant", "content": "noted"}]
-    sent = await client.append(USER, conversation, pair, format="responses")
+    sent = await async_convlog_client.append(USER, conversation, pair, format="responses")
     second = sent.messages[1].message_id
     assert second is not None
     assert "/" in second  # a native payload's second message: <first>/1, in the path as it is
-    redacted = await client.redact(USER, conversation, second, reason="pii")
-    context = await client.context(USER, conversation, model="gpt-4o", budget_tokens=1000, format="responses",
-                                   min_offset=redacted.offset)  # fmt: skip
+    redacted = await async_convlog_client.redact(USER, conversation, second, reason="pii")
+    context = await async_convlog_client.context(
+        USER, conversation, model="gpt-4o", budget_tokens=1000, format="responses", min_offset=redacted.offset
+    )
     assert context.input == [{"role": "user", "content": "secret"}]
-    transcript = (await client.messages(USER, conversation)).messages
+    transcript = (await async_convlog_client.messages(USER, conversation)).messages
     assert [(m.message_id, m.redacted, m.content) for m in transcript][1] == (second, True, None)
     assert transcript[1].raw["redacted"]["reason"] == "pii"
     with pytest.raises(NotFoundError):
-        await client.redact(USER, new_id("never"), second)
+        await async_convlog_client.redact(USER, new_id("never"), second)
     with pytest.raises(RejectedRequestError) as refused:
-        await client.redact(USER, conversation, second, reason="")
+        await async_convlog_client.redact(USER, conversation, second, reason="")
     assert refused.value.code == "invalid_reason"
 
 

@@ -28,10 +28,8 @@ from openai.types.responses.response_reasoning_item import Summary
 from convlog.client import AsyncConvlogClient
 from convlog.integrations.agents import ConvlogSession
 from query_api.formats.responses import violations
-from tests.integrations.agents_support import TOKEN, USER, client, new_id, served
+from tests.integrations.agents_support import TOKEN, USER, new_id
 from tests.integrations.readme import readme_example
-
-__all__ = ["client", "served"]  # the fixtures, imported for pytest
 
 pytestmark = pytest.mark.postgres
 
@@ -127,8 +125,10 @@ async def _twenty_turns(session: Session) -> WeatherModel:
     return model
 
 
-async def test_twenty_tool_turns_interrupted_and_resumed_never_send_an_orphan(client: AsyncConvlogClient) -> None:
-    session = ConvlogSession(new_id(), client=client, user_id=USER, budget_tokens=100_000)
+async def test_twenty_tool_turns_interrupted_and_resumed_never_send_an_orphan(
+    async_convlog_client: AsyncConvlogClient,
+) -> None:
+    session = ConvlogSession(new_id(), client=async_convlog_client, user_id=USER, budget_tokens=100_000)
     model = await _twenty_turns(session)
     for sent in model.inputs:
         assert violations({"input": sent}) == [], sent
@@ -144,12 +144,14 @@ async def test_twenty_tool_turns_interrupted_and_resumed_never_send_an_orphan(cl
             "summary": [{"type": "summary_text", "text": "thinking 1"}]}.items() <= final[1].items()  # fmt: skip
 
 
-async def test_the_same_run_on_sqlite_sends_the_model_the_same_inputs(client: AsyncConvlogClient) -> None:
+async def test_the_same_run_on_sqlite_sends_the_model_the_same_inputs(async_convlog_client: AsyncConvlogClient) -> None:
     """The drop-in is exact: through every interruption, the model is sent what the SDK's own
     session would send it (SDK 0.24 holds back an unanswered call itself; convlog would not
     serve one even if it were saved, see test_agents.py's pop tests)."""
     on_sqlite = await _twenty_turns(SQLiteSession(new_id()))
-    on_convlog = await _twenty_turns(ConvlogSession(new_id(), client=client, user_id=USER, budget_tokens=100_000))
+    on_convlog = await _twenty_turns(
+        ConvlogSession(new_id(), client=async_convlog_client, user_id=USER, budget_tokens=100_000)
+    )
     assert on_convlog.inputs == on_sqlite.inputs
 
 

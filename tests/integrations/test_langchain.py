@@ -8,7 +8,7 @@ example of docs/adapters.md."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -31,7 +31,8 @@ from langchain_core.runnables.history import RunnableWithMessageHistory
 from convlog.client import AsyncConvlogClient, ConvlogClient, RejectedEventError
 from convlog.integrations.langchain import ConvlogChatMessageHistory
 from tests.integrations.readme import readme_example
-from tests.test_client_live import TOKEN, _conversation, served  # noqa: F401 -- the live-service fixture
+from tests.live_server import TOKEN
+from tests.test_client_live import _conversation
 
 pytestmark = [
     pytest.mark.postgres,
@@ -39,12 +40,6 @@ pytestmark = [
     # the warning is LangChain's about itself, not about this adapter.
     pytest.mark.filterwarnings("ignore::langchain_core._api.deprecation.LangChainDeprecationWarning"),
 ]
-
-
-@pytest.fixture
-def client(served: str) -> Iterator[ConvlogClient]:  # noqa: F811
-    with ConvlogClient(served, token=TOKEN) as c:
-        yield c
 
 
 def _plain(messages: list[BaseMessage]) -> list[tuple[Any, ...]]:
@@ -63,8 +58,8 @@ def _history(client: ConvlogClient, session: str | None = None, **kw: Any) -> Co
 # -- what langchain-core's tests check of BaseChatMessageHistory / InMemoryChatMessageHistory --
 
 
-def test_add_message_one_at_a_time_and_in_bulk(client: ConvlogClient) -> None:
-    history = _history(client)
+def test_add_message_one_at_a_time_and_in_bulk(convlog_client: ConvlogClient) -> None:
+    history = _history(convlog_client)
     assert history.messages == []
     history.add_message(HumanMessage(content="Hello"))
     assert _plain(history.messages) == _plain([HumanMessage("Hello")])
@@ -77,23 +72,23 @@ def test_add_message_one_at_a_time_and_in_bulk(client: ConvlogClient) -> None:
     assert str(history).endswith("Human: user says\nAI: ai says")
 
 
-def test_clear_empties_the_history_and_a_new_object_reads_the_same_conversation(client: ConvlogClient) -> None:
+def test_clear_empties_the_history_and_a_new_object_reads_the_same_conversation(convlog_client: ConvlogClient) -> None:
     session = _conversation()
-    history = _history(client, session)
+    history = _history(convlog_client, session)
     history.clear()  # nothing stored yet: nothing to clear
     history.add_messages([SystemMessage("Be brief."), HumanMessage("Hi"), AIMessage("Hello")])
-    again = _history(client, session)
+    again = _history(convlog_client, session)
     assert _plain(again.messages) == _plain([SystemMessage("Be brief."), HumanMessage("Hi"), AIMessage("Hello")])
     again.clear()
     # convlog's new chat: the window restarts, the conversation's system prompt stays.
     assert _plain(history.messages) == _plain([SystemMessage("Be brief.")])
     history.add_messages([HumanMessage("after")])
     assert _plain(history.messages) == _plain([SystemMessage("Be brief."), HumanMessage("after")])
-    events = [e.event_type for e in client.events("lc", session)]
+    events = [e.event_type for e in convlog_client.events("lc", session)]
     assert events == ["MessageAppended"] * 3 + ["ConversationCleared", "MessageAppended"]  # the audit keeps all
 
 
-async def test_the_async_interface(served: str) -> None:  # noqa: F811
+async def test_the_async_interface(served: str) -> None:
     async with AsyncConvlogClient(served, token=TOKEN) as aclient:
         history = ConvlogChatMessageHistory(_conversation(), async_client=aclient, user_id="lc")
         await history.aadd_messages([HumanMessage(content="Hello"), HumanMessage(content="World")])
@@ -107,8 +102,8 @@ async def test_the_async_interface(served: str) -> None:  # noqa: F811
             _ = history.messages  # no sync client was given
 
 
-async def test_the_async_methods_fall_back_to_a_sync_client(client: ConvlogClient) -> None:
-    history = _history(client)
+async def test_the_async_methods_fall_back_to_a_sync_client(convlog_client: ConvlogClient) -> None:
+    history = _history(convlog_client)
     await history.aadd_messages([HumanMessage("Hello")])
     assert _plain(await history.aget_messages()) == _plain([HumanMessage("Hello")])
     await history.aclear()
@@ -133,22 +128,22 @@ TOOL_TURN: list[BaseMessage] = [
 ]
 
 
-def test_tool_calls_and_results_round_trip_with_the_reasoning(client: ConvlogClient) -> None:
+def test_tool_calls_and_results_round_trip_with_the_reasoning(convlog_client: ConvlogClient) -> None:
     session = _conversation()
-    history = _history(client, session)
+    history = _history(convlog_client, session)
     history.add_messages(TOOL_TURN)
     served_back = history.messages
     assert _plain(served_back) == _plain(TOOL_TURN)
     assert served_back[1].additional_kwargs == {"reasoning_content": "Two sums: call the tool twice."}
     assert [getattr(m, "status", None) for m in served_back] == [None, None, "success", "error", None]
     # Chat Completions has no error flag on a tool result: the status is in the event's metadata.
-    bodies = [e.body for e in client.events("lc", session)]
+    bodies = [e.body for e in convlog_client.events("lc", session)]
     assert [b["metadata"].get("langchain.status") for b in bodies[2:4]] == ["success", "error"]
     # Reasoning served per policy: omitted when asked.
-    assert _history(client, session, reasoning="omit").messages[1].additional_kwargs == {}
+    assert _history(convlog_client, session, reasoning="omit").messages[1].additional_kwargs == {}
 
 
-def test_images_names_and_text_beside_calls_round_trip(client: ConvlogClient) -> None:
+def test_images_names_and_text_beside_calls_round_trip(convlog_client: ConvlogClient) -> None:
     image = {"type": "image_url", "image_url": {"url": "https://example.com/cat.png", "detail": "auto"}}
     turn: list[BaseMessage] = [
         HumanMessage([{"type": "text", "text": "What is this?"}, image], name="ada"),
@@ -156,7 +151,7 @@ def test_images_names_and_text_beside_calls_round_trip(client: ConvlogClient) ->
         ToolMessage([{"type": "text", "text": "a cat"}], tool_call_id="c1"),
         AIMessage("A cat."),
     ]
-    history = _history(client)
+    history = _history(convlog_client)
     history.add_messages(turn)
     served_back = history.messages
     assert _plain(served_back[:2]) == _plain(turn[:2])
@@ -164,7 +159,7 @@ def test_images_names_and_text_beside_calls_round_trip(client: ConvlogClient) ->
     assert _plain(served_back[2:]) == _plain([ToolMessage("a cat", tool_call_id="c1"), AIMessage("A cat.")])
 
 
-def test_a_native_tool_result_with_is_error_is_an_error_status(client: ConvlogClient) -> None:
+def test_a_native_tool_result_with_is_error_is_an_error_status(convlog_client: ConvlogClient) -> None:
     session = _conversation()
     call = {"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {"city": "Paris"}}
     result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": "timeout", "is_error": True}
@@ -173,15 +168,15 @@ def test_a_native_tool_result_with_is_error_is_an_error_status(client: ConvlogCl
         {"role": "assistant", "model": "claude-sonnet-4-5", "content": [call]},
         {"role": "user", "content": [result]},
     ]
-    last = client.append("lc", session, turn, format="anthropic")
-    client.context("lc", session, model="gpt-4o", budget_tokens=1000, min_offset=last.offset)  # projected
-    served_back = _history(client, session).messages[-1]
+    last = convlog_client.append("lc", session, turn, format="anthropic")
+    convlog_client.context("lc", session, model="gpt-4o", budget_tokens=1000, min_offset=last.offset)  # projected
+    served_back = _history(convlog_client, session).messages[-1]
     assert isinstance(served_back, ToolMessage)
     assert (served_back.tool_call_id, served_back.content, served_back.status) == ("toolu_1", "timeout", "error")
 
 
-def test_reasoning_content_blocks_are_kept_as_reasoning(client: ConvlogClient) -> None:
-    history = _history(client, reasoning="all")
+def test_reasoning_content_blocks_are_kept_as_reasoning(convlog_client: ConvlogClient) -> None:
+    history = _history(convlog_client, reasoning="all")
     history.add_messages([
         HumanMessage("Hi"),
         AIMessage([{"type": "reasoning", "reasoning": "greet back"}, {"type": "text", "text": "Hello!"}]),
@@ -190,29 +185,29 @@ def test_reasoning_content_blocks_are_kept_as_reasoning(client: ConvlogClient) -
     assert (answer.content, answer.additional_kwargs) == ("Hello!", {"reasoning_content": "greet back"})
 
 
-def test_one_add_messages_is_one_atomic_append(client: ConvlogClient) -> None:
+def test_one_add_messages_is_one_atomic_append(convlog_client: ConvlogClient) -> None:
     session = _conversation()
-    history = _history(client, session)
+    history = _history(convlog_client, session)
     with pytest.raises(RejectedEventError):
         history.add_messages([HumanMessage("kept?"), ChatMessage("beep", role="robot"), AIMessage("no")])
     assert history.messages == []  # refused whole: nothing of the list was stored
     history.add_messages(TOOL_TURN)
-    assert len(client.events("lc", session)) == len(TOOL_TURN)
+    assert len(convlog_client.events("lc", session)) == len(TOOL_TURN)
 
 
-def test_the_same_messages_added_again_are_stored_once(client: ConvlogClient) -> None:
+def test_the_same_messages_added_again_are_stored_once(convlog_client: ConvlogClient) -> None:
     session = _conversation()
-    history = _history(client, session)
+    history = _history(convlog_client, session)
     turn = [HumanMessage("once", id="h-1"), AIMessage("only once", id="a-1")]
     history.add_messages(turn)
-    _history(client, session).add_messages(turn)  # a retry by the app after an unknown outcome
+    _history(convlog_client, session).add_messages(turn)  # a retry by the app after an unknown outcome
     assert _plain(history.messages) == _plain(turn)
-    assert len(client.events("lc", session)) == 2
+    assert len(convlog_client.events("lc", session)) == 2
 
 
-def test_an_interrupted_tool_call_is_served_only_once_answered(client: ConvlogClient) -> None:
+def test_an_interrupted_tool_call_is_served_only_once_answered(convlog_client: ConvlogClient) -> None:
     session = _conversation()
-    history = _history(client, session)
+    history = _history(convlog_client, session)
     asked = [HumanMessage("Weather?"), AIMessage("", tool_calls=[{"id": "w1", "name": "weather", "args": {}}])]
     history.add_messages(asked)  # the app stopped before the tool answered
     assert _plain(history.messages) == _plain(asked[:1])  # never a call without its result
@@ -222,9 +217,9 @@ def test_an_interrupted_tool_call_is_served_only_once_answered(client: ConvlogCl
     assert _plain(history.messages)[-1] == _plain([AIMessage("Sunny.")])[0]  # never a result without its call
 
 
-def test_a_tight_budget_never_splits_a_call_from_its_results(client: ConvlogClient) -> None:
+def test_a_tight_budget_never_splits_a_call_from_its_results(convlog_client: ConvlogClient) -> None:
     session = _conversation()
-    history = _history(client, session, budget_tokens=260)
+    history = _history(convlog_client, session, budget_tokens=260)
     for i in range(12):
         history.add_messages([
             HumanMessage(f"turn {i}: look up item {i} please, with some words to cost tokens"),
@@ -284,9 +279,9 @@ def _tool_app(get_history: Factory, turns: int) -> tuple[list[str], list[list[tu
     return answers, seen
 
 
-def test_a_tool_using_app_runs_several_turns_through_convlog(client: ConvlogClient) -> None:
+def test_a_tool_using_app_runs_several_turns_through_convlog(convlog_client: ConvlogClient) -> None:
     session = _conversation()
-    answers, seen = _tool_app(lambda _: _history(client, session), turns=5)
+    answers, seen = _tool_app(lambda _: _history(convlog_client, session), turns=5)
     assert answers == [f"{t} + 1 = {t + 1}" for t in range(5)]
     # The last call saw every earlier turn whole: question, call, result, answer.
     assert seen[-1][1:5] == [
@@ -296,10 +291,10 @@ def test_a_tool_using_app_runs_several_turns_through_convlog(client: ConvlogClie
         ("ai", "0 + 1 = 1", [], None),
     ]
     assert len(seen[-1]) == 1 + 4 * 4 + 3
-    assert len(client.events("lc", session)) == 5 * 4
+    assert len(convlog_client.events("lc", session)) == 5 * 4
 
 
-async def test_the_app_runs_async_with_the_async_client(served: str) -> None:  # noqa: F811
+async def test_the_app_runs_async_with_the_async_client(served: str) -> None:
     model = FakeMessagesListChatModel(responses=[AIMessage("one"), AIMessage("two"), AIMessage("three")])
     session = _conversation()
     async with AsyncConvlogClient(served, token=TOKEN) as aclient:
@@ -315,13 +310,13 @@ async def test_the_app_runs_async_with_the_async_client(served: str) -> None:  #
             AIMessage("three")])  # fmt: skip
 
 
-def test_the_same_app_switched_from_in_memory_to_convlog_by_one_line(client: ConvlogClient) -> None:
+def test_the_same_app_switched_from_in_memory_to_convlog_by_one_line(convlog_client: ConvlogClient) -> None:
     store: dict[str, InMemoryChatMessageHistory] = {}
     in_memory = _tool_app(lambda sid: store.setdefault(sid, InMemoryChatMessageHistory()), turns=4)
     session = _conversation()
-    convlog = _tool_app(lambda sid: ConvlogChatMessageHistory(session, client=client, user_id="lc"), turns=4)
+    convlog = _tool_app(lambda sid: ConvlogChatMessageHistory(session, client=convlog_client, user_id="lc"), turns=4)
     assert convlog == in_memory  # the same answers, the model sent the same messages at every call
-    assert _plain(_history(client, session).messages) == _plain(store["s"].messages)
+    assert _plain(_history(convlog_client, session).messages) == _plain(store["s"].messages)
 
 
 # -- the example of docs/adapters.md --------------------------------------------------------------------------
@@ -330,7 +325,7 @@ README_EXAMPLE = readme_example("LangChain")
 
 
 def test_the_readme_example_runs(
-    served: str,  # noqa: F811
+    served: str,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -344,16 +339,16 @@ def test_the_readme_example_runs(
 
 
 def test_the_summary_of_the_turns_that_left_the_window_is_a_system_message(summarising: str) -> None:
-    with ConvlogClient(summarising, token=TOKEN) as client:
+    with ConvlogClient(summarising, token=TOKEN) as convlog_client:
         session = _conversation()
-        history = _history(client, session)
+        history = _history(convlog_client, session)
         for t in range(8):
             history.add_messages([HumanMessage(f"My favourite number is {t}."), AIMessage(f"Noted: {t}.")])
         deadline = time.monotonic() + 30
         while not (served_back := history.messages)[0].id:
             assert time.monotonic() < deadline, "no summary was served"
             time.sleep(0.2)
-        recorded = {s.summary_id: s for s in client.summaries("lc", session)}
+        recorded = {s.summary_id: s for s in convlog_client.summaries("lc", session)}
     summary, rest = served_back[0], served_back[1:]
     assert isinstance(summary, SystemMessage)
     assert str(summary.id).startswith("convlog-summary-")

@@ -19,15 +19,12 @@ from openai import AsyncOpenAI
 from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
 
 from tests.live_server import TOKEN
-from tests.test_client_live import served
-
-__all__ = ["served"]  # the fixture (a live convlog serve of the module's own), imported for pytest
 
 pytestmark = pytest.mark.postgres
 
 
 @pytest.fixture
-async def openai_client(served: str) -> AsyncIterator[AsyncOpenAI]:
+async def async_openai_client(served: str) -> AsyncIterator[AsyncOpenAI]:
     async with AsyncOpenAI(base_url=f"{served}/v1", api_key=TOKEN, max_retries=0) as client:
         yield client
 
@@ -36,8 +33,8 @@ def _user(text: str) -> Any:
     return {"role": "user", "content": text}
 
 
-async def test_the_sdks_session_behaviour_holds(openai_client: AsyncOpenAI, served: str) -> None:
-    session = OpenAIConversationsSession(openai_client=openai_client)
+async def test_the_sdks_session_behaviour_holds(async_openai_client: AsyncOpenAI, served: str) -> None:
+    session = OpenAIConversationsSession(openai_client=async_openai_client)
     assert await session.get_items() == []  # creates the conversation
     first = session.session_id
     assert first.startswith("conv_")
@@ -54,7 +51,7 @@ async def test_the_sdks_session_behaviour_holds(openai_client: AsyncOpenAI, serv
         _ = session.session_id
     assert await session.get_items() == []  # a new, empty conversation
     assert session.session_id != first
-    retrieve = await openai_client.conversations.retrieve(session.session_id)
+    retrieve = await async_openai_client.conversations.retrieve(session.session_id)
     assert retrieve.id == session.session_id
 
 
@@ -100,8 +97,8 @@ async def _ten_turns(session: Session) -> list[list[dict[str, Any]]]:
     return model.inputs
 
 
-async def test_ten_runs_with_a_tool_give_the_model_what_sqlite_gives(openai_client: AsyncOpenAI) -> None:
-    on_convlog = await _ten_turns(OpenAIConversationsSession(openai_client=openai_client))
+async def test_ten_runs_with_a_tool_give_the_model_what_sqlite_gives(async_openai_client: AsyncOpenAI) -> None:
+    on_convlog = await _ten_turns(OpenAIConversationsSession(openai_client=async_openai_client))
     on_sqlite = await _ten_turns(SQLiteSession("sqlite"))
     assert len(on_convlog) == len(on_sqlite) == 20
     for i, (a, b) in enumerate(zip(on_convlog, on_sqlite, strict=True)):

@@ -45,9 +45,7 @@ from convlog.client import AsyncConvlogClient, ConvlogClient
 from convlog.integrations.pydantic_ai import ConvlogHistory, format_for
 from events.errors import InvalidEventError
 from tests.integrations.readme import readme_example
-from tests.test_client_live import TOKEN, served
-
-__all__ = ["served"]  # the live-service fixture, shared with the client's tests
+from tests.live_server import TOKEN
 
 pytestmark = pytest.mark.postgres
 
@@ -76,12 +74,6 @@ def _close_the_loop_run_sync_leaves(request: pytest.FixtureRequest) -> Iterator[
 @pytest.fixture
 def conversation() -> str:
     return f"pai-{uuid.uuid4().hex[:10]}"
-
-
-@pytest.fixture
-def client(served: str) -> Iterator[ConvlogClient]:
-    with ConvlogClient(served, token=TOKEN) as c:
-        yield c
 
 
 def weather_agent(model_name: str = "function:weather", thinking: bool = False) -> tuple[Agent[None, str], list[Any]]:
@@ -141,13 +133,15 @@ def _round_trip(messages: list[ModelMessage]) -> None:
     assert ModelMessagesTypeAdapter.dump_json(from_python) == dumped
 
 
-def test_an_agent_with_tools_for_six_turns_through_convlog(client: ConvlogClient, conversation: str) -> None:
+def test_an_agent_with_tools_for_six_turns_through_convlog(convlog_client: ConvlogClient, conversation: str) -> None:
     agent, seen = weather_agent()
     cities = ["Paris", "Oslo", "Lima", "Rome", "Kyiv", "Quito"]
     offset = None
     for turn, city in enumerate(cities):
         # A new history each turn, as a web app makes one per request, carrying the offset over.
-        history = ConvlogHistory(conversation, user_id="u1", client=client, budget_tokens=4000, min_offset=offset)
+        history = ConvlogHistory(
+            conversation, user_id="u1", client=convlog_client, budget_tokens=4000, min_offset=offset
+        )
         loaded = history.load()
         _round_trip(loaded)
         result = agent.run_sync(f"Weather in {city}?", message_history=loaded)
@@ -160,7 +154,7 @@ def test_an_agent_with_tools_for_six_turns_through_convlog(client: ConvlogClient
         assert prompts == [f"Weather in {c}?" for c in cities[: turn + 1]]
         assert sum(isinstance(p, SystemPromptPart) for m in first_request for p in m.parts) == 1
         _pairs_whole(first_request[:-1])
-    final = ConvlogHistory(conversation, user_id="u1", client=client, min_offset=offset).load()
+    final = ConvlogHistory(conversation, user_id="u1", client=convlog_client, min_offset=offset).load()
     _round_trip(final)
     _pairs_whole(final)
     assert [type(m).__name__ for m in final] == ["ModelRequest", "ModelResponse", "ModelRequest", "ModelResponse"] * 6
@@ -169,11 +163,11 @@ def test_an_agent_with_tools_for_six_turns_through_convlog(client: ConvlogClient
     assert [(r.tool_name, r.content) for r in returns] == [("weather", f"sunny in {c}") for c in cities]
 
 
-def test_what_pydantic_ais_docs_promise_of_a_message_history(client: ConvlogClient, conversation: str) -> None:
+def test_what_pydantic_ais_docs_promise_of_a_message_history(convlog_client: ConvlogClient, conversation: str) -> None:
     """docs/message-history.md: a non-empty history gets no new system prompt, ``all_messages()``
     is the history then ``new_messages()``, and messages from one model continue on another."""
     agent, seen = weather_agent()
-    history = ConvlogHistory(conversation, user_id="u1", client=client)
+    history = ConvlogHistory(conversation, user_id="u1", client=convlog_client)
     first = agent.run_sync("Weather in Paris?", message_history=history.load())
     assert isinstance(first.new_messages()[0].parts[0], SystemPromptPart)  # empty history: the agent's prompt
     history.save(first.new_messages())
@@ -190,13 +184,15 @@ def test_what_pydantic_ais_docs_promise_of_a_message_history(client: ConvlogClie
 
 
 def test_a_small_budget_drops_the_oldest_turns_and_never_splits_a_call_from_its_return(
-    client: ConvlogClient, conversation: str
+    convlog_client: ConvlogClient, conversation: str
 ) -> None:
     agent, _ = weather_agent()
-    history = ConvlogHistory(conversation, user_id="u1", client=client, budget_tokens=4000)
+    history = ConvlogHistory(conversation, user_id="u1", client=convlog_client, budget_tokens=4000)
     for city in ["Paris", "Oslo", "Lima", "Rome", "Kyiv", "Quito", "Bern", "Baku"]:
         history.save(agent.run_sync(f"Weather in {city}?", message_history=history.load()).new_messages())
-    small = ConvlogHistory(conversation, user_id="u1", client=client, budget_tokens=160, min_offset=history.offset)
+    small = ConvlogHistory(
+        conversation, user_id="u1", client=convlog_client, budget_tokens=160, min_offset=history.offset
+    )
     loaded = small.load()
     assert small.last_context is not None
     assert small.last_context.dropped_turns > 0
@@ -214,8 +210,8 @@ def test_turns_that_left_the_window_come_back_as_the_summary_a_system_prompt_par
 ) -> None:
     agent, seen = weather_agent()
     cities = ["Paris", "Oslo", "Lima", "Rome", "Kyiv", "Quito"]
-    with ConvlogClient(summarising, token=TOKEN) as client:
-        history = ConvlogHistory(conversation, user_id="u1", client=client)
+    with ConvlogClient(summarising, token=TOKEN) as convlog_client:
+        history = ConvlogHistory(conversation, user_id="u1", client=convlog_client)
         for city in cities:
             history.save(agent.run_sync(f"Weather in {city}?", message_history=history.load()).new_messages())
         deadline = time.monotonic() + 30
@@ -245,7 +241,7 @@ def test_turns_that_left_the_window_come_back_as_the_summary_a_system_prompt_par
         assert system[1] in [p.content for m in sent for p in m.parts if isinstance(p, SystemPromptPart)]
 
 
-def test_a_tool_retry_is_history_the_model_reads_back(client: ConvlogClient, conversation: str) -> None:
+def test_a_tool_retry_is_history_the_model_reads_back(convlog_client: ConvlogClient, conversation: str) -> None:
     def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         last = messages[-1]
         returns = [p for p in last.parts if isinstance(p, ToolReturnPart)]
@@ -262,7 +258,7 @@ def test_a_tool_retry_is_history_the_model_reads_back(client: ConvlogClient, con
             raise ModelRetry("name a weekday")
         return f"booked for {day}"
 
-    history = ConvlogHistory(conversation, user_id="u1", client=client)
+    history = ConvlogHistory(conversation, user_id="u1", client=convlog_client)
     result = agent.run_sync("Book me in", message_history=history.load())
     assert result.output == "Booked."
     history.save(result.new_messages())
@@ -281,30 +277,30 @@ def test_a_tool_retry_is_history_the_model_reads_back(client: ConvlogClient, con
         assert returns[1].content == "booked for monday"
 
 
-def test_saving_the_same_messages_twice_stores_them_once(client: ConvlogClient, conversation: str) -> None:
+def test_saving_the_same_messages_twice_stores_them_once(convlog_client: ConvlogClient, conversation: str) -> None:
     agent, _ = weather_agent()
-    history = ConvlogHistory(conversation, user_id="u1", client=client)
+    history = ConvlogHistory(conversation, user_id="u1", client=convlog_client)
     first = agent.run_sync("Weather in Paris?", message_history=history.load())
     history.save(first.new_messages())
-    stored = _stored(client, conversation, history)
+    stored = _stored(convlog_client, conversation, history)
     history.save(first.new_messages())
     history.save(ModelMessagesTypeAdapter.validate_json(ModelMessagesTypeAdapter.dump_json(first.new_messages())))
-    assert _stored(client, conversation, history) == stored == 5  # system, user, call, return, answer
+    assert _stored(convlog_client, conversation, history) == stored == 5  # system, user, call, return, answer
     # all_messages() holds what load() gave: those are not stored again either.
     second = agent.run_sync("Weather in Oslo?", message_history=history.load())
     history.save(second.all_messages())
-    assert _stored(client, conversation, history) == stored + 4
+    assert _stored(convlog_client, conversation, history) == stored + 4
     # The same words asked again later are a new message.
     third = agent.run_sync("Weather in Paris?", message_history=history.load())
     history.save(third.new_messages())
-    assert _stored(client, conversation, history) == stored + 8
+    assert _stored(convlog_client, conversation, history) == stored + 8
 
 
 def test_signed_anthropic_thinking_comes_back_for_the_model_that_wrote_it_only(
-    client: ConvlogClient, conversation: str
+    convlog_client: ConvlogClient, conversation: str
 ) -> None:
     agent, _ = weather_agent(model_name="claude-sonnet-4-5", thinking=True)
-    history = ConvlogHistory(conversation, user_id="u1", client=client, model="anthropic:claude-sonnet-4-5")
+    history = ConvlogHistory(conversation, user_id="u1", client=convlog_client, model="anthropic:claude-sonnet-4-5")
     for city in ["Paris", "Oslo"]:
         history.save(agent.run_sync(f"Weather in {city}?", message_history=history.load()).new_messages())
 
@@ -332,10 +328,10 @@ def test_signed_anthropic_thinking_comes_back_for_the_model_that_wrote_it_only(
 
 
 def test_loaded_anthropic_thinking_is_what_pydantic_ais_anthropic_model_sends_back(
-    client: ConvlogClient, conversation: str
+    convlog_client: ConvlogClient, conversation: str
 ) -> None:
     agent, _ = weather_agent(model_name="claude-sonnet-4-5", thinking=True)
-    history = ConvlogHistory(conversation, user_id="u1", client=client, model="anthropic:claude-sonnet-4-5")
+    history = ConvlogHistory(conversation, user_id="u1", client=convlog_client, model="anthropic:claude-sonnet-4-5")
     history.save(agent.run_sync("Weather in Paris?", message_history=history.load()).new_messages())
     claude = AnthropicModel("claude-sonnet-4-5", provider=AnthropicProvider(api_key="not-used"))
     assert format_for(claude) == ("anthropic", "claude-sonnet-4-5")
@@ -347,7 +343,7 @@ def test_loaded_anthropic_thinking_is_what_pydantic_ais_anthropic_model_sends_ba
 
 
 def test_openai_reasoning_items_come_back_for_the_model_that_wrote_them_only(
-    client: ConvlogClient, conversation: str
+    convlog_client: ConvlogClient, conversation: str
 ) -> None:
     def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         last = messages[-1]
@@ -370,13 +366,13 @@ def test_openai_reasoning_items_come_back_for_the_model_that_wrote_them_only(
     def lookup(q: str) -> str:
         return "found"
 
-    history = ConvlogHistory(conversation, user_id="u1", client=client, model="openai:gpt-5")
+    history = ConvlogHistory(conversation, user_id="u1", client=convlog_client, model="openai:gpt-5")
     for question in ["First?", "Second?"]:
         result = agent.run_sync(question, message_history=history.load())
         history.save(result.new_messages())
     written = [p for m in result.new_messages() for p in m.parts if isinstance(p, ThinkingPart)]
     history.load()
-    apis = {e.body.get("api") for e in client.events("u1", conversation) if e.body.get("role") == "assistant"}
+    apis = {e.body.get("api") for e in convlog_client.events("u1", conversation) if e.body.get("role") == "assistant"}
     assert apis == {"responses"}  # stored as Response objects, reasoning items whole
 
     loaded = history.load()
@@ -404,25 +400,27 @@ def test_openai_reasoning_items_come_back_for_the_model_that_wrote_them_only(
 
 
 def test_plain_thinking_is_kept_as_reasoning_and_history_has_no_provider_blobs(
-    client: ConvlogClient, conversation: str
+    convlog_client: ConvlogClient, conversation: str
 ) -> None:
     def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         return ModelResponse([ThinkingPart("hmm"), TextPart("Hi!")])
 
     agent = Agent(FunctionModel(script, model_name="deepseek-chat"))
-    history = ConvlogHistory(conversation, user_id="u1", client=client, model="deepseek-chat")
+    history = ConvlogHistory(conversation, user_id="u1", client=convlog_client, model="deepseek-chat")
     history.save(agent.run_sync("Hello", message_history=history.load()).new_messages())
     loaded = history.load()
-    (event,) = [e for e in client.events("u1", conversation) if e.body.get("role") == "assistant"]
+    (event,) = [e for e in convlog_client.events("u1", conversation) if e.body.get("role") == "assistant"]
     assert event.body["reasoning_content"] == "hmm"
     assert loaded[-1].parts == [TextPart("Hi!")]  # reasoning_content is served per reasoning=omit
 
 
 async def test_a_run_interrupted_mid_tool_call_is_resumed_without_the_unanswered_call(
-    client: ConvlogClient, conversation: str
+    convlog_client: ConvlogClient, conversation: str
 ) -> None:
     agent, _ = weather_agent()
-    history = ConvlogHistory(conversation, user_id="u1", client=client)  # a sync client: aload runs it in a thread
+    history = ConvlogHistory(
+        conversation, user_id="u1", client=convlog_client
+    )  # a sync client: aload runs it in a thread
     await history.asave((await agent.run("Weather in Paris?", message_history=await history.aload())).new_messages())
     # The app saved as the run went (agent.iter), and the process died while the tool ran.
     before = await history.aload()
@@ -449,12 +447,12 @@ async def test_a_run_interrupted_mid_tool_call_is_resumed_without_the_unanswered
 
 
 def test_hand_made_messages_images_an_empty_answer_and_a_part_convlog_cannot_store(
-    client: ConvlogClient, conversation: str
+    convlog_client: ConvlogClient, conversation: str
 ) -> None:
     png = BinaryContent(b"\x89PNG\r\n\x1a\n-tiny", media_type="image/png")
     asked = ModelRequest([UserPromptPart(["What is on these?", ImageUrl("https://example.com/cat.png"), png])])
     empty = ModelResponse([TextPart("")], provider_name="anthropic", model_name="claude-sonnet-4-5")
-    history = ConvlogHistory(conversation, user_id="u1", client=client, model="claude-sonnet-4-5")
+    history = ConvlogHistory(conversation, user_id="u1", client=convlog_client, model="claude-sonnet-4-5")
     history.save([asked, empty])
     for model in ["claude-sonnet-4-5", "gpt-4o", "openai:gpt-5"]:
         loaded = history.load(model=model)
@@ -466,11 +464,11 @@ def test_hand_made_messages_images_an_empty_answer_and_a_part_convlog_cannot_sto
         assert not [p for m in loaded[1:] for p in m.parts if not (isinstance(p, TextPart) and not p.content)]
         assert Agent(TestModel()).run_sync("Again?", message_history=loaded).output
 
-    stored = _stored(client, conversation, history)
+    stored = _stored(convlog_client, conversation, history)
     audio = ModelRequest([UserPromptPart(["Listen", AudioUrl("https://example.com/a.mp3")])])
     with pytest.raises(InvalidEventError, match="AudioUrl"):
         history.save([ModelRequest([UserPromptPart("Before")]), audio])
-    assert _stored(client, conversation, history) == stored  # nothing of the refused batch
+    assert _stored(convlog_client, conversation, history) == stored  # nothing of the refused batch
 
 
 async def test_the_async_twins(served: str, conversation: str) -> None:
@@ -488,16 +486,16 @@ async def test_the_async_twins(served: str, conversation: str) -> None:
     assert len(loaded) == 8
 
 
-def test_clear_starts_a_new_chat(client: ConvlogClient, conversation: str) -> None:
+def test_clear_starts_a_new_chat(convlog_client: ConvlogClient, conversation: str) -> None:
     agent, _ = weather_agent()
-    history = ConvlogHistory(conversation, user_id="u1", client=client)
+    history = ConvlogHistory(conversation, user_id="u1", client=convlog_client)
     history.save(agent.run_sync("Weather in Paris?", message_history=history.load()).new_messages())
     history.clear()
     # The system prompt stays (convlog keeps system prompts across a new chat); the turns are gone.
     (request,) = history.load()
     assert isinstance(request, ModelRequest)
     assert [type(p) for p in request.parts] == [SystemPromptPart]
-    assert _stored(client, conversation, history) == 5  # the audit keeps them
+    assert _stored(convlog_client, conversation, history) == 5  # the audit keeps them
     result = agent.run_sync("Weather in Oslo?", message_history=history.load())
     assert result.output == "It is sunny in Oslo."
     history.save(result.new_messages())
@@ -525,17 +523,17 @@ def chat_app(questions: list[str], history: Any = None) -> tuple[list[str], list
 
 
 def test_a_chat_app_switched_from_its_list_to_convlog_by_one_line_keeps_working(
-    client: ConvlogClient, conversation: str
+    convlog_client: ConvlogClient, conversation: str
 ) -> None:
     questions = ["Weather in Paris?", "And Oslo?", "Thanks!"]
     answers, in_memory = chat_app(questions)
-    history = ConvlogHistory(conversation, user_id="u1", client=client)
+    history = ConvlogHistory(conversation, user_id="u1", client=convlog_client)
     answers_convlog, loaded = chat_app(questions, history)
     assert answers_convlog == answers
     assert any(isinstance(p, ToolReturnPart) for m in loaded for p in m.parts)  # TestModel called the tool
     _pairs_whole(loaded)
     assert _what_the_model_reads(loaded) == _what_the_model_reads(in_memory)
-    assert _stored(client, conversation, history) == sum(len(m.parts) for m in in_memory)
+    assert _stored(convlog_client, conversation, history) == sum(len(m.parts) for m in in_memory)
 
 
 def _what_the_model_reads(messages: list[ModelMessage]) -> list[tuple[str, ...]]:

@@ -36,7 +36,7 @@ ROUNDS = 4
 
 
 @pytest.fixture
-def private_postgres(pg_admin_url: str) -> Iterator[PostgresHandle]:
+def slow_wal_postgres(pg_admin_url: str) -> Iterator[PostgresHandle]:
     # Not under tmp_path: every pytest session that starts (another engineer's, on a shared
     # machine) makes /tmp/pytest-of-<user> 0700 again, and the server, running as its own OS
     # user, then loses its data directory mid-test.
@@ -86,9 +86,9 @@ def _applied(url: str) -> int:
 
 
 async def test_sigkill_of_postgres_and_projector_loses_only_a_tail_reapplied_from_the_log(
-    private_postgres: PostgresHandle, kafka_bootstrap: str, tmp_path: Path
+    slow_wal_postgres: PostgresHandle, kafka_bootstrap: str, tmp_path: Path
 ) -> None:
-    url = private_postgres.url
+    url = slow_wal_postgres.url
     topic = unique_topic("asynccommit")
     log = await KafkaEventLog.connect(bootstrap=kafka_bootstrap, topic=topic, partitions=4)
     producer = ConversationProducer(log, producer="crash-test")
@@ -118,10 +118,10 @@ async def test_sigkill_of_postgres_and_projector_loses_only_a_tail_reapplied_fro
                 await asyncio.sleep(0.05)
             await asyncio.sleep(rng.uniform(0.5, 2.0))
             seen = await asyncio.to_thread(_applied, url)  # committed, as far as any reader could tell
-            private_postgres.kill()
+            slow_wal_postgres.kill()
             proc.send_signal(signal.SIGKILL)
             proc.wait()
-            await asyncio.to_thread(private_postgres.start)  # crash recovery
+            await asyncio.to_thread(slow_wal_postgres.start)  # crash recovery
             losses.append((seen, await asyncio.to_thread(_applied, url)))
             proc = _start_projector(env, log_file)
         written = await producing

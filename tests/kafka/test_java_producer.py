@@ -5,29 +5,28 @@ same topic: its events are projected and served through the HTTP API exactly as 
 from __future__ import annotations
 
 import asyncio
-import shutil
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 import pytest
 
-from convlog.runtime.serve import Service, running_service
+from convlog.runtime.serve import Service
 from convlog.settings import Settings
 from events.keys import ConversationKey, partition_for_key
 from query_api.http import create_app
 from query_api.rules import violations
 from tests.example_producers import REPO, events_vectors
-from tests.java_example import build_classpath, run_example, run_lines
+from tests.java_example import run_example, run_lines
 from tests.producer_doc import SCHEMAS, fingerprint_rows
-from tests.projection_support import temporary_database
-from tests.support import services_required, unique_topic
-
-pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
 
 PARTITIONS = 12
+pytestmark = [
+    pytest.mark.kafka,
+    pytest.mark.postgres,
+    pytest.mark.service_settings(partitions=PARTITIONS, api_tokens="acme:token-java"),
+]
+
 AUTH = {"Authorization": "Bearer token-java"}
 # A colon and a backslash in the ids: the key escapes them, the envelope carries them as they are.
 KEY = ConversationKey("acme", "employee:42", "oa\\overtime")
@@ -36,49 +35,29 @@ TOOL_RESULT = '{"hits": 3, "top": "OA > Attendance > Overtime"}'
 ANSWER = "Open OA, then Attendance > Overtime, and submit the form."
 
 
-@pytest.fixture(scope="module")
-def classpath() -> str:
-    if shutil.which("mvn") is None:
-        if services_required():
-            pytest.fail("CONVLOG_REQUIRE_SERVICES=1 but Maven (mvn) is not on PATH: it builds examples/java-producer")
-        pytest.skip("no Maven: it builds examples/java-producer")
-    return build_classpath()
-
-
-@pytest.fixture
-async def service(kafka_bootstrap: str, pg_admin_url: str, tmp_path: Path) -> AsyncIterator[tuple[Service, Settings]]:
-    """convlog's service on a topic of its own, which it creates (before any producer runs)."""
-    async with temporary_database(pg_admin_url) as url:
-        settings = Settings(kafka_bootstrap=kafka_bootstrap, topic=unique_topic("java"), partitions=PARTITIONS,
-                            database_url=url, data_dir=tmp_path, api_tokens="acme:token-java",
-                            summarizer="off")  # fmt: skip
-        async with running_service(settings) as svc:
-            yield svc, settings
-
-
-def test_the_java_notation_of_every_fingerprint_is_the_byte_reversed_wire_form(classpath: str) -> None:
-    printed = run_example(classpath, "--print-fingerprints", *(str(p) for p in SCHEMAS.values()))
+def test_the_java_notation_of_every_fingerprint_is_the_byte_reversed_wire_form(java_classpath: str) -> None:
+    printed = run_example(java_classpath, "--print-fingerprints", *(str(p) for p in SCHEMAS.values()))
     assert [(p["wire_hex"], p["java_long_hex"]) for p in printed] == [
         (row.wire, row.java) for row in fingerprint_rows()
     ]
 
 
-def test_javas_avro_reads_and_writes_the_golden_vectors_byte_for_byte(classpath: str) -> None:
+def test_javas_avro_reads_and_writes_the_golden_vectors_byte_for_byte(java_classpath: str) -> None:
     """Apache Avro's BinaryMessageDecoder/Encoder (what the example writes with) and convlog's
     Python producer agree on every event of schemas/vectors/events.json, schema v4."""
     vectors = events_vectors()
     values = [v["value_hex"] for v in vectors["events"] + vectors["more_events"]]
-    again = run_lines(classpath, "--reencode", str(REPO / vectors["schema"]), *values)
+    again = run_lines(java_classpath, "--reencode", str(REPO / vectors["schema"]), *values)
     assert again == values
 
 
 async def test_a_java_producer_that_follows_the_contract_is_served_exactly(
-    classpath: str, service: tuple[Service, Settings]
+    java_classpath: str, kafka_service: tuple[Service, Settings]
 ) -> None:
-    svc, settings = service
+    svc, settings = kafka_service
     assert settings.kafka_bootstrap is not None
     sent = await asyncio.to_thread(
-        run_example, classpath, "--bootstrap", settings.kafka_bootstrap, "--topic", settings.topic,
+        run_example, java_classpath, "--bootstrap", settings.kafka_bootstrap, "--topic", settings.topic,
         "--tenant", KEY.tenant_id, "--user", KEY.user_id, "--conversation", KEY.conversation_id,
     )  # fmt: skip
     assert [e["type"] for e in sent] == ["ConversationStarted", *["MessageAppended"] * 4]

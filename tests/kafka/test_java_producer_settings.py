@@ -11,7 +11,6 @@ import asyncio
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,19 +19,21 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from convlog.runtime.serve import Service, running_service
+from convlog.runtime.serve import Service
 from convlog.settings import Settings
 from events.keys import ConversationKey, partition_for_key
 from query_api.http import create_app
-from tests.java_example import TURN_CONTEXT, TURN_TITLE, VERIFIED_CODECS, classpath_or_skip, run_example
+from tests.java_example import TURN_CONTEXT, TURN_TITLE, VERIFIED_CODECS, run_example
 from tests.kafka.ops_support import REPO, ops_env
 from tests.kafka.transactional import keys_on_distinct_partitions
-from tests.projection_support import temporary_database
-from tests.support import unique_topic
-
-pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
 
 PARTITIONS = 12
+pytestmark = [
+    pytest.mark.kafka,
+    pytest.mark.postgres,
+    pytest.mark.service_settings(partitions=PARTITIONS, api_tokens="acme:token-java"),
+]
+
 AUTH = {"Authorization": "Bearer token-java"}
 READ_TIMEOUT_S = 30  # a read that does not finish fails the test instead of hanging it
 
@@ -60,22 +61,6 @@ KEYS = keys_on_distinct_partitions(len(RUNS), PARTITIONS, prefix="java-settings"
 CASES = list(zip(RUNS, KEYS, strict=True))  # each run writes a conversation on a partition of its own
 
 
-@pytest.fixture(scope="module")
-def classpath() -> str:
-    return classpath_or_skip()
-
-
-@pytest.fixture
-async def service(kafka_bootstrap: str, pg_admin_url: str, tmp_path: Path) -> AsyncIterator[tuple[Service, Settings]]:
-    """convlog's service on a topic of its own, which it creates (before any producer runs)."""
-    async with temporary_database(pg_admin_url) as url:
-        settings = Settings(kafka_bootstrap=kafka_bootstrap, topic=unique_topic("javaset"), partitions=PARTITIONS,
-                            database_url=url, data_dir=tmp_path,
-                            api_tokens="acme:token-java", summarizer="off")  # fmt: skip
-        async with running_service(settings) as svc:
-            yield svc, settings
-
-
 def produce(classpath: str, settings: Settings, run: Run, key: ConversationKey) -> list[dict[str, Any]]:
     assert settings.kafka_bootstrap is not None
     args = ["--bootstrap", settings.kafka_bootstrap, "--topic", settings.topic,
@@ -86,17 +71,17 @@ def produce(classpath: str, settings: Settings, run: Run, key: ConversationKey) 
 
 
 async def test_transactions_and_every_codec_from_java_are_served_exactly(
-    classpath: str, service: tuple[Service, Settings], tmp_path: Path
+    java_classpath: str, kafka_service: tuple[Service, Settings], tmp_path: Path
 ) -> None:
-    svc, settings = service
+    svc, settings = kafka_service
     # The apps run side by side, as they would in production; the one that aborts runs last, alone,
     # so nothing else is written while its aborted records and marker close its partition.
     together = [(r, k) for r, k in CASES if not r.abort_last]
-    outputs = await asyncio.gather(*(asyncio.to_thread(produce, classpath, settings, r, k) for r, k in together))
+    outputs = await asyncio.gather(*(asyncio.to_thread(produce, java_classpath, settings, r, k) for r, k in together))
     sent = {run.name: out for (run, _), out in zip(together, outputs, strict=True)}
     for run, key in CASES:
         if run.abort_last:
-            sent[run.name] = await asyncio.to_thread(produce, classpath, settings, run, key)
+            sent[run.name] = await asyncio.to_thread(produce, java_classpath, settings, run, key)
     ends = await svc.event_log.end_offsets()
 
     transport = httpx.ASGITransport(app=create_app(svc.deps))

@@ -10,20 +10,16 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from convlog.runtime.serve import Service, running_service
+from convlog.runtime.serve import Service
 from convlog.settings import Settings
 from events.keys import ConversationKey
 from query_api.http import create_app
 from tests.kafka.transactional import transactional_app
-from tests.projection_support import temporary_database
-from tests.support import unique_topic
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
 
@@ -34,20 +30,10 @@ READS = 7
 BOUND_S = 0.25
 
 
-@pytest.fixture
-async def service(kafka_bootstrap: str, pg_admin_url: str, tmp_path: Path) -> AsyncIterator[tuple[Service, Settings]]:
-    async with temporary_database(pg_admin_url) as url:
-        settings = Settings(kafka_bootstrap=kafka_bootstrap, topic=unique_topic("latency"), partitions=4,
-                            database_url=url, data_dir=tmp_path,
-                            api_tokens="acme:token-a", summarizer="off")  # fmt: skip
-        async with running_service(settings) as svc:
-            yield svc, settings
-
-
 async def test_reads_of_a_short_conversation_from_the_log_answer_well_under_the_fetch_wait(
-    service: tuple[Service, Settings], kafka_bootstrap: str
+    kafka_service: tuple[Service, Settings], kafka_bootstrap: str
 ) -> None:
-    svc, settings = service
+    svc, settings = kafka_service
     async with transactional_app(kafka_bootstrap, settings.topic, settings.partitions) as (app, kafka):
         for turn in range(2):  # a commit marker after each turn
             async with kafka.transaction():

@@ -92,7 +92,7 @@ def _ready(client: httpx.Client) -> bool:
 
 
 @pytest.fixture(scope="module")
-def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+def three_processes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     """The three processes, started together on a fresh database and topic (as a deployment's
     services are): the API instances must not wait for the projector to be up."""
     admin_url, bootstrap = os.environ.get("CONVLOG_DATABASE_URL"), os.environ.get("CONVLOG_KAFKA_BOOTSTRAP")
@@ -140,9 +140,9 @@ def _context(client: httpx.Client, conversation: str, min_offset: int) -> httpx.
 
 
 def test_api_only_instances_say_their_roles_and_are_ready_without_a_projector_of_their_own(
-    deployment: Deployment,
+    three_processes: Deployment,
 ) -> None:
-    for name, client in (("a", deployment.a), ("b", deployment.b)):
+    for name, client in (("a", three_processes.a), ("b", three_processes.b)):
         report = client.get("/readyz")
         assert report.status_code == 200, report.text
         body = report.json()
@@ -150,60 +150,61 @@ def test_api_only_instances_say_their_roles_and_are_ready_without_a_projector_of
         assert (body["log"], body["postgres"], body["ready"]) == (True, True, True)
         assert {"projector", "summarizer"} - body.keys() == {"projector", "summarizer"}  # nothing it does not run
         assert body["lag"] == 0  # the projector elsewhere, as the read models say
-        [started] = [line for line in deployment.log_lines(name) if line["event"] == "serve.roles"]
+        [started] = [line for line in three_processes.log_lines(name) if line["event"] == "serve.roles"]
         assert started["roles"] == ["api"]
         assert started["run_elsewhere"] == ["convlog project", "convlog summarize"]
 
 
-def test_a_write_through_a_is_read_through_b_with_min_offset(deployment: Deployment) -> None:
+def test_a_write_through_a_is_read_through_b_with_min_offset(three_processes: Deployment) -> None:
     for turn in range(3):
-        appended = _append(deployment.a, "ryw", f"question {turn}")
+        appended = _append(three_processes.a, "ryw", f"question {turn}")
         assert appended.status_code == 202, appended.text
-        context = _context(deployment.b, "ryw", appended.json()["offset"])
+        context = _context(three_processes.b, "ryw", appended.json()["offset"])
         assert context.status_code == 200, context.text
         assert [m["content"] for m in context.json()["messages"]] == [f"question {t}" for t in range(turn + 1)]
 
 
-def test_an_idempotency_key_repeated_on_another_instance_appends_nothing(deployment: Deployment) -> None:
-    first = _append(deployment.a, "idem", "once", **{"Idempotency-Key": "key-1"})
+def test_an_idempotency_key_repeated_on_another_instance_appends_nothing(three_processes: Deployment) -> None:
+    first = _append(three_processes.a, "idem", "once", **{"Idempotency-Key": "key-1"})
     assert first.status_code == 202, first.text
-    again = _append(deployment.b, "idem", "once", **{"Idempotency-Key": "key-1"})
+    again = _append(three_processes.b, "idem", "once", **{"Idempotency-Key": "key-1"})
     assert again.status_code == 202, again.text
     assert again.json() == first.json()  # the first append's coordinates
-    other = _append(deployment.b, "idem", "another body", **{"Idempotency-Key": "key-1"})
+    other = _append(three_processes.b, "idem", "another body", **{"Idempotency-Key": "key-1"})
     assert other.status_code == 409, other.text
     assert other.json()["error"]["code"] == "idempotency_key_reused"
     # Once more on A, after B's answers: still the one record.
-    assert _append(deployment.a, "idem", "once", **{"Idempotency-Key": "key-1"}).json() == first.json()
-    events = deployment.b.get("/v1/users/u1/conversations/idem/events", headers=AUTH).json()["events"]
+    assert _append(three_processes.a, "idem", "once", **{"Idempotency-Key": "key-1"}).json() == first.json()
+    events = three_processes.b.get("/v1/users/u1/conversations/idem/events", headers=AUTH).json()["events"]
     assert [(e["event_id"], e["offset"]) for e in events] == [("key-1", first.json()["offset"])]
 
 
-def test_one_key_sent_to_both_instances_at_once_is_one_message(deployment: Deployment) -> None:
+def test_one_key_sent_to_both_instances_at_once_is_one_message(three_processes: Deployment) -> None:
     """A client's retry racing its first try on another instance: both may append (the log
     orders them), and both answer the first record; the read models hold one message."""
     for n in range(5):
         key = {"Idempotency-Key": f"race-{n}"}
         with ThreadPoolExecutor(2) as pool:
             sent = [
-                pool.submit(_append, client, "race", f"message {n}", **key) for client in (deployment.a, deployment.b)
+                pool.submit(_append, client, "race", f"message {n}", **key)
+                for client in (three_processes.a, three_processes.b)
             ]
             answers = [s.result() for s in sent]
         assert [a.status_code for a in answers] == [202, 202], [a.text for a in answers]
         assert answers[0].json() == answers[1].json()
-        context = _context(deployment.b, "race", answers[0].json()["offset"])
+        context = _context(three_processes.b, "race", answers[0].json()["offset"])
         assert [m["content"] for m in context.json()["messages"]] == [f"message {i}" for i in range(n + 1)]
 
 
 def test_without_a_projector_the_api_stays_ready_and_read_your_writes_says_why_it_waits(
-    deployment: Deployment,
+    three_processes: Deployment,
 ) -> None:
-    _wait("the projector caught up", lambda: deployment.a.get("/readyz").json()["lag"] == 0, deployment)
-    deployment.stop("projector", signal.SIGKILL)
-    appended = _append(deployment.a, "outage", "written while no projector runs")
+    _wait("the projector caught up", lambda: three_processes.a.get("/readyz").json()["lag"] == 0, three_processes)
+    three_processes.stop("projector", signal.SIGKILL)
+    appended = _append(three_processes.a, "outage", "written while no projector runs")
     assert appended.status_code == 202, appended.text  # the API still takes appends
     started = time.monotonic()
-    waited = _context(deployment.b, "outage", appended.json()["offset"])
+    waited = _context(three_processes.b, "outage", appended.json()["offset"])
     assert waited.status_code == 503, waited.text
     assert time.monotonic() - started >= RYW_WAIT_S - 0.5  # it waited its bound, then said so
     error = waited.json()["error"]
@@ -211,18 +212,18 @@ def test_without_a_projector_the_api_stays_ready_and_read_your_writes_says_why_i
     assert error["partition"] == appended.json()["partition"]
     assert error["projected"] == appended.json()["offset"]  # nothing of it projected
     assert "projectors are behind or not running" in error["message"]
-    for client in (deployment.a, deployment.b):
+    for client in (three_processes.a, three_processes.b):
         report = client.get("/readyz")
         assert report.status_code == 200, report.text  # a balancer keeps routing to it
         assert report.json()["lag"] >= 1  # what the operator watches
-    deployment.start("projector-2", "project")  # a replacement takes the dead member's partitions
-    again = _context(deployment.b, "outage", appended.json()["offset"])
+    three_processes.start("projector-2", "project")  # a replacement takes the dead member's partitions
+    again = _context(three_processes.b, "outage", appended.json()["offset"])
     deadline = time.monotonic() + 40
     while again.status_code == 503 and time.monotonic() < deadline:
-        again = _context(deployment.b, "outage", appended.json()["offset"])
+        again = _context(three_processes.b, "outage", appended.json()["offset"])
     assert again.status_code == 200, again.text
     assert [m["content"] for m in again.json()["messages"]] == ["written while no projector runs"]
-    assert deployment.a.get("/readyz").json()["lag"] == 0
+    assert three_processes.a.get("/readyz").json()["lag"] == 0
 
 
 def test_no_projector_on_the_embedded_log_is_refused_at_start(tmp_path: Path) -> None:

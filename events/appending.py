@@ -1,0 +1,180 @@
+"""Appending events to the log: each validated and encoded first, then appended alone or, for a
+payload of several messages, as one atomic batch (:meth:`~events.log.EventLog.append_many`) — in
+order, contiguous, or none. :class:`EventAppender` is the base of the producer API
+(:class:`events.producer.ConversationProducer`, its typed helpers for chat apps); what an
+append answers is :class:`Appended`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from events.batches import NativeBatch, parse_payload
+from events.codec import EventCodec, default_codec
+from events.errors import EventTooLargeError, InvalidEventError
+from events.event_types import BODY_TYPES, Event, EventBody, MessageAppended
+from events.formats.registry import at_path
+from events.keys import ConversationKey
+from events.log import Coordinates, EventLog
+from events.servable import check_servable
+from events.validation import validate_event
+
+DEFAULT_MAX_EVENT_BYTES = 1024 * 1024
+EVENT_TYPE_HEADER = "convlog.event_type"
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """What an append returns: the event id, the message id (for messages) and where it landed."""
+
+    event_id: str
+    coordinates: Coordinates
+    message_id: str | None = None
+
+    @property
+    def partition(self) -> int:
+        return self.coordinates.partition
+
+    @property
+    def offset(self) -> int:
+        return self.coordinates.offset
+
+
+def appended_at(event: Event, coordinates: Coordinates) -> Appended:
+    """What appending ``event`` answers once it is stored at ``coordinates``."""
+    message_id = event.body.message_id if isinstance(event.body, MessageAppended) else None
+    return Appended(event_id=event.event_id, coordinates=coordinates, message_id=message_id)
+
+
+def _type_header(event: Event) -> tuple[tuple[str, bytes], ...]:
+    """The record's headers: the event type (see the producer contract)."""
+    headers = _TYPE_HEADERS.get(type(event.body))
+    return ((EVENT_TYPE_HEADER, event.event_type.encode()),) if headers is None else headers
+
+
+# Built once per body type: every append sends one of these.
+_TYPE_HEADERS: dict[type, tuple[tuple[str, bytes], ...]] = {
+    cls: ((EVENT_TYPE_HEADER, cls.__name__.encode()),) for cls in BODY_TYPES
+}
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def _new_id() -> str:
+    return str(uuid.uuid4())
+
+
+class EventAppender:
+    """Validates, encodes and appends events to an :class:`~events.log.EventLog`."""
+
+    def __init__(
+        self,
+        log: EventLog,
+        *,
+        codec: EventCodec | None = None,
+        producer: str = "convlog",
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        clock: Callable[[], datetime] = _utcnow,
+        new_id: Callable[[], str] = _new_id,
+    ) -> None:
+        self._log = log
+        self._codec = codec or default_codec()
+        self._producer = producer
+        self._max_event_bytes = max_event_bytes
+        self._clock = clock
+        self._new_id = new_id
+
+    def build(
+        self,
+        key: ConversationKey,
+        body: EventBody,
+        *,
+        event_id: str | None = None,
+        occurred_at: datetime | None = None,
+    ) -> tuple[Event, bytes]:
+        """Validate and encode an event without appending it (what :meth:`append` sends)."""
+        # Event's fields in order (positional: the hot path's one construction per append).
+        event = Event(event_id or self._new_id(), key, occurred_at or self._clock(), self._producer, body)
+        validate_event(event)
+        if isinstance(body, MessageAppended):
+            check_servable(body)
+        data = self._codec.encode(event)
+        if len(data) > self._max_event_bytes:
+            raise EventTooLargeError(size=len(data), limit=self._max_event_bytes)
+        return event, data
+
+    async def append(
+        self,
+        key: ConversationKey,
+        body: EventBody,
+        *,
+        event_id: str | None = None,
+        occurred_at: datetime | None = None,
+    ) -> Appended:
+        event, data = self.build(key, body, event_id=event_id, occurred_at=occurred_at)
+        # append_built's body (and appended_at's), inlined: a coroutine less to make and resume per append.
+        coordinates = await self._log.append(key=key.encode(), value=data, headers=_type_header(event))
+        return Appended(event.event_id, coordinates, body.message_id if isinstance(body, MessageAppended) else None)
+
+    async def append_built(self, event: Event, data: bytes) -> Appended:
+        """Append an event :meth:`build` (or :meth:`build_message`) made, as those bytes."""
+        coordinates = await self._log.append(key=event.key.encode(), value=data, headers=_type_header(event))
+        return appended_at(event, coordinates)
+
+    def build_native(
+        self,
+        key: ConversationKey,
+        format: str,  # noqa: A002 - the API's name for it
+        payload: object,
+        *,
+        event_id: str | None = None,
+    ) -> NativeBatch:
+        """The events :meth:`append_native` would append, every one validated and encoded (one bad
+        message refuses the payload: :class:`InvalidEventError` with the JSON path — ``[i].field``
+        in a Chat Completions list, ``messages[i].field`` for the i-th message of a native payload).
+        A batch is limited like one event: its encoded events together at most ``max_event_bytes``."""
+        ids = parse_payload(str(key), format, payload, event_id=event_id, new_id=self._new_id)
+        occurred_at = self._clock()
+        built = []
+        for i, (message, message_event_id) in enumerate(zip(ids.messages, ids.event_ids, strict=True)):
+            try:
+                built.append(self.build(key, message, event_id=message_event_id, occurred_at=occurred_at))
+            except InvalidEventError as e:
+                if format != "chat_completions":
+                    raise at_path(e, f"messages[{i}]") from e
+                if not isinstance(payload, Mapping):
+                    raise at_path(e, f"[{i}]") from e
+                raise
+        size = sum(len(data) for _, data in built)
+        if len(built) > 1 and size > self._max_event_bytes:
+            raise EventTooLargeError(size=size, limit=self._max_event_bytes)
+        return NativeBatch(tuple(built), ids.deterministic, ids.next_event_id, ids.answer_paths)
+
+    async def append_native(
+        self,
+        key: ConversationKey,
+        format: str,  # noqa: A002 - the API's name for it
+        payload: object,
+        *,
+        event_id: str | None = None,
+    ) -> list[Appended]:
+        """Append a payload in ``format`` (``chat_completions``: a message object or a list of
+        them; ``anthropic``, ``responses``, ``gemini``: the provider's JSON, see
+        :mod:`events.formats`) as one atomic batch: every message or none. Returns each stored
+        message, in order. Unknown format: :class:`~events.errors.InvalidRequestError`
+        (code ``unknown_format``); a payload breaking its format: :class:`NativeFormatError`."""
+        return await self.append_batch(self.build_native(key, format, payload, event_id=event_id))
+
+    async def append_batch(self, batch: NativeBatch) -> list[Appended]:
+        """Append what :meth:`build_native` built, as those bytes, as one batch."""
+        if len(batch.built) == 1:
+            return [await self.append_built(*batch.built[0])]
+        events = batch.events
+        values = [(data, _type_header(event)) for event, data in batch.built]
+        coordinates = await self._log.append_many(key=events[0].key.encode(), values=values)
+        return [appended_at(event, at) for event, at in zip(events, coordinates, strict=True)]
