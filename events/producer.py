@@ -33,7 +33,8 @@ from events.event_types import (
     MessageAppended,
     MessageRedacted,
 )
-from events.formats.registry import at_path
+from events.formats import at_path
+from events.formats.registry import FormatRegistry
 from events.keys import ConversationKey
 from events.log import Coordinates, EventLog
 from events.openai_format import (
@@ -111,7 +112,11 @@ class ConversationProducer:
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
         clock: Callable[[], datetime] = _utcnow,
         new_id: Callable[[], str] = _new_id,
+        formats: FormatRegistry | None = None,
     ) -> None:
+        """``formats``: the provider formats :meth:`append_native` takes (None: convlog's,
+        :data:`events.formats.registry.FORMATS`); a test adds one with ``FORMATS.with_format``."""
+        self._formats = formats
         self._log = log
         self._codec = codec or default_codec()
         self._producer = producer
@@ -168,7 +173,7 @@ class ConversationProducer:
         message refuses the payload: :class:`InvalidEventError` with the JSON path — ``[i].field``
         in a Chat Completions list, ``messages[i].field`` for the i-th message of a native payload).
         A batch is limited like one event: its encoded events together at most ``max_event_bytes``."""
-        ids = parse_payload(str(key), format, payload, event_id=event_id, new_id=self._new_id)
+        ids = parse_payload(str(key), format, payload, event_id=event_id, new_id=self._new_id, formats=self._formats)
         occurred_at = self._clock()
         built = []
         for i, (message, message_event_id) in enumerate(zip(ids.messages, ids.event_ids, strict=True)):

@@ -17,10 +17,10 @@ from convlog.demo.data import OA_SYSTEM_PROMPT, OA_TURNS
 from convlog.runtime.serve import Service, running_service
 from convlog.settings import Settings
 from events.event_types import SummaryRecorded
+from events.formats.chat_completions.rules import violations
 from events.keys import ConversationKey
 from query_api.http import create_app
 from query_api.http import routes_context as http_module
-from query_api.rules import violations
 from tests.projection_support import temporary_database
 
 pytestmark = pytest.mark.postgres

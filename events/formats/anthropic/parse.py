@@ -49,6 +49,7 @@ from events.event_types import (
     Usage,
 )
 from events.formats import Parsed
+from events.formats.anthropic.rules import THINKING, thinking_out_of_order
 from events.formats.schema import (
     ANTHROPIC_BLOCKS,
     ANTHROPIC_COUNTS,
@@ -77,7 +78,7 @@ _STOP_REASONS: Mapping[str, FinishReason] = {
 }
 _MEDIA_TYPES = {"image": "image", "document": "file"}
 _MEDIA_SOURCES = {"base64": ("type", "media_type", "data"), "url": ("type", "url")}
-_NOT_IN_TOOL_RESULT = frozenset({"tool_use", "tool_result", "thinking", "redacted_thinking"})
+_NOT_IN_TOOL_RESULT = frozenset({"tool_use", "tool_result", *THINKING})
 
 
 def _fail(message: str, field: str, code: str) -> NativeFormatError:
@@ -245,7 +246,7 @@ class _Batch:
                 out.append(self._tool_result(index, block, field))
                 continue
             seen_other = True
-            if role == "user" and kind in ("tool_use", "thinking", "redacted_thinking"):
+            if role == "user" and (kind == "tool_use" or kind in THINKING):
                 raise _fail(f"{kind} blocks belong in an assistant message", f"{field}.type", f"{kind}_in_user")
             blocks.append(_content_block(block, field))
         if role == "assistant":
@@ -394,10 +395,10 @@ def _result_block(raw: object, field: str) -> Block:
 
 
 def _check_thinking_order(blocks: Sequence[Block], field: str) -> None:
-    """Thinking comes before the tool calls it led to (Anthropic refuses it after them)."""
-    called = False
-    for j, b in enumerate(blocks):
-        if isinstance(b, ToolCallBlock):
-            called = True
-        elif isinstance(b, ReasoningBlock) and called:
-            raise _fail("a thinking block after a tool_use block", f"{field}[{j}]", "thinking_after_tool_use")
+    """Thinking comes before the tool calls it led to (Anthropic refuses it after them): the
+    rule's append-side strictness (:func:`~events.formats.anthropic.rules.thinking_out_of_order`)."""
+    kinds = ["tool_use" if isinstance(b, ToolCallBlock) else "thinking" if isinstance(b, ReasoningBlock) else ""
+             for b in blocks]  # fmt: skip
+    j = thinking_out_of_order(kinds, thinking_first=False)
+    if j is not None:
+        raise _fail("a thinking block after a tool_use block", f"{field}[{j}]", "thinking_after_tool_use")

@@ -48,7 +48,6 @@ Not kept from a response: other candidates, safety ratings, citation / grounding
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from typing import Any, Final, Literal
 
@@ -56,48 +55,28 @@ from events.blocks import Block, MediaBlock, OpaqueBlock, ReasoningBlock, TextBl
 from events.errors import NativeFormatError
 from events.event_types import FinishReason, MessageAppended, Role, Usage
 from events.formats import Parsed
+from events.formats.gemini.keys import (
+    DATA_KEYS,
+    KEYS_MARK,
+    MODELLED_DATA,
+    NO_ARGS_MARK,
+    OPAQUE_DATA,
+    RESPONSE_MARK,
+    SIGNATURE,
+    SNAKE,
+    is_base64,
+)
 from events.formats.schema import GEMINI_COUNTS, GEMINI_DATA, GEMINI_PART, check_counts, check_fields
-from events.servable import RESPONSE_MARK, check_nesting  # RESPONSE_MARK: a tool message's response object
+from events.servable import check_nesting
 from events.strict_json import compact_json
 
-__all__ = ["DATA_KEYS", "KEYS_MARK", "NO_ARGS_MARK", "OPAQUE_DATA", "RESPONSE_MARK", "SNAKE", "is_base64", "parse"]
+__all__ = ["parse"]
 
-# camelCase -> snake_case of every key convlog models (the other keys are kept as they came).
-SNAKE: Final[Mapping[str, str]] = {
-    "thoughtSignature": "thought_signature",
-    "inlineData": "inline_data",
-    "fileData": "file_data",
-    "functionCall": "function_call",
-    "functionResponse": "function_response",
-    "mimeType": "mime_type",
-    "fileUri": "file_uri",
-    "displayName": "display_name",
-}
-KEYS_MARK: Final = "$keys"  # in a block's extra: "snake_case" when the part came so
-NO_ARGS_MARK: Final = "$args"  # in a call's extra: "absent" when the functionCall had no args
-
-_DATA_KEYS: Final = ("text", "inlineData", "fileData", "functionCall", "functionResponse")
-OPAQUE_DATA: Final[Mapping[str, str]] = {
-    "executableCode": "executable_code", "codeExecutionResult": "code_execution_result",
-    "toolCall": "tool_call", "toolResponse": "tool_response",
-}  # fmt: skip
-"""The part data convlog keeps opaque (camelCase -> snake_case): with :data:`DATA_KEYS`'s modelled
-ones, every kind of data a Part holds (google.genai.types.Part); a part with none is refused."""
-DATA_KEYS: Final = (*_DATA_KEYS, *OPAQUE_DATA)
 _ROLES: Final[Mapping[str, Role]] = {"user": "user", "model": "assistant"}
 _FILTERED: Final = frozenset(
     {"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY",
      "IMAGE_PROHIBITED_CONTENT", "IMAGE_RECITATION", "MODEL_ARMOR", "LANGUAGE"}
 )  # fmt: skip
-
-
-# Proto JSON bytes (thoughtSignature, inlineData.data): standard or URL-safe base64. Gemini
-# answers 400 "Base64 decoding failed" for anything else, turns later; refused on append.
-_BASE64: Final = re.compile(r"[A-Za-z0-9+/_-]*={0,2}")
-
-
-def is_base64(value: object) -> bool:
-    return isinstance(value, str) and _BASE64.fullmatch(value) is not None
 
 
 class _Keys:
@@ -287,7 +266,7 @@ def _user_parts(
     for i, raw in enumerate(parts):
         at = f"{field}[{i}]"
         part, kind = _part_kind(raw, at)
-        sig_at, signature = part.keys.get("thoughtSignature")
+        sig_at, signature = part.keys.get(SIGNATURE)
         if signature is not None:
             raise NativeFormatError("thought signatures come only in the model's contents", field=sig_at,
                                     code="thought_signature_in_user_content")  # fmt: skip
@@ -326,12 +305,12 @@ class _Part:
 
 
 def _part_kind(raw: Any, at: str) -> tuple[_Part, str]:
-    """The part and its data kind (a camelCase name of :data:`_DATA_KEYS`, or "opaque")."""
+    """The part and its data kind (a camelCase name of :data:`MODELLED_DATA`, or "opaque")."""
     if not isinstance(raw, Mapping):
         raise NativeFormatError("must be a Part object", field=at, code="invalid_part")
     keys = _Keys(raw, at)
     found: list[tuple[str, str]] = []
-    for camel in _DATA_KEYS:
+    for camel in MODELLED_DATA:
         path, value = keys.get(camel)
         if value is not None:
             found.append((camel, path.rsplit(".", 1)[1]))
@@ -343,7 +322,7 @@ def _part_kind(raw: Any, at: str) -> tuple[_Part, str]:
     thought_at, thought = f"{at}.thought", raw.get("thought")
     if thought is not None and not isinstance(thought, bool):
         raise NativeFormatError("must be true or false", field=thought_at, code="invalid_thought")
-    sig_at, signature = keys.get("thoughtSignature")
+    sig_at, signature = keys.get(SIGNATURE)
     if signature is not None and not is_base64(signature):
         raise NativeFormatError("must be a base64 string", field=sig_at, code="invalid_thought_signature")
     if not found:  # Gemini refuses a part without data: only keys of no kind it knows
@@ -375,7 +354,7 @@ def _data_part(part: _Part, kind: str, at: str) -> Block:
     raw = part.keys.obj
     if kind == "opaque":
         return OpaqueBlock(provider="gemini", json=compact_json(raw))
-    sig_key = SNAKE["thoughtSignature"] if SNAKE["thoughtSignature"] in raw else "thoughtSignature"
+    sig_key = SNAKE[SIGNATURE] if SNAKE[SIGNATURE] in raw else SIGNATURE
     if kind == "text":
         text = raw["text"]
         if not isinstance(text, str):
@@ -425,7 +404,7 @@ def _function_call(part: _Part, at: str, ordinals: dict[str, int]) -> ToolCallBl
         raise NativeFormatError("must be an object", field=f"{call_at}.args", code="invalid_function_args")
     k = ordinals.get(name, 0)
     ordinals[name] = k + 1
-    sig_key = SNAKE["thoughtSignature"] if SNAKE["thoughtSignature"] in raw else "thoughtSignature"
+    sig_key = SNAKE[SIGNATURE] if SNAKE[SIGNATURE] in raw else SIGNATURE
     return ToolCallBlock(
         id=native_id if native_id is not None else f"{name}:{k}", name=name, arguments=arguments,
         item_id=native_id, signature=raw.get(sig_key),
