@@ -39,7 +39,10 @@ class Traits:
     uncalibrated tokens of the provider per o200k_base token (query_api/estimates.py).
     ``listed_elsewhere``: what a context rendered in *another* format must list as dropped of
     this format's messages beyond what that renderer reports (Gemini: its thought signatures on
-    calls and text parts, which no other format has a place for).
+    calls and text parts, which no other format has a place for). ``messages_are_items``: a
+    payload's items are its neutral messages, one to one (a list of Chat Completions messages),
+    so a message the validator refuses is named by its item's path (``[2].content``); else by
+    its place among the payload's messages (``messages[2].content``).
     """
 
     model_bound_reasoning: bool = False
@@ -47,6 +50,7 @@ class Traits:
     cache_granularity: Literal["token_prefix", "block"] = "token_prefix"
     estimate_factor: float = 1.0
     listed_elsewhere: Callable[[RenderRequest, Rendered], Rendered] | None = None
+    messages_are_items: bool = False
 
 
 class ProviderFormat(Protocol):

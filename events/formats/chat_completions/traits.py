@@ -9,5 +9,6 @@ from events.formats.provider import Traits
 __all__ = ["TRAITS"]
 
 # No native reasoning or opaque block has a place in it: DeepSeek's reasoning_content (appended
-# in this format) is served by the request's reasoning policy.
-TRAITS: Final = Traits(reasoning_by_policy=True)
+# in this format) is served by the request's reasoning policy. A payload is a message or a list
+# of them: each item is one message.
+TRAITS: Final = Traits(reasoning_by_policy=True, messages_are_items=True)

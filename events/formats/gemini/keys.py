@@ -12,6 +12,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
+from events.errors import NativeFormatError
 from events.servable import RESPONSE_MARK  # in a tool message's extra: its response was an object
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "SIGNATURE",
     "SIGNATURE_KEYS",
     "SNAKE",
+    "Keys",
     "either",
     "is_base64",
 ]
@@ -70,3 +72,28 @@ _BASE64: Final = re.compile(r"[A-Za-z0-9+/_-]*={0,2}")
 
 def is_base64(value: object) -> bool:
     return isinstance(value, str) and _BASE64.fullmatch(value) is not None
+
+
+class Keys:
+    """Reads one JSON object's keys in either spelling and remembers which were used."""
+
+    def __init__(self, obj: Mapping[str, Any], field: str) -> None:
+        self.obj = obj
+        self.field = field
+        self.used: set[str] = set()
+        self.snake = False
+
+    def get(self, camel: str) -> tuple[str, Any]:
+        """``(json path, value)`` of ``camel`` or its snake_case spelling; value None if absent."""
+        snake = SNAKE.get(camel, camel)
+        if camel in self.obj and snake != camel and snake in self.obj:
+            raise NativeFormatError(f"both {camel} and {snake} are set", field=f"{self.field}.{snake}",
+                                    code="duplicate_field")  # fmt: skip
+        key = snake if snake in self.obj and snake != camel else camel
+        if key in self.obj:
+            self.used.add(key)
+            self.snake = self.snake or key != camel
+        return f"{self.field}.{key}", self.obj.get(key)
+
+    def leftover(self) -> dict[str, Any]:
+        return {k: v for k, v in self.obj.items() if k not in self.used}
