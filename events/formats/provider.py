@@ -42,7 +42,9 @@ class Traits:
     calls and text parts, which no other format has a place for). ``messages_are_items``: a
     payload's items are its neutral messages, one to one (a list of Chat Completions messages),
     so a message the validator refuses is named by its item's path (``[2].content``); else by
-    its place among the payload's messages (``messages[2].content``).
+    its place among the payload's messages (``messages[2].content``). ``prompt_cache_key``: the
+    provider routes requests with the same ``prompt_cache_key`` to the same cache (OpenAI's Chat
+    Completions and Responses): a served context gives one per conversation.
     """
 
     model_bound_reasoning: bool = False
@@ -51,6 +53,7 @@ class Traits:
     estimate_factor: float = 1.0
     listed_elsewhere: Callable[[RenderRequest, Rendered], Rendered] | None = None
     messages_are_items: bool = False
+    prompt_cache_key: bool = False
 
 
 class ProviderFormat(Protocol):

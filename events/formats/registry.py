@@ -86,7 +86,9 @@ class FormatRegistry:
         """None if ``message``'s native reasoning blocks may go to ``target``, else why not
         (:func:`events.formats.rendering.reasoning_served`, with the target format's traits)."""
         traits = self.traits(target.format)
-        return reasoning_served(message, target, model_bound=traits.model_bound_reasoning)
+        return reasoning_served(
+            message, target, model_bound=traits.model_bound_reasoning, by_policy=traits.reasoning_by_policy
+        )
 
 
 def _unknown(message: str) -> InvalidRequestError:

@@ -89,11 +89,15 @@ class Renderer(Protocol):
     def __call__(self, request: RenderRequest, /) -> Rendered: ...
 
 
-def reasoning_served(message: StoredMessage, target: Target, *, model_bound: bool) -> DropReason | None:
-    """None if ``message``'s native reasoning blocks may go to ``target``, else why not.
+def reasoning_served(
+    message: StoredMessage, target: Target, *, model_bound: bool, by_policy: bool = False
+) -> DropReason | None:
+    """None if ``message``'s native reasoning blocks may go to ``target``, else why not
+    (``model_bound``, ``by_policy``: the target format's traits, events/formats/provider.py).
 
-    Reasoning blobs are bound to who made them: only to the target's own format, never to Chat
-    Completions (its ``reasoning_content`` follows the request's policy, not this); when the
+    Reasoning blobs are bound to who made them: only to the target's own format, never to one
+    whose reasoning is ``by_policy`` (Chat Completions: its ``reasoning_content`` follows the
+    request's policy, not this); when the
     target format's reasoning is ``model_bound`` (its traits: Anthropic signatures and Gemini
     thought signatures, "Invalid signature" elsewhere) only to the model that made them, and a
     message of no recorded model cannot be shown to be the target's. Else (Responses reasoning
@@ -102,7 +106,7 @@ def reasoning_served(message: StoredMessage, target: Target, *, model_bound: boo
     response (the Agents SDK's) record none and go to OpenAI's models only
     (:func:`events.models.openai_model`) — never to a Claude or Gemini model behind a Responses
     API. ``events.formats.registry.reasoning_served`` looks ``model_bound`` up."""
-    if message.api != target.format or message.api == "chat_completions":
+    if message.api != target.format or by_policy:
         return "other_provider"
     if not message.model:
         if model_bound:

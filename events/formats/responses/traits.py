@@ -1,6 +1,7 @@
 """What the format-neutral code must know of the OpenAI Responses API (:class:`~events.formats.provider.Traits`):
-the defaults. Reasoning items go to OpenAI's models (to the one that made them when recorded),
-the prompt cache reuses a token prefix, and its models count exactly (no estimate factor)."""
+reasoning items go to OpenAI's models (to the one that made them when recorded), the prompt
+cache reuses a token prefix and is routed by ``prompt_cache_key``, and its models count exactly
+(no estimate factor)."""
 
 from __future__ import annotations
 
@@ -10,4 +11,4 @@ from events.formats.provider import Traits
 
 __all__ = ["TRAITS"]
 
-TRAITS: Final = Traits()
+TRAITS: Final = Traits(prompt_cache_key=True)
