@@ -17,11 +17,8 @@ from events.event_types import (
     ToolCallBlock,
 )
 from events.formats.anthropic.rules import THINKING
-from events.formats.schema import (
-    ANTHROPIC_BLOCKS,
-    ANTHROPIC_SOURCES,
-    check_fields,
-)
+from events.formats.anthropic.schema import ANTHROPIC_BLOCKS, ANTHROPIC_SOURCES
+from events.formats.schema import check_fields
 from events.strict_json import NotJsonError, dump_json
 
 __all__ = ["PROVIDER", "block_object", "content_block", "fail", "json_text", "result_block"]

@@ -18,7 +18,7 @@ Blocks: ``text`` (``citations`` and any other key in ``extra``), ``image`` and `
 neutral ``tool`` message (``tool_call_id``, ``is_error``, blocks = its content); a user message
 is its tool messages first, then a user message with the rest.
 
-Every key this parser knows is type-checked (:mod:`events.formats.schema`, after
+Every key this parser knows is type-checked (:mod:`events.formats.anthropic.schema`, after
 ``anthropic.types``): an image ``source`` that is no object, a ``source.data`` or ``media_type``
 that is no string, a ``usage`` count that is no non-negative integer, a ``stop_reason`` that is
 no string are refused with their path; unknown keys are kept as they came.
@@ -48,13 +48,8 @@ from events.event_types import (
 from events.formats import Parsed
 from events.formats.anthropic.blocks import PROVIDER, block_object, content_block, fail, json_text, result_block
 from events.formats.anthropic.rules import THINKING, thinking_out_of_order
-from events.formats.schema import (
-    ANTHROPIC_COUNTS,
-    ANTHROPIC_MESSAGE,
-    ANTHROPIC_USAGE,
-    check_counts,
-    check_fields,
-)
+from events.formats.anthropic.schema import ANTHROPIC_COUNTS, ANTHROPIC_MESSAGE, ANTHROPIC_USAGE
+from events.formats.schema import check_counts, check_fields
 from events.servable import check_nesting
 from events.strict_json import compact_json
 

@@ -60,7 +60,8 @@ from events.formats.gemini.keys import (
     Keys,
 )
 from events.formats.gemini.parts import data_part, function_call, function_response, part_kind
-from events.formats.schema import GEMINI_COUNTS, check_counts
+from events.formats.gemini.schema import GEMINI_COUNTS
+from events.formats.schema import check_counts
 from events.servable import check_nesting
 
 __all__ = ["parse"]

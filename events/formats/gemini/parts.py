@@ -21,7 +21,8 @@ from events.formats.gemini.keys import (
     Keys,
     is_base64,
 )
-from events.formats.schema import GEMINI_DATA, GEMINI_PART, check_fields
+from events.formats.gemini.schema import GEMINI_DATA, GEMINI_PART
+from events.formats.schema import check_fields
 from events.strict_json import compact_json
 
 __all__ = ["data_part", "function_call", "function_response", "part_kind"]

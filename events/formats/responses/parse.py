@@ -30,7 +30,7 @@ Lossless layout (so rendering back gives the same items, see query_api/formats/r
   message.
 
 Refused (:class:`~events.errors.NativeFormatError`, ``code``): see :data:`CODES`; every known
-key of an item, a part and a Response is type-checked (:mod:`events.formats.schema`, after
+key of an item, a part and a Response is type-checked (:mod:`events.formats.responses.schema`, after
 ``openai.types.responses``), an item type convlog does not model is kept whole, unchecked.
 """
 
@@ -46,7 +46,8 @@ from events.blocks import Block, MediaBlock, OpaqueBlock, ReasoningBlock, TextBl
 from events.event_types import FinishReason, MessageAppended, Role, Usage
 from events.formats import Parsed
 from events.formats.responses.rules import USER_SIDE_ROLES, check_pairing, refuse
-from events.formats.schema import RESPONSES_ITEMS, RESPONSES_PARTS, RESPONSES_RESPONSE, check_counts, check_fields
+from events.formats.responses.schema import RESPONSES_ITEMS, RESPONSES_PARTS, RESPONSES_RESPONSE
+from events.formats.schema import check_counts, check_fields
 from events.servable import check_nesting
 from events.strict_json import NotJsonError, compact_json, dump_json, parse_json
 
