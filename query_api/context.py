@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from events.errors import ConvlogError
 from events.formats.registry import FORMATS, FormatRegistry
@@ -109,9 +109,11 @@ def assemble(
     served = [
         s for i, turn in enumerate(kept) for s in turn.messages(skip_groups=skip_groups if i == len(kept) - 1 else 0)
     ]
-    render = _Render(summary_text, target, formats)
-    rendered, head, served, unservable = render.servable(head, kept, served, skip_groups)
-    fixed -= sum(costs(s) for s in render.left_out_head)
+    rendered, kept_head, served, unservable = _Render(summary_text, target, formats).servable(
+        head, kept, served, skip_groups
+    )
+    fixed -= sum(costs(s) for s in head if s not in kept_head)  # system messages left out
+    head = kept_head
     total = fixed + sum(s.cost for s in served)
     return Context(
         token_count=total if estimate is None else estimate.scaled(total, margin=False),
@@ -151,18 +153,17 @@ def _fit_estimated(
         raise ContextBudgetExceededError(needed=estimate.scaled(e.needed, margin=True), available=budget) from None
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class _Render:
     """Renders the fitted context in its format, leaving out what no context can carry."""
 
     summary_text: str | None
     target: Target
     formats: FormatRegistry
-    left_out_head: list[Selected] = field(default_factory=list)
 
     def request(self, head: Sequence[Selected], served: Sequence[Served]) -> RenderRequest:
-        return RenderRequest(tuple(s.message for s in head), self.summary_text, tuple(s.selected for s in served),
-                             self.target)  # fmt: skip
+        selected = tuple(s.selected for s in served)
+        return RenderRequest(tuple(s.message for s in head), self.summary_text, selected, self.target)
 
     def servable(
         self, head: list[Selected], kept: list[Turn], served: list[Served], skip_groups: int
@@ -175,7 +176,6 @@ class _Render:
         if rendered is not None:
             return rendered, head, served, []
         kept_head, served, unservable = _servable(head, kept, skip_groups, self.target, self.formats)
-        self.left_out_head = [s for s in head if s not in kept_head]
         request = self.request(kept_head, served)
         rendered = checked_render(request, formats=self.formats)
         if rendered is None:  # a bug, never a request problem: refuse rather than serve an invalid context
