@@ -10,7 +10,7 @@ assistant message, blocks in item order; each ``function_call_output`` is a neut
 message; each user / system / developer message is its own (``developer`` is a neutral
 ``system`` message; the native role stays in the item record below).
 
-Lossless layout (so rendering back gives the same items, see query_api/formats/responses.py):
+Lossless layout (so rendering back gives the same items, see events/formats/responses/render.py):
 
 - a ``message`` or ``function_call_output`` item is a run of blocks, one per content part
   (``input_text``/``output_text`` -> TextBlock, ``input_image`` with an ``image_url`` and

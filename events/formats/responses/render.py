@@ -6,7 +6,7 @@ before its function_call_output (parallel calls: every call item, then their out
 neutral order has them), and a reasoning item only directly before the item it belongs to.
 
 Messages appended as ``responses`` come back as the items they were (the item record on each
-item's first block, see events/formats/responses.py): ids (msg_/fc_/rs_), ``status``,
+item's first block, see events/formats/responses/parse.py): ids (msg_/fc_/rs_), ``status``,
 ``phase``, annotations, ``encrypted_content`` and ``summary: []`` byte for byte, unmodelled
 items and parts verbatim.
 
