@@ -2,63 +2,30 @@
 payload of several messages, as one atomic batch (:meth:`~events.log.EventLog.append_many`) — in
 order, contiguous, or none. :class:`EventAppender` is the base of the producer API
 (:class:`events.producer.ConversationProducer`, its typed helpers for chat apps); what an
-append answers is :class:`Appended`.
+append answers is :class:`~events.appended.Appended`.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from events.appended import EVENT_TYPE_HEADER, Appended, appended_at, type_headers
 from events.batches import NativeBatch, parse_payload
 from events.codec import EventCodec, default_codec
 from events.errors import EventTooLargeError, InvalidEventError
-from events.event_types import BODY_TYPES, Event, EventBody, MessageAppended
-from events.formats.registry import at_path
+from events.event_types import Event, EventBody, MessageAppended
+from events.formats import at_path, registry
+from events.formats.registry import FormatRegistry
 from events.keys import ConversationKey
-from events.log import Coordinates, EventLog
+from events.log import EventLog
 from events.servable import check_servable
 from events.validation import validate_event
 
+__all__ = ["DEFAULT_MAX_EVENT_BYTES", "EVENT_TYPE_HEADER", "Appended", "EventAppender", "appended_at"]
+
 DEFAULT_MAX_EVENT_BYTES = 1024 * 1024
-EVENT_TYPE_HEADER = "convlog.event_type"
-
-
-@dataclass(frozen=True, slots=True)
-class Appended:
-    """What an append returns: the event id, the message id (for messages) and where it landed."""
-
-    event_id: str
-    coordinates: Coordinates
-    message_id: str | None = None
-
-    @property
-    def partition(self) -> int:
-        return self.coordinates.partition
-
-    @property
-    def offset(self) -> int:
-        return self.coordinates.offset
-
-
-def appended_at(event: Event, coordinates: Coordinates) -> Appended:
-    """What appending ``event`` answers once it is stored at ``coordinates``."""
-    message_id = event.body.message_id if isinstance(event.body, MessageAppended) else None
-    return Appended(event_id=event.event_id, coordinates=coordinates, message_id=message_id)
-
-
-def _type_header(event: Event) -> tuple[tuple[str, bytes], ...]:
-    """The record's headers: the event type (see the producer contract)."""
-    headers = _TYPE_HEADERS.get(type(event.body))
-    return ((EVENT_TYPE_HEADER, event.event_type.encode()),) if headers is None else headers
-
-
-# Built once per body type: every append sends one of these.
-_TYPE_HEADERS: dict[type, tuple[tuple[str, bytes], ...]] = {
-    cls: ((EVENT_TYPE_HEADER, cls.__name__.encode()),) for cls in BODY_TYPES
-}
 
 
 def _utcnow() -> datetime:
@@ -81,7 +48,11 @@ class EventAppender:
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
         clock: Callable[[], datetime] = _utcnow,
         new_id: Callable[[], str] = _new_id,
+        formats: FormatRegistry | None = None,
     ) -> None:
+        """``formats``: the provider formats :meth:`append_native` takes (None: convlog's,
+        :data:`events.formats.registry.FORMATS`); a test adds one with ``FORMATS.with_format``."""
+        self._formats = formats
         self._log = log
         self._codec = codec or default_codec()
         self._producer = producer
@@ -118,12 +89,12 @@ class EventAppender:
     ) -> Appended:
         event, data = self.build(key, body, event_id=event_id, occurred_at=occurred_at)
         # append_built's body (and appended_at's), inlined: a coroutine less to make and resume per append.
-        coordinates = await self._log.append(key=key.encode(), value=data, headers=_type_header(event))
+        coordinates = await self._log.append(key=key.encode(), value=data, headers=type_headers(event))
         return Appended(event.event_id, coordinates, body.message_id if isinstance(body, MessageAppended) else None)
 
     async def append_built(self, event: Event, data: bytes) -> Appended:
         """Append an event :meth:`build` (or :meth:`build_message`) made, as those bytes."""
-        coordinates = await self._log.append(key=event.key.encode(), value=data, headers=_type_header(event))
+        coordinates = await self._log.append(key=event.key.encode(), value=data, headers=type_headers(event))
         return appended_at(event, coordinates)
 
     def build_native(
@@ -138,14 +109,15 @@ class EventAppender:
         message refuses the payload: :class:`InvalidEventError` with the JSON path — ``[i].field``
         in a Chat Completions list, ``messages[i].field`` for the i-th message of a native payload).
         A batch is limited like one event: its encoded events together at most ``max_event_bytes``."""
-        ids = parse_payload(str(key), format, payload, event_id=event_id, new_id=self._new_id)
+        formats = self._formats or registry.FORMATS
+        ids = parse_payload(str(key), format, payload, event_id=event_id, new_id=self._new_id, formats=formats)
         occurred_at = self._clock()
         built = []
         for i, (message, message_event_id) in enumerate(zip(ids.messages, ids.event_ids, strict=True)):
             try:
                 built.append(self.build(key, message, event_id=message_event_id, occurred_at=occurred_at))
             except InvalidEventError as e:
-                if format != "chat_completions":
+                if not formats.traits(format).messages_are_items:
                     raise at_path(e, f"messages[{i}]") from e
                 if not isinstance(payload, Mapping):
                     raise at_path(e, f"[{i}]") from e
@@ -175,6 +147,6 @@ class EventAppender:
         if len(batch.built) == 1:
             return [await self.append_built(*batch.built[0])]
         events = batch.events
-        values = [(data, _type_header(event)) for event, data in batch.built]
+        values = [(data, type_headers(event)) for event, data in batch.built]
         coordinates = await self._log.append_many(key=events[0].key.encode(), values=values)
         return [appended_at(event, at) for event, at in zip(events, coordinates, strict=True)]

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 
 from events.errors import NativeFormatError
 from events.event_types import Event, MessageAppended
-from events.formats.registry import parser_for
+from events.formats import registry
+from events.formats.registry import FormatRegistry
 
 __all__ = ["BatchIds", "NativeBatch", "batch_event_ids", "message_ids_from", "parse_payload"]
 
@@ -74,11 +75,13 @@ def parse_payload(
     *,
     event_id: str | None,
     new_id: Callable[[], str],
+    formats: FormatRegistry | None = None,
 ) -> BatchIds:
     """Parse ``payload`` with ``format``'s parser, its message ids from the batch's first event id
     (parsed twice when that follows from the payload's own id). A payload of no message is a
-    :class:`NativeFormatError` (``empty_payload``)."""
-    parse = parser_for(format)
+    :class:`NativeFormatError` (``empty_payload``). ``formats``: where ``format`` is looked up
+    (None: :data:`events.formats.registry.FORMATS`, read when called)."""
+    parse = (formats or registry.FORMATS).parser_for(format)
     first = event_id or new_id()
     parsed = parse(payload, new_id=message_ids_from(first))
     native_id = None if event_id is not None else parsed.native_id

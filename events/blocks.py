@@ -49,6 +49,7 @@ from events.event_types import (
 __all__ = [
     "API_FORMATS",
     "CONTENT_PLACEHOLDER",
+    "IMAGE_PLACEHOLDER",
     "MEDIA_PLACEHOLDER",
     "ApiFormat",
     "Block",
@@ -60,6 +61,8 @@ __all__ = [
     "blocks_from_json",
     "blocks_to_json",
     "chat_view",
+    "drop_images",
+    "is_image_part",
     "native_message",
     "reasoning_text",
 ]
@@ -70,6 +73,23 @@ CONTENT_PLACEHOLDER = "[content omitted]"
 MEDIA_PLACEHOLDER = "[file omitted]"
 """The text a media block stands as in the Chat Completions view where Chat Completions cannot
 carry it (a file, or an image outside a user message)."""
+
+IMAGE_PLACEHOLDER = "[image omitted]"
+"""The text part an image older than the request's ``image_turns`` is served as (every format's
+renderer, and the token accounting that prices it: projectors.tokens re-exports it)."""
+
+
+def drop_images(content: Any) -> Any:
+    """``content`` with every ``image_url`` part replaced by an :data:`IMAGE_PLACEHOLDER` text
+    part; a string or ``None`` is returned as it is."""
+    if not isinstance(content, list):
+        return content
+    return [{"type": "text", "text": IMAGE_PLACEHOLDER} if is_image_part(p) else p for p in content]
+
+
+def is_image_part(part: Any) -> bool:
+    """Whether ``part`` is a Chat Completions ``image_url`` content part."""
+    return isinstance(part, Mapping) and part.get("type") == "image_url"
 
 
 def chat_view(blocks: Sequence[Block], *, role: str) -> tuple[Content, tuple[ToolCall, ...]]:

@@ -30,7 +30,7 @@ MAX_NESTING: Final = 64
 
 RESPONSE_MARK: Final = "$response"
 """The key, in a text block's ``extra``, saying its text is the JSON of a Gemini function
-response, served as that object (events/formats/gemini.py)."""
+response, served as that object (events/formats/gemini/parse.py)."""
 
 
 def nesting_path(value: object, limit: int = MAX_NESTING) -> list[str | int] | None:

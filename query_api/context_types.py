@@ -1,62 +1,31 @@
-"""What the query side works with: stored messages as read from the transcript, the current
-summary, and a context request. Plain frozen dataclasses; no driver types."""
+"""What the query side works with: stored messages as read from the transcript and the current
+summary (defined in :mod:`events.formats.stored`, below the renderers, and re-exported here: this
+is their public import path), a context request and a context. Plain frozen dataclasses; no
+driver types."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, get_args
 
-from events.blocks import ApiFormat, Block
+from events.blocks import ApiFormat
 from events.errors import ConvlogError, InvalidRequestError
+from events.formats.rendering import Dropped
+from events.formats.stored import StoredMessage, StoredSummary  # re-exported: their public import path
 from projectors.tokens import ModelSpec  # re-exported: the model table owns it
 
 if TYPE_CHECKING:
     from query_api.estimates import Estimate
-    from query_api.formats.types import Dropped
 
 __all__ = ["REASONING_POLICIES", "Context", "ContextBudgetExceededError", "ContextRequest", "ModelSpec",
            "NoRoomError", "ReasoningPolicy", "StoredMessage", "StoredSummary"]  # fmt: skip
 
+# Defined below the renderers (events/formats/stored.py), public here: reported as defined here,
+# as numpy's set_module does, so that docs, reprs and pickles name the path users import.
+StoredMessage.__module__ = StoredSummary.__module__ = __name__
+
 ReasoningPolicy: TypeAlias = Literal["omit", "tool_turns", "all"]
 REASONING_POLICIES: tuple[ReasoningPolicy, ...] = get_args(ReasoningPolicy)  # for argparse choices
-
-
-@dataclass(frozen=True, slots=True)
-class StoredMessage:
-    """One transcript row, with the token counts of the request's encoding picked out."""
-
-    seq: int
-    epoch: int
-    message_id: str
-    role: str
-    content: Any  # a string, OpenAI content parts, or None (redacted/erased or tool-call-only)
-    name: str | None = None
-    tool_calls: tuple[dict[str, Any], ...] = ()  # OpenAI's nested format
-    tool_call_id: str | None = None
-    reasoning_content: str | None = None
-    finish_reason: str | None = None
-    flag: str | None = None  # kept for audit, never served
-    redacted: bool = False
-    erased: bool = False
-    tokens: int = 0  # content text + tool calls, in the request's encoding (stored at projection)
-    reasoning_tokens: int = 0
-    image_count: int = 0
-    # Schema v4 (events/blocks.py): the lossless blocks of a message appended in a native format
-    # (empty for a Chat Completions message: query_api.formats.types.stored_blocks derives them).
-    blocks: tuple[Block, ...] = ()
-    api: str | None = None  # the format it was appended in (None: chat_completions)
-    provider: str | None = None
-    model: str | None = None
-    is_error: bool | None = None
-    prompt_tokens: int | None = None  # usage as reported: the whole prompt that produced this answer
-
-
-@dataclass(frozen=True, slots=True)
-class StoredSummary:
-    summary_id: str
-    text: str
-    covers_through_seq: int  # the seq of the message the summary covers through
-    tokens: int
 
 
 @dataclass(frozen=True, slots=True)

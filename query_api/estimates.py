@@ -27,24 +27,23 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any, Final, Protocol
 
+from events.formats.registry import FORMATS, FormatRegistry
+from events.formats.rendering import Selected, Target, same_model
 from projectors.tokens import ModelSpec
-from query_api.formats.types import Selected, Target, same_model
 
 __all__ = ["CALIBRATION_MESSAGES", "DEFAULT_FACTORS", "SAFETY_MARGIN", "Estimate", "estimate_for"]
 
 SAFETY_MARGIN: Final = 0.10
 """The share of the budget an estimated context leaves unused, on top of the calibrated factor."""
 
-DEFAULT_FACTORS: Final[Mapping[str, float]] = {"anthropic": 1.3, "gemini": 1.0}
-"""Uncalibrated factors by format (tokens of the provider per o200k_base token); 1.0 elsewhere.
+DEFAULT_FACTORS: Final[Mapping[str, float]] = {f.name: f.traits.estimate_factor for f in FORMATS}
+"""Uncalibrated factors by format (tokens of the provider per o200k_base token), each format's
+``estimate_factor`` trait (events/formats/<format>/traits.py): 1.3 for Anthropic, 1.0 elsewhere.
 
 Measured by ``bench/estimate_error.py`` on ``tests/fixtures/usage`` (real requests with the
 prompt size the provider reported): each is the smallest factor, in steps of 0.05, whose
-estimate plus :data:`SAFETY_MARGIN` covers every measured request. Anthropic 1.3: reported
-tokens per o200k_base-counted token are a median 1.02 but reach 1.40 on claude-opus-4-8 (its
-newer tokenizer counts more), which 1.2 plus the margin undercounts; extended thinking adds a
-fixed ~30 tokens that no factor models. Gemini 1.0: the ratio is at most 1.06 (a median 0.60:
-gpt-4o's per-message overheads over-count short prompts)."""
+estimate plus :data:`SAFETY_MARGIN` covers every measured request (the figures behind each are
+beside it, in its traits module)."""
 
 _CLAMP: Final = (0.25, 4.0)
 _MIN_GROWTH: Final = 32  # raw tokens between two answers below which their usage says too little
@@ -93,10 +92,13 @@ class Estimate:
         }
 
 
-def estimate_for(spec: ModelSpec, target: Target, candidates: Sequence[_Costed]) -> Estimate | None:
+def estimate_for(
+    spec: ModelSpec, target: Target, candidates: Sequence[_Costed], *, formats: FormatRegistry = FORMATS
+) -> Estimate | None:
     """None when ``spec`` counts exactly (an OpenAI model); else the calibrated estimate.
     ``candidates``: the messages the context could serve among the range's newest
-    :data:`CALIBRATION_MESSAGES`, in order, with their raw costs."""
+    :data:`CALIBRATION_MESSAGES`, in order, with their raw costs; without a calibrating pair,
+    the target format's ``estimate_factor`` (in ``formats``)."""
     if not spec.estimated:
         return None
     before = 0  # raw cost of the candidates ahead of the current one
@@ -117,4 +119,4 @@ def estimate_for(spec: ModelSpec, target: Target, candidates: Sequence[_Costed])
         if grown > 0 and estimated >= _MIN_GROWTH:
             factor = round(min(max(grown / estimated, _CLAMP[0]), _CLAMP[1]), 4)
             return Estimate(factor, SAFETY_MARGIN, message_id, grown, estimated)
-    return Estimate(DEFAULT_FACTORS.get(target.format, 1.0), SAFETY_MARGIN)
+    return Estimate(formats.traits(target.format).estimate_factor, SAFETY_MARGIN)

@@ -26,6 +26,8 @@ from typing import Any
 from events.blocks import ToolCallBlock
 from events.codec import EventCodec, default_codec
 from events.event_types import Event
+from events.formats.rendering import RenderRequest, Selected, Target, stored_blocks
+from events.formats.responses.render import render
 from events.log import LogRecord
 from projectors.applied import apply_decisions
 from projectors.fold import BatchInputs, decode_batch, fold_batch
@@ -33,8 +35,6 @@ from projectors.tokens import text_counter
 from projectors.window import WindowPolicy
 from query_api.as_of import stored_message
 from query_api.context_types import StoredMessage
-from query_api.formats import responses
-from query_api.formats.types import RenderRequest, Selected, Target, stored_blocks
 
 __all__ = ["ConversationItem", "OpenAIConversation", "fold_conversation", "message_items"]
 
@@ -91,7 +91,7 @@ def message_items(message: StoredMessage) -> list[ConversationItem]:
     calls = tuple(b.id for b in stored_blocks(message) if isinstance(b, ToolCallBlock))
     target = Target("responses", model=message.model or _TARGET_MODEL)
     request = RenderRequest(system=(), summary=None, messages=(Selected(message, call_ids=calls),), target=target)
-    rendered = responses.render(request).fragment["input"]
+    rendered = render(request).fragment["input"]
     out = []
     for k, item in enumerate(rendered):
         stored_id = item.get("id")

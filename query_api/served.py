@@ -11,6 +11,7 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 from events.event_types import Event
+from events.formats.registry import FORMATS
 from events.keys import ConversationKey
 from events.log import EventLog, LogRecord
 from projectors.tokens import DEFAULT_COUNTED, cached_counter
@@ -72,7 +73,7 @@ def context_body(
         body["counted_at_read"] = True
     if ctx.estimate is not None:
         body["estimate"] = ctx.estimate.as_json()
-    if ctx.format in ("chat_completions", "responses"):
+    if FORMATS.traits(ctx.format).prompt_cache_key:
         body["prompt_cache_key"] = prompt_cache_key(inputs.conversation_key)
     return body
 

@@ -15,11 +15,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from events.formats.registry import FORMATS, FormatRegistry
+from events.formats.rendering import Rendered, RenderRequest, Target
 from events.servable import too_deep_field
-from query_api import rules
 from query_api.context_types import StoredMessage
-from query_api.formats import checker_for, renderer_for
-from query_api.formats.types import Rendered, RenderRequest, Target
 
 __all__ = ["checked_render", "too_deep", "violations"]
 
@@ -32,20 +31,18 @@ def too_deep(message: StoredMessage) -> bool:
     return too_deep_field(message.blocks, arguments) is not None
 
 
-def violations(fragment: dict[str, Any], target: Target) -> list[str]:
+def violations(fragment: dict[str, Any], target: Target, *, formats: FormatRegistry = FORMATS) -> list[str]:
     """Every breach of ``target.format``'s rules in ``fragment`` (empty: valid)."""
-    if target.format == "chat_completions":
-        return rules.violations(fragment["messages"], reasoning=target.reasoning)
-    return checker_for(target.format)(fragment)
+    return formats.violations(fragment, target)
 
 
-def checked_render(request: RenderRequest) -> Rendered | None:
+def checked_render(request: RenderRequest, *, formats: FormatRegistry = FORMATS) -> Rendered | None:
     """The rendering of ``request`` if it is valid in its format, else None: a renderer that
     cannot carry a stored message (an exception of any kind, from a block no parser of today
     stores) is the same finding as a rendering that breaks the rules."""
     try:
-        rendered = renderer_for(request.target.format)(request)
-        return None if violations(rendered.fragment, request.target) else rendered
+        rendered = formats.render(request)
+        return None if violations(rendered.fragment, request.target, formats=formats) else rendered
     except _STORED_VALUE_ERRORS:
         return None
 

@@ -5,9 +5,8 @@ assistant tool call without a name); ``"role": "nonsense"`` is a NativeFormatErr
 
 from __future__ import annotations
 
-import sys
-import types
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any, cast
 
 import pytest
@@ -15,7 +14,7 @@ import pytest
 from events.blocks import native_message
 from events.errors import NativeFormatError
 from events.event_types import Block, MessageAppended, Role, TextBlock, ToolCallBlock
-from events.formats import Parsed
+from events.formats import Parsed, anthropic, registry
 
 FORMAT = "anthropic"
 
@@ -37,10 +36,10 @@ def parse(payload: object, *, new_id: Callable[[], str]) -> Parsed:
 
 
 def register(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Make ``events.formats.anthropic`` this module's parser (the registry imports it by name)."""
-    module = types.ModuleType("events.formats.anthropic")
-    module.parse = parse  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "events.formats.anthropic", module)
+    """Make this module's parser the ``anthropic`` format's in the registry every producer built
+    without one reads (the HTTP tests' service builds its own, before the test runs)."""
+    fake = replace(anthropic.FORMAT, parse=parse)
+    monkeypatch.setattr(registry, "FORMATS", registry.FORMATS.with_format(fake))
 
 
 def payload(*messages: dict[str, Any], native_id: str | None = None) -> dict[str, Any]:

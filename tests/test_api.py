@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from convlog.demo.data import OA_SYSTEM_PROMPT, OA_TURNS
 from convlog.runtime.serve import Service
 from events.event_types import SummaryRecorded
+from events.formats.chat_completions.rules import violations
 from events.keys import ConversationKey
 from query_api.live import ranges
-from query_api.rules import violations
 
 # Seed 000's window (the default before 12 -> 4): its ten OA turns move it once.
 pytestmark = [

@@ -17,6 +17,7 @@ from events.blocks import blocks_to_json
 from events.codec import default_codec
 from events.embedded_log import EmbeddedEventLog
 from events.event_types import SummaryRecorded
+from events.formats.chat_completions.rules import violations
 from events.keys import ConversationKey
 from events.producer import ConversationProducer
 from projectors.log_source import LogSource
@@ -29,7 +30,6 @@ from query_api.live import QueryService
 from query_api.memory_reads import InMemoryReadModels
 from query_api.metrics import Metrics
 from query_api.ports import ReadModels
-from query_api.rules import violations
 from tests.native_support import NATIVE_SECRETS, thinking_answer, tool_result
 from tests.projection_support import COUNTER
 

@@ -8,14 +8,7 @@ from collections.abc import Iterator
 
 import grimp
 
-PACKAGES = ("events", "projectors", "query_api", "summarizer", "convlog", "devservices")
-
-# Removed by the provider-format work of issue 24 (the stored-message types move below both
-# sides); delete this entry then: test_the_known_cycles_are_still_there fails once it is gone.
-KNOWN: set[frozenset[str]] = {
-    frozenset({"query_api.context_types", "query_api.estimates", "query_api.formats.types"}),
-}
-
+PACKAGES = ("events", "projectors", "query_api", "summarizer", "pgstore", "convlog", "devservices")
 
 def import_cycles(graph: grimp.ImportGraph) -> list[frozenset[str]]:
     """The strongly connected components of more than one module (Tarjan's, iteratively), and
@@ -68,13 +61,8 @@ def _graph() -> grimp.ImportGraph:
 
 
 def test_no_import_cycle_among_the_packages() -> None:
-    cycles = [sorted(c) for c in import_cycles(_graph()) if c not in KNOWN]
+    cycles = [sorted(c) for c in import_cycles(_graph())]
     assert cycles == [], f"import cycles (each a set of modules importing one another): {cycles}"
-
-
-def test_the_known_cycles_are_still_there() -> None:
-    """An entry of KNOWN whose cycle is gone must go too, so that the cycle cannot come back unseen."""
-    assert set(import_cycles(_graph())) >= KNOWN
 
 
 def test_the_check_sees_a_cycle_through_a_function_level_import() -> None:

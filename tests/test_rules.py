@@ -1,16 +1,18 @@
-"""The valid-context rules (query_api/rules.py): each breach a provider would refuse is found,
-and the assembler refuses to serve an array the checker finds fault with."""
+"""The valid-context rules (events/formats/chat_completions/rules.py): each breach a provider
+would refuse is found, and the assembler refuses to serve an array the checker finds fault with."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
 
-import query_api.unservable
+from events.formats import chat_completions
+from events.formats.chat_completions.rules import violations
+from events.formats.registry import FORMATS, FormatRegistry
 from query_api.context import assemble
 from query_api.context_types import ContextRequest, ModelSpec, StoredMessage
-from query_api.rules import violations
 
 SYSTEM = {"role": "system", "content": "be brief"}
 USER = {"role": "user", "content": "what is 2+2?"}
@@ -65,16 +67,18 @@ def test_each_breach_is_found(messages: list[dict[str, Any]], rule: str) -> None
     assert rule in violations(messages)
 
 
-def test_assemble_refuses_an_array_the_rules_find_fault_with(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_assemble_refuses_an_array_the_rules_find_fault_with() -> None:
     """The context property tests rely on this guard: an array with violations is never served."""
     stored = StoredMessage(seq=0, epoch=0, message_id="m0", role="user", content="hi", tokens=1)
     request = ContextRequest("gpt-4o", 1000, 0, 0, "omit", 2)
     spec = ModelSpec(encoding="o200k_base")
 
-    def run() -> Any:
-        return assemble(system=(), summary=None, messages=[stored], request=request, spec=spec, count=len)
+    def run(formats: FormatRegistry = FORMATS) -> Any:
+        return assemble(
+            system=(), summary=None, messages=[stored], request=request, spec=spec, count=len, formats=formats
+        )
 
     assert [m["content"] for m in run().messages] == ["hi"]
-    monkeypatch.setattr(query_api.unservable.rules, "violations", lambda messages, reasoning: ["rule 0: broken"])
+    broken = dataclasses.replace(chat_completions.FORMAT, violations=lambda fragment, target: ["rule 0: broken"])
     with pytest.raises(AssertionError, match="rule 0: broken"):
-        run()
+        run(FORMATS.with_format(broken))

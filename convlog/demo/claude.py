@@ -8,12 +8,12 @@ import json
 from typing import Any
 
 from convlog.runtime.serve import Service
+from events.formats.rendering import Target
 from events.keys import ConversationKey
 from events.producer import Appended, ConversationProducer
 from projectors.tokens import cached_counter, model_spec
 from query_api.context import assemble
 from query_api.context_types import ContextRequest
-from query_api.formats.types import Target
 
 CLAUDE = "claude-sonnet-4-5"
 _WIDTH = 110

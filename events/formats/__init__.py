@@ -1,8 +1,8 @@
 """Provider formats on the append side: a provider's native payload to neutral messages.
 
-One module per format (``anthropic``, ``responses``, ``gemini``), each a pure ``parse``
-function with the :class:`Parser` signature. ``events.openai_format`` is the Chat Completions
-one (it predates the others). A payload that breaks its format raises
+One package per format (``chat_completions``, ``anthropic``, ``responses``, ``gemini``), each
+one :class:`~events.formats.provider.ProviderFormat` whose ``parse`` has the :class:`Parser`
+signature, all listed in :mod:`events.formats.registry`. A payload that breaks its format raises
 :class:`~events.errors.NativeFormatError` with a stable ``code`` and the JSON path; unknown
 *block types* inside a valid message are kept as :class:`~events.blocks.OpaqueBlock`.
 """
@@ -13,9 +13,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from events.errors import EventTooLargeError, InvalidEventError
 from events.event_types import MessageAppended
 
-__all__ = ["Parsed", "Parser"]
+__all__ = ["Parsed", "Parser", "at_path"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,3 +38,16 @@ class Parser(Protocol):
         """``new_id()`` gives the next message id where the payload names none for a message
         (called in message order, so a repeated payload gets the same ids)."""
         ...
+
+
+def at_path(error: InvalidEventError, prefix: str) -> InvalidEventError:
+    """``error`` with ``prefix`` before its field (``[2]`` + ``content`` -> ``[2].content``): the
+    same class and code. A too-large event has no path inside the payload: it comes back as is."""
+    if isinstance(error, EventTooLargeError):
+        return error
+    field = prefix if error.field in (None, "", "message") else f"{prefix}.{error.field}"
+    moved = type(error).__new__(type(error))
+    moved.__dict__.update(error.__dict__)
+    moved.field = field
+    moved.args = (f"{field}: {error.reason}",)
+    return moved

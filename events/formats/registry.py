@@ -1,44 +1,94 @@
-"""Which parser reads a payload of each append format (``?format=`` on the HTTP append).
+"""The provider formats convlog speaks, listed once: :data:`FORMATS`, used by the append side
+(``?format=`` on the HTTP append, the producer's ``append_native``) and the serve side (the
+context's ``format``) alike.
 
-``chat_completions`` is parsed here: today's message object, or a list of them (appended as one
-atomic batch). The native formats each have a module ``events.formats.<format>`` with a
-``parse`` function (the :class:`~events.formats.Parser` signature), imported on first use only:
-an app that never appends Anthropic payloads never imports that module.
+A format is one package ``events/formats/<name>/`` exposing ``FORMAT`` (a
+:class:`~events.formats.provider.ProviderFormat`) and one line in :data:`FORMATS`, imported
+plainly so import-linter sees every edge. A :class:`FormatRegistry` is a value: a test (or an
+embedder) adds a format with :meth:`FormatRegistry.with_format` and passes the registry where
+it appends and where it assembles, no global is patched.
 """
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, cast
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
 
-from events.errors import EventTooLargeError, InvalidEventError, InvalidRequestError
-from events.event_types import API_FORMATS, MessageAppended
-from events.formats import Parsed, Parser
-from events.openai_format import message_from_openai, requested_message_id
-from events.servable import check_nesting
+from events.errors import InvalidRequestError
+from events.event_types import API_FORMATS
+from events.formats import Parser, anthropic, chat_completions, gemini, responses
+from events.formats.provider import ProviderFormat, Traits
+from events.formats.rendering import DropReason, Rendered, RenderRequest, Target, reasoning_served
+from events.formats.stored import StoredMessage
 
-__all__ = ["APPEND_FORMATS", "NATIVE_FORMATS", "at_path", "parse_chat_completions", "parser_for"]
-
-APPEND_FORMATS: tuple[str, ...] = API_FORMATS
-NATIVE_FORMATS: tuple[str, ...] = tuple(f for f in API_FORMATS if f != "chat_completions")
+__all__ = ["APPEND_FORMATS", "FORMATS", "NATIVE_FORMATS", "FormatRegistry"]
 
 
-def parser_for(format: str) -> Parser:  # noqa: A002 - the query parameter's name
-    """The parser of ``format``; :class:`InvalidRequestError` (code ``unknown_format``) for a
-    format convlog does not know, or one whose module this build does not have."""
-    if format == "chat_completions":
-        return parse_chat_completions
-    if format not in NATIVE_FORMATS:
-        raise _unknown(f"unknown format {format!r}; expected one of {', '.join(APPEND_FORMATS)}")
-    name = f"{__package__}.{format}"
-    try:
-        module = importlib.import_module(name)
-    except ModuleNotFoundError as e:
-        if e.name != name:
-            raise  # the module is there but imports something missing: a broken build, not a bad request
-        raise _unknown(f"format {format!r} is not available in this build") from e
-    return cast("Parser", module.parse)
+@dataclass(frozen=True, slots=True)
+class FormatRegistry:
+    """Provider formats by name, in order (the order the API lists them in)."""
+
+    formats: tuple[ProviderFormat, ...]
+    _by_name: Mapping[str, ProviderFormat] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_by_name", {f.name: f for f in self.formats})
+
+    def __iter__(self) -> Iterator[ProviderFormat]:
+        return iter(self.formats)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(f.name for f in self.formats)
+
+    def with_format(self, added: ProviderFormat) -> FormatRegistry:
+        """This registry with ``added``: in the place of the format of its name, else last."""
+        if added.name in self._by_name:
+            return FormatRegistry(tuple(added if f.name == added.name else f for f in self.formats))
+        return FormatRegistry((*self.formats, added))
+
+    def without(self, name: str) -> FormatRegistry:
+        """This registry less the format ``name`` (a build without it)."""
+        return FormatRegistry(tuple(f for f in self.formats if f.name != name))
+
+    def format(self, name: str) -> ProviderFormat:
+        """The format ``name``; :class:`InvalidRequestError` (code ``unknown_format``) for one
+        convlog does not know, or one this registry does not have."""
+        found = self._by_name.get(name)
+        if found is not None:
+            return found
+        if name in API_FORMATS:
+            raise _unknown(f"format {name!r} is not available in this build")
+        raise _unknown(f"unknown format {name!r}; expected one of {', '.join(self.names)}")
+
+    def parser_for(self, name: str) -> Parser:
+        return self.format(name).parse
+
+    def traits(self, name: str) -> Traits:
+        return self.format(name).traits
+
+    def render(self, request: RenderRequest) -> Rendered:
+        """``request`` rendered in its target's format, with what the other formats list of
+        their messages it has no place for (:attr:`Traits.listed_elsewhere`)."""
+        target = request.target.format
+        rendered = self.format(target).render(request)
+        for other in self.formats:
+            if other.name != target and other.traits.listed_elsewhere is not None:
+                rendered = other.traits.listed_elsewhere(request, rendered)
+        return rendered
+
+    def violations(self, fragment: Mapping[str, Any], target: Target) -> list[str]:
+        """Every breach of ``target.format``'s rules in ``fragment`` (empty: valid)."""
+        return self.format(target.format).violations(fragment, target)
+
+    def reasoning_served(self, message: StoredMessage, target: Target) -> DropReason | None:
+        """None if ``message``'s native reasoning blocks may go to ``target``, else why not
+        (:func:`events.formats.rendering.reasoning_served`, with the target format's traits)."""
+        traits = self.traits(target.format)
+        return reasoning_served(
+            message, target, model_bound=traits.model_bound_reasoning, by_policy=traits.reasoning_by_policy
+        )
 
 
 def _unknown(message: str) -> InvalidRequestError:
@@ -47,39 +97,14 @@ def _unknown(message: str) -> InvalidRequestError:
     return error
 
 
-def parse_chat_completions(payload: object, *, new_id: Callable[[], str]) -> Parsed:
-    """A Chat Completions message object (plus convlog's extras, as ``POST …/messages`` took it
-    before formats existed), or a list of them: the messages in order. A message may name its
-    own ``message_id``; else it gets ``new_id()``. In a list, a problem's ``field`` is its JSON
-    path from the list (``[2].tool_calls[0].id``); for one object, the path in it, as before."""
-    check_nesting(payload)
-    if isinstance(payload, Mapping):
-        return Parsed((_message(payload, new_id),))
-    if not isinstance(payload, Sequence) or isinstance(payload, str | bytes):
-        raise InvalidEventError("must be a message object or a list of message objects", field="message")
-    messages = []
-    for i, item in enumerate(payload):
-        try:
-            messages.append(_message(item, new_id))
-        except InvalidEventError as e:
-            raise at_path(e, f"[{i}]") from e
-    return Parsed(tuple(messages))
+FORMATS: Final = FormatRegistry(
+    (
+        chat_completions.FORMAT,
+        anthropic.FORMAT,
+        responses.FORMAT,
+        gemini.FORMAT,
+    )
+)
 
-
-def _message(message: object, new_id: Callable[[], str]) -> MessageAppended:
-    doc = cast("Mapping[str, Any]", message)
-    requested = requested_message_id(doc)  # a non-object is refused here, naming the field "message"
-    return message_from_openai(doc, message_id=new_id() if requested is None else requested)
-
-
-def at_path(error: InvalidEventError, prefix: str) -> InvalidEventError:
-    """``error`` with ``prefix`` before its field (``[2]`` + ``content`` -> ``[2].content``): the
-    same class and code. A too-large event has no path inside the payload: it comes back as is."""
-    if isinstance(error, EventTooLargeError):
-        return error
-    field = prefix if error.field in (None, "", "message") else f"{prefix}.{error.field}"
-    moved = type(error).__new__(type(error))
-    moved.__dict__.update(error.__dict__)
-    moved.field = field
-    moved.args = (f"{field}: {error.reason}",)
-    return moved
+APPEND_FORMATS: Final[tuple[str, ...]] = FORMATS.names
+NATIVE_FORMATS: Final[tuple[str, ...]] = tuple(f for f in APPEND_FORMATS if f != "chat_completions")

@@ -29,7 +29,7 @@ from typing import Any, Final, Protocol
 
 import tiktoken
 
-from events.blocks import Block, reasoning_text
+from events.blocks import IMAGE_PLACEHOLDER, Block, drop_images, is_image_part, reasoning_text
 from events.strict_json import compact_json
 from projectors.tokens.encodings import text_counter
 from projectors.tokens.model_table import ModelSpec
@@ -51,9 +51,6 @@ __all__ = [
     "message_cost",
     "text_message_cost",
 ]
-
-IMAGE_PLACEHOLDER: Final = "[image omitted]"
-"""The text part an image older than the request's ``image_turns`` is served as."""
 
 TOOL_CALL_TOKENS: Final = 3
 """Estimate, per tool call in an assistant message, on top of its function name and arguments.
@@ -117,18 +114,6 @@ def _counter(encoding: tiktoken.Encoding) -> Callable[[str], int]:
     return text_counter(encoding.name)
 
 
-def drop_images(content: Any) -> Any:
-    """``content`` with every ``image_url`` part replaced by an :data:`IMAGE_PLACEHOLDER` text
-    part; a string or ``None`` is returned as it is."""
-    if not isinstance(content, list):
-        return content
-    return [{"type": "text", "text": IMAGE_PLACEHOLDER} if _is_image(p) else p for p in content]
-
-
-def _is_image(part: Any) -> bool:
-    return isinstance(part, Mapping) and part.get("type") == "image_url"
-
-
 def countable_text(content: Any, tool_calls: Iterable[Mapping[str, Any]]) -> str:
     """The text whose tokens a message's content and tool calls cost (its reasoning is counted
     on its own, images are estimated): the content's text parts, then each call's function
@@ -146,7 +131,7 @@ def countable_reasoning(blocks: Sequence[Block], reasoning_content: str | None) 
 
 def image_parts(content: Any) -> int:
     """How many ``image_url`` parts ``content`` has (each costs ``ModelSpec.image_tokens``)."""
-    return sum(1 for part in content if _is_image(part)) if isinstance(content, list) else 0
+    return sum(1 for part in content if is_image_part(part)) if isinstance(content, list) else 0
 
 
 def _countable(content: Any, tool_calls: Iterable[Mapping[str, Any]]) -> tuple[str, int, list[Any]]:
@@ -160,7 +145,7 @@ def _countable(content: Any, tool_calls: Iterable[Mapping[str, Any]]) -> tuple[s
         for part in content:
             if isinstance(part, Mapping) and part.get("type") == "text":
                 texts.append(part["text"])
-            elif _is_image(part):
+            elif is_image_part(part):
                 images += 1
             else:
                 others.append(part)

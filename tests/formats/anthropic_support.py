@@ -10,10 +10,11 @@ import pydantic
 from anthropic.types import MessageParam, TextBlockParam
 
 from events.event_types import MessageAppended, ToolCallBlock
-from events.formats.anthropic import parse
+from events.formats.anthropic.parse import parse
+from events.formats.anthropic.render import render
+from events.formats.anthropic.rules import violations
+from events.formats.rendering import Rendered, RenderRequest, Selected, Target
 from query_api.context_types import StoredMessage
-from query_api.formats.anthropic import render, violations
-from query_api.formats.types import Rendered, RenderRequest, Selected, Target
 from tests.formats.every_format import stored  # noqa: F401 -- re-exported for the tests of this format
 
 _MESSAGES = pydantic.TypeAdapter(list[MessageParam])

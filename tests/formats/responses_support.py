@@ -11,10 +11,11 @@ from openai.types.responses import ResponseInputParam
 
 from events.blocks import ToolCallBlock
 from events.event_types import MessageAppended
-from events.formats.responses import parse
+from events.formats.rendering import Rendered, RenderRequest, Selected, Target
+from events.formats.responses.parse import parse
+from events.formats.responses.render import render
+from events.formats.responses.rules import violations
 from query_api.context_types import StoredMessage
-from query_api.formats.responses import render, violations
-from query_api.formats.types import Rendered, RenderRequest, Selected, Target
 from tests.formats.every_format import stored
 
 # extra="forbid": a key the SDK's param types do not know is an error, not silently ignored.

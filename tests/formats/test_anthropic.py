@@ -14,12 +14,13 @@ import pytest
 
 from events.errors import NativeFormatError
 from events.event_types import OpaqueBlock, ReasoningBlock, Usage
-from events.formats.anthropic import parse
+from events.formats.anthropic.parse import parse
+from events.formats.anthropic.render import wire_id
+from events.formats.anthropic.rules import violations
+from events.formats.rendering import Dropped
 from events.strict_json import compact_json
 from events.validation import validate_message
 from query_api.context_types import StoredMessage
-from query_api.formats.anthropic import violations, wire_id
-from query_api.formats.types import Dropped
 from tests.formats.anthropic_support import ids, native_messages, parse_all, render_checked, stored
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "formats" / "anthropic"

@@ -185,7 +185,7 @@ def test_fifty_turns_only_append_to_the_rendered_messages() -> None:
 
 def _stored_from(payloads: list[Any], *, start: int) -> list[StoredMessage]:
     counter = iter(range(start + 1, start + 100))
-    from events.formats.anthropic import parse  # noqa: PLC0415 - local: ids continue the history's
+    from events.formats.anthropic.parse import parse  # noqa: PLC0415 - local: ids continue the history's
 
     out = []
     for p in payloads:

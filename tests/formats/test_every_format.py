@@ -12,10 +12,11 @@ from hypothesis import strategies as st
 
 from events.blocks import TextBlock, ToolCallBlock, native_message
 from events.event_types import MessageAppended, ToolCall
+from events.formats.registry import FORMATS
+from events.formats.rendering import Target
 from projectors.tokens import model_spec
 from query_api.context import assemble
 from query_api.context_types import ContextBudgetExceededError, ContextRequest
-from query_api.formats.types import Target, reasoning_served
 from tests.formats.every_format import SOURCES, TARGETS, conversations, count, secrets_of, stored, validate_with_sdk
 
 
@@ -36,7 +37,7 @@ def test_every_context_of_every_format_is_valid_for_its_provider(
     served = json.dumps(ctx.fragment, ensure_ascii=False)
     target = Target(fmt, model)  # type: ignore[arg-type]
     for m in messages:
-        if reasoning_served(m, target) is not None:
+        if FORMATS.reasoning_served(m, target) is not None:
             for secret in secrets_of(m):
                 assert secret not in served, (m.message_id, secret)
         if fmt != "chat_completions" and m.reasoning_content:

@@ -18,12 +18,14 @@ from hypothesis import strategies as st
 from events.blocks import MediaBlock, OpaqueBlock, ReasoningBlock, TextBlock, ToolCallBlock
 from events.errors import NativeFormatError
 from events.event_types import MessageAppended, Usage
-from events.formats.gemini import SNAKE, parse
+from events.formats.gemini.keys import SNAKE
+from events.formats.gemini.parse import parse
+from events.formats.gemini.render import SKIP_SIGNATURE, render
+from events.formats.gemini.rules import violations
+from events.formats.rendering import Dropped, Rendered, RenderRequest, Selected, Target
 from events.strict_json import compact_json
 from events.validation import validate_message
 from query_api.context_types import StoredMessage
-from query_api.formats.gemini import SKIP_SIGNATURE, render, violations
-from query_api.formats.types import Dropped, Rendered, RenderRequest, Selected, Target
 from tests.formats.every_format import stored
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "formats" / "gemini"

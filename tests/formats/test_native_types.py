@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from events.errors import NativeFormatError
-from events.formats.registry import parser_for
+from events.formats.registry import FORMATS
 
 _MESSAGE = {"type": "message", "id": "msg_1", "role": "assistant", "model": "claude-sonnet-4-5",
             "content": [{"type": "text", "text": "hi"}], "stop_reason": "end_turn",
@@ -93,7 +93,7 @@ REFUSED = [
 @pytest.mark.parametrize(("fmt", "payload", "field"), REFUSED)
 def test_a_known_key_of_the_wrong_type_is_refused_at_its_path(fmt: str, payload: object, field: str) -> None:
     with pytest.raises(NativeFormatError) as info:
-        parser_for(fmt)(payload, new_id=_ids())
+        FORMATS.parser_for(fmt)(payload, new_id=_ids())
     assert info.value.field == field
 
 
@@ -112,4 +112,4 @@ ACCEPTED = [
 
 @pytest.mark.parametrize(("fmt", "payload"), ACCEPTED)
 def test_known_keys_of_their_types_and_unknown_keys_of_any_type_are_accepted(fmt: str, payload: object) -> None:
-    assert parser_for(fmt)(payload, new_id=_ids()).messages
+    assert FORMATS.parser_for(fmt)(payload, new_id=_ids()).messages

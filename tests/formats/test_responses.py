@@ -17,9 +17,11 @@ from openai.types.responses import Response, ResponseFunctionToolCall
 from events.blocks import OpaqueBlock, ReasoningBlock, TextBlock, ToolCallBlock, native_message
 from events.errors import NativeFormatError
 from events.event_types import ImagePart, MessageAppended, TextPart, ToolCall, Usage
-from events.formats.responses import CODES, parse
-from query_api.formats.responses import render, violations
-from query_api.formats.types import Dropped, RenderRequest, Selected, Target, reasoning_served
+from events.formats.registry import FORMATS
+from events.formats.rendering import Dropped, RenderRequest, Selected, Target
+from events.formats.responses.parse import parse
+from events.formats.responses.render import render
+from events.formats.responses.rules import CODES, violations
 from tests.formats.responses_support import RESPONSES, checked, parse_items, serve, stored
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "formats" / "responses"
@@ -221,8 +223,8 @@ def test_responses_reasoning_is_not_served_to_another_format_target() -> None:
     rows = [stored(m, i) for i, m in enumerate(parse_items(fixture("reasoning_function_calls")["items"]))]
     assert all(r.api == "responses" and r.provider == "openai" for r in rows)
     anthropic = Target(format="anthropic", model="claude-x")
-    assert reasoning_served(rows[2], anthropic) == "other_provider"
-    assert reasoning_served(rows[2], RESPONSES) is None
+    assert FORMATS.reasoning_served(rows[2], anthropic) == "other_provider"
+    assert FORMATS.reasoning_served(rows[2], RESPONSES) is None
 
 
 def test_a_compaction_item_without_a_model_goes_to_openai_models_only() -> None:

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from events.blocks import OpaqueBlock, ReasoningBlock, TextBlock, ToolCallBlock, native_message
 from events.event_types import ImagePart, MessageAppended, TextPart
-from query_api.formats.responses import render
-from query_api.formats.types import RenderRequest, Selected
+from events.formats.rendering import RenderRequest, Selected
+from events.formats.responses.render import render
 from tests.formats.responses_support import RESPONSES, checked, parse_items, serve, stored
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

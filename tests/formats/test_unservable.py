@@ -15,13 +15,13 @@ import query_api.unservable
 from events.blocks import TextBlock, native_message
 from events.errors import InvalidEventError
 from events.event_types import MessageAppended, ToolCall
-from events.formats.registry import parser_for
-from events.formats.responses import ITEM_KEY
+from events.formats.registry import FORMATS
+from events.formats.rendering import Dropped, Target
+from events.formats.responses.parse import ITEM_KEY
 from events.servable import MAX_NESTING, check_servable
 from projectors.tokens import model_spec
 from query_api.context import assemble
 from query_api.context_types import Context, ContextRequest
-from query_api.formats.types import Dropped, Target
 from query_api.unservable import violations
 from tests.formats.every_format import TARGETS, count, stored, validate_with_sdk
 
@@ -112,7 +112,7 @@ def _gemini_round(n: int) -> list[MessageAppended]:
         {"role": "user", "parts": [{"functionResponse": {"name": "lookup", "response": {"n": n}}}]},
     ]
     counter = itertools.count()
-    return list(parser_for("gemini")(payload, new_id=lambda: f"r{n}-{next(counter)}").messages)
+    return list(FORMATS.parser_for("gemini")(payload, new_id=lambda: f"r{n}-{next(counter)}").messages)
 
 
 @pytest.mark.parametrize(("fmt", "model"), TARGETS)
@@ -158,7 +158,7 @@ def _ids() -> Any:
 def test_payloads_nested_past_the_limit_are_refused_with_the_path(fmt: str, payload: Any, field: str) -> None:
     """422 ``nested_too_deep`` at the edge, for every format (Gemini raised RecursionError: a 500)."""
     with pytest.raises(InvalidEventError) as info:
-        parser_for(fmt)(payload, new_id=_ids())
+        FORMATS.parser_for(fmt)(payload, new_id=_ids())
     assert info.value.code == "nested_too_deep"
     assert info.value.field is not None
     assert info.value.field.startswith(field)
@@ -166,7 +166,7 @@ def test_payloads_nested_past_the_limit_are_refused_with_the_path(fmt: str, payl
 
 def test_payloads_at_the_limit_are_accepted() -> None:
     call = {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": _nested(61)}]}
-    parsed = parser_for("anthropic")(call, new_id=_ids())  # 61 + the message, its content list and the block
+    parsed = FORMATS.parser_for("anthropic")(call, new_id=_ids())  # 61 + the message, its content list and the block
     check_servable(parsed.messages[0])
 
 
@@ -175,9 +175,9 @@ def test_units_servable_alone_but_not_together_leave_the_later_turn_out(monkeypa
     keeps a future one from failing the whole context): unit by unit, the later is left out."""
     real = query_api.unservable.violations
 
-    def together(fragment: dict[str, Any], target: Target) -> list[str]:
+    def together(fragment: dict[str, Any], target: Target, **options: Any) -> list[str]:
         text = json.dumps(fragment)
-        return ["a breach of two turns"] if "first" in text and "second" in text else real(fragment, target)
+        return ["a breach of two turns"] if "first" in text and "second" in text else real(fragment, target, **options)
 
     monkeypatch.setattr(query_api.unservable, "violations", together)
     history = [_user("u1", "first"), _answer("a1", "one"), _user("u2", "second"), _answer("a2", "two"),

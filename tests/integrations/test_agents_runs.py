@@ -27,7 +27,7 @@ from openai.types.responses.response_reasoning_item import Summary
 
 from convlog.client import AsyncConvlogClient
 from convlog.integrations.agents import ConvlogSession
-from query_api.formats.responses import violations
+from events.formats.responses.rules import violations
 from tests.integrations.agents_support import TOKEN, USER, new_id
 from tests.integrations.readme import readme_example
 

@@ -16,10 +16,10 @@ import httpx
 from convlog.runtime.serve import Service, running_service
 from convlog.settings import Settings
 from events.codec import default_codec
+from events.formats.chat_completions.rules import violations
 from events.keys import ConversationKey, partition_for_key
 from events.log import LogRecord
 from query_api.http import create_app
-from query_api.rules import violations
 from tests.example_producers import events_vectors, keys_vectors, vector_turn_args
 from tests.java_example import TURN_CONTEXT as JAVA_TURN_CONTEXT
 from tests.projection_support import temporary_database

@@ -13,9 +13,9 @@ import pytest
 
 from convlog.runtime.serve import Service
 from convlog.settings import Settings
+from events.formats.chat_completions.rules import violations
 from events.keys import ConversationKey, partition_for_key
 from query_api.http import create_app
-from query_api.rules import violations
 from tests.example_producers import REPO, events_vectors
 from tests.java_example import run_example, run_lines
 from tests.producer_doc import SCHEMAS, fingerprint_rows

@@ -1,5 +1,5 @@
 """The Chat Completions format on the serve side: the ``messages`` array OpenAI (and DeepSeek,
-and every OpenAI-compatible endpoint) takes, checked by :func:`query_api.rules.violations`.
+and every OpenAI-compatible endpoint) takes, checked by :func:`events.formats.chat_completions.rules.violations`.
 
 A message appended in another format is served as its Chat Completions view (the
 ``content``/``tool_calls`` stored beside its blocks): text, images in user messages, tool calls
@@ -10,15 +10,12 @@ reasoning policy.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
-from events.blocks import OpaqueBlock, ReasoningBlock
-from projectors.tokens import drop_images
-from query_api.formats.types import Dropped, Rendered, RenderRequest, Selected
-from query_api.rules import violations as message_violations
+from events.blocks import OpaqueBlock, ReasoningBlock, drop_images
+from events.formats.rendering import Dropped, Rendered, RenderRequest, Selected
 
-__all__ = ["render", "served_message", "violations"]
+__all__ = ["render", "served_message"]
 
 
 def served_message(s: Selected) -> dict[str, Any]:
@@ -50,7 +47,3 @@ def render(request: RenderRequest) -> Rendered:
             elif isinstance(block, OpaqueBlock):
                 dropped.append(Dropped(s.message.message_id, "opaque", "unsupported"))
     return Rendered({"messages": messages}, tuple(dropped))
-
-
-def violations(fragment: Mapping[str, Any], *, reasoning: str = "omit") -> list[str]:
-    return message_violations(fragment["messages"], reasoning=reasoning)

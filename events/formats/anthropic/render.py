@@ -1,6 +1,6 @@
 """Anthropic Messages, serve side: ``{"system": [text blocks], "messages": [...]}``.
 
-Rules enforced by construction (checked by :func:`query_api.formats.anthropic_rules.violations`):
+Rules enforced by construction (checked by :func:`events.formats.anthropic.rules.violations`):
 
 - ``system`` is top level: the stored system prompts' text, then the summary, as text blocks
   (the key is left out when there is none). ``messages`` holds only user/assistant, alternating:
@@ -51,14 +51,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from events.blocks import MEDIA_PLACEHOLDER
+from events.blocks import IMAGE_PLACEHOLDER, MEDIA_PLACEHOLDER
 from events.event_types import Block, MediaBlock, OpaqueBlock, ReasoningBlock, TextBlock, ToolCallBlock
-from events.formats.anthropic import FORM_KEY
-from events.strict_json import parse_json
-from projectors.tokens import IMAGE_PLACEHOLDER
-from query_api.context_types import StoredMessage
-from query_api.formats.anthropic_rules import CACHEABLE, thinking_ok, violations
-from query_api.formats.types import (
+from events.formats.anthropic.parse import FORM_KEY
+from events.formats.anthropic.rules import CACHEABLE, ID_CHARS, THINKING, TOOL_USE_ID, thinking_ok
+from events.formats.anthropic.traits import TRAITS
+from events.formats.rendering import (
     Dropped,
     DropReason,
     Rendered,
@@ -69,23 +67,23 @@ from query_api.formats.types import (
     reasoning_served,
     stored_blocks,
 )
+from events.formats.stored import StoredMessage
+from events.strict_json import parse_json
 
-__all__ = ["render", "violations", "wire_id"]
+__all__ = ["render", "wire_id"]
 
 EPHEMERAL = {"type": "ephemeral"}
 CONTENT_PLACEHOLDER = "[content omitted]"  # a user message none of whose blocks Anthropic can take
 _IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
-_ID_RE = re.compile(r"^[A-Za-z0-9_-]+$")
 _NOT_SERVED = ("cache_control", FORM_KEY)  # extra keys never rendered
-_THINKING = ("thinking", "redacted_thinking")
 
 
 def wire_id(call_id: str) -> str:
     """``call_id`` if Anthropic takes it as a tool_use id, else a safe one derived from it."""
-    if _ID_RE.match(call_id):
+    if TOOL_USE_ID.match(call_id):
         return call_id
     digest = hashlib.sha256(call_id.encode()).hexdigest()[:12]
-    return f"{re.sub(r'[^A-Za-z0-9_-]', '_', call_id)[:40]}_{digest}"
+    return f"{re.sub(rf'[^{ID_CHARS}]', '_', call_id)[:40]}_{digest}"
 
 
 @dataclass
@@ -143,7 +141,7 @@ class _Rendering:
         if form == "string" and text:
             self._append(role, text, m.message_id)
             return
-        why_not = reasoning_served(m, self.target)
+        why_not = reasoning_served(m, self.target, model_bound=TRAITS.model_bound_reasoning)
         calls = set(sel.call_ids)
         out: list[dict[str, Any]] = []
         for b in blocks:
@@ -223,9 +221,9 @@ class _Rendering:
         for msg in self.messages:
             if msg.role != "assistant" or isinstance(msg.content, str) or thinking_ok(msg.content):
                 continue
-            kept = [(b, o) for b, o in zip(msg.content, msg.origins, strict=True) if b.get("type") not in _THINKING]
+            kept = [(b, o) for b, o in zip(msg.content, msg.origins, strict=True) if b.get("type") not in THINKING]
             for b, o in zip(msg.content, msg.origins, strict=True):
-                if b.get("type") in _THINKING:
+                if b.get("type") in THINKING:
                     self.drop(o, "reasoning", "unsupported")
             msg.content, msg.origins = [b for b, _ in kept], [o for _, o in kept]
 

@@ -18,7 +18,7 @@ Blocks: ``text`` (``citations`` and any other key in ``extra``), ``image`` and `
 neutral ``tool`` message (``tool_call_id``, ``is_error``, blocks = its content); a user message
 is its tool messages first, then a user message with the rest.
 
-Every key this parser knows is type-checked (:mod:`events.formats.schema`, after
+Every key this parser knows is type-checked (:mod:`events.formats.anthropic.schema`, after
 ``anthropic.types``): an image ``source`` that is no object, a ``source.data`` or ``media_type``
 that is no string, a ``usage`` count that is no non-negative integer, a ``stop_reason`` that is
 no string are refused with their path; unknown keys are kept as they came.
@@ -33,37 +33,28 @@ its own cache breakpoints).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 from events.blocks import native_message
-from events.errors import NativeFormatError
 from events.event_types import (
     Block,
     FinishReason,
-    MediaBlock,
     MessageAppended,
-    OpaqueBlock,
     ReasoningBlock,
     TextBlock,
     ToolCallBlock,
     Usage,
 )
 from events.formats import Parsed
-from events.formats.schema import (
-    ANTHROPIC_BLOCKS,
-    ANTHROPIC_COUNTS,
-    ANTHROPIC_MESSAGE,
-    ANTHROPIC_SOURCES,
-    ANTHROPIC_USAGE,
-    check_counts,
-    check_fields,
-)
+from events.formats.anthropic.blocks import PROVIDER, block_object, content_block, fail, json_text, result_block
+from events.formats.anthropic.rules import THINKING, thinking_out_of_order
+from events.formats.anthropic.schema import ANTHROPIC_COUNTS, ANTHROPIC_MESSAGE, ANTHROPIC_USAGE
+from events.formats.schema import check_counts, check_fields
 from events.servable import check_nesting
-from events.strict_json import NotJsonError, compact_json, dump_json
+from events.strict_json import compact_json
 
 __all__ = ["FORM_KEY", "PROVIDER", "parse"]
 
-PROVIDER = "anthropic"
 FORM_KEY = "convlog.form"  # the extra key recording a string / absent / empty content
 
 _STOP_REASONS: Mapping[str, FinishReason] = {
@@ -75,13 +66,6 @@ _STOP_REASONS: Mapping[str, FinishReason] = {
     "tool_use": "tool_calls",
     "refusal": "content_filter",
 }
-_MEDIA_TYPES = {"image": "image", "document": "file"}
-_MEDIA_SOURCES = {"base64": ("type", "media_type", "data"), "url": ("type", "url")}
-_NOT_IN_TOOL_RESULT = frozenset({"tool_use", "tool_result", "thinking", "redacted_thinking"})
-
-
-def _fail(message: str, field: str, code: str) -> NativeFormatError:
-    return NativeFormatError(message, field=field, code=code)
 
 
 def _plain(value: object) -> object:
@@ -105,11 +89,11 @@ def parse(payload: object, *, new_id: Callable[[], str]) -> Parsed:
         return Parsed(batch.run(), answer_paths=batch.answer_paths)
     check_nesting(payload)
     if not isinstance(payload, Mapping):
-        raise _fail("must be a Message, a MessageParam or a list of MessageParams", "", "invalid_payload")
+        raise fail("must be a Message, a MessageParam or a list of MessageParams", "", "invalid_payload")
     doc = cast("Mapping[str, Any]", payload)
     if "type" in doc:
         if doc["type"] != "message":
-            raise _fail(f"unknown payload type {doc['type']!r} (expected 'message')", "type", "invalid_payload")
+            raise fail(f"unknown payload type {doc['type']!r} (expected 'message')", "type", "invalid_payload")
         return _response(doc, new_id)
     batch = _Batch(new_id, [doc], prefix="")
     return Parsed(batch.run(), answer_paths=batch.answer_paths)
@@ -117,12 +101,12 @@ def parse(payload: object, *, new_id: Callable[[], str]) -> Parsed:
 
 def _response(doc: Mapping[str, Any], new_id: Callable[[], str]) -> Parsed:
     if doc.get("role") != "assistant":
-        raise _fail("a Message response is an assistant message", "role", "unknown_role")
+        raise fail("a Message response is an assistant message", "role", "unknown_role")
     check_fields(doc, ANTHROPIC_MESSAGE, "", "invalid_payload")
     native_id = doc.get("id")
     model = doc.get("model")
     if not isinstance(model, str) or not model:
-        raise _fail("a Message names the model that wrote it", "model", "invalid_payload")
+        raise fail("a Message names the model that wrote it", "model", "invalid_payload")
     metadata: dict[str, str] = {}
     if native_id:
         metadata["anthropic.id"] = native_id
@@ -149,7 +133,7 @@ def _usage(raw: object) -> Usage | None:
     if raw is None:
         return None
     if not isinstance(raw, Mapping):
-        raise _fail("must be an object", "usage", "invalid_usage")
+        raise fail("must be an object", "usage", "invalid_usage")
     check_counts(raw, ANTHROPIC_COUNTS, "usage", "invalid_usage")
     check_fields(raw, ANTHROPIC_USAGE, "usage", "invalid_usage")
     counts = {k: raw.get(k) for k in ANTHROPIC_COUNTS}
@@ -187,7 +171,7 @@ class _Batch:
             for j, block in _blocks(doc):
                 if isinstance(block, Mapping) and block.get("type") == "tool_use" and isinstance(block.get("id"), str):
                     if block["id"] in self.later_calls:
-                        raise _fail(f"duplicate tool_use id {block['id']!r}", self.path(i, f"content[{j}].id"),
+                        raise fail(f"duplicate tool_use id {block['id']!r}", self.path(i, f"content[{j}].id"),
                                     "duplicate_tool_use_id")  # fmt: skip
                     self.later_calls[block["id"]] = i
         out: list[MessageAppended] = []
@@ -197,20 +181,20 @@ class _Batch:
 
     def _param(self, index: int, raw: object) -> Mapping[str, Any]:
         if not isinstance(raw, Mapping):
-            raise _fail("must be a MessageParam object", self.path(index, ""), "invalid_payload")
+            raise fail("must be a MessageParam object", self.path(index, ""), "invalid_payload")
         doc = cast("Mapping[str, Any]", raw)
         role = doc.get("role")
         if role not in ("user", "assistant"):
-            raise _fail(f"unknown role {role!r}: messages are user or assistant (system is a top-level parameter)",
+            raise fail(f"unknown role {role!r}: messages are user or assistant (system is a top-level parameter)",
                         self.path(index, "role"), "unknown_role")  # fmt: skip
         content = doc.get("content")
         if not isinstance(content, str | list):
-            raise _fail("must be a string or a list of content blocks", self.path(index, "content"), "invalid_content")
+            raise fail("must be a string or a list of content blocks", self.path(index, "content"), "invalid_content")
         if not content:
-            raise _fail("must not be empty", self.path(index, "content"), "empty_content")
+            raise fail("must not be empty", self.path(index, "content"), "empty_content")
         model = doc.get("model")
         if model is not None and not (isinstance(model, str) and model):
-            raise _fail("must be a non-empty string", self.path(index, "model"), "invalid_payload")
+            raise fail("must be a non-empty string", self.path(index, "model"), "invalid_payload")
         return doc
 
     def _message(
@@ -233,21 +217,21 @@ class _Batch:
         seen_other = False
         for j, raw in enumerate(cast("list[object]", content)):
             field = self.path(index, f"content[{j}]")
-            block = _block_object(raw, field)
+            block = block_object(raw, field)
             kind = block["type"]
             if kind == "tool_result":
                 if role == "assistant":
-                    raise _fail("tool_result blocks belong in a user message", f"{field}.type",
+                    raise fail("tool_result blocks belong in a user message", f"{field}.type",
                                 "tool_result_in_assistant")  # fmt: skip
                 if seen_other:
-                    raise _fail("tool_result blocks come first in a user message, before any other block",
+                    raise fail("tool_result blocks come first in a user message, before any other block",
                                 field, "tool_result_not_first")  # fmt: skip
                 out.append(self._tool_result(index, block, field))
                 continue
             seen_other = True
-            if role == "user" and kind in ("tool_use", "thinking", "redacted_thinking"):
-                raise _fail(f"{kind} blocks belong in an assistant message", f"{field}.type", f"{kind}_in_user")
-            blocks.append(_content_block(block, field))
+            if role == "user" and (kind == "tool_use" or kind in THINKING):
+                raise fail(f"{kind} blocks belong in an assistant message", f"{field}.type", f"{kind}_in_user")
+            blocks.append(content_block(block, field))
         if role == "assistant":
             _check_thinking_order(blocks, self.path(index, "content"))
         if blocks:
@@ -274,16 +258,16 @@ class _Batch:
     def _tool_result(self, index: int, block: Mapping[str, Any], field: str) -> MessageAppended:
         call_id = block.get("tool_use_id")
         if not isinstance(call_id, str) or not call_id:
-            raise _fail("must be the id of the tool_use it answers", f"{field}.tool_use_id", "invalid_block")
+            raise fail("must be the id of the tool_use it answers", f"{field}.tool_use_id", "invalid_block")
         if self.later_calls.get(call_id, -1) >= index:
-            raise _fail(f"answers tool_use {call_id!r}, which comes later in the payload", f"{field}.tool_use_id",
+            raise fail(f"answers tool_use {call_id!r}, which comes later in the payload", f"{field}.tool_use_id",
                         "tool_result_before_tool_use")  # fmt: skip
         if call_id in self.answered:
-            raise _fail(f"a second tool_result for {call_id!r}", f"{field}.tool_use_id", "duplicate_tool_result")
+            raise fail(f"a second tool_result for {call_id!r}", f"{field}.tool_use_id", "duplicate_tool_result")
         self.answered.add(call_id)
         is_error = block.get("is_error")
         if is_error is not None and not isinstance(is_error, bool):
-            raise _fail("must be a boolean", f"{field}.is_error", "invalid_block")
+            raise fail("must be a boolean", f"{field}.is_error", "invalid_block")
         content = block.get("content", None)
         blocks: list[Block]
         if "content" not in block:
@@ -291,17 +275,17 @@ class _Batch:
         elif isinstance(content, str):
             blocks = [form_text(content, "string")]
         elif isinstance(content, list):
-            blocks = [_result_block(raw, f"{field}.content[{k}]") for k, raw in enumerate(content)]
+            blocks = [result_block(raw, f"{field}.content[{k}]") for k, raw in enumerate(content)]
             blocks = blocks or [form_text("", "empty")]
         else:
-            raise _fail("must be a string or a list of blocks", f"{field}.content", "invalid_content")
+            raise fail("must be a string or a list of blocks", f"{field}.content", "invalid_content")
         rest = {k: v for k, v in block.items() if k not in ("type", "tool_use_id", "content", "is_error")}
         message_id = self.new_id()
         self.answer_paths[message_id] = f"{field}.tool_use_id"
         return native_message(
             message_id=message_id, role="tool", blocks=blocks, api="anthropic", provider=PROVIDER,
             tool_call_id=call_id, is_error=is_error,
-            metadata={"anthropic.tool_result": _strict(rest, field)} if rest else None,
+            metadata={"anthropic.tool_result": json_text(rest, field)} if rest else None,
         )  # fmt: skip
 
 
@@ -310,94 +294,11 @@ def _blocks(doc: Mapping[str, Any]) -> list[tuple[int, object]]:
     return list(enumerate(content)) if isinstance(content, list) else []
 
 
-def _block_object(raw: object, field: str) -> Mapping[str, Any]:
-    if not isinstance(raw, Mapping) or not isinstance(raw.get("type"), str):
-        raise _fail("must be a content block object with a type", field, "invalid_content")
-    block = cast("Mapping[str, Any]", raw)
-    check_fields(block, ANTHROPIC_BLOCKS.get(block["type"], {}), field, "invalid_block")
-    if "signature" in block and block["type"] != "thinking":  # an unmodelled type too: served back, refused
-        raise _fail(f"a {block['type']} block carries no signature (thinking blocks do)", f"{field}.signature",
-                    "signature_on_non_thinking_block")  # fmt: skip
-    return block
-
-
-def _strict(value: object, field: str) -> str:
-    """Compact JSON of a payload value, refusing what is not JSON (NaN, Infinity) as the log must."""
-    try:
-        return dump_json(value)
-    except NotJsonError as e:
-        raise _fail(str(e), field, "not_json") from e
-
-
-def _extra(block: Mapping[str, Any], known: Sequence[str], field: str) -> str | None:
-    rest = {k: v for k, v in block.items() if k not in known}
-    return _strict(rest, field) if rest else None
-
-
-def _text(block: Mapping[str, Any], key: str, field: str) -> str:
-    value = block.get(key)
-    if not isinstance(value, str):
-        raise _fail("must be a string", f"{field}.{key}", "invalid_block")
-    return value
-
-
-def _content_block(block: Mapping[str, Any], field: str) -> Block:
-    kind = block["type"]
-    if kind == "text":
-        return TextBlock(_text(block, "text", field), extra=_extra(block, ("type", "text"), field))
-    if kind in _MEDIA_TYPES:
-        return _media(block, field)
-    if kind == "tool_use":
-        call_id, name = _text(block, "id", field), _text(block, "name", field)
-        if not isinstance(block.get("input"), Mapping):
-            raise _fail("a tool_use input is a JSON object", f"{field}.input", "tool_use_input_not_object")
-        return ToolCallBlock(call_id, name, _strict(block["input"], f"{field}.input"),
-                             extra=_extra(block, ("type", "id", "name", "input"), field))  # fmt: skip
-    if kind == "thinking":
-        signature = block.get("signature")
-        if not isinstance(signature, str) or not signature:
-            raise _fail("a thinking block carries the signature it was returned with", f"{field}.signature",
-                        "thinking_without_signature")  # fmt: skip
-        return ReasoningBlock(text=_text(block, "thinking", field), signature=signature,
-                              extra=_extra(block, ("type", "thinking", "signature"), field))  # fmt: skip
-    if kind == "redacted_thinking":
-        return ReasoningBlock(redacted_data=_text(block, "data", field), extra=_extra(block, ("type", "data"), field))
-    return OpaqueBlock(PROVIDER, _strict(block, field))
-
-
-def _media(block: Mapping[str, Any], field: str) -> Block:
-    """An image or document with a base64 or url source; any other source is kept opaque."""
-    source = block.get("source")
-    if not isinstance(source, Mapping):
-        raise _fail(f"an {block['type']} block's source is an object", f"{field}.source", "invalid_block")
-    if not isinstance(source.get("type"), str):
-        raise _fail("a source's type is a string", f"{field}.source.type", "invalid_block")
-    for key, kinds in ANTHROPIC_SOURCES.get(source["type"], {}).items():
-        if key not in source:
-            raise _fail(f"a {source['type']} source needs its {key}", f"{field}.source.{key}", "invalid_block")
-        check_fields(source, {key: kinds}, f"{field}.source", "invalid_block")
-    keys = _MEDIA_SOURCES.get(source["type"])
-    if keys is not None and set(source) == set(keys):  # the types checked above: a modelled source
-        kind: Literal["image", "file"] = "image" if block["type"] == "image" else "file"
-        extra = _extra(block, ("type", "source"), field)
-        return MediaBlock(kind, url=source.get("url"), data=source.get("data"),
-                          media_type=source.get("media_type"), extra=extra)  # fmt: skip
-    return OpaqueBlock(PROVIDER, _strict(block, field))
-
-
-def _result_block(raw: object, field: str) -> Block:
-    block = _block_object(raw, field)
-    if block["type"] in _NOT_IN_TOOL_RESULT:
-        raise _fail(f"a tool_result's content holds no {block['type']} block", f"{field}.type",
-                    "invalid_tool_result_content")  # fmt: skip
-    return _content_block(block, field)
-
-
 def _check_thinking_order(blocks: Sequence[Block], field: str) -> None:
-    """Thinking comes before the tool calls it led to (Anthropic refuses it after them)."""
-    called = False
-    for j, b in enumerate(blocks):
-        if isinstance(b, ToolCallBlock):
-            called = True
-        elif isinstance(b, ReasoningBlock) and called:
-            raise _fail("a thinking block after a tool_use block", f"{field}[{j}]", "thinking_after_tool_use")
+    """Thinking comes before the tool calls it led to (Anthropic refuses it after them): the
+    rule's append-side strictness (:func:`~events.formats.anthropic.rules.thinking_out_of_order`)."""
+    kinds = ["tool_use" if isinstance(b, ToolCallBlock) else "thinking" if isinstance(b, ReasoningBlock) else ""
+             for b in blocks]  # fmt: skip
+    j = thinking_out_of_order(kinds, thinking_first=False)
+    if j is not None:
+        raise fail("a thinking block after a tool_use block", f"{field}[{j}]", "thinking_after_tool_use")

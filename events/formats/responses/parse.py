@@ -10,7 +10,7 @@ assistant message, blocks in item order; each ``function_call_output`` is a neut
 message; each user / system / developer message is its own (``developer`` is a neutral
 ``system`` message; the native role stays in the item record below).
 
-Lossless layout (so rendering back gives the same items, see query_api/formats/responses.py):
+Lossless layout (so rendering back gives the same items, see events/formats/responses/render.py):
 
 - a ``message`` or ``function_call_output`` item is a run of blocks, one per content part
   (``input_text``/``output_text`` -> TextBlock, ``input_image`` with an ``image_url`` and
@@ -30,7 +30,7 @@ Lossless layout (so rendering back gives the same items, see query_api/formats/r
   message.
 
 Refused (:class:`~events.errors.NativeFormatError`, ``code``): see :data:`CODES`; every known
-key of an item, a part and a Response is type-checked (:mod:`events.formats.schema`, after
+key of an item, a part and a Response is type-checked (:mod:`events.formats.responses.schema`, after
 ``openai.types.responses``), an item type convlog does not model is kept whole, unchecked.
 """
 
@@ -43,51 +43,21 @@ from dataclasses import replace
 from typing import Any, Final
 
 from events.blocks import Block, MediaBlock, OpaqueBlock, ReasoningBlock, TextBlock, ToolCallBlock, native_message
-from events.errors import NativeFormatError
 from events.event_types import FinishReason, MessageAppended, Role, Usage
 from events.formats import Parsed
-from events.formats.schema import RESPONSES_ITEMS, RESPONSES_PARTS, RESPONSES_RESPONSE, check_counts, check_fields
+from events.formats.responses.rules import USER_SIDE_ROLES, check_pairing, refuse
+from events.formats.responses.schema import RESPONSES_ITEMS, RESPONSES_PARTS, RESPONSES_RESPONSE
+from events.formats.schema import check_counts, check_fields
 from events.servable import check_nesting
 from events.strict_json import NotJsonError, compact_json, dump_json, parse_json
 
-__all__ = ["CODES", "ITEM_KEY", "parse"]
+__all__ = ["ITEM_KEY", "parse"]
 
 ITEM_KEY: Final = "convlog.item"
 """The reserved extra key of an item's first block: the item's own keys (see the docstring)."""
 
-CODES: Final[Mapping[str, str]] = {
-    "invalid_payload": "the payload is not a Response object, an item or a list of items",
-    "not_json": "the payload holds a value JSON cannot carry (NaN, Infinity, a non-JSON type)",
-    "empty_payload": "no items (an empty list, a Response without output)",
-    "invalid_item": "an item is not a JSON object, its type is not a string, or a known key has the wrong type",
-    "missing_type": "an item has neither a type nor a role",
-    "unknown_role": "a message's role is not user, system, developer or assistant",
-    "invalid_content": "a message's content is neither a string nor a list of parts",
-    "invalid_part": "a content part is not an object, or its type, text or another known key has the wrong type",
-    "reasoning_without_summary": "a reasoning item has no summary list (required even if empty)",
-    "reasoning_without_id": "a reasoning item has no id (rs_…)",
-    "invalid_summary": "a reasoning summary is not a list of summary_text objects",
-    "function_call_without_call_id": "a function_call has no call_id",
-    "function_call_without_name": "a function_call has no name",
-    "arguments_not_string": "a function_call's arguments are not a string",
-    "arguments_not_json": "a completed function_call's arguments are not strict JSON text",
-    "duplicate_call_id": "two function_call items of the payload share a call_id",
-    "function_call_output_without_call_id": "a function_call_output has no call_id",
-    "function_call_output_before_call": "a function_call_output comes before its function_call",
-    "duplicate_call_output": "two function_call_output items of the payload answer one call_id",
-    "invalid_output": "a function_call_output's output is neither a string nor a list of parts",
-    "invalid_response": "a Response object's output is not a list, or its id, model or status is not a string",
-    "invalid_usage": "a Response's usage counts are not non-negative integers",
-}
-
-_USER_SIDE_ROLES: Final[Mapping[str, Role]] = {"user": "user", "system": "system", "developer": "system"}
 _DATA_URL: Final = re.compile(r"data:([\w.+-]+/[\w.+-]+);base64,([A-Za-z0-9+/]*={0,2})")
 _DETAILS: Final = ("auto", "low", "high")
-
-
-def _refuse(message: str, field: str, code: str) -> NativeFormatError:
-    assert code in CODES  # a new code must be documented in CODES
-    return NativeFormatError(message, field=field or None, code=code)
 
 
 def parse(payload: object, *, new_id: Callable[[], str]) -> Parsed:
@@ -98,7 +68,7 @@ def parse(payload: object, *, new_id: Callable[[], str]) -> Parsed:
     try:  # once, so every verbatim piece below is strict JSON (no NaN, no non-JSON values)
         dump_json(doc)
     except NotJsonError as e:
-        raise _refuse(f"the payload is not JSON: {e}", "", "not_json") from e
+        raise refuse(f"the payload is not JSON: {e}", "", "not_json") from e
     response: Mapping[str, Any] | None = None
     if isinstance(doc, Mapping) and (doc.get("object") == "response" or ("output" in doc and "type" not in doc)):
         response = doc
@@ -107,17 +77,17 @@ def parse(payload: object, *, new_id: Callable[[], str]) -> Parsed:
                      "invalid_response")  # fmt: skip
         items, prefix = doc.get("output"), "output"
         if not isinstance(items, list):
-            raise _refuse("a Response's output must be a list of items", "output", "invalid_response")
+            raise refuse("a Response's output must be a list of items", "output", "invalid_response")
     elif isinstance(doc, Mapping):
         items, prefix = [doc], None
     elif isinstance(doc, list):
         items, prefix = doc, ""
     else:
-        raise _refuse("expected a Response object, an item or a list of items", "", "invalid_payload")
+        raise refuse("expected a Response object, an item or a list of items", "", "invalid_payload")
     if not items:
-        raise _refuse("no items to append", prefix or "", "empty_payload")
+        raise refuse("no items to append", prefix or "", "empty_payload")
     paths = [("" if prefix is None else f"{prefix}[{i}]") for i in range(len(items))]
-    _check_pairing(items, paths)
+    check_pairing(items, paths)
     groups = _groups(items, paths)
     extras = _response_fields(response) if response is not None else {}
     messages: list[MessageAppended] = []
@@ -140,38 +110,6 @@ def _at(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
-def _check_pairing(items: Sequence[Any], paths: Sequence[str]) -> None:
-    """Call ids: present, unique per payload, every output after its call. An output whose call
-    is not in the payload is fine here (the call can be in an earlier append)."""
-    first_call: dict[str, int] = {}
-    for i, item in enumerate(items):
-        if not isinstance(item, Mapping):
-            raise _refuse("an item must be a JSON object", paths[i], "invalid_item")
-        if item.get("type") == "function_call":
-            call_id = item.get("call_id")
-            if not isinstance(call_id, str) or not call_id:
-                raise _refuse(
-                    "a function_call needs a call_id", _at(paths[i], "call_id"), "function_call_without_call_id"
-                )
-            if call_id in first_call:
-                raise _refuse(f"call_id {call_id!r} is used twice", _at(paths[i], "call_id"), "duplicate_call_id")
-            first_call[call_id] = i
-    answered: set[str] = set()
-    for i, item in enumerate(items):
-        if item.get("type") != "function_call_output":
-            continue
-        call_id = item.get("call_id")
-        field = _at(paths[i], "call_id")
-        if not isinstance(call_id, str) or not call_id:
-            raise _refuse("a function_call_output needs a call_id", field, "function_call_output_without_call_id")
-        if first_call.get(call_id, -1) > i:
-            raise _refuse(f"the output of {call_id!r} comes before its function_call", field,
-                          "function_call_output_before_call")  # fmt: skip
-        if call_id in answered:
-            raise _refuse(f"call_id {call_id!r} is answered twice", field, "duplicate_call_output")
-        answered.add(call_id)
-
-
 def _groups(items: Sequence[Mapping[str, Any]], paths: Sequence[str]) -> list[tuple[Role, list[Block], str | None]]:
     """(role, blocks, tool_call_id) per neutral message: assistant-side items run together."""
     out: list[tuple[Role, list[Block], str | None]] = []
@@ -180,19 +118,19 @@ def _groups(items: Sequence[Mapping[str, Any]], paths: Sequence[str]) -> list[tu
         kind = item.get("type")
         role = item.get("role")
         if "type" in item and not isinstance(kind, str):  # null too: the item would be served without a type
-            raise _refuse("an item's type must be a string", _at(path, "type"), "invalid_item")
+            raise refuse("an item's type must be a string", _at(path, "type"), "invalid_item")
         check_fields(item, RESPONSES_ITEMS.get(kind or "message", {}), path, "invalid_item")  # unknown types: opaque
         if kind is None and role is None:
-            raise _refuse("an item needs a type (or a role, for a message)", _at(path, "type"), "missing_type")
+            raise refuse("an item needs a type (or a role, for a message)", _at(path, "type"), "missing_type")
         if kind in (None, "message"):
             if role == "assistant":
                 assistant.extend(_message_blocks(item, path, default_part="output_text"))
                 continue
-            if not isinstance(role, str) or role not in _USER_SIDE_ROLES:
-                raise _refuse(f"unknown role {role!r} (user, system, developer, assistant)", _at(path, "role"),
+            if not isinstance(role, str) or role not in USER_SIDE_ROLES:
+                raise refuse(f"unknown role {role!r} (user, system, developer, assistant)", _at(path, "role"),
                               "unknown_role")  # fmt: skip
             user_side: tuple[Role, list[Block], str | None] = (
-                _USER_SIDE_ROLES[role], _message_blocks(item, path, default_part="input_text"), None)  # fmt: skip
+                USER_SIDE_ROLES[role], _message_blocks(item, path, default_part="input_text"), None)  # fmt: skip
         elif kind == "function_call_output":
             user_side = ("tool", _output_blocks(item, path), item["call_id"])
         else:
@@ -219,14 +157,14 @@ def _assistant_item(item: Mapping[str, Any], path: str) -> Block:
 def _function_call(item: Mapping[str, Any], path: str) -> ToolCallBlock:
     name, arguments, item_id = item.get("name"), item.get("arguments"), item.get("id")
     if not isinstance(name, str) or not name:
-        raise _refuse("a function_call needs a name", _at(path, "name"), "function_call_without_name")
+        raise refuse("a function_call needs a name", _at(path, "name"), "function_call_without_name")
     if not isinstance(arguments, str):
-        raise _refuse("arguments must be a string of JSON", _at(path, "arguments"), "arguments_not_string")
+        raise refuse("arguments must be a string of JSON", _at(path, "arguments"), "arguments_not_string")
     if item.get("status") not in ("in_progress", "incomplete"):  # a call cut short may stop mid-arguments
         try:
             parse_json(arguments)
         except NotJsonError as e:
-            raise _refuse(f"arguments are not JSON ({e})", _at(path, "arguments"), "arguments_not_json") from e
+            raise refuse(f"arguments are not JSON ({e})", _at(path, "arguments"), "arguments_not_json") from e
     consumed = {"type", "call_id", "name", "arguments"} | ({"id"} if isinstance(item_id, str) else set())
     return ToolCallBlock(
         id=item["call_id"], name=name, arguments=arguments, item_id=item_id if isinstance(item_id, str) else None,
@@ -237,22 +175,22 @@ def _function_call(item: Mapping[str, Any], path: str) -> ToolCallBlock:
 def _reasoning(item: Mapping[str, Any], path: str) -> ReasoningBlock:
     item_id = item.get("id")
     if not isinstance(item_id, str) or not item_id:
-        raise _refuse("a reasoning item needs its id (rs_…)", _at(path, "id"), "reasoning_without_id")
+        raise refuse("a reasoning item needs its id (rs_…)", _at(path, "id"), "reasoning_without_id")
     if "summary" not in item:
-        raise _refuse("a reasoning item needs a summary (a list, even empty)", _at(path, "summary"),
+        raise refuse("a reasoning item needs a summary (a list, even empty)", _at(path, "summary"),
                       "reasoning_without_summary")  # fmt: skip
     summary = item["summary"]
     if not isinstance(summary, list):
-        raise _refuse("a reasoning summary must be a list", _at(path, "summary"), "invalid_summary")
+        raise refuse("a reasoning summary must be a list", _at(path, "summary"), "invalid_summary")
     for j, entry in enumerate(summary):
         at = f"{_at(path, 'summary')}[{j}]"
         if not isinstance(entry, Mapping):
-            raise _refuse("a summary entry is a summary_text object", at, "invalid_summary")
+            raise refuse("a summary entry is a summary_text object", at, "invalid_summary")
         check_fields(entry, {"type": str, "text": str}, at, "invalid_summary")
     for j, part in enumerate(item.get("content") or ()):
         at = f"{_at(path, 'content')}[{j}]"
         if not isinstance(part, Mapping):
-            raise _refuse("a reasoning content part is an object", at, "invalid_part")
+            raise refuse("a reasoning content part is an object", at, "invalid_part")
         check_fields(part, {"type": str, "text": str}, at, "invalid_part")
     rest = {k: v for k, v in item.items() if k not in ("type", "id")}
     texts = tuple(p["text"] for p in summary if isinstance(p, Mapping) and isinstance(p.get("text"), str))
@@ -281,7 +219,7 @@ def _message_blocks(item: Mapping[str, Any], path: str, *, default_part: str) ->
         first: Block = TextBlock(content, item_id=_str_or_none(item.get("id")))
         return [_with_record(first, item, key="content", string=True, n=1)]
     if not isinstance(content, list):
-        raise _refuse("content must be a string or a list of parts", _at(path, "content"), "invalid_content")
+        raise refuse("content must be a string or a list of parts", _at(path, "content"), "invalid_content")
     parts = [_part(p, f"{_at(path, 'content')}[{j}]", default_part, _str_or_none(item.get("id")))
              for j, p in enumerate(content)]  # fmt: skip
     return _item_run(item, parts, key="content")
@@ -292,7 +230,7 @@ def _output_blocks(item: Mapping[str, Any], path: str) -> list[Block]:
     if isinstance(output, str):
         return [_with_record(TextBlock(output), item, key="output", string=True, n=1)]
     if not isinstance(output, list):
-        raise _refuse("output must be a string or a list of parts", _at(path, "output"), "invalid_output")
+        raise refuse("output must be a string or a list of parts", _at(path, "output"), "invalid_output")
     parts = [_part(p, f"{_at(path, 'output')}[{j}]", "input_text", None) for j, p in enumerate(output)]
     return _item_run(item, parts, key="output")
 
@@ -313,15 +251,15 @@ def _with_record(block: Block, item: Mapping[str, Any], *, key: str, string: boo
 
 def _part(part: Any, path: str, default_type: str, item_id: str | None) -> Block:
     if not isinstance(part, Mapping):
-        raise _refuse("a content part must be an object", path, "invalid_part")
+        raise refuse("a content part must be an object", path, "invalid_part")
     kind = part.get("type")
     if not isinstance(kind, str):
-        raise _refuse("a content part's type must be a string", _at(path, "type"), "invalid_part")
+        raise refuse("a content part's type must be a string", _at(path, "type"), "invalid_part")
     check_fields(part, RESPONSES_PARTS.get(kind, {}), path, "invalid_part")
     if kind in ("input_text", "output_text"):
         text = part.get("text")
         if not isinstance(text, str):
-            raise _refuse("a text part's text must be a string", _at(path, "text"), "invalid_part")
+            raise refuse("a text part's text must be a string", _at(path, "text"), "invalid_part")
         rest = {k: v for k, v in part.items() if k != "text" and (k != "type" or v != default_type)}
         return TextBlock(text, item_id=item_id, extra=_extra(rest))
     if kind == "input_image" and isinstance(part.get("image_url"), str):
@@ -375,7 +313,7 @@ def _usage(usage: Any) -> Usage | None:
     if usage is None:
         return None
     if not isinstance(usage, Mapping):
-        raise _refuse("usage must be an object", "usage", "invalid_usage")
+        raise refuse("usage must be an object", "usage", "invalid_usage")
     check_counts(usage, ("input_tokens", "output_tokens", "total_tokens"), "usage", "invalid_usage")
     check_fields(usage, {"input_tokens_details": (dict, None), "output_tokens_details": (dict, None)}, "usage",
                  "invalid_usage")  # fmt: skip

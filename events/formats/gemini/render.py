@@ -50,13 +50,18 @@ import mimetypes
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
-from events.blocks import MEDIA_PLACEHOLDER, MediaBlock, OpaqueBlock, ReasoningBlock, TextBlock, ToolCallBlock
-from events.formats.gemini import KEYS_MARK, NO_ARGS_MARK, RESPONSE_MARK, SNAKE
-from events.strict_json import NotJsonError, parse_json
-from projectors.tokens import IMAGE_PLACEHOLDER
-from query_api.context_types import StoredMessage
-from query_api.formats.gemini_rules import violations
-from query_api.formats.types import (
+from events.blocks import (
+    IMAGE_PLACEHOLDER,
+    MEDIA_PLACEHOLDER,
+    MediaBlock,
+    OpaqueBlock,
+    ReasoningBlock,
+    TextBlock,
+    ToolCallBlock,
+)
+from events.formats.gemini.keys import KEYS_MARK, NO_ARGS_MARK, RESPONSE_MARK, SIGNATURE_KEYS, SNAKE
+from events.formats.gemini.traits import TRAITS
+from events.formats.rendering import (
     Dropped,
     DropReason,
     Rendered,
@@ -67,11 +72,12 @@ from query_api.formats.types import (
     reasoning_served,
     stored_blocks,
 )
+from events.formats.stored import StoredMessage
+from events.strict_json import NotJsonError, parse_json
 
-__all__ = ["SKIP_SIGNATURE", "render", "violations"]
+__all__ = ["SKIP_SIGNATURE", "render"]
 
 SKIP_SIGNATURE: Final = "skip_thought_signature_validator"
-_SIGNATURE_KEYS: Final = frozenset({"thoughtSignature", "thought_signature"})
 _MIME: Final = mimetypes.MimeTypes(filenames=())  # the built-in table only: the same on every machine
 
 
@@ -137,17 +143,15 @@ def _texts(message: StoredMessage) -> Iterable[str]:
 
 
 def _reasoning_drop(message: StoredMessage, target: Target) -> DropReason | None:
-    # A Gemini message appended without its model (a bare Content): its signatures cannot be
-    # known to be the target model's, so they are another model's.
-    if message.api == target.format and not message.model:
-        return "other_model"
-    return reasoning_served(message, target)
+    # Model-bound (the traits): a Gemini message appended without its model (a bare Content)
+    # has signatures that cannot be known to be the target model's, so they are another model's.
+    return reasoning_served(message, target, model_bound=TRAITS.model_bound_reasoning)
 
 
 def _sign_first_call(parts: list[dict[str, Any]]) -> None:
     for part in parts:
         if "functionCall" in part or "function_call" in part:
-            if not _SIGNATURE_KEYS & part.keys():
+            if not SIGNATURE_KEYS & part.keys():
                 part["thought_signature" if "function_call" in part else "thoughtSignature"] = SKIP_SIGNATURE
             return
 
@@ -165,8 +169,8 @@ class _Native:
         if not self.native or extra is None:
             return {}
         doc: dict[str, Any] = parse_json(extra, stored=True)
-        if self.reasoning is not None and _SIGNATURE_KEYS & doc.keys():
-            doc = {k: v for k, v in doc.items() if k not in _SIGNATURE_KEYS}
+        if self.reasoning is not None and SIGNATURE_KEYS & doc.keys():
+            doc = {k: v for k, v in doc.items() if k not in SIGNATURE_KEYS}
             self.drops.add(self.message.message_id, "signature", self.reasoning)
         return doc
 
@@ -232,7 +236,7 @@ def _user(selected: Selected, target: Target, drops: _Drops) -> list[dict[str, A
 def _content_part(block: object, how: _Native, *, keep_images: bool) -> list[dict[str, Any]]:
     if isinstance(block, TextBlock):
         extra = how.native_extra(block.extra)
-        if not block.text and not _SIGNATURE_KEYS & extra.keys():
+        if not block.text and not SIGNATURE_KEYS & extra.keys():
             return []  # Gemini refuses an empty text part
         return [how.part("text", block.text, extra)]
     if isinstance(block, MediaBlock):
@@ -242,8 +246,8 @@ def _content_part(block: object, how: _Native, *, keep_images: bool) -> list[dic
     if isinstance(block, OpaqueBlock):
         if how.native and block.provider == "gemini":
             doc: dict[str, Any] = parse_json(block.json, stored=True)
-            if how.reasoning is not None and _SIGNATURE_KEYS & doc.keys():
-                doc = {k: v for k, v in doc.items() if k not in _SIGNATURE_KEYS}
+            if how.reasoning is not None and SIGNATURE_KEYS & doc.keys():
+                doc = {k: v for k, v in doc.items() if k not in SIGNATURE_KEYS}
                 how.drops.add(how.message.message_id, "signature", how.reasoning)
             return [doc]
         how.drops.add(how.message.message_id, "opaque", "unsupported")

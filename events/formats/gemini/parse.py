@@ -48,81 +48,29 @@ Not kept from a response: other candidates, safety ratings, citation / grounding
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
-from typing import Any, Final, Literal
+from typing import Any, Final
 
-from events.blocks import Block, MediaBlock, OpaqueBlock, ReasoningBlock, TextBlock, ToolCallBlock, native_message
+from events.blocks import Block, ReasoningBlock, TextBlock, ToolCallBlock, native_message
 from events.errors import NativeFormatError
 from events.event_types import FinishReason, MessageAppended, Role, Usage
 from events.formats import Parsed
-from events.formats.schema import GEMINI_COUNTS, GEMINI_DATA, GEMINI_PART, check_counts, check_fields
-from events.servable import RESPONSE_MARK, check_nesting  # RESPONSE_MARK: a tool message's response object
-from events.strict_json import compact_json
+from events.formats.gemini.keys import (
+    SIGNATURE,
+    Keys,
+)
+from events.formats.gemini.parts import data_part, function_call, function_response, part_kind
+from events.formats.gemini.schema import GEMINI_COUNTS
+from events.formats.schema import check_counts
+from events.servable import check_nesting
 
-__all__ = ["DATA_KEYS", "KEYS_MARK", "NO_ARGS_MARK", "OPAQUE_DATA", "RESPONSE_MARK", "SNAKE", "is_base64", "parse"]
+__all__ = ["parse"]
 
-# camelCase -> snake_case of every key convlog models (the other keys are kept as they came).
-SNAKE: Final[Mapping[str, str]] = {
-    "thoughtSignature": "thought_signature",
-    "inlineData": "inline_data",
-    "fileData": "file_data",
-    "functionCall": "function_call",
-    "functionResponse": "function_response",
-    "mimeType": "mime_type",
-    "fileUri": "file_uri",
-    "displayName": "display_name",
-}
-KEYS_MARK: Final = "$keys"  # in a block's extra: "snake_case" when the part came so
-NO_ARGS_MARK: Final = "$args"  # in a call's extra: "absent" when the functionCall had no args
-
-_DATA_KEYS: Final = ("text", "inlineData", "fileData", "functionCall", "functionResponse")
-OPAQUE_DATA: Final[Mapping[str, str]] = {
-    "executableCode": "executable_code", "codeExecutionResult": "code_execution_result",
-    "toolCall": "tool_call", "toolResponse": "tool_response",
-}  # fmt: skip
-"""The part data convlog keeps opaque (camelCase -> snake_case): with :data:`DATA_KEYS`'s modelled
-ones, every kind of data a Part holds (google.genai.types.Part); a part with none is refused."""
-DATA_KEYS: Final = (*_DATA_KEYS, *OPAQUE_DATA)
 _ROLES: Final[Mapping[str, Role]] = {"user": "user", "model": "assistant"}
 _FILTERED: Final = frozenset(
     {"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY",
      "IMAGE_PROHIBITED_CONTENT", "IMAGE_RECITATION", "MODEL_ARMOR", "LANGUAGE"}
 )  # fmt: skip
-
-
-# Proto JSON bytes (thoughtSignature, inlineData.data): standard or URL-safe base64. Gemini
-# answers 400 "Base64 decoding failed" for anything else, turns later; refused on append.
-_BASE64: Final = re.compile(r"[A-Za-z0-9+/_-]*={0,2}")
-
-
-def is_base64(value: object) -> bool:
-    return isinstance(value, str) and _BASE64.fullmatch(value) is not None
-
-
-class _Keys:
-    """Reads one JSON object's keys in either spelling and remembers which were used."""
-
-    def __init__(self, obj: Mapping[str, Any], field: str) -> None:
-        self.obj = obj
-        self.field = field
-        self.used: set[str] = set()
-        self.snake = False
-
-    def get(self, camel: str) -> tuple[str, Any]:
-        """``(json path, value)`` of ``camel`` or its snake_case spelling; value None if absent."""
-        snake = SNAKE.get(camel, camel)
-        if camel in self.obj and snake != camel and snake in self.obj:
-            raise NativeFormatError(f"both {camel} and {snake} are set", field=f"{self.field}.{snake}",
-                                    code="duplicate_field")  # fmt: skip
-        key = snake if snake in self.obj and snake != camel else camel
-        if key in self.obj:
-            self.used.add(key)
-            self.snake = self.snake or key != camel
-        return f"{self.field}.{key}", self.obj.get(key)
-
-    def leftover(self) -> dict[str, Any]:
-        return {k: v for k, v in self.obj.items() if k not in self.used}
 
 
 def parse(payload: object, *, new_id: Callable[[], str]) -> Parsed:
@@ -152,7 +100,7 @@ def _plain(payload: object) -> Any:
 
 
 def _response(doc: Mapping[str, Any], *, new_id: Callable[[], str]) -> Parsed:
-    top = _Keys(doc, "")
+    top = Keys(doc, "")
     candidates = doc.get("candidates")
     if not isinstance(candidates, list) or not candidates:
         raise NativeFormatError("the response has no candidate (a blocked prompt?)", field="candidates",
@@ -160,7 +108,7 @@ def _response(doc: Mapping[str, Any], *, new_id: Callable[[], str]) -> Parsed:
     candidate = candidates[0]
     if not isinstance(candidate, Mapping):
         raise NativeFormatError("must be a Candidate object", field="candidates[0]", code="invalid_payload")
-    keys = _Keys(candidate, "candidates[0]")
+    keys = Keys(candidate, "candidates[0]")
     _, content = keys.get("content")
     if not isinstance(content, Mapping) or not content.get("parts"):  # e.g. MAX_TOKENS spent thinking
         raise NativeFormatError("the candidate has no content", field="candidates[0].content", code="no_content")
@@ -180,7 +128,7 @@ def _response(doc: Mapping[str, Any], *, new_id: Callable[[], str]) -> Parsed:
     return Parsed(tuple(messages), native_id=response_id)
 
 
-def _get(keys: _Keys, camel: str, snake: str) -> tuple[str, Any]:
+def _get(keys: Keys, camel: str, snake: str) -> tuple[str, Any]:
     """A response-level key (not a part key) in either spelling."""
     if camel in keys.obj:
         return f"{keys.field}.{camel}".lstrip("."), keys.obj[camel]
@@ -192,7 +140,7 @@ def _usage(usage: Any, field: str) -> Usage | None:
         return None
     if not isinstance(usage, Mapping):
         raise NativeFormatError("must be an object", field=field, code="invalid_usage")
-    keys = _Keys(usage, field)
+    keys = Keys(usage, field)
     check_counts(usage, [k for pair in GEMINI_COUNTS for k in pair], field, "invalid_usage")
     counts: dict[str, int | None] = {camel: _get(keys, camel, snake)[1] for camel, snake in GEMINI_COUNTS}
     out, thoughts = counts["candidatesTokenCount"], counts["thoughtsTokenCount"]
@@ -262,19 +210,19 @@ def _model_parts(parts: list[Any], field: str) -> tuple[Block, ...]:
     ids: set[str] = set()
     for i, raw in enumerate(parts):
         at = f"{field}[{i}]"
-        part, kind = _part_kind(raw, at)
+        part, kind = part_kind(raw, at)
         if kind == "functionResponse":
             raise NativeFormatError("a functionResponse belongs in a user content", field=f"{at}.{part.used_key}",
                                     code="function_response_in_model_content")  # fmt: skip
         if kind == "functionCall":
-            block = _function_call(part, at, ordinals)
+            block = function_call(part, at, ordinals)
             if block.id in ids:
                 raise NativeFormatError(f"function call id {block.id!r} appears twice in this content",
                                         field=f"{at}.{part.used_key}", code="duplicate_function_call_id")  # fmt: skip
             ids.add(block.id)
             blocks.append(block)
         else:
-            blocks.append(_data_part(part, kind, at))
+            blocks.append(data_part(part, kind, at))
     return tuple(blocks)
 
 
@@ -286,8 +234,8 @@ def _user_parts(
     ordinals: dict[str, int] = {}
     for i, raw in enumerate(parts):
         at = f"{field}[{i}]"
-        part, kind = _part_kind(raw, at)
-        sig_at, signature = part.keys.get("thoughtSignature")
+        part, kind = part_kind(raw, at)
+        sig_at, signature = part.keys.get(SIGNATURE)
         if signature is not None:
             raise NativeFormatError("thought signatures come only in the model's contents", field=sig_at,
                                     code="thought_signature_in_user_content")  # fmt: skip
@@ -295,7 +243,7 @@ def _user_parts(
             raise NativeFormatError("a functionCall belongs in a model content", field=f"{at}.{part.used_key}",
                                     code="function_call_in_user_content")  # fmt: skip
         if kind == "functionResponse":
-            call_id, block, is_error = _function_response(part, at, ordinals)
+            call_id, block, is_error = function_response(part, at, ordinals)
             if any(t[0] == call_id for t in tools):
                 raise NativeFormatError(f"function response id {call_id!r} appears twice in this content",
                                         field=f"{at}.{part.used_key}",
@@ -303,7 +251,7 @@ def _user_parts(
             named_by = "id" if block.item_id is not None else "name"  # Gemini pairs by id, else by name
             tools.append((call_id, block, is_error, f"{at}.{part.used_key}.{named_by}"))
             continue
-        block_ = _data_part(part, kind, at)
+        block_ = data_part(part, kind, at)
         if isinstance(block_, ReasoningBlock):
             raise NativeFormatError("thought parts come only in the model's contents", field=f"{at}.thought",
                                     code="thought_in_user_content")  # fmt: skip
@@ -317,148 +265,3 @@ def _user_parts(
         out.append(native_message(message_id=new_id(), role="user", blocks=tuple(blocks), api="gemini",
                                   provider="google"))  # fmt: skip
     return out
-
-
-class _Part:
-    def __init__(self, keys: _Keys, used_key: str) -> None:
-        self.keys = keys
-        self.used_key = used_key  # the data key as spelled in the payload
-
-
-def _part_kind(raw: Any, at: str) -> tuple[_Part, str]:
-    """The part and its data kind (a camelCase name of :data:`_DATA_KEYS`, or "opaque")."""
-    if not isinstance(raw, Mapping):
-        raise NativeFormatError("must be a Part object", field=at, code="invalid_part")
-    keys = _Keys(raw, at)
-    found: list[tuple[str, str]] = []
-    for camel in _DATA_KEYS:
-        path, value = keys.get(camel)
-        if value is not None:
-            found.append((camel, path.rsplit(".", 1)[1]))
-    found += [(camel, key) for camel, snake in OPAQUE_DATA.items() for key in (camel, snake)
-              if raw.get(key) is not None]  # fmt: skip
-    if len(found) > 1:
-        raise NativeFormatError(f"a part holds one kind of data, this one has {', '.join(k for _, k in found)}",
-                                field=f"{at}.{found[1][1]}", code="multiple_part_data")  # fmt: skip
-    thought_at, thought = f"{at}.thought", raw.get("thought")
-    if thought is not None and not isinstance(thought, bool):
-        raise NativeFormatError("must be true or false", field=thought_at, code="invalid_thought")
-    sig_at, signature = keys.get("thoughtSignature")
-    if signature is not None and not is_base64(signature):
-        raise NativeFormatError("must be a base64 string", field=sig_at, code="invalid_thought_signature")
-    if not found:  # Gemini refuses a part without data: only keys of no kind it knows
-        raise NativeFormatError(f"a part needs its data, one of {', '.join(DATA_KEYS)}",
-                                field=at, code="empty_part")  # fmt: skip
-    camel, used = found[0]
-    check_fields(raw, GEMINI_PART, at, "invalid_part")
-    if camel in GEMINI_DATA:
-        if not isinstance(raw[used], Mapping):
-            raise NativeFormatError("must be an object", field=f"{at}.{used}", code="invalid_part")
-        check_fields(raw[used], GEMINI_DATA[camel], f"{at}.{used}", "invalid_part")
-    if camel in OPAQUE_DATA or (thought and camel != "text"):  # or a thought image (Gemini image models)
-        return _Part(keys, used), "opaque"
-    return _Part(keys, used), camel
-
-
-def _extra(part: _Part, modelled: set[str], inner: Mapping[str, Any] | None = None, **marks: str) -> str | None:
-    """The part's unmodelled keys (and its data object's, under the data key) as compact JSON."""
-    doc: dict[str, Any] = {k: v for k, v in part.keys.obj.items() if k not in modelled}
-    if inner:
-        doc[part.used_key] = dict(inner)
-    if part.keys.snake:
-        doc[KEYS_MARK] = "snake_case"
-    doc.update(marks)
-    return compact_json(doc) if doc else None
-
-
-def _data_part(part: _Part, kind: str, at: str) -> Block:
-    raw = part.keys.obj
-    if kind == "opaque":
-        return OpaqueBlock(provider="gemini", json=compact_json(raw))
-    sig_key = SNAKE["thoughtSignature"] if SNAKE["thoughtSignature"] in raw else "thoughtSignature"
-    if kind == "text":
-        text = raw["text"]
-        if not isinstance(text, str):
-            raise NativeFormatError("must be a string", field=f"{at}.text", code="invalid_text")
-        if raw.get("thought") is True:
-            return ReasoningBlock(text=text, signature=raw.get(sig_key),
-                                  extra=_extra(part, {"text", "thought", sig_key}))  # fmt: skip
-        return TextBlock(text, extra=_extra(part, {"text"}))
-    obj = raw[part.used_key]
-    inner_at = f"{at}.{part.used_key}"
-    if not isinstance(obj, Mapping):
-        raise NativeFormatError("must be an object", field=inner_at, code=f"invalid_{SNAKE[kind]}")
-    inner = _Keys(obj, inner_at)
-    mime_at, mime = inner.get("mimeType")
-    name_at, name = inner.get("displayName")
-    source_key = "data" if kind == "inlineData" else "fileUri"
-    source_at, source = inner.get(source_key)
-    for f, v, required in ((mime_at, mime, kind == "inlineData"), (name_at, name, False), (source_at, source, True)):
-        if (v is None and required) or (v is not None and not isinstance(v, str)):
-            raise NativeFormatError("must be a string", field=f, code=f"invalid_{SNAKE[kind]}")
-    if kind == "inlineData" and not is_base64(source):
-        raise NativeFormatError("must be base64", field=source_at, code="invalid_inline_data")
-    part.keys.snake = part.keys.snake or inner.snake
-    media: Literal["image", "file"] = "image" if isinstance(mime, str) and mime.startswith("image/") else "file"
-    extra = _extra(part, {part.used_key}, inner.leftover())
-    if kind == "inlineData":
-        return MediaBlock(media, data=source, media_type=mime, filename=name, extra=extra)
-    return MediaBlock(media, url=source, media_type=mime, filename=name, extra=extra)
-
-
-def _function_call(part: _Part, at: str, ordinals: dict[str, int]) -> ToolCallBlock:
-    raw = part.keys.obj
-    call_at = f"{at}.{part.used_key}"
-    call = raw[part.used_key]
-    if not isinstance(call, Mapping):
-        raise NativeFormatError("must be an object", field=call_at, code="invalid_function_call")
-    name, native_id = _name_and_id(call, call_at, "invalid_function_call_id")
-    inner = _Keys(call, call_at)
-    inner.used.update({"name", "id", "args"})
-    marks: dict[str, str] = {}
-    if "args" not in call or call["args"] is None:
-        arguments = "{}"
-        marks[NO_ARGS_MARK] = "absent"
-    elif isinstance(call["args"], Mapping):
-        arguments = compact_json(call["args"])
-    else:
-        raise NativeFormatError("must be an object", field=f"{call_at}.args", code="invalid_function_args")
-    k = ordinals.get(name, 0)
-    ordinals[name] = k + 1
-    sig_key = SNAKE["thoughtSignature"] if SNAKE["thoughtSignature"] in raw else "thoughtSignature"
-    return ToolCallBlock(
-        id=native_id if native_id is not None else f"{name}:{k}", name=name, arguments=arguments,
-        item_id=native_id, signature=raw.get(sig_key),
-        extra=_extra(part, {part.used_key, sig_key}, inner.leftover(), **marks),
-    )  # fmt: skip
-
-
-def _function_response(part: _Part, at: str, ordinals: dict[str, int]) -> tuple[str, TextBlock, bool | None]:
-    raw = part.keys.obj
-    resp_at = f"{at}.{part.used_key}"
-    resp = raw[part.used_key]
-    if not isinstance(resp, Mapping):
-        raise NativeFormatError("must be an object", field=resp_at, code="invalid_function_response")
-    name, native_id = _name_and_id(resp, resp_at, "invalid_function_response_id")
-    body = resp.get("response")
-    if not isinstance(body, Mapping):
-        raise NativeFormatError("must be an object (Gemini's response is a JSON object)", field=f"{resp_at}.response",
-                                code="function_response_not_object")  # fmt: skip
-    k = ordinals.get(name, 0)
-    ordinals[name] = k + 1
-    inner = {key: v for key, v in resp.items() if key not in {"response", "id"}}  # keeps name
-    text = TextBlock(compact_json(body), extra=_extra(part, {part.used_key}, inner, **{RESPONSE_MARK: "object"}))
-    if native_id is not None:
-        text = TextBlock(text.text, item_id=native_id, extra=text.extra)
-    is_error = True if set(body) == {"error"} else None
-    return (native_id if native_id is not None else f"{name}:{k}"), text, is_error
-
-
-def _name_and_id(obj: Mapping[str, Any], at: str, id_code: str) -> tuple[str, str | None]:
-    name = obj.get("name")
-    if not isinstance(name, str) or not name:
-        raise NativeFormatError("needs the function's name", field=f"{at}.name", code="missing_function_name")
-    native_id = obj.get("id")
-    if native_id is not None and (not isinstance(native_id, str) or not native_id):
-        raise NativeFormatError("must be a non-empty string", field=f"{at}.id", code=id_code)
-    return name, native_id

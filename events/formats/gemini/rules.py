@@ -25,18 +25,11 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from events.formats.gemini import DATA_KEYS, OPAQUE_DATA, SNAKE, is_base64
+from events.formats.gemini.keys import DATA_KEYS, either, is_base64
 
 __all__ = ["violations"]
 
 _DATA: Final = DATA_KEYS  # the parser's: what it accepts is what these rules take
-_MORE_SNAKE: Final = OPAQUE_DATA
-
-
-def _get(obj: Mapping[str, Any], camel: str) -> Any:
-    if camel in obj:
-        return obj[camel]
-    return obj.get(SNAKE.get(camel) or _MORE_SNAKE.get(camel) or camel)
 
 
 def violations(fragment: Mapping[str, Any]) -> list[str]:
@@ -90,11 +83,11 @@ def _content(content: Any, at: str) -> list[str]:
 def _part(part: Any, role: Any, at: str) -> list[str]:
     if not isinstance(part, Mapping):
         return [f"{at}: must be a Part object"]
-    kinds = [k for k in _DATA if _get(part, k) is not None]
+    kinds = [k for k in _DATA if either(part, k) is not None]
     if len(kinds) != 1:
         return [f"{at}: a part holds exactly one kind of data, this one {kinds or 'none'}"]
     kind = kinds[0]
-    signature = _get(part, "thoughtSignature")
+    signature = either(part, "thoughtSignature")
     if signature is not None and not is_base64(signature):
         return [f"{at}: thoughtSignature must be base64"]
     if kind == "text":
@@ -104,11 +97,11 @@ def _part(part: Any, role: Any, at: str) -> list[str]:
     if kind == "functionCall":
         if role != "model":
             return [f"{at}: a functionCall in a {role} content"]
-        return _named(_get(part, kind), "args", at, optional=True)
+        return _named(either(part, kind), "args", at, optional=True)
     if kind == "functionResponse":
         if role != "user":
             return [f"{at}: a functionResponse in a {role} content"]
-        return _named(_get(part, kind), "response", at, optional=False)
+        return _named(either(part, kind), "response", at, optional=False)
     return []
 
 
@@ -124,7 +117,7 @@ def _named(obj: Any, body: str, at: str, *, optional: bool) -> list[str]:
 
 
 def _calls(content: Mapping[str, Any], kind: str) -> list[Mapping[str, Any]]:
-    return [_get(p, kind) for p in content["parts"] if _get(p, kind) is not None]
+    return [either(p, kind) for p in content["parts"] if either(p, kind) is not None]
 
 
 def _pairing(contents: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -150,12 +143,12 @@ def _pairing(contents: Sequence[Mapping[str, Any]]) -> list[str]:
 def _signatures(contents: Sequence[Mapping[str, Any]]) -> list[str]:
     start = 0
     for i, content in enumerate(contents):
-        if content["role"] == "user" and any(_get(p, "functionResponse") is None for p in content["parts"]):
+        if content["role"] == "user" and any(either(p, "functionResponse") is None for p in content["parts"]):
             start = i
     out = []
     for i in range(start + 1, len(contents)):
         content = contents[i]
-        first = next((p for p in content["parts"] if _get(p, "functionCall") is not None), None)
-        if content["role"] == "model" and first is not None and not _get(first, "thoughtSignature"):
+        first = next((p for p in content["parts"] if either(p, "functionCall") is not None), None)
+        if content["role"] == "model" and first is not None and not either(first, "thoughtSignature"):
             out.append(f"contents[{i}]: the first functionCall of a step of the current turn has no thoughtSignature")
     return out

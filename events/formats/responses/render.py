@@ -6,7 +6,7 @@ before its function_call_output (parallel calls: every call item, then their out
 neutral order has them), and a reasoning item only directly before the item it belongs to.
 
 Messages appended as ``responses`` come back as the items they were (the item record on each
-item's first block, see events/formats/responses.py): ids (msg_/fc_/rs_), ``status``,
+item's first block, see events/formats/responses/parse.py): ids (msg_/fc_/rs_), ``status``,
 ``phase``, annotations, ``encrypted_content`` and ``summary: []`` byte for byte, unmodelled
 items and parts verbatim.
 
@@ -38,13 +38,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import Any
 
-from events.blocks import Block, MediaBlock, OpaqueBlock, ReasoningBlock, TextBlock, ToolCallBlock
-from events.formats.responses import ITEM_KEY
-from projectors.tokens import IMAGE_PLACEHOLDER
-from query_api.context_types import StoredMessage
-from query_api.formats.types import (
+from events.blocks import IMAGE_PLACEHOLDER, Block, MediaBlock, OpaqueBlock, ReasoningBlock, TextBlock, ToolCallBlock
+from events.formats.rendering import (
     Dropped,
     Rendered,
     RenderRequest,
@@ -53,11 +50,11 @@ from query_api.formats.types import (
     reasoning_served,
     stored_blocks,
 )
+from events.formats.responses.parse import ITEM_KEY
+from events.formats.responses.traits import TRAITS
+from events.formats.stored import StoredMessage
 
-__all__ = ["render", "violations"]
-
-_MESSAGE_ROLES: Final = frozenset({"user", "system", "developer", "assistant"})
-_USER_SIDE: Final = frozenset({"user", "system", "developer"})
+__all__ = ["render"]
 
 
 def render(request: RenderRequest) -> Rendered:
@@ -240,7 +237,7 @@ def _assistant_entries(
     """The message's items in order, its served reasoning blocks as they are, and ``None`` for
     a block not served (an unanswered call, another format's opaque block)."""
     message = selected.message
-    why_not = reasoning_served(message, request.target)
+    why_not = reasoning_served(message, request.target, model_bound=TRAITS.model_bound_reasoning)
     entries: list[dict[str, Any] | ReasoningBlock | None] = []
     text_run: list[str] = []
     for kind, record, blocks in _segments(stored_blocks(message), native=native):
@@ -298,95 +295,3 @@ def _reasoning(block: ReasoningBlock) -> dict[str, Any]:
     if block.extra:
         item.update(json.loads(block.extra))
     return item
-
-
-_ASSISTANT_PARTS: Final = frozenset({"output_text", "refusal"})
-_INPUT_PARTS: Final = frozenset({"input_text", "input_image", "input_file"})
-
-
-def violations(fragment: Mapping[str, Any]) -> list[str]:
-    """Every breach of the Responses API's rules in a rendered fragment (empty: valid)."""
-    out: list[str] = [f"unexpected key {k!r}" for k in fragment if k not in ("instructions", "input")]
-    if "instructions" in fragment and not isinstance(fragment["instructions"], str):
-        out.append("instructions must be a string")
-    items = fragment.get("input")
-    if not isinstance(items, list):
-        return [*out, "input must be a list of items"]
-    calls: dict[str, int] = {}  # call_id -> index of its function_call
-    answered: set[str] = set()
-    for i, item in enumerate(items):
-        if not isinstance(item, Mapping):
-            out.append(f"input[{i}]: not an object")
-            continue
-        kind = item.get("type", "message" if "role" in item else None)
-        if kind == "message":
-            out.extend(_message_violations(i, item))
-            if item.get("role") in _USER_SIDE:  # reasoning models need every call answered first
-                out.extend(f"input[{i}]: call {c!r} unanswered before a {item['role']} message"
-                           for c in calls if c not in answered)  # fmt: skip
-        elif kind == "function_call":
-            out.extend(_call_violations(i, item, calls))
-        elif kind == "function_call_output":
-            out.extend(_output_violations(i, item, calls, answered))
-        elif kind == "reasoning":
-            out.extend(_reasoning_violations(i, item, items[i + 1 :]))
-        elif not isinstance(kind, str):
-            out.append(f"input[{i}]: item without a type")
-    out.extend(f"call {c!r} (input[{calls[c]}]) never answered" for c in calls if c not in answered)
-    return out
-
-
-def _call_violations(i: int, item: Mapping[str, Any], calls: dict[str, int]) -> list[str]:
-    out = []
-    call_id = item.get("call_id")
-    if not isinstance(call_id, str) or not call_id:
-        out.append(f"input[{i}]: function_call without call_id")
-    elif call_id in calls:
-        out.append(f"input[{i}]: call_id {call_id!r} used twice")
-    else:
-        calls[call_id] = i
-    if not isinstance(item.get("name"), str) or not isinstance(item.get("arguments"), str):
-        out.append(f"input[{i}]: function_call needs a string name and arguments")
-    return out
-
-
-def _output_violations(i: int, item: Mapping[str, Any], calls: Mapping[str, int], answered: set[str]) -> list[str]:
-    out = []
-    call_id = item.get("call_id")
-    if not isinstance(call_id, str) or call_id not in calls:
-        out.append(f"input[{i}]: function_call_output {call_id!r} without an earlier function_call")
-    elif call_id in answered:
-        out.append(f"input[{i}]: call {call_id!r} answered twice")
-    else:
-        answered.add(call_id)
-    if not isinstance(item.get("output"), str | list):
-        out.append(f"input[{i}]: output must be a string or a list of parts")
-    return out
-
-
-def _message_violations(i: int, item: Mapping[str, Any]) -> list[str]:
-    role, content = item.get("role"), item.get("content")
-    if role not in _MESSAGE_ROLES:
-        return [f"input[{i}]: unknown role {role!r}"]
-    if isinstance(content, str):
-        return []
-    if not isinstance(content, list):
-        return [f"input[{i}]: content must be a string or a list of parts"]
-    wrong = _INPUT_PARTS if role == "assistant" else _ASSISTANT_PARTS
-    return [f"input[{i}].content[{j}]: a {role} message takes no {p.get('type')!r} part"
-            for j, p in enumerate(content) if not isinstance(p, Mapping) or p.get("type") in wrong]  # fmt: skip
-
-
-def _reasoning_violations(i: int, item: Mapping[str, Any], rest: Sequence[Any]) -> list[str]:
-    out = []
-    if not isinstance(item.get("summary"), list):
-        out.append(f"input[{i}]: reasoning item without a summary list")
-    if not isinstance(item.get("id"), str):
-        out.append(f"input[{i}]: reasoning item without an id")
-    following = next((x for x in rest if not (isinstance(x, Mapping) and x.get("type") == "reasoning")), None)
-    if following is None or not isinstance(following, Mapping):
-        out.append(f"input[{i}]: reasoning item not followed by the item it belongs to")
-    elif following.get("type") == "function_call_output" or following.get("role") in _USER_SIDE:
-        out.append(f"input[{i}]: reasoning item followed by {following.get('role') or following.get('type')!r}, "
-                   "not by an item of its own turn")  # fmt: skip
-    return out

@@ -2,21 +2,20 @@
 
 The context assembler (query_api/context.py) decides *what* is served — which turns, which
 tool calls (answered ones only), which images — the same for every format. A renderer
-(``query_api/formats/<format>.py``) decides only *how*: it turns the selection into that
+(``events/formats/<format>/render.py``) decides only *how*: it turns the selection into that
 provider's request fragment, enforcing the provider's own rules by construction, and says what
 it could not carry (:class:`Dropped`). Pure functions over frozen dataclasses.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypeAlias
 
 from events.blocks import ApiFormat, Block, MediaBlock, TextBlock, ToolCallBlock
-from projectors.tokens import normalize_model_name, openai_model
-from query_api.context_types import StoredMessage
+from events.formats.stored import StoredMessage
+from events.models import normalize_model_name, openai_model
 
 __all__ = [
     "DropReason",
@@ -90,21 +89,27 @@ class Renderer(Protocol):
     def __call__(self, request: RenderRequest, /) -> Rendered: ...
 
 
-# Reasoning blobs are bound to who made them: Anthropic signatures and Gemini thought
-# signatures to the model ("Invalid signature" elsewhere); a message of no recorded model cannot
-# be shown to be the target's. Responses reasoning items to OpenAI, and to the model when the
-# message records one (a model that does not reason refuses them, openai/openai-agents-python#569);
-# items appended without their response (the Agents SDK's) record none and go to OpenAI's models
-# only (projectors.tokens.openai_model) — never to a Claude or Gemini model behind a Responses API.
-_MODEL_BOUND: frozenset[str] = frozenset({"anthropic", "gemini"})
+def reasoning_served(
+    message: StoredMessage, target: Target, *, model_bound: bool, by_policy: bool = False
+) -> DropReason | None:
+    """None if ``message``'s native reasoning blocks may go to ``target``, else why not
+    (``model_bound``, ``by_policy``: the target format's traits, events/formats/provider.py).
 
-
-def reasoning_served(message: StoredMessage, target: Target) -> DropReason | None:
-    """None if ``message``'s native reasoning blocks may go to ``target``, else why not."""
-    if message.api != target.format or message.api == "chat_completions":
+    Reasoning blobs are bound to who made them: only to the target's own format, never to one
+    whose reasoning is ``by_policy`` (Chat Completions: its ``reasoning_content`` follows the
+    request's policy, not this); when the
+    target format's reasoning is ``model_bound`` (its traits: Anthropic signatures and Gemini
+    thought signatures, "Invalid signature" elsewhere) only to the model that made them, and a
+    message of no recorded model cannot be shown to be the target's. Else (Responses reasoning
+    items) to OpenAI, and to the model when the message records one (a model that does not
+    reason refuses them, openai/openai-agents-python#569); items appended without their
+    response (the Agents SDK's) record none and go to OpenAI's models only
+    (:func:`events.models.openai_model`) — never to a Claude or Gemini model behind a Responses
+    API. ``events.formats.registry.reasoning_served`` looks ``model_bound`` up."""
+    if message.api != target.format or by_policy:
         return "other_provider"
     if not message.model:
-        if message.api in _MODEL_BOUND:
+        if model_bound:
             return "other_model"
         return None if openai_model(target.model) else "other_provider"
     if not same_model(message.model, target.model):
@@ -147,27 +152,3 @@ def stored_blocks(message: StoredMessage) -> tuple[Block, ...]:
                 out.append(MediaBlock("image", url=image["url"], detail=image.get("detail")))
     out.extend(ToolCallBlock(c["id"], c["function"]["name"], c["function"]["arguments"]) for c in message.tool_calls)
     return tuple(out)
-
-
-def signatures_left_out(request: RenderRequest, rendered: Rendered) -> Rendered:
-    """``rendered`` with every message listed whose Gemini thought signatures (on its call and
-    text parts: a thought's own are reasoning, listed by the renderer) it has no place for —
-    every format but Gemini's — so no blob a provider needs back disappears silently."""
-    if request.target.format == "gemini":
-        return rendered
-    listed = {(d.message_id, d.what) for d in rendered.dropped}
-    extra: list[Dropped] = []
-    for selected in request.messages:
-        message = selected.message
-        if message.api == "gemini" and (message.message_id, "signature") not in listed and _signed(message):
-            extra.append(Dropped(message.message_id, "signature", "other_provider"))
-    return Rendered(rendered.fragment, (*rendered.dropped, *extra)) if extra else rendered
-
-
-def _signed(message: StoredMessage) -> bool:
-    for block in message.blocks:
-        if isinstance(block, ToolCallBlock) and block.signature:
-            return True
-        if isinstance(block, TextBlock) and block.extra and "thoughtSignature" in json.loads(block.extra):
-            return True
-    return False

@@ -1,8 +1,10 @@
 """The Anthropic Messages rules a request fragment must satisfy: :func:`violations` lists every breach.
 
-The renderer (query_api/formats/anthropic.py) must never produce one; tests run this on every
-fragment they render. Sources: the Messages API reference, the tool use and extended thinking
-guides, the prompt caching guide (REFERENCES.md, "Provider formats").
+The renderer (events/formats/anthropic/render.py) must never produce one; tests run this on
+every fragment they render. The rules the append side (events/formats/anthropic/parse.py) applies
+too are stated here once: the thinking block types, the thinking order, the tool_use id pattern.
+Sources: the Messages API reference, the tool use and extended thinking guides, the prompt
+caching guide (REFERENCES.md, "Provider formats").
 """
 
 from __future__ import annotations
@@ -10,24 +12,54 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
-__all__ = ["CACHEABLE", "MAX_BREAKPOINTS", "thinking_ok", "violations"]
+__all__ = [
+    "CACHEABLE",
+    "ID_CHARS",
+    "MAX_BREAKPOINTS",
+    "THINKING",
+    "TOOL_USE_ID",
+    "thinking_ok",
+    "thinking_out_of_order",
+    "violations",
+]
 
 MAX_BREAKPOINTS = 4
 # Blocks a cache_control breakpoint may be put on (thinking blocks may not carry one).
 CACHEABLE = frozenset({"text", "image", "document", "tool_use", "tool_result", "search_result"})
-_THINKING = frozenset({"thinking", "redacted_thinking"})
-_ID_RE = re.compile(r"^[A-Za-z0-9_-]+$")
+THINKING: Final = frozenset({"thinking", "redacted_thinking"})
+"""The thinking block types (reasoning, bound to the model that made it)."""
+ID_CHARS: Final = "A-Za-z0-9_-"
+"""The characters of a tool_use id Anthropic takes (a regex character class body)."""
+TOOL_USE_ID: Final = re.compile(rf"^[{ID_CHARS}]+$")
+
+
+def thinking_out_of_order(kinds: Sequence[object], *, thinking_first: bool) -> int | None:
+    """The index of the first block of one assistant message (its block types, in order; any
+    :data:`THINKING` type counts as thinking) that breaks Anthropic's thinking order, or None.
+
+    Thinking never comes after a tool_use (Anthropic refuses it). With ``thinking_first``, a
+    message holding both also starts with thinking (the breach is then at 0). The strictness
+    differs on purpose: the serve side asks for both (a context is a request Anthropic must
+    take, and a message the renderer merged from two may break the second rule); the append
+    side asks only for the first, as it always has — a record with a text before its thinking
+    is still a faithful record of a response, and refusing it now would refuse payloads that
+    were taken before (the renderer drops and reports such thinking, see ``settle_thinking``)."""
+    if "tool_use" not in kinds:
+        return None
+    first_call = kinds.index("tool_use")
+    after = next((j for j in range(first_call, len(kinds)) if kinds[j] in THINKING), None)
+    if after is not None:
+        return after
+    if thinking_first and kinds[0] not in THINKING and any(k in THINKING for k in kinds):
+        return 0
+    return None
 
 
 def thinking_ok(content: Sequence[Mapping[str, Any]]) -> bool:
     """No thinking after a tool_use, and a message with both starts with thinking."""
-    kinds = [b.get("type") for b in content]
-    if "tool_use" not in kinds or not _THINKING.intersection(kinds):
-        return True
-    first_call = kinds.index("tool_use")
-    return kinds[0] in _THINKING and not any(k in _THINKING for k in kinds[first_call:])
+    return thinking_out_of_order([b.get("type") for b in content], thinking_first=True) is None
 
 
 def violations(fragment: Mapping[str, Any]) -> list[str]:
@@ -112,16 +144,16 @@ def _block_rules(blocks: Sequence[Mapping[str, Any]], role: str, where: str) -> 
             out.append(f"{at}: thinking block without its signature")
         if kind == "redacted_thinking" and not (isinstance(b.get("data"), str) and b["data"]):
             out.append(f"{at}: redacted_thinking without data")
-        if kind not in _THINKING and "signature" in b:
+        if kind not in THINKING and "signature" in b:
             out.append(f"{at}: signature on a {kind} block")
         if kind == "tool_use":
             if role != "assistant":
                 out.append(f"{at}: tool_use in a user message")
             if not isinstance(b.get("input"), Mapping):
                 out.append(f"{at}: tool_use input is not an object")
-            if not (isinstance(b.get("id"), str) and _ID_RE.match(b["id"])):
-                out.append(f"{at}: tool_use id does not match ^[A-Za-z0-9_-]+$")
-        if kind in _THINKING and role != "assistant":
+            if not (isinstance(b.get("id"), str) and TOOL_USE_ID.match(b["id"])):
+                out.append(f"{at}: tool_use id does not match {TOOL_USE_ID.pattern}")
+        if kind in THINKING and role != "assistant":
             out.append(f"{at}: {kind} in a user message")
         if kind == "tool_result" and role != "user":
             out.append(f"{at}: tool_result in an assistant message")
