@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 
 from events.blocks import OpaqueBlock
 from events.errors import ConvlogError
+from events.event_types import tool_calls_ran
 from projectors.tokens import message_cost, text_message_cost
 from projectors.turns import split_turns
 from query_api.context_types import (
@@ -138,7 +139,7 @@ def _build_turn(messages: Sequence[StoredMessage], costs: _Costs, *, keep_images
         i += 1
         if m.role != "assistant" or not _usable(m):
             continue  # orphan tool results, unusable messages (a tool result after them is an orphan too)
-        call_ids = [] if m.finish_reason == "interrupted" else [c["id"] for c in m.tool_calls]
+        call_ids = [c["id"] for c in m.tool_calls] if tool_calls_ran(m.finish_reason) else []
         answers: dict[str, StoredMessage] = {}
         while i < len(messages) and messages[i].role == "tool":
             t = messages[i]
@@ -158,16 +159,6 @@ def _build_turn(messages: Sequence[StoredMessage], costs: _Costs, *, keep_images
             turn.order.append(("rest", len(turn.rest)))
             turn.rest.append(assistant)
     return turn
-
-
-def context_start(window_start: int | None, summary_covers_through: int | None) -> int:
-    """Where a context's non-system messages start: with no summary, the whole current epoch
-    (turns no summary covers stay); else the earliest of the window's start and the first
-    message the summary does not cover."""
-    if summary_covers_through is None:
-        return 0
-    after = summary_covers_through + 1
-    return after if window_start is None else min(window_start, after)
 
 
 def assemble(
