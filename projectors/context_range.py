@@ -13,9 +13,18 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 from typing import NamedTuple
 
+from projectors.turns import in_a_turn
 from projectors.window import Window
 
-__all__ = ["SummaryAt", "after_withdrawals", "context_start", "current_summary", "turns_before", "usable_turns"]
+__all__ = [
+    "SummaryAt",
+    "after_withdrawals",
+    "context_start",
+    "current_summary",
+    "in_range",
+    "turns_before",
+    "usable_turns",
+]
 
 
 class SummaryAt(NamedTuple):
@@ -52,6 +61,12 @@ def context_start(window_start: int | None, summary: SummaryAt | None) -> int:
         return 0
     after = summary.covers_seq + 1
     return after if window_start is None else min(window_start, after)
+
+
+def in_range(seq: int, epoch: int, role: str, *, start: int, current_epoch: int) -> bool:
+    """Whether a transcript row is one of the context's non-system messages: of the current
+    epoch, from ``start`` (:func:`context_start`) on (reads.py's ``_IN_RANGE`` in SQL)."""
+    return seq >= start and epoch == current_epoch and in_a_turn(role)
 
 
 def turns_before(window: Window, summary: SummaryAt | None, *, turn_count: int, turns_before_epoch: int) -> int:

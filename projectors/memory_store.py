@@ -38,10 +38,10 @@ from projectors.rows import (
     summary_copy_rows,
     transcript_copy_rows,
 )
-from projectors.state import ERASURE_CLEARS, REDACTION_CLEARS, MessageAt
+from projectors.state import CLEARS_TO_EMPTY, ERASURE_CLEARS, REDACTION_CLEARS, MessageAt
 from projectors.window import WindowPolicy
 
-_EMPTY_OBJECT = json.dumps({})
+_EMPTIED = dict.fromkeys(CLEARS_TO_EMPTY, json.dumps({}))  # JSON columns hold their text
 
 
 class InMemoryProjectionStore:
@@ -175,7 +175,7 @@ class InMemoryProjectionStore:
         for r in out.redactions:
             for m in t.transcript.get(r.conversation_key, ()):
                 if m["message_id"] == r.message_id and m["seq"] < r.before_seq:
-                    m.update(dict.fromkeys(REDACTION_CLEARS), metadata=_EMPTY_OBJECT,
+                    m.update(dict.fromkeys(REDACTION_CLEARS), **_EMPTIED,
                              redacted_at=stamp(m["redacted_at"], r.occurred_at),
                              redaction_reason=m["redaction_reason"] or r.reason)  # fmt: skip
         for w in out.withdrawals:
@@ -183,7 +183,7 @@ class InMemoryProjectionStore:
         for e in out.erasures:
             for m in t.transcript.get(e.conversation_key, ()):
                 if m["seq"] < e.before_seq:
-                    m.update(dict.fromkeys(ERASURE_CLEARS), metadata=_EMPTY_OBJECT,
+                    m.update(dict.fromkeys(ERASURE_CLEARS), **_EMPTIED,
                              erased_at=stamp(m["erased_at"], e.occurred_at))  # fmt: skip
             for x in t.summaries.get(e.conversation_key, ()):
                 if x["seq"] < e.before_seq:

@@ -158,13 +158,15 @@ class SummaryWithdrawal:
     seq: int
 
 
-# What a redaction and an erasure take from a transcript row (metadata becomes {}): the
-# projection's UPDATEs (projectors/writes.py) and the in-memory application
-# (projectors/applied.py) are both made from these.
+# What a redaction and an erasure take from a transcript row: the projection's UPDATEs
+# (projectors/writes.py), the in-memory tables (projectors/memory_store.py) and the in-memory
+# application (projectors/applied.py) are all made from these.
 # blocks hold the same content losslessly, and more that must not outlive it either: reasoning
 # signatures, redacted thinking, encrypted reasoning, opaque provider blocks.
 REDACTION_CLEARS = ("content", "reasoning_content", "tool_calls", "blocks")
 ERASURE_CLEARS = ("content", "reasoning_content", "tool_calls", "blocks", "name", "usage")
+# What both empty to {} rather than NULL (a NOT NULL JSON object), whichever of the two applies.
+CLEARS_TO_EMPTY = ("metadata",)
 
 
 class MessageAt(NamedTuple):

@@ -30,7 +30,7 @@ from events.keys import ConversationKey
 from events.log import EventLog, LogRecord
 from events.reading import conversation_events
 from projectors.applied import AppliedHistory, AppliedMessage, apply_decisions
-from projectors.context_range import SummaryAt, after_withdrawals
+from projectors.context_range import SummaryAt, after_withdrawals, in_range
 from projectors.fold import BatchInputs, BatchOutcome, decode_batch, fold_batch
 from projectors.row_values import countable_reasoning, countable_text, image_count
 from projectors.state import ConversationState, TranscriptRow
@@ -141,7 +141,9 @@ async def context_inputs_as_of(
         system=tuple(stored(r) for r in rows if r.role == "system"),
         summary=summary,
         window_start=state.window.start_seq,
-        messages=tuple(stored(r) for r in rows if r.role != "system" and r.epoch == state.epoch and r.seq >= start),
+        messages=tuple(
+            stored(r) for r in rows if in_range(r.seq, r.epoch, r.role, start=start, current_epoch=state.epoch)
+        ),
         partition=state.last_at[0],
         last_offset=state.last_at[1],
     )

@@ -17,6 +17,7 @@ from typing import Any
 from events.blocks import blocks_from_json
 from events.errors import InvalidRequestError
 from events.keys import ConversationKey
+from projectors import context_range
 from projectors.memory_tables import MemoryTables
 from projectors.state import ConversationState
 from projectors.tokens import ENCODINGS, cached_counter, message_counts_at_read
@@ -59,7 +60,8 @@ class InMemoryReadModels:
         summary = self._current_summary(k, state, encoding)
         window_start = state.window.start_seq  # the windows row is written with the conversation's
         start = state.context_start  # the fold's decisions, as reads._HEAD reads them off the row
-        in_range = [r for r in rows if r["seq"] >= start and r["epoch"] == state.epoch and r["role"] != "system"]
+        in_range = [r for r in rows if context_range.in_range(r["seq"], r["epoch"], r["role"], start=start,
+                                                              current_epoch=state.epoch)]  # fmt: skip
         system = tuple(_message(r, encoding) for r in rows if r["role"] == "system")
         parked = k in self.tables.parked
         partition, last_offset = state.last_at
