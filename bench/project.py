@@ -46,9 +46,10 @@ from projectors.gc_tuning import projection_gc
 from projectors.log_source import LogSource
 from projectors.migrate import migrate
 from projectors.pg import open_pool
+from projectors.row_values import countable_text
 from projectors.rows import TRANSCRIPT_COLUMNS, column_list, index_rows, transcript_copy_rows
 from projectors.runner import Projector
-from projectors.state import TranscriptRow, countable_text
+from projectors.state import TranscriptRow
 from projectors.store import PostgresProjectionStore
 from projectors.tokens import TokenCounter, text_counter
 from projectors.versions import ProjectionVersion, create_version

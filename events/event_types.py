@@ -20,6 +20,13 @@ ROLES: tuple[Role, ...] = ("system", "user", "assistant", "tool")
 FinishReason: TypeAlias = Literal["stop", "length", "tool_calls", "content_filter", "interrupted"]
 FINISH_REASONS: tuple[FinishReason, ...] = ("stop", "length", "tool_calls", "content_filter", "interrupted")
 
+
+def tool_calls_ran(finish_reason: str | None) -> bool:
+    """Whether an assistant message's tool calls ran: an interrupted stream's never did, so
+    nothing may answer them, no context serves them and no summary folds them in."""
+    return finish_reason != "interrupted"
+
+
 ImageDetail: TypeAlias = Literal["auto", "low", "high"]
 
 

@@ -4,7 +4,8 @@ The fold (projectors/fold.py, projectors/state.py) decides which rows and summar
 redaction, an erasure or a withdrawal changes; the store writes those decisions with UPDATEs
 (projectors/writes.py), and this module applies the same decisions to the folded rows, so
 ``as_of`` (and any read model kept in memory) ends where the tables end. Both clear the fields
-:data:`~projectors.state.REDACTION_CLEARS` and :data:`~projectors.state.ERASURE_CLEARS` name.
+:data:`~projectors.state.REDACTION_CLEARS` and :data:`~projectors.state.ERASURE_CLEARS` name
+(and empty :data:`~projectors.state.CLEARS_TO_EMPTY`).
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from projectors.fold import BatchOutcome
-from projectors.state import ERASURE_CLEARS, REDACTION_CLEARS, SummaryRow, TranscriptRow
+from projectors.state import CLEARS_TO_EMPTY, ERASURE_CLEARS, REDACTION_CLEARS, SummaryRow, TranscriptRow
 
-_REDACTED: dict[str, Any] = {**dict.fromkeys(REDACTION_CLEARS), "metadata": {}}
-_ERASED: dict[str, Any] = {**dict.fromkeys(ERASURE_CLEARS), "metadata": {}}
+_EMPTIED: dict[str, Any] = {f: {} for f in CLEARS_TO_EMPTY}
+_REDACTED: dict[str, Any] = {**dict.fromkeys(REDACTION_CLEARS), **_EMPTIED}
+_ERASED: dict[str, Any] = {**dict.fromkeys(ERASURE_CLEARS), **_EMPTIED}
 
 
 @dataclass(frozen=True, slots=True)

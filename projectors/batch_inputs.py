@@ -17,11 +17,12 @@ from typing import Any, LiteralString
 from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 
+from projectors.context_range import SummaryAt
 from projectors.errors import PositionConflictError
 from projectors.fold import BatchInputs, Lookups
-from projectors.read_sql import SUMMARY_COVERED_SEQ, in_schema
-from projectors.rows import state_from_row
-from projectors.state import MessageAt, SummaryAt
+from projectors.read_sql import SUMMARY_COVERED, in_schema
+from projectors.rows import message_at, state_from_row
+from projectors.state import MessageAt
 
 # The same statement turns synchronous_commit off for this transaction only (SET LOCAL; no extra
 # round trip): the commit returns without waiting for its WAL flush. A crash can then lose the
@@ -43,15 +44,16 @@ _APPLIED_EVENT_IDS: LiteralString = (
     "JOIN {s}.event_ids t ON t.conversation_key = v.k AND t.event_id = v.id"
 )
 _MESSAGES_AT: LiteralString = (
-    "SELECT t.conversation_key, t.message_id, t.seq, t.epoch FROM unnest(%s::text[], %s::text[]) AS v(k, id) "
+    "SELECT t.conversation_key, t.message_id, t.seq, t.epoch, t.turn, t.role "
+    "FROM unnest(%s::text[], %s::text[]) AS v(k, id) "
     "JOIN {s}.transcript t ON t.conversation_key = v.k AND t.message_id = v.id ORDER BY t.seq"
 )
 _KEPT_SUMMARIES: LiteralString = (
-    "SELECT x.conversation_key, x.seq, x.epoch, " + SUMMARY_COVERED_SEQ + " AS covers "
-    "FROM {s}.summaries x WHERE x.conversation_key = ANY(%s) AND x.text IS NOT NULL"
+    "SELECT x.conversation_key, x.seq, x.epoch, covered.seq AS covers, covered.turn AS covers_turn "
+    "FROM {s}.summaries x " + SUMMARY_COVERED + "WHERE x.conversation_key = ANY(%s) AND x.text IS NOT NULL"
 )
 _REDACTED_MESSAGES: LiteralString = (  # the partial index transcript_redacted
-    "SELECT conversation_key, message_id, seq, epoch "
+    "SELECT conversation_key, message_id, seq, epoch, turn, role "
     "FROM {s}.transcript WHERE conversation_key = ANY(%s) AND redacted_at IS NOT NULL"
 )
 
@@ -92,13 +94,14 @@ class BatchInputReader:
             check_positions(positions, {r["partition"]: r["next_offset"] for r in rows["positions"]})
         known: dict[tuple[str, str], list[MessageAt]] = {}
         for r in rows.get("known", ()):
-            known.setdefault((r["conversation_key"], r["message_id"]), []).append(MessageAt(r["seq"], r["epoch"]))
+            known.setdefault((r["conversation_key"], r["message_id"]), []).append(message_at(r))
         summaries: dict[str, list[SummaryAt]] = {}
         for r in rows.get("summaries", ()):
-            summaries.setdefault(r["conversation_key"], []).append(SummaryAt(r["seq"], r["epoch"], r["covers"]))
+            at = SummaryAt(r["seq"], r["epoch"], r["covers"], r["covers_turn"])
+            summaries.setdefault(r["conversation_key"], []).append(at)
         redacted: dict[str, list[tuple[str, MessageAt]]] = {}
         for r in rows.get("redacted", ()):
-            redacted.setdefault(r["conversation_key"], []).append((r["message_id"], MessageAt(r["seq"], r["epoch"])))
+            redacted.setdefault(r["conversation_key"], []).append((r["message_id"], message_at(r)))
         parked = frozenset(r["conversation_key"] for r in rows["parked"] if r["conversation_key"])
         return BatchInputs(
             states={r["conversation_key"]: state_from_row(r) for r in rows["states"]},

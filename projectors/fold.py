@@ -20,18 +20,19 @@ from events.event_types import ConversationCleared, ConversationErased, Event, M
 from events.keys import ConversationKey
 from events.log import Coordinates, LogRecord
 from events.validation import validate_event
+from projectors.context_range import SummaryAt
 from projectors.errors import InvariantError, ProjectionError
 from projectors.state import (
     ConversationState,
     Erasure,
     MessageAt,
     Redaction,
-    SummaryAt,
     SummaryRow,
     SummaryWithdrawal,
     TranscriptRow,
     apply_event,
 )
+from projectors.turns import starts_turn
 from projectors.window import WindowPolicy
 
 
@@ -259,14 +260,16 @@ class _Known:
 
     def rows(self, key: str, message_id: str) -> Sequence[MessageAt]:
         for row in self._rows[self._indexed :]:  # after the stored rows: in seq order
-            self._messages.setdefault((row.conversation_key, row.message_id), []).append(MessageAt(row.seq, row.epoch))
+            at = MessageAt(row.seq, row.epoch, row.turn, starts_turn(row.role))
+            self._messages.setdefault((row.conversation_key, row.message_id), []).append(at)
         self._indexed = len(self._rows)
         return self._messages.get((key, message_id), ())
 
     def record(self, key: str, change: SummaryRow | Redaction | Erasure | SummaryWithdrawal) -> None:
         if isinstance(change, SummaryRow):
             covered = self.rows(key, change.covers_through_message_id)[0]  # apply_event checked it
-            self.summaries.setdefault(key, {})[change.seq] = SummaryAt(change.seq, change.epoch, covered.seq)
+            at = SummaryAt(change.seq, change.epoch, covered.seq, covered.turn)
+            self.summaries.setdefault(key, {})[change.seq] = at
         elif isinstance(change, Redaction):
             rows = self.rows(key, change.message_id)
             self.redacted.setdefault(key, set()).update(

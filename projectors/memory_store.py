@@ -23,9 +23,10 @@ from typing import Any
 
 from events.codec import EventCodec
 from events.log import LogRecord
+from projectors.context_range import SummaryAt
 from projectors.errors import PositionConflictError
 from projectors.fold import BatchInputs, BatchOutcome, Lookups, decode_batch, fold_batch, lookups
-from projectors.memory_tables import DeadLetter, MemoryTables, covered_seq, stamp
+from projectors.memory_tables import DeadLetter, MemoryTables, covered_row, stamp
 from projectors.ports import UNREADABLE_BATCH, BatchReport
 from projectors.prepare import PreparedBatch
 from projectors.rows import (
@@ -33,13 +34,14 @@ from projectors.rows import (
     TRANSCRIPT_COLUMNS,
     TokenCounting,
     index_rows,
+    message_at,
     summary_copy_rows,
     transcript_copy_rows,
 )
-from projectors.state import ERASURE_CLEARS, REDACTION_CLEARS, MessageAt, SummaryAt
+from projectors.state import CLEARS_TO_EMPTY, ERASURE_CLEARS, REDACTION_CLEARS, MessageAt
 from projectors.window import WindowPolicy
 
-_EMPTY_OBJECT = json.dumps({})
+_EMPTIED = dict.fromkeys(CLEARS_TO_EMPTY, json.dumps({}))  # JSON columns hold their text
 
 
 class InMemoryProjectionStore:
@@ -134,21 +136,22 @@ class InMemoryProjectionStore:
         t = self.tables
         known: dict[tuple[str, str], list[MessageAt]] = {}
         for k, message_id in look.referenced_messages:
-            at = [MessageAt(r["seq"], r["epoch"]) for r in t.transcript.get(k, ()) if r["message_id"] == message_id]
+            at = [message_at(r) for r in t.transcript.get(k, ()) if r["message_id"] == message_id]
             if at:
                 known[(k, message_id)] = at
         summaries: dict[str, list[SummaryAt]] = {}
         for k in look.redacting:
             rows = t.transcript.get(k, [])
             for x in t.summaries.get(k, ()):
-                covers = covered_seq(rows, x)
-                if x["text"] is not None and covers is not None:  # a summary covers a stored message
-                    summaries.setdefault(k, []).append(SummaryAt(x["seq"], x["epoch"], covers))
+                covered = covered_row(rows, x)
+                if x["text"] is not None and covered is not None:  # a summary covers a stored message
+                    at_summary = SummaryAt(x["seq"], x["epoch"], covered["seq"], covered["turn"])
+                    summaries.setdefault(k, []).append(at_summary)
         redacted: dict[str, list[tuple[str, MessageAt]]] = {}
         for k in look.listing:
             for r in t.transcript.get(k, ()):
                 if r["redacted_at"] is not None:
-                    redacted.setdefault(k, []).append((r["message_id"], MessageAt(r["seq"], r["epoch"])))
+                    redacted.setdefault(k, []).append((r["message_id"], message_at(r)))
         return BatchInputs(
             states={k: t.conversations[k] for k in look.keys if k in t.conversations},
             parked=frozenset(k for k in look.keys if k in t.parked),
@@ -172,7 +175,7 @@ class InMemoryProjectionStore:
         for r in out.redactions:
             for m in t.transcript.get(r.conversation_key, ()):
                 if m["message_id"] == r.message_id and m["seq"] < r.before_seq:
-                    m.update(dict.fromkeys(REDACTION_CLEARS), metadata=_EMPTY_OBJECT,
+                    m.update(dict.fromkeys(REDACTION_CLEARS), **_EMPTIED,
                              redacted_at=stamp(m["redacted_at"], r.occurred_at),
                              redaction_reason=m["redaction_reason"] or r.reason)  # fmt: skip
         for w in out.withdrawals:
@@ -180,7 +183,7 @@ class InMemoryProjectionStore:
         for e in out.erasures:
             for m in t.transcript.get(e.conversation_key, ()):
                 if m["seq"] < e.before_seq:
-                    m.update(dict.fromkeys(ERASURE_CLEARS), metadata=_EMPTY_OBJECT,
+                    m.update(dict.fromkeys(ERASURE_CLEARS), **_EMPTIED,
                              erased_at=stamp(m["erased_at"], e.occurred_at))  # fmt: skip
             for x in t.summaries.get(e.conversation_key, ()):
                 if x["seq"] < e.before_seq:

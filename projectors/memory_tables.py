@@ -53,10 +53,10 @@ class MemoryTables:
         return max(self.dead_letters, default=0) + 1
 
 
-def covered_seq(transcript: list[dict[str, Any]], summary: dict[str, Any]) -> int | None:
-    """The seq of the message ``summary`` covers through (projectors/read_sql.SUMMARY_COVERED_SEQ)."""
+def covered_row(transcript: list[dict[str, Any]], summary: dict[str, Any]) -> dict[str, Any] | None:
+    """The first row of the message ``summary`` covers through (projectors/read_sql.SUMMARY_COVERED)."""
     message_id = summary["covers_through_message_id"]
-    return min((r["seq"] for r in transcript if r["message_id"] == message_id), default=None)
+    return next((r for r in transcript if r["message_id"] == message_id), None)
 
 
 def stamp(value: datetime | None, default: datetime) -> datetime:

@@ -23,8 +23,8 @@ from events.event_types import MessageAppended
 from events.log import LogRecord
 from projectors import tokens
 from projectors.fold import Decoded, decode_batch
+from projectors.row_values import content_json, tool_calls_json
 from projectors.rows import TokenCounting
-from projectors.state import content_json, tool_calls_json
 
 # Records per chunk: ~2 ms of decoding, the longest the transaction in flight waits for the loop.
 CHUNK = 128
@@ -100,7 +100,7 @@ class _Answering:
 
 def message_texts(decoded: Sequence[Decoded]) -> list[str]:
     """The texts of the decoded messages that the transcript's counts count: as
-    :func:`projectors.state.countable_text` and :func:`~projectors.state.countable_reasoning`
+    :func:`projectors.row_values.countable_text` and :func:`~projectors.row_values.countable_reasoning`
     read them from the rows the fold makes of these messages."""
     texts: list[str] = []
     for d in decoded:

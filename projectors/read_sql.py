@@ -1,5 +1,5 @@
 """SQL fragments over the read models (projectors/sql/read_models.sql) that several readers
-share: each rule about summaries is written once. ``{s}`` is the version's schema, composed with
+share, each written once; none restates a rule the fold decides. ``{s}`` is the version's schema, composed with
 ``psycopg.sql`` by the caller."""
 
 from __future__ import annotations
@@ -18,18 +18,16 @@ def in_schema(schema: str, text: LiteralString) -> bytes:
     return sql.SQL(text).format(s=sql.Identifier(schema)).as_bytes(None)
 
 
-# The seq of the message that summary row ``x`` covers through.
-SUMMARY_COVERED_SEQ = (
-    "(SELECT min(t.seq) FROM {s}.transcript t "
-    "WHERE t.conversation_key = x.conversation_key AND t.message_id = x.covers_through_message_id)"
+# For summary row ``x``: the first transcript row of the message it covers through, ``covered``
+# (its ``seq`` and ``turn``), by transcript_by_message_id.
+SUMMARY_COVERED = (
+    "JOIN LATERAL (SELECT t.seq, t.turn FROM {s}.transcript t WHERE t.conversation_key = x.conversation_key "
+    "AND t.message_id = x.covers_through_message_id ORDER BY t.seq LIMIT 1) covered ON true "
 )
 
-# For conversation row ``c``: its window ``w`` and its current summary ``m`` (``summary_id``,
-# ``text``, ``covers``: the seq it covers through) — the current epoch's latest summary whose
-# text was neither withdrawn nor erased.
+# For conversation row ``c``: its window ``w`` and its current summary ``m``, the one the fold
+# chose (``c.summary_seq``; projectors/context_range.py): joined by key, no rule restated.
 WINDOW_AND_CURRENT_SUMMARY = (
     "LEFT JOIN {s}.windows w ON w.conversation_key = c.conversation_key "
-    "LEFT JOIN LATERAL (SELECT x.summary_id, x.text, " + SUMMARY_COVERED_SEQ + " AS covers "
-    "FROM {s}.summaries x WHERE x.conversation_key = c.conversation_key AND x.epoch = c.epoch "
-    "AND x.text IS NOT NULL ORDER BY x.seq DESC LIMIT 1) m ON true "
+    "LEFT JOIN {s}.summaries m ON m.conversation_key = c.conversation_key AND m.seq = c.summary_seq "
 )

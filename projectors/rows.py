@@ -3,24 +3,18 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from events.keys import ConversationKey
 from events.log import LogRecord
+from projectors.context_range import SummaryAt
 from projectors.fold import Decoded
-from projectors.state import (
-    ConversationState,
-    SummaryRow,
-    TranscriptRow,
-    blocks_text,
-    countable_reasoning,
-    countable_text,
-    image_count,
-    to_json,
-)
+from projectors.row_values import blocks_text, countable_reasoning, countable_text, image_count, to_json
+from projectors.state import ConversationState, MessageAt, SummaryRow, TranscriptRow
 from projectors.tokens import ENCODINGS
+from projectors.turns import starts_turn
 from projectors.window import Window
 
 
@@ -47,6 +41,10 @@ CONVERSATION_COLUMNS = (
     "conversation_key", "tenant_id", "user_id", "conversation_id", "title", "metadata", "started_at",
     "last_activity_at", "last_event_at", "message_count", "turn_count", "next_seq", "epoch", "clear_count",
     "erased_at", "open_tool_calls", "answered_tool_calls", "last_partition", "last_offset", "first_offset",
+    # What the fold decided about the context's range (projectors/context_range.py, migration 0008):
+    # the readers read these, and the fold reads back all but the last two (derived from the rest).
+    "summary_seq", "summary_covers_seq", "summary_covers_turn", "turns_before_epoch", "redacted_questions",
+    "context_start", "usable_turns",
 )  # fmt: skip
 
 WINDOW_COLUMNS = ("conversation_key", "epoch", "start_seq", "turn_starts")
@@ -134,13 +132,29 @@ def states_json(states: Sequence[ConversationState]) -> tuple[str, str]:
             "clear_count": state.clear_count, "erased_at": _iso(state.erased_at),
             "open_tool_calls": state.open_tool_calls, "answered_tool_calls": state.answered_tool_calls,
             "last_partition": state.last_at[0], "last_offset": state.last_at[1],
-            "first_offset": state.first_offset,
+            "first_offset": state.first_offset, **_range_columns(state),
         })  # fmt: skip
         windows.append({
             "conversation_key": str(k), "epoch": state.epoch, "start_seq": state.window.start_seq,
             "turn_starts": state.window.turn_starts,
         })  # fmt: skip
     return json.dumps(conversations, ensure_ascii=False), json.dumps(windows)
+
+
+def _range_columns(state: ConversationState) -> dict[str, Any]:
+    summary = state.summary
+    return {
+        "summary_seq": None if summary is None else summary.seq,
+        "summary_covers_seq": None if summary is None else summary.covers_seq,
+        "summary_covers_turn": None if summary is None else summary.covers_turn,
+        "turns_before_epoch": state.turns_before_epoch, "redacted_questions": state.redacted_questions,
+        "context_start": state.context_start, "usable_turns": state.usable_turns,
+    }  # fmt: skip
+
+
+def message_at(row: Mapping[str, Any]) -> MessageAt:
+    """Where a stored transcript row is (by column name: seq, epoch, turn and role)."""
+    return MessageAt(row["seq"], row["epoch"], row["turn"], starts_turn(row["role"]))
 
 
 def state_from_row(row: dict[str, Any]) -> ConversationState:
@@ -164,6 +178,11 @@ def state_from_row(row: dict[str, Any]) -> ConversationState:
         window=Window(row["start_seq"], tuple(row["turn_starts"] or ())),
         last_at=(row["last_partition"], row["last_offset"]),
         first_offset=row["first_offset"],
+        summary=None
+        if row["summary_seq"] is None
+        else SummaryAt(row["summary_seq"], row["epoch"], row["summary_covers_seq"], row["summary_covers_turn"]),
+        turns_before_epoch=row["turns_before_epoch"],
+        redacted_questions=tuple(row["redacted_questions"]),
     )
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, NamedTuple, Protocol, TypeAlias
 
-from events.blocks import Block, blocks_to_json
+from events.blocks import Block
 from events.event_types import (
     ConversationCleared,
     ConversationErased,
@@ -23,19 +23,16 @@ from events.event_types import (
     MessageAppended,
     MessageRedacted,
     SummaryRecorded,
-    TextPart,
 )
 from events.keys import ConversationKey
 from events.log import Coordinates
-from events.strict_json import compact_json
-from projectors import tokens
+from projectors import context_range
+from projectors.context_range import SummaryAt, after_withdrawals
 from projectors.errors import InvariantError
+from projectors.row_values import content_json, tool_calls_json, usage_json
+from projectors.tool_calls import after_message
 from projectors.turns import starts_turn
 from projectors.window import EMPTY_WINDOW, Window, WindowPolicy, on_user_message
-
-# Why a stored message is kept for audit but never served.
-FLAG_UNKNOWN_TOOL_CALL = "unknown_tool_call"  # answers a call id the conversation has not open
-FLAG_DUPLICATE_TOOL_RESULT = "duplicate_tool_result"  # a second answer to the same call
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +55,23 @@ class ConversationState:
     window: Window = EMPTY_WINDOW
     last_at: tuple[int, int] = (-1, -1)  # (partition, offset) of the last event applied
     first_offset: int = -1  # of its first event: reading the conversation back starts there
+    # What a context's range is made from (projectors/context_range.py): the current epoch's
+    # current summary, the turns started before the epoch, and the seqs of its redacted questions.
+    summary: SummaryAt | None = None
+    turns_before_epoch: int = 0
+    redacted_questions: tuple[int, ...] = ()
+
+    @property
+    def context_start(self) -> int:
+        """The seq a context's non-system messages start at (with the current epoch's)."""
+        return context_range.context_start(self.window.start_seq, self.summary)
+
+    @property
+    def usable_turns(self) -> int:
+        """The usable turns from :attr:`context_start` on: what a context could serve at most."""
+        before = context_range.turns_before(self.window, self.summary, turn_count=self.turn_count,
+                                            turns_before_epoch=self.turns_before_epoch)  # fmt: skip
+        return context_range.usable_turns(self.turn_count, before, self.context_start, self.redacted_questions)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,28 +158,25 @@ class SummaryWithdrawal:
     seq: int
 
 
-# What a redaction and an erasure take from a transcript row (metadata becomes {}): the
-# projection's UPDATEs (projectors/writes.py) and the in-memory application
-# (projectors/applied.py) are both made from these.
+# What a redaction and an erasure take from a transcript row: the projection's UPDATEs
+# (projectors/writes.py), the in-memory tables (projectors/memory_store.py) and the in-memory
+# application (projectors/applied.py) are all made from these.
 # blocks hold the same content losslessly, and more that must not outlive it either: reasoning
 # signatures, redacted thinking, encrypted reasoning, opaque provider blocks.
 REDACTION_CLEARS = ("content", "reasoning_content", "tool_calls", "blocks")
 ERASURE_CLEARS = ("content", "reasoning_content", "tool_calls", "blocks", "name", "usage")
+# What both empty to {} rather than NULL (a NOT NULL JSON object), whichever of the two applies.
+CLEARS_TO_EMPTY = ("metadata",)
 
 
 class MessageAt(NamedTuple):
-    """Where a row of a message id is in its conversation: its seq and epoch."""
+    """Where a row of a message id is in its conversation: its seq, epoch and turn number, and
+    whether it starts its turn (:func:`~projectors.turns.starts_turn`)."""
 
     seq: int
     epoch: int
-
-
-class SummaryAt(NamedTuple):
-    """A summary whose text is kept, and the seq of the message it covers through."""
-
-    seq: int
-    epoch: int
-    covers_seq: int
+    turn: int
+    starts_turn: bool
 
 
 class History(Protocol):
@@ -198,8 +209,8 @@ def apply_event(
 ) -> tuple[ConversationState, list[Change]]:
     """Fold one event into its conversation: the new state and every row change it makes —
     the one place where redaction, erasure (conditional or not), clear and the withdrawal of
-    summaries are decided. The store only writes these changes; ``as_of`` applies them in
-    memory (projectors/applied.py).
+    summaries are decided, and with them the current summary. The store only writes these
+    changes; ``as_of`` applies them in memory (projectors/applied.py).
 
     Raises :class:`InvariantError` for events that cannot be applied (they are dead-lettered
     and the conversation parked); inconsistent but storable messages are flagged instead.
@@ -217,45 +228,10 @@ def apply_event(
         "first_offset": at.offset if state.first_offset < 0 else state.first_offset,
     }
     base = replace(state, **common)
-    key = str(state.key)
     if isinstance(body, MessageRedacted):
-        redacted = history.rows(body.message_id)
-        if not redacted:
-            # A redaction of nothing (a message id the conversation never had, a summary's id; the
-            # API answers 404 for one, a foreign producer may still send it): recorded — its event
-            # id is taken and it is the conversation's last event — and it changes nothing. Never
-            # poison: a privacy action that parks the conversation holds back every later one.
-            return base, []
-        # The content leaves every read model: a summary of a redacted row's epoch that covers
-        # it may repeat it, so it is withdrawn; the context falls back to the previous summary
-        # and the raw turns, and the summarizer folds them again without it. (Every summary the
-        # history holds came before the redaction in the log.)
-        withdrawn = [
-            SummaryWithdrawal(key, s.seq)
-            for s in history.summaries()
-            if any(r.epoch == s.epoch and r.seq <= s.covers_seq for r in redacted)
-        ]
-        redaction = Redaction(key, body.message_id, body.reason, event.occurred_at, at.offset, base.next_seq)
-        return base, [redaction, *withdrawn]
+        return _apply_redaction(base, event, body, at, history)
     if isinstance(body, SummaryRecorded):
-        covered_rows = history.rows(body.covers_through_message_id)
-        if not covered_rows:
-            raise InvariantError(
-                f"summary {body.summary_id!r} covers message {body.covers_through_message_id!r}, "
-                f"which {key} does not have"
-            )
-        row = SummaryRow(
-            conversation_key=key, seq=base.next_seq, partition=at.partition, offset=at.offset,
-            event_id=event.event_id, summary_id=body.summary_id, epoch=base.epoch, text=body.text,
-            covers_through_message_id=body.covers_through_message_id, model=body.model,
-            prompt_version=body.prompt_version, input_tokens=body.input_tokens,
-            output_tokens=body.output_tokens, summary_tokens=body.summary_tokens,
-            occurred_at=event.occurred_at, excluded_message_ids=body.excluded_message_ids,
-        )  # fmt: skip
-        changes: list[Change] = [row]
-        if _stale_summary(body, covered_rows[0], base.epoch, history):  # covers through its first row
-            changes.append(SummaryWithdrawal(key, row.seq))
-        return replace(base, next_seq=base.next_seq + 1), changes
+        return _apply_summary(base, event, body, at, history)
     if isinstance(body, ConversationStarted):
         return replace(base, title=body.title or base.title, metadata={**base.metadata, **body.metadata}), []
     if isinstance(body, ConversationCleared):
@@ -263,7 +239,60 @@ def apply_event(
     if not erase_applies(body, state):
         return base, []  # void: the conversation moved on after the erase was decided (retention)
     erased = _restart(base, clear_count=base.clear_count, title=None, metadata={}, erased_at=event.occurred_at)
-    return erased, [Erasure(key, event.occurred_at, base.next_seq, at.offset)]
+    return erased, [Erasure(str(state.key), event.occurred_at, base.next_seq, at.offset)]
+
+
+def _apply_redaction(
+    base: ConversationState, event: Event, body: MessageRedacted, at: Coordinates, history: History
+) -> tuple[ConversationState, list[Change]]:
+    key = str(base.key)
+    redacted = history.rows(body.message_id)
+    if not redacted:
+        # A redaction of nothing (a message id the conversation never had, a summary's id; the
+        # API answers 404 for one, a foreign producer may still send it): recorded — its event
+        # id is taken and it is the conversation's last event — and it changes nothing. Never
+        # poison: a privacy action that parks the conversation holds back every later one.
+        return base, []
+    # The content leaves every read model: a summary of a redacted row's epoch that covers
+    # it may repeat it, so it is withdrawn; the context falls back to the previous summary
+    # and the raw turns, and the summarizer folds them again without it. (Every summary the
+    # history holds came before the redaction in the log.)
+    withdrawn = [
+        SummaryWithdrawal(key, s.seq)
+        for s in history.summaries()
+        if any(r.epoch == s.epoch and r.seq <= s.covers_seq for r in redacted)
+    ]
+    redaction = Redaction(key, body.message_id, body.reason, event.occurred_at, at.offset, base.next_seq)
+    questions = {r.seq for r in redacted if r.starts_turn and r.epoch == base.epoch}  # a redacted question is no turn
+    state = replace(base, redacted_questions=tuple(sorted({*base.redacted_questions, *questions})))
+    if withdrawn:
+        gone = {w.seq for w in withdrawn}
+        state = replace(state, summary=after_withdrawals(state.summary, history.summaries(), gone, state.epoch))
+    return state, [redaction, *withdrawn]
+
+
+def _apply_summary(
+    base: ConversationState, event: Event, body: SummaryRecorded, at: Coordinates, history: History
+) -> tuple[ConversationState, list[Change]]:
+    key = str(base.key)
+    covered_rows = history.rows(body.covers_through_message_id)
+    if not covered_rows:
+        raise InvariantError(
+            f"summary {body.summary_id!r} covers message {body.covers_through_message_id!r}, which {key} does not have"
+        )
+    row = SummaryRow(
+        conversation_key=key, seq=base.next_seq, partition=at.partition, offset=at.offset,
+        event_id=event.event_id, summary_id=body.summary_id, epoch=base.epoch, text=body.text,
+        covers_through_message_id=body.covers_through_message_id, model=body.model,
+        prompt_version=body.prompt_version, input_tokens=body.input_tokens,
+        output_tokens=body.output_tokens, summary_tokens=body.summary_tokens,
+        occurred_at=event.occurred_at, excluded_message_ids=body.excluded_message_ids,
+    )  # fmt: skip
+    state = replace(base, next_seq=base.next_seq + 1)
+    covered = covered_rows[0]  # covers through its first row
+    if _stale_summary(body, covered, base.epoch, history):
+        return state, [row, SummaryWithdrawal(key, row.seq)]
+    return replace(state, summary=SummaryAt(row.seq, row.epoch, covered.seq, covered.turn)), [row]
 
 
 def _stale_summary(body: SummaryRecorded, covered: MessageAt, epoch: int, history: History) -> bool:
@@ -294,6 +323,9 @@ def _restart(state: ConversationState, **changes: Any) -> ConversationState:
         window=EMPTY_WINDOW,
         open_tool_calls=(),
         answered_tool_calls=(),
+        summary=None,
+        turns_before_epoch=state.turn_count,
+        redacted_questions=(),
         **changes,
     )
 
@@ -306,22 +338,9 @@ def _apply_message(
     policy: WindowPolicy,
 ) -> tuple[ConversationState, list[Change]]:
     seq = state.next_seq
-    flag: str | None = None
-    open_calls, answered = state.open_tool_calls, state.answered_tool_calls
+    open_calls, answered, flag = after_message(state.open_tool_calls, state.answered_tool_calls, msg)
     turn_count, window, last_activity = state.turn_count, state.window, state.last_activity_at
-    if msg.role == "tool":
-        call_id = msg.tool_call_id or ""
-        if call_id in open_calls:
-            open_calls = tuple(c for c in open_calls if c != call_id)
-            answered = (*answered, call_id)
-        else:
-            flag = FLAG_DUPLICATE_TOOL_RESULT if call_id in answered else FLAG_UNKNOWN_TOOL_CALL
-    elif msg.role == "assistant":
-        # Calls of an interrupted stream never ran: nothing may answer them.
-        open_calls = () if msg.finish_reason == "interrupted" else tuple(c.id for c in msg.tool_calls)
-        answered = ()
-    elif starts_turn(msg.role):
-        open_calls, answered = (), ()
+    if starts_turn(msg.role):
         turn_count += 1
         last_activity = event.occurred_at
         window = on_user_message(window, seq, policy)
@@ -343,64 +362,7 @@ def _apply_message(
         next_seq=seq + 1, epoch=state.epoch, clear_count=state.clear_count, erased_at=state.erased_at,
         open_tool_calls=open_calls, answered_tool_calls=answered, window=window,
         last_at=(at.partition, at.offset), first_offset=at.offset if state.first_offset < 0 else state.first_offset,
+        summary=state.summary, turns_before_epoch=state.turns_before_epoch,
+        redacted_questions=state.redacted_questions,
     )  # fmt: skip
     return new_state, [row]
-
-
-def content_json(msg: MessageAppended) -> Any:
-    if msg.content is None or isinstance(msg.content, str):
-        return msg.content
-    return [
-        {"type": "text", "text": p.text}
-        if isinstance(p, TextPart)
-        else {"type": "image_url", "image_url": {"url": p.url, "detail": p.detail}}
-        for p in msg.content
-    ]
-
-
-def tool_calls_json(msg: MessageAppended) -> Any:
-    if not msg.tool_calls:
-        return None
-    return [
-        {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in msg.tool_calls
-    ]
-
-
-def usage_json(msg: MessageAppended) -> Any:
-    u = msg.usage
-    if u is None:
-        return None
-    return {
-        k: v
-        for k, v in (
-            ("prompt_tokens", u.prompt_tokens),
-            ("completion_tokens", u.completion_tokens),
-            ("cached_tokens", u.cached_tokens),
-            ("reasoning_tokens", u.reasoning_tokens),
-            ("cache_write_tokens", u.cache_write_tokens),
-        )
-        if v is not None
-    }
-
-
-def countable_text(row: TranscriptRow) -> str:
-    """The text whose tokens the row's content and tool calls cost (projectors.tokens owns the rule)."""
-    return tokens.countable_text(row.content, row.tool_calls or ())
-
-
-def countable_reasoning(row: TranscriptRow) -> str:
-    """The reasoning text whose tokens the row's reasoning costs (projectors.tokens owns the rule)."""
-    return tokens.countable_reasoning(row.blocks or (), row.reasoning_content)
-
-
-def blocks_text(row: TranscriptRow) -> str | None:
-    """The ``blocks`` column: compact JSON (events.blocks.blocks_to_json), NULL without blocks."""
-    return None if not row.blocks else compact_json(blocks_to_json(row.blocks))
-
-
-def image_count(row: TranscriptRow) -> int:
-    return tokens.image_parts(row.content)
-
-
-def to_json(value: Any) -> str | None:
-    return None if value is None else compact_json(value)

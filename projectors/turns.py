@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
-__all__ = ["Turns", "split_turns", "split_turns_by", "starts_turn"]
+__all__ = ["Turns", "in_a_turn", "split_turns", "split_turns_by", "starts_turn"]
 
 T = TypeVar("T")
 
@@ -44,7 +44,8 @@ def starts_turn(role: str) -> bool:
     return role == "user"
 
 
-def _in_a_turn(role: str) -> bool:
+def in_a_turn(role: str) -> bool:
+    """Whether a message of ``role`` belongs to a turn (system messages belong to none)."""
     return role != "system"
 
 
@@ -62,7 +63,7 @@ def split_turns_by(items: Iterable[T], role: Callable[[T], str]) -> Turns[T]:
     turns: list[list[T]] = []
     for item in items:
         r = role(item)
-        if not _in_a_turn(r):
+        if not in_a_turn(r):
             continue
         if starts_turn(r):
             turns.append([item])

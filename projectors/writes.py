@@ -27,17 +27,20 @@ from projectors.rows import (
     summary_copy_rows,
     transcript_copy_rows,
 )
-from projectors.state import ERASURE_CLEARS, REDACTION_CLEARS
+from projectors.state import CLEARS_TO_EMPTY, ERASURE_CLEARS, REDACTION_CLEARS
 
 Cursor = AsyncCursor[Any]
 
 
-def _nulls(columns: Sequence[str]) -> sql.Composed:
-    return sql.SQL(", ").join(sql.SQL("{} = NULL").format(sql.Identifier(c)) for c in columns)
+def _cleared(columns: Sequence[str]) -> sql.Composed:
+    """``SET`` what a decision clears: ``columns`` to NULL, :data:`CLEARS_TO_EMPTY` to ``{}``."""
+    nulls = [sql.SQL("{} = NULL").format(sql.Identifier(c)) for c in columns]
+    empties = [sql.SQL("{} = '{{}}'").format(sql.Identifier(c)) for c in CLEARS_TO_EMPTY]
+    return sql.SQL(", ").join(nulls + empties)
 
 
-_REDACTION_SET = _nulls(REDACTION_CLEARS)
-_ERASURE_SET = _nulls(ERASURE_CLEARS)
+_REDACTION_SET = _cleared(REDACTION_CLEARS)
+_ERASURE_SET = _cleared(ERASURE_CLEARS)
 
 # A dead letter's columns up to its error; record_row() gives the record's part of them.
 DEAD_LETTER_INSERT: LiteralString = (
@@ -115,7 +118,7 @@ class BatchWriter:
             await cur.executemany(
                 self._set(
                     _REDACTION_SET,
-                    "metadata = '{{}}', redacted_at = coalesce(redacted_at, %s), "
+                    "redacted_at = coalesce(redacted_at, %s), "
                     "redaction_reason = coalesce(redaction_reason, %s) "
                     "WHERE conversation_key = %s AND message_id = %s AND seq < %s",
                 ),
@@ -132,7 +135,7 @@ class BatchWriter:
         for erasure in out.erasures:
             args = (erasure.occurred_at, erasure.conversation_key, erasure.before_seq)
             await cur.execute(
-                self._set(_ERASURE_SET, "metadata = '{{}}', erased_at = coalesce(erased_at, %s) "
+                self._set(_ERASURE_SET, "erased_at = coalesce(erased_at, %s) "
                           "WHERE conversation_key = %s AND seq < %s"),
                 args,
             )  # fmt: skip

@@ -21,7 +21,7 @@ this scans the conversation's partition from ``start_offset`` on (``convlog repl
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from events.codec import EventCodec, default_codec
 from events.errors import ConvlogError, InvalidRequestError
@@ -29,12 +29,13 @@ from events.event_types import Event, MessageAppended
 from events.keys import ConversationKey
 from events.log import EventLog, LogRecord
 from events.reading import conversation_events
-from projectors.applied import AppliedMessage, apply_decisions
-from projectors.fold import BatchInputs, decode_batch, fold_batch
-from projectors.state import TranscriptRow, countable_reasoning, countable_text, image_count
+from projectors.applied import AppliedHistory, AppliedMessage, apply_decisions
+from projectors.context_range import SummaryAt, after_withdrawals, in_range
+from projectors.fold import BatchInputs, BatchOutcome, decode_batch, fold_batch
+from projectors.row_values import countable_reasoning, countable_text, image_count
+from projectors.state import ConversationState, TranscriptRow
 from projectors.tokens import text_counter
 from projectors.window import WindowPolicy
-from query_api.context import context_start
 from query_api.context_types import StoredMessage, StoredSummary
 from query_api.ports import ContextInputs
 
@@ -127,17 +128,14 @@ async def context_inputs_as_of(
         return stored_message(applied.messages[(k, original.seq)], count)
 
     rows = out.transcript
-    seq_of = {r.message_id: r.seq for r in reversed(rows)}  # the first row of a message id
-    # The current summary, as projectors/read_sql.py's WINDOW_AND_CURRENT_SUMMARY picks it.
+    # The fold's state as of then, with the later decisions on its summaries applied as well.
+    state = replace(state, summary=_summary_after_decisions(state, out, applied))
     summary = None
-    recorded = (applied.summaries[(k, s.seq)] for s in out.summaries)  # as_of's, as the tables end
-    kept = [s for s in recorded if s.epoch == state.epoch and s.text is not None]
-    if kept:
-        latest = kept[-1]
-        covered = seq_of.get(latest.covers_through_message_id)
-        if covered is not None and latest.text is not None:
-            summary = StoredSummary(latest.summary_id, latest.text, covered, count(latest.text))
-    start = context_start(state.window.start_seq, summary.covers_through_seq if summary else None)
+    if state.summary is not None:
+        chosen = applied.summaries[(k, state.summary.seq)]
+        assert chosen.text is not None  # after_withdrawals chose a kept one
+        summary = StoredSummary(chosen.summary_id, chosen.text, state.summary.covers_seq, count(chosen.text))
+    start = state.context_start
     return ContextInputs(
         conversation_key=key,
         epoch=state.epoch,
@@ -145,10 +143,25 @@ async def context_inputs_as_of(
         system=tuple(stored(r) for r in rows if r.role == "system"),
         summary=summary,
         window_start=state.window.start_seq,
-        messages=tuple(stored(r) for r in rows if r.role != "system" and r.epoch == state.epoch and r.seq >= start),
+        messages=tuple(
+            stored(r) for r in rows if in_range(r.seq, r.epoch, r.role, start=start, current_epoch=state.epoch)
+        ),
         partition=state.last_at[0],
         last_offset=state.last_at[1],
     )
+
+
+def _summary_after_decisions(state: ConversationState, out: BatchOutcome, applied: AppliedHistory) -> SummaryAt | None:
+    """The summary the fold chose as of the state's last event, unless a later decision took its
+    text: then the one before it, as the fold falls back (projectors/context_range.py)."""
+    k = str(state.key)
+    first: dict[str, TranscriptRow] = {}
+    for r in out.transcript:
+        first.setdefault(r.message_id, r)
+    covered = [(s, first[s.covers_through_message_id]) for s in out.summaries]  # apply_event checked them
+    recorded = [SummaryAt(s.seq, s.epoch, c.seq, c.turn) for s, c in covered]
+    withdrawn = {s.seq for s in out.summaries if applied.summaries[(k, s.seq)].text is None}
+    return after_withdrawals(state.summary, recorded, withdrawn, state.epoch)
 
 
 def stored_message(m: AppliedMessage, count: Callable[[str], int]) -> StoredMessage:

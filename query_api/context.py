@@ -49,14 +49,6 @@ class NeedOlderMessagesError(ConvlogError):
     code = "need_older_messages"
 
 
-def context_start(window_start: int | None, summary_covers_through: int | None) -> int:
-    """Where a context's non-system messages start: with no summary, the whole current epoch
-    (turns no summary covers stay); else the earliest of the window's start and the first
-    message the summary does not cover."""
-    if summary_covers_through is None:
-        return 0
-    after = summary_covers_through + 1
-    return after if window_start is None else min(window_start, after)
 
 
 def assemble(

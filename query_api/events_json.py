@@ -11,7 +11,7 @@ from events.event_types import Event, MessageAppended, SummaryRecorded
 from events.log import LogRecord
 from projectors.applied import apply_decisions
 from projectors.fold import BatchInputs, Decoded, fold_batch
-from projectors.state import content_json, tool_calls_json, usage_json
+from projectors.row_values import content_json, tool_calls_json, usage_json
 from projectors.window import WindowPolicy
 
 _WITHHELD = "[withheld]"

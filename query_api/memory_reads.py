@@ -17,9 +17,10 @@ from typing import Any
 from events.blocks import blocks_from_json
 from events.errors import InvalidRequestError
 from events.keys import ConversationKey
-from projectors.memory_tables import MemoryTables, covered_seq
+from projectors import context_range
+from projectors.memory_tables import MemoryTables
+from projectors.state import ConversationState
 from projectors.tokens import ENCODINGS, cached_counter, message_counts_at_read
-from query_api.context import context_start
 from query_api.context_types import StoredMessage, StoredSummary
 from query_api.ports import (
     ContextInputs,
@@ -31,7 +32,6 @@ from query_api.ports import (
     encode_cursor,
     summary_entries,
     transcript_entry,
-    usable_turns,
 )
 
 __all__ = ["InMemoryReadModels"]
@@ -57,10 +57,11 @@ class InMemoryReadModels:
         if state is None:
             return None
         rows = self.tables.transcript.get(k, [])
-        summary = self._current_summary(k, state.epoch, encoding)
+        summary = self._current_summary(k, state, encoding)
         window_start = state.window.start_seq  # the windows row is written with the conversation's
-        start = context_start(window_start, summary.covers_through_seq if summary else None)
-        in_range = [r for r in rows if r["seq"] >= start and r["epoch"] == state.epoch and r["role"] != "system"]
+        start = state.context_start  # the fold's decisions, as reads._HEAD reads them off the row
+        in_range = [r for r in rows if context_range.in_range(r["seq"], r["epoch"], r["role"], start=start,
+                                                              current_epoch=state.epoch)]  # fmt: skip
         system = tuple(_message(r, encoding) for r in rows if r["role"] == "system")
         parked = k in self.tables.parked
         partition, last_offset = state.last_at
@@ -69,26 +70,18 @@ class InMemoryReadModels:
             return ContextInputs(key, state.epoch, parked, system, summary, window_start, messages, partition,
                                  last_offset)  # fmt: skip
         read = in_range[-newest:] if newest > 0 else []
-        usable = 0
-        if in_range:  # _FIRST: the range's first row and the redacted questions in it
-            questions = sum(1 for r in in_range if r["role"] == "user" and r["redacted_at"] is not None)
-            usable = usable_turns(state.turn_count, in_range[0]["turn"], first_is_user=in_range[0]["role"] == "user",
-                                  redacted_questions=questions)  # fmt: skip
         return ContextInputs(
             key, state.epoch, parked, system, summary, window_start, tuple(_message(r, encoding) for r in read),
-            partition, last_offset, complete=len(read) < newest, usable_turns=usable,
+            partition, last_offset, complete=len(read) < newest, usable_turns=state.usable_turns,
         )  # fmt: skip
 
-    def _current_summary(self, key: str, epoch: int, encoding: str) -> StoredSummary | None:
-        """read_sql.WINDOW_AND_CURRENT_SUMMARY: the epoch's latest summary with its text."""
-        usable = [x for x in self.tables.summaries.get(key, ()) if x["epoch"] == epoch and x["text"] is not None]
-        if not usable:
+    def _current_summary(self, key: str, state: ConversationState, encoding: str) -> StoredSummary | None:
+        """read_sql.WINDOW_AND_CURRENT_SUMMARY: the summary the fold chose, by its seq."""
+        if state.summary is None:
             return None
-        latest = usable[-1]
-        covers = covered_seq(self.tables.transcript.get(key, []), latest)
-        if covers is None:
-            return None
-        return StoredSummary(latest["summary_id"], latest["text"], covers, cached_counter(encoding)(latest["text"]))
+        row = next(x for x in self.tables.summaries[key] if x["seq"] == state.summary.seq)
+        text = row["text"]
+        return StoredSummary(row["summary_id"], text, state.summary.covers_seq, cached_counter(encoding)(text))
 
     async def list_conversations(
         self, tenant_id: str, user_id: str, *, limit: int = 50, before: str | None = None
@@ -146,7 +139,8 @@ class InMemoryReadModels:
         state = self.tables.conversations.get(k)
         if state is None:
             return None
-        return summary_entries(self.tables.summaries.get(k, []), current_epoch=state.epoch)
+        current = None if state.summary is None else state.summary.seq
+        return summary_entries(self.tables.summaries.get(k, []), current=current)
 
     async def logged_at(self, key: ConversationKey, partition: int, *, event_id: str | None = None) -> LoggedAt:
         k = str(key)

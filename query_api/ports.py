@@ -22,9 +22,20 @@ from events.keys import ConversationKey
 from events.strict_json import compact_json, parse_json
 from query_api.context_types import StoredMessage, StoredSummary
 
-__all__ = ["MAX_CURSOR_CHARS", "MAX_PAGE", "ContextInputs", "ConversationListItem", "LoggedAt", "ParkedBy",
-           "ReadModels", "check_limit", "decode_cursor", "encode_cursor", "summary_entries", "transcript_entry",
-           "usable_turns"]  # fmt: skip
+__all__ = [
+    "MAX_CURSOR_CHARS",
+    "MAX_PAGE",
+    "ContextInputs",
+    "ConversationListItem",
+    "LoggedAt",
+    "ParkedBy",
+    "ReadModels",
+    "check_limit",
+    "decode_cursor",
+    "encode_cursor",
+    "summary_entries",
+    "transcript_entry",
+]
 
 MAX_PAGE = 1000
 MAX_CURSOR_CHARS = 2048
@@ -179,12 +190,6 @@ def check_limit(limit: int) -> None:
         raise InvalidRequestError(f"limit must be between 1 and {MAX_PAGE}, got {limit}")
 
 
-def usable_turns(turn_count: int, first_turn: int, *, first_is_user: bool, redacted_questions: int) -> int:
-    """The turns a context may use from the range's first row on (``ContextInputs.usable_turns``):
-    ``first_turn`` is that row's turn number; a turn whose question was redacted cannot open one."""
-    return turn_count - first_turn + (1 if first_is_user else 0) - redacted_questions
-
-
 # A transcript entry's and a summary entry's fields as stored (each adapter reads them by name).
 _ENTRY_FIELDS = (
     "seq", "partition", "offset", "event_id", "message_id", "role", "content", "name", "tool_calls", "tool_call_id",
@@ -209,11 +214,9 @@ def transcript_entry(r: Mapping[str, Any]) -> dict[str, Any]:
     return entry
 
 
-def summary_entries(rows: Sequence[Mapping[str, Any]], *, current_epoch: int) -> list[dict[str, Any]]:
+def summary_entries(rows: Sequence[Mapping[str, Any]], *, current: int | None) -> list[dict[str, Any]]:
     """The entries of :meth:`ReadModels.summaries` for a conversation's summary rows in seq order:
-    the current one is the latest of the current epoch whose text is still there."""
-    usable = [r for r in rows if r["text"] is not None and r["epoch"] == current_epoch]
-    current = usable[-1]["seq"] if usable else None
+    ``current`` is the seq of the one the fold chose (the conversation's ``summary_seq``)."""
     return [_summary_entry(r, current) for r in rows]
 
 

@@ -40,7 +40,6 @@ from query_api.ports import (
     encode_cursor,
     summary_entries,
     transcript_entry,
-    usable_turns,
 )
 
 __all__ = ["PostgresReadModels"]
@@ -50,24 +49,18 @@ _NEWEST = (1 << 63) - 1  # "before" of the first transcript page
 
 # The context's inputs in ONE statement, so one snapshot by construction (no transaction to open
 # or commit) and one round trip of one query: a head row (kind 0: the conversation, its window
-# and current summary, and the first row of the context's range, as a JSON array), then the
-# system messages (kind 1) and the newest rows of the range (kind 2), each in seq order.
+# and current summary, as a JSON array), then the system messages (kind 1) and the newest rows
+# of the range (kind 2), each in seq order. Where the range starts and how many usable turns it
+# holds are the fold's decisions, read from the conversation's row (projectors/context_range.py).
 _HEAD = (
     "SELECT c.epoch, c.last_partition, c.last_offset, "
-    "CASE WHEN w.epoch = c.epoch THEN w.start_seq END AS window_start, c.turn_count, "
+    "CASE WHEN w.epoch = c.epoch THEN w.start_seq END AS window_start, c.context_start, c.usable_turns, "
     "EXISTS (SELECT FROM {s}.parked p WHERE p.conversation_key = c.conversation_key) AS parked, "
-    "m.summary_id, m.text, m.covers FROM {s}.conversations c "
+    "m.summary_id, m.text, c.summary_covers_seq AS covers FROM {s}.conversations c "
     + WINDOW_AND_CURRENT_SUMMARY
     + "WHERE c.conversation_key = %(k)s"
 )
-# Where the context's messages start — query_api.context.context_start, here in SQL so that the
-# head and the messages are one statement. (The as_of tests compare contexts read this way with
-# contexts rebuilt from the log through context_start.)
-_START = (
-    "CASE WHEN h.summary_id IS NULL OR h.covers IS NULL THEN 0 "
-    "WHEN h.window_start IS NULL THEN h.covers + 1 ELSE LEAST(h.window_start, h.covers + 1) END"
-)
-_IN_RANGE = "AND seq >= (SELECT start FROM r) AND epoch = (SELECT epoch FROM r) AND role <> 'system' "
+_IN_RANGE = "AND seq >= (SELECT context_start FROM h) AND epoch = (SELECT epoch FROM h) AND role <> 'system' "
 # StoredMessage's fields, in its order (content, tool_calls and blocks as their JSON text: parsed
 # in Python, a plain string content by orjson; tool_calls is made a tuple, blocks Blocks).
 _MESSAGE = (
@@ -76,25 +69,15 @@ _MESSAGE = (
     "image_count, blocks::text, api, provider, model, is_error, (usage ->> 'prompt_tokens')::bigint "
     "FROM {s}.transcript WHERE conversation_key = %(k)s "
 )
-# What the assembler needs to report the turns it did not read: the first row of the range and
-# the redacted questions in it (the partial index transcript_redacted keeps that cheap).
-_FIRST = (
-    "SELECT turn, role = 'user' AS is_user, (SELECT count(*) FROM {s}.transcript WHERE conversation_key = %(k)s "
-    + _IN_RANGE
-    + "AND role = 'user' AND redacted_at IS NOT NULL) AS redacted "
-    "FROM {s}.transcript WHERE conversation_key = %(k)s " + _IN_RANGE + "ORDER BY seq LIMIT 1"
-)
 # The head row's message columns are NULL (their types come from the other branches).
 _HEAD_ROW = (
-    "SELECT 0 AS kind, json_build_array(h.epoch, h.last_partition, h.last_offset, h.window_start, h.turn_count, "
-    "h.parked, h.summary_id, h.text, h.covers, f.turn, f.is_user, f.redacted)::text AS head, NULL AS seq"
-    + ", NULL" * 21
-    + " FROM h LEFT JOIN f ON true "
+    "SELECT 0 AS kind, json_build_array(h.epoch, h.last_partition, h.last_offset, h.window_start, h.usable_turns, "
+    "h.parked, h.summary_id, h.text, h.covers)::text AS head, NULL AS seq" + ", NULL" * 21 + " FROM h "
 )
 # The newest %(n)s rows of the range (a budget rarely reaches back far; NULL is LIMIT ALL: every
 # row) by the primary key, the system messages by the partial index transcript_system_messages.
 _CONTEXT = (
-    "WITH h AS (" + _HEAD + "), r AS (SELECT h.epoch, " + _START + " AS start FROM h), f AS (" + _FIRST + ") "
+    "WITH h AS (" + _HEAD + ") "
     + _HEAD_ROW
     + "UNION ALL (SELECT 1, " + _MESSAGE + "AND role = 'system' ORDER BY seq) "
     "UNION ALL (SELECT 2, " + _MESSAGE + _IN_RANGE + "ORDER BY seq DESC LIMIT %(n)s) "
@@ -111,7 +94,7 @@ SELECT t.* FROM {s}.conversations c LEFT JOIN LATERAL (
 ) t ON true
 WHERE c.conversation_key = %s ORDER BY t.seq DESC"""
 _SUMMARIES = """
-SELECT c.epoch AS current_epoch, m.seq, m.partition, m."offset", m.event_id, m.summary_id, m.epoch, m.text,
+SELECT c.summary_seq AS current_seq, m.seq, m.partition, m."offset", m.event_id, m.summary_id, m.epoch, m.text,
        m.covers_through_message_id, m.model, m.prompt_version, m.input_tokens, m.output_tokens, m.summary_tokens,
        m.occurred_at, m.erased_at
 FROM {s}.conversations c LEFT JOIN {s}.summaries m ON m.conversation_key = c.conversation_key
@@ -187,8 +170,8 @@ class PostgresReadModels:
                         await conn.set_autocommit(False)  # as the pool's other users expect it
         if not rows:
             return None
-        (epoch, partition, last_offset, window_start, turn_count, parked, summary_id, text, covers, first_turn,
-         first_is_user, redacted_questions) = orjson.loads(rows[0][1])  # fmt: skip
+        (epoch, partition, last_offset, window_start, usable, parked, summary_id, text,
+         covers) = orjson.loads(rows[0][1])  # fmt: skip
         system = tuple(_message(r, encoding) for r in rows if r[0] == 1)
         messages = tuple(_message(r, encoding) for r in rows if r[0] == 2)
         summary = None
@@ -196,10 +179,6 @@ class PostgresReadModels:
             summary = StoredSummary(summary_id, text, covers, cached_counter(encoding)(text))
         if newest is None:
             return ContextInputs(key, epoch, parked, system, summary, window_start, messages, partition, last_offset)
-        usable = 0
-        if first_turn is not None:
-            usable = usable_turns(turn_count, first_turn, first_is_user=first_is_user,
-                                  redacted_questions=redacted_questions)  # fmt: skip
         return ContextInputs(
             key, epoch, parked, system, summary, window_start, messages, partition, last_offset,
             complete=len(messages) < newest, usable_turns=usable,
@@ -258,7 +237,7 @@ class PostgresReadModels:
                 rows = await cur.fetchall()
         if not rows:
             return None
-        return summary_entries([r for r in rows if r["seq"] is not None], current_epoch=rows[0]["current_epoch"])
+        return summary_entries([r for r in rows if r["seq"] is not None], current=rows[0]["current_seq"])
 
     async def conversation_exists(self, key: ConversationKey) -> bool:
         return await self.first_offset(key) is not None

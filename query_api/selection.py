@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from events.blocks import OpaqueBlock
+from events.event_types import tool_calls_ran
 from events.formats.registry import FormatRegistry
 from events.formats.rendering import Selected, Target, extras_served
 from projectors.tokens import message_cost
@@ -112,7 +113,7 @@ def build_turn(messages: Sequence[StoredMessage], costs: Costs, *, keep_images: 
         i += 1
         if m.role != "assistant" or not usable(m):
             continue  # orphan tool results, unusable messages (a tool result after them is an orphan too)
-        call_ids = [] if m.finish_reason == "interrupted" else [c["id"] for c in m.tool_calls]
+        call_ids = [c["id"] for c in m.tool_calls] if tool_calls_ran(m.finish_reason) else []
         answers: dict[str, StoredMessage] = {}
         while i < len(messages) and messages[i].role == "tool":
             t = messages[i]

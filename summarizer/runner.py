@@ -33,7 +33,7 @@ import structlog
 
 from events.codec import EventCodec
 from events.errors import ConvlogError
-from events.event_types import MessageAppended, MessageRedacted, SummaryRecorded
+from events.event_types import MessageAppended, MessageRedacted, SummaryRecorded, tool_calls_ran
 from events.keys import ConversationKey
 from events.log import LogRecord
 from events.producer import Appended, ConversationProducer
@@ -193,7 +193,7 @@ class Summarizer:
             return event.key
         if not isinstance(body, MessageAppended) or body.role != "assistant":
             return None
-        if body.tool_calls and body.finish_reason != "interrupted":
+        if body.tool_calls and tool_calls_ran(body.finish_reason):
             return None
         return event.key
 

@@ -22,7 +22,7 @@ from summarizer.transcript import PendingMessage
 
 _SNAPSHOT = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
 _HEAD = (
-    "SELECT c.epoch, CASE WHEN w.epoch = c.epoch THEN w.start_seq END, m.summary_id, m.text, m.covers, "
+    "SELECT c.epoch, CASE WHEN w.epoch = c.epoch THEN w.start_seq END, m.summary_id, m.text, c.summary_covers_seq, "
     "(SELECT count(*) FROM {s}.summaries x WHERE x.conversation_key = c.conversation_key AND x.epoch = c.epoch "
     "AND x.text IS NULL) FROM {s}.conversations c " + WINDOW_AND_CURRENT_SUMMARY + "WHERE c.conversation_key = %s"
 )

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from events.event_types import tool_calls_ran
+
 MAX_TEXT_CHARS = 2000  # of one message's text
 MAX_TOOL_CHARS = 300  # of one tool call's arguments or one tool result
 USER_PREFIX = "User: "  # a user message's line: one line, its whitespace folded
@@ -47,8 +49,8 @@ def render_turns(messages: Sequence[PendingMessage]) -> list[str]:
             text = _text(m.content)
             if text:
                 lines.append(f"Assistant: {_clip(text, MAX_TEXT_CHARS)}")
-            if m.finish_reason == "interrupted":
-                continue  # its calls never ran
+            if not tool_calls_ran(m.finish_reason):
+                continue
             for call in m.tool_calls:
                 fn = call.get("function", {})
                 name = str(fn.get("name", "tool"))

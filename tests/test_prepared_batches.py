@@ -17,8 +17,8 @@ from projectors.fold import BatchInputs, fold_batch
 from projectors.log_source import LogSource
 from projectors.ports import BatchReport
 from projectors.prepare import PreparedBatch
+from projectors.row_values import countable_reasoning, countable_text
 from projectors.runner import Projector
-from projectors.state import countable_reasoning, countable_text
 from projectors.store import PostgresProjectionStore
 from projectors.tokens import ENCODINGS, TokenCounter, get_encoding
 from projectors.versions import compare

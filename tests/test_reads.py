@@ -146,8 +146,10 @@ async def test_a_summary_moves_the_start_after_its_coverage_but_never_past_the_w
     assert [m.seq for m in inputs.messages] == list(range(7, 21))
     assert [m.seq for m in inputs.system] == [0]
 
-    # An erased summary text is never served: the previous one is.
-    await projection.execute("UPDATE {s}.summaries SET text = NULL WHERE summary_id = 's2'")
+    # A summary whose text is gone (withdrawn: a redaction of a message it covers) is never
+    # served: the previous one is. (The fold decides which one; the read takes its choice.)
+    await producer.redact(OA, done[10].message_id, reason="pii")  # covered by s2, not by s1
+    await project_all(log, projection.store(policy=SEED_000_WINDOW))
     inputs = await context(reads, OA)
     assert inputs.summary is not None
     assert inputs.summary.summary_id == "s1"
@@ -378,15 +380,16 @@ async def test_context_statements_use_the_indexes_for_a_conversation_among_many(
     inputs = await context(reads, OA)
     k = str(OA)
     assert inputs.summary is not None
-    # One statement: the head by its primary key (and what the summary covers by message id),
-    # the system messages by their partial index, the range and its first row by the primary key.
+    # One statement: the head by its primary key (its window and current summary by theirs: the
+    # row names the summary and where the range starts, the fold's decisions), the system
+    # messages by their partial index, the range by the primary key.
     for n in (3, None):
         async with projection.pool.connection() as conn:
             cur = await conn.execute(b"EXPLAIN " + reads._context["o200k_base"], {"k": k, "n": n})
             plan = "\n".join(row[0] for row in await cur.fetchall())
         assert "Seq Scan" not in plan, plan
-        for index in ("conversations_pkey", "transcript_by_message_id", "transcript_system_messages",
-                      "transcript_pkey", "transcript_redacted"):  # fmt: skip
+        for index in ("conversations_pkey", "windows_pkey", "summaries_pkey", "transcript_system_messages",
+                      "transcript_pkey"):  # fmt: skip
             assert index in plan, plan
 
 
@@ -398,7 +401,8 @@ async def test_the_list_reads_the_activity_index_from_the_cursor_on(
     await projection.execute(
         "INSERT INTO {s}.conversations SELECT 'acme:u' || u || ':c' || c, 'acme', 'u' || u, 'c' || c, NULL, '{{}}', "
         "now(), CASE WHEN mod(c, 10) <> 0 THEN now() - c * interval '1 minute' END, now(), 1, 1, 1, 0, 0, NULL, "
-        "'{{}}', '{{}}', 0, 0, 0 FROM generate_series(1, 30) u, generate_series(1, 2000) c"
+        "'{{}}', '{{}}', 0, 0, 0, NULL, NULL, NULL, 0, '{{}}', 0, 1 "
+        "FROM generate_series(1, 30) u, generate_series(1, 2000) c"
     )
     await projection.execute("ANALYZE {s}.conversations")
     middle = datetime.now(UTC) - timedelta(minutes=1000)

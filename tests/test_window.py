@@ -23,14 +23,11 @@ from events.event_types import (
 )
 from events.keys import ConversationKey
 from events.log import LogRecord
+from projectors.context_range import SummaryAt
 from projectors.fold import BatchInputs, BatchOutcome, decode_batch, fold_batch
-from projectors.state import (
-    FLAG_DUPLICATE_TOOL_RESULT,
-    FLAG_UNKNOWN_TOOL_CALL,
-    ConversationState,
-    MessageAt,
-    TranscriptRow,
-)
+from projectors.state import ConversationState, MessageAt, TranscriptRow
+from projectors.tool_calls import FLAG_DUPLICATE_TOOL_RESULT, FLAG_UNKNOWN_TOOL_CALL
+from projectors.turns import starts_turn
 from projectors.window import Window, WindowPolicy, on_user_message
 
 KEY = ConversationKey("t", "u", "c")
@@ -167,7 +164,8 @@ def fold_in_batches(
         state = out.states.get(str(KEY), state)
         seen.update(out.applied_event_ids)
         for r in out.transcript:
-            known.setdefault((r.conversation_key, r.message_id), []).append(MessageAt(r.seq, r.epoch))
+            at = MessageAt(r.seq, r.epoch, r.turn, starts_turn(r.role))
+            known.setdefault((r.conversation_key, r.message_id), []).append(at)
         outcomes.append(out)
     return outcomes, state
 
@@ -388,7 +386,8 @@ def test_a_message_changes_only_the_fields_a_message_moves(role: str) -> None:
         KEY, exists=True, title="kept", metadata={"k": "v"}, started_at=T0, last_activity_at=T0,
         last_event_at=T0, message_count=5, turn_count=2, next_seq=7, epoch=3, clear_count=2,
         erased_at=T0, open_tool_calls=("c1",), answered_tool_calls=("c0",), window=Window(2, (2, 4)),
-        last_at=(1, 40), first_offset=10,
+        last_at=(1, 40), first_offset=10, summary=SummaryAt(5, 3, 3, 1), turns_before_epoch=1,
+        redacted_questions=(4,),
     )  # fmt: skip
     assert all(getattr(state, f.name) != f.default for f in fields(state) if f.name not in ("key", "metadata"))
     body = MessageAppended(

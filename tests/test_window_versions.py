@@ -150,7 +150,7 @@ async def test_0006_records_on_older_versions_the_window_they_ran_with(
     async with temporary_database(pg_admin_url) as url:
         await _version_before_0006(url)
         settings = Settings.from_env(env)
-        assert await migrate(url, legacy_window=settings.legacy_window_policy()) == [6, 7]
+        assert await migrate(url, legacy_window=settings.legacy_window_policy()) == [6, 7, 8]
         assert await _recorded(url) == [(1, *expected)]
         assert await _recorded(url, "live_periods") == [(1, *expected)]  # 0007: live from the start with it
         # Once recorded it stays: other settings later change nothing (the migration is applied).
@@ -280,7 +280,7 @@ async def test_0007_records_the_versions_switched_before_it_in_the_order_they_we
                 "('read_models', 3, 'convlog_read_models_v3', 'retired', '2026-01-02', '2026-02-01', 10, 3), "
                 "('read_models', 4, 'convlog_read_models_v4', 'building', '2026-04-01', NULL, 12, 4)"
             )
-        assert await migrate(url) == [7]
+        assert await migrate(url, target=7) == [7]
         async with await psycopg.AsyncConnection.connect(url) as conn:
             cur = await conn.execute(
                 "SELECT version, window_max_turns, window_keep_turns, previous_schema, live_from "

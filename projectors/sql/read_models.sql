@@ -30,7 +30,16 @@ CREATE TABLE {schema}.conversations (
     answered_tool_calls text[]      NOT NULL,
     last_partition      integer     NOT NULL,
     last_offset         bigint      NOT NULL,
-    first_offset        bigint      NOT NULL   -- reading the conversation from the log starts here
+    first_offset        bigint      NOT NULL,  -- reading the conversation from the log starts here
+    -- What the fold decided about the context's range (projectors/context_range.py; migration
+    -- 0008 adds these, last, to versions made before): readers read them, never a rule.
+    summary_seq         bigint,                -- the current summary (NULL: none)
+    summary_covers_seq  bigint,                -- the seq of the message it covers through
+    summary_covers_turn integer,               -- and that message's turn
+    turns_before_epoch  integer     NOT NULL,  -- turn_count when the current epoch began
+    redacted_questions  bigint[]    NOT NULL,  -- the current epoch's redacted user messages
+    context_start       bigint      NOT NULL,  -- a context's non-system messages start here
+    usable_turns        integer     NOT NULL   -- the usable turns from there on
 );
 CREATE INDEX conversations_by_activity
     ON {schema}.conversations (tenant_id, user_id, last_activity_at DESC NULLS LAST, conversation_id);

@@ -27,7 +27,7 @@ from events.blocks import (
     reasoning_text,
 )
 from events.event_types import MessageAppended, ToolCall
-from projectors.state import content_json, tool_calls_json
+from projectors.row_values import content_json, tool_calls_json
 from projectors.tokens import countable_text, image_parts, text_counter
 from query_api.context_types import StoredMessage
 
