@@ -40,19 +40,19 @@ from events.codec import HEADER_SIZE, default_codec
 from events.kafka_log import KafkaEventLog, to_log_record
 from events.keys import ConversationKey
 from events.producer import ConversationProducer
-from projectors.event_index import INDEX_COLUMNS
+from pgstore.event_index import INDEX_COLUMNS
+from pgstore.migrate import migrate
+from pgstore.pool import open_pool
+from pgstore.store import PostgresProjectionStore
+from pgstore.versions import ProjectionVersion, create_version
 from projectors.fold import BatchInputs, decode_batch, fold_batch
 from projectors.gc_tuning import projection_gc
 from projectors.log_source import LogSource
-from projectors.migrate import migrate
-from projectors.pg import open_pool
 from projectors.row_values import countable_text
 from projectors.rows import TRANSCRIPT_COLUMNS, column_list, index_rows, transcript_copy_rows
 from projectors.runner import Projector
 from projectors.state import TranscriptRow
-from projectors.store import PostgresProjectionStore
 from projectors.tokens import TokenCounter, text_counter
-from projectors.versions import ProjectionVersion, create_version
 from projectors.window import WindowPolicy
 
 TEXT = "提交之后审批流程是怎样的？外包员工需要驻场负责人先确认，再由直属主管和供应商管理员审批。"

@@ -35,9 +35,9 @@ from convlog.ops.rebuild_protocol import READY
 from convlog.ops.rebuild_sharing import start_worker
 from convlog.ops.rebuilding import RebuildOptions, rebuild
 from convlog.settings import Settings
-from projectors.migrate import migrate
-from projectors.pg import open_pool
-from projectors.versions import create_version, versions
+from pgstore.migrate import migrate
+from pgstore.pool import open_pool
+from pgstore.versions import create_version, versions
 
 
 @asynccontextmanager

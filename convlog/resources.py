@@ -21,9 +21,9 @@ from convlog.wiring import open_event_log
 from events.errors import ConfigurationError
 from events.log import EventLog
 from pgstore import registry
-from projectors.migrate import migrate
-from projectors.pg import PgPool, SessionLimits, open_pool, pg_errors, retrying
-from projectors.versions import ProjectionVersion
+from pgstore.migrate import migrate
+from pgstore.pool import PgPool, SessionLimits, open_pool, pg_errors, retrying
+from pgstore.versions import ProjectionVersion
 
 __all__ = [
     "ReadModelsHandle",
@@ -136,7 +136,7 @@ def projector_group(topic: str, database: str, schema: str) -> str:
     the summarizer's: deployments sharing a cluster (each its own topic, all with the default
     schema name and often the same instance ids) must not share a group, or each start
     rebalances the others and static members fence them. And the database
-    (:func:`~projectors.pg.database_identity`): two databases projecting one topic (a staging
+    (:func:`~pgstore.pool.database_identity`): two databases projecting one topic (a staging
     copy of the read models, a second region) each need every partition; in one group they
     would split them, each projecting half the log."""
     return f"convlog.projector.{topic}.{database}.{schema}"
@@ -144,7 +144,7 @@ def projector_group(topic: str, database: str, schema: str) -> str:
 
 def summarizer_group(topic: str, database: str) -> str:
     """The summarizer's consumer group: ``convlog.summarizer.<topic>.<database>``. The database
-    (:func:`~projectors.pg.database_identity`) as in the projector's group: two deployments
+    (:func:`~pgstore.pool.database_identity`) as in the projector's group: two deployments
     summarizing one topic into two databases each need every partition; in one group they split
     them, and each database's summaries then covered only the conversations of its half. The
     group only assigns partitions (positions live in Postgres), so renaming it loses nothing."""

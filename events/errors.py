@@ -4,8 +4,8 @@ Every error convlog raises is a :class:`ConvlogError`: it has a stable ``code`` 
 HTTP API answers with) and ``retriable``, which tells a caller whether trying the same
 operation again (with the same ``event_id``) can succeed. Driver exceptions (aiokafka, psycopg,
 fastavro, openai) are converted at the edge with ``raise ... from e`` so callers never have
-to know which driver sits underneath (Postgres: :func:`projectors.pg.convert_pg_error` and
-the :func:`projectors.pg.pg_errors` block around a read). Misuse by the calling code — an
+to know which driver sits underneath (Postgres: :func:`pgstore.pool.convert_pg_error` and
+the :func:`pgstore.pool.pg_errors` block around a read). Misuse by the calling code — an
 argument of the wrong type or out of range, a broken internal invariant — raises Python's own
 ``TypeError``/``ValueError``/``AssertionError``, like any library: those are bugs to fix, not
 conditions to handle.
@@ -45,11 +45,11 @@ list is exactly the classes the packages define, with these parents)::
         * PositionBeyondLogEndError — projectors.errors
         * VersionBusyError — projectors.errors, retriable
         * PoisonRecordError — projectors.fold
-        * TopicMismatchError — projectors.topics
+        * TopicMismatchError — pgstore.topics
       * ContextBudgetExceededError — query_api.context_types
       * NeedOlderMessagesError — query_api.context
       * UnknownMessageError — query_api.as_of
-      * ClientDisconnectedError — query_api.disconnects
+      * ClientDisconnectedError — query_api.http.disconnects
       * ConversationNotFoundError — query_api.live.errors
       * NotCaughtUpError — query_api.live.errors, retriable
       * UnknownVersionError — query_api.live.errors

@@ -13,10 +13,10 @@ from typing import Any
 
 from psycopg import AsyncConnection, sql
 
+from pgstore.pool import PgPool
 from pgstore.positions import positions_in
-from projectors.pg import PgPool
-from projectors.store import skip_decisions
-from projectors.versions import (
+from pgstore.store import skip_decisions
+from pgstore.versions import (
     CHECKED_TABLES,
     checksums,
     compared_rows,
@@ -82,7 +82,7 @@ class VersionReads:
         uncounted: Collection[str],
         index_from: Mapping[int, int] | None,
     ) -> dict[tuple[str, str], str]:
-        """md5 per (table, conversation): :func:`projectors.versions.checksums`."""
+        """md5 per (table, conversation): :func:`pgstore.versions.checksums`."""
         return await checksums(self._conn, schema, keys, by_value=by_value, uncounted=uncounted, index_from=index_from)
 
     async def rows_as_text(

@@ -10,7 +10,7 @@ from typing import Any
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from projectors.pg import PgPool
+from pgstore.pool import PgPool
 
 # The records of the same conversation waiting behind dead letter ``d`` (the one statement of it).
 _HELD = sql.SQL(

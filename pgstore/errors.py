@@ -7,12 +7,12 @@ from contextlib import contextmanager
 
 import psycopg
 
-from projectors.pg import convert_pg_error
+from pgstore.pool import convert_pg_error
 
 
 @contextmanager
 def driver_errors(action: str) -> Iterator[None]:
-    """As :func:`projectors.pg.pg_errors`, but only the driver's own errors: a block that also
+    """As :func:`pgstore.pool.pg_errors`, but only the driver's own errors: a block that also
     writes elsewhere (an export to a closed pipe raises ``BrokenPipeError``, a ``ConnectionError``)
     must not report that as Postgres unavailable."""
     try:

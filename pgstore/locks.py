@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 import psycopg
 
-from projectors.pg import PgPool
+from pgstore.pool import PgPool
 
 
 @contextlib.asynccontextmanager

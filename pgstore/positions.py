@@ -9,7 +9,7 @@ from typing import Any
 
 from psycopg import AsyncConnection, sql
 
-from projectors.pg import PgPool
+from pgstore.pool import PgPool
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from pgstore.pool import PgPool
 from pgstore.schemas import drop_schema_in
-from projectors.pg import PgPool
-from projectors.store import skip_decisions
-from projectors.versions import (
+from pgstore.store import skip_decisions
+from pgstore.versions import (
     READ_MODELS,
     ProjectionVersion,
     create_version,
@@ -75,7 +75,7 @@ async def drop_version(
     """Drop ``version``'s schema and its registry row; returns (schema, status it had).
 
     ``check(schema, status)`` (both None: no such version) raises to refuse; it runs under the
-    lock :func:`~projectors.versions.create_version` takes, so that no version is created or
+    lock :func:`~pgstore.versions.create_version` takes, so that no version is created or
     switched meanwhile. A retired version first hands its final positions to the version that
     replaced it (``as_of`` needs them)."""
     async with pool.connection() as conn, conn.transaction():

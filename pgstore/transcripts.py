@@ -12,7 +12,7 @@ from typing import Any
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from projectors.pg import PgPool
+from pgstore.pool import PgPool
 
 # Erased and redacted content is NULL in the read models already; the export's markers say why.
 _EXPORTED = sql.SQL(

@@ -1,8 +1,8 @@
 """convlog's projections: the projector that folds the log into Postgres read models, the
-window policy, token accounting, read-model versions (blue/green) and the projection errors.
+window policy, token accounting and the projection errors (the Postgres side is :mod:`pgstore`).
 
-The errors and the window policy are imported with the package; the rest (psycopg, tiktoken
-behind them) on first use.
+The errors and the window policy are imported with the package; the rest (tiktoken behind
+them) on first use.
 """
 
 from __future__ import annotations
@@ -22,18 +22,14 @@ from projectors.errors import (
 from projectors.window import Window, WindowPolicy
 
 if TYPE_CHECKING:
-    from projectors.pg import PgPool, open_pool
     from projectors.runner import Projector, ProjectorStats
     from projectors.tokens import ENCODINGS, ModelSpec, TokenCounter, cached_counter, model_spec
-    from projectors.versions import ProjectionVersion, create_version
 else:
     from events._lazy import lazy_exports
 
     __getattr__, __dir__ = lazy_exports(
         __name__,
         {
-            "PgPool": "projectors.pg",
-            "open_pool": "projectors.pg",
             "Projector": "projectors.runner",
             "ProjectorStats": "projectors.runner",
             "ENCODINGS": "projectors.tokens",
@@ -41,8 +37,6 @@ else:
             "TokenCounter": "projectors.tokens",
             "cached_counter": "projectors.tokens",
             "model_spec": "projectors.tokens",
-            "ProjectionVersion": "projectors.versions",
-            "create_version": "projectors.versions",
         },
     )
 
@@ -51,11 +45,9 @@ __all__ = [
     "InvariantError",
     "MigrationError",
     "ModelSpec",
-    "PgPool",
     "PositionBeyondLogEndError",
     "PositionConflictError",
     "ProjectionError",
-    "ProjectionVersion",
     "Projector",
     "ProjectorStats",
     "RecordRefusedError",
@@ -65,7 +57,5 @@ __all__ = [
     "Window",
     "WindowPolicy",
     "cached_counter",
-    "create_version",
     "model_spec",
-    "open_pool",
 ]

@@ -2,7 +2,7 @@
 
 The fold (projectors/fold.py, projectors/state.py) decides which rows and summaries a
 redaction, an erasure or a withdrawal changes; the store writes those decisions with UPDATEs
-(projectors/writes.py), and this module applies the same decisions to the folded rows, so
+(pgstore/writes.py), and this module applies the same decisions to the folded rows, so
 ``as_of`` (and any read model kept in memory) ends where the tables end. Both clear the fields
 :data:`~projectors.state.REDACTION_CLEARS` and :data:`~projectors.state.ERASURE_CLEARS` name
 (and empty :data:`~projectors.state.CLEARS_TO_EMPTY`).

@@ -162,7 +162,7 @@ class InMemoryProjectionStore:
         )
 
     def _write(self, out: BatchOutcome) -> None:
-        """projectors/writes.py's BatchWriter.write, statement for statement, in the same order."""
+        """pgstore/writes.py's BatchWriter.write, statement for statement, in the same order."""
         t = self.tables
         for row in transcript_copy_rows(out.transcript, self._counter):
             entry: dict[str, Any] = dict(zip(TRANSCRIPT_COLUMNS, row, strict=True))

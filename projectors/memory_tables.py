@@ -1,5 +1,5 @@
 """The read models of one projection version, held in memory: the tables of
-projectors/sql/read_models.sql as Python rows, for tests and tools that need no Postgres.
+pgstore/sql/read_models.sql as Python rows, for tests and tools that need no Postgres.
 
 :class:`~projectors.memory_store.InMemoryProjectionStore` writes them (through the same fold as
 the Postgres store), :class:`~query_api.memory_reads.InMemoryReadModels` reads them; neither

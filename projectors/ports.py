@@ -8,7 +8,7 @@ positions it moves.
 
 Adapters, each in a module of its own: :mod:`projectors.kafka_source` (a Kafka consumer group),
 :mod:`projectors.log_source` (any :class:`~events.log.EventLog` read by its single owner),
-:mod:`projectors.store` (Postgres), :mod:`projectors.memory_store` (in memory, for tests).
+:mod:`pgstore.store` (Postgres), :mod:`projectors.memory_store` (in memory, for tests).
 No driver here.
 """
 

@@ -26,9 +26,9 @@ import structlog
 
 from events.log import LogRecord, ReadBatch
 from projectors.errors import PositionConflictError, StoreUnavailableError
-from projectors.pg import retrying
 from projectors.ports import BatchReport, ProjectionStore, RecordSource, UnreadableBatch
 from projectors.prepare import PreparedBatch
+from projectors.retry import retrying
 
 log = structlog.get_logger(__name__)
 

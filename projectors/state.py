@@ -159,7 +159,7 @@ class SummaryWithdrawal:
 
 
 # What a redaction and an erasure take from a transcript row: the projection's UPDATEs
-# (projectors/writes.py), the in-memory tables (projectors/memory_store.py) and the in-memory
+# (pgstore/writes.py), the in-memory tables (projectors/memory_store.py) and the in-memory
 # application (projectors/applied.py) are all made from these.
 # blocks hold the same content losslessly, and more that must not outlive it either: reasoning
 # signatures, redacted thinking, encrypted reasoning, opaque provider blocks.

@@ -9,7 +9,7 @@ never served again, even for the past.
 
 Which window: each read-models version serves with its own (a changed window is a rebuild and a
 switch), so the API passes a :data:`PolicyAt` that names the window of the version live when the
-context's last event was projected (projectors/versions.py ``policy_served_at``): a context
+context's last event was projected (pgstore/versions.py ``policy_served_at``): a context
 served before a switch is rebuilt with the old version's window, one served after it with the
 new one's.
 

@@ -1,6 +1,6 @@
 """One conversation read back from the log at the cost of the conversation, not of its partition.
 
-The event index (projectors/event_index.py) holds the coordinates of every record the
+The event index (pgstore/event_index.py) holds the coordinates of every record the
 projection has passed; those records are fetched from the log by offset, in coalesced ranges,
 and only what lies beyond the projection's position is scanned. The log stays the source of
 truth: the records are the log's own bytes, decoded here, so folding them gives what folding a

@@ -2,7 +2,7 @@
 (:class:`~projectors.memory_tables.MemoryTables`, written by
 :class:`~projectors.memory_store.InMemoryProjectionStore`): the query API without Postgres.
 
-Each read answers what :class:`~query_api.reads.PostgresReadModels`' statement answers over the
+Each read answers what :class:`~pgstore.reads.PostgresReadModels`' statement answers over the
 same rows (the contract suite, tests/contract/test_read_models_contract.py, runs both); the SQL
 a method mirrors is named in its comment. One event loop, no awaits inside a read: every read
 sees one state, as the Postgres reads see one snapshot.

@@ -1,7 +1,7 @@
 """The read-model port: what the query API reads from a projection version's read models, and
 the pure types it gets back. No driver here.
 
-Adapters: :class:`query_api.reads.PostgresReadModels` (the live schema in Postgres) and
+Adapters: :class:`pgstore.reads.PostgresReadModels` (the live schema in Postgres) and
 :class:`query_api.memory_reads.InMemoryReadModels` (tables kept in memory by
 :class:`projectors.memory_store.InMemoryProjectionStore`, folded by the same pure functions), both
 run through one contract suite (tests/contract/test_read_models_contract.py). Page limits and

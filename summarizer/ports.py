@@ -4,7 +4,7 @@ and keeps its positions in. No driver here.
 Adapters: :class:`summarizer.offline_model.OfflineSummaryModel` (deterministic, no network) and
 :class:`summarizer.openai_model.OpenAISummaryModel` (any OpenAI-compatible endpoint), both run
 through one contract suite (tests/contract/test_summary_model_contract.py);
-:class:`summarizer.store.PostgresSummaryStore`. Summaries themselves are never written to a
+:class:`pgstore.summaries.PostgresSummaryStore`. Summaries themselves are never written to a
 store: they are events in the log, projected like any other.
 """
 

@@ -37,8 +37,8 @@ from events.event_types import MessageAppended, MessageRedacted, SummaryRecorded
 from events.keys import ConversationKey
 from events.log import LogRecord
 from events.producer import Appended, ConversationProducer
-from projectors.pg import retrying
 from projectors.ports import RecordSource
+from projectors.retry import retrying
 from summarizer.limits import count_tokens, enforce_limit
 from summarizer.metrics import SummarizerMetrics
 from summarizer.plan import SummaryJob, plan

@@ -16,14 +16,14 @@ from psycopg.conninfo import make_conninfo
 
 from events.codec import EventCodec, default_codec
 from events.log import EventLog
+from pgstore.migrate import migrate
+from pgstore.pool import PgPool, open_pool
+from pgstore.store import PostgresProjectionStore
+from pgstore.versions import ProjectionVersion, create_version
 from projectors.log_source import LogSource
-from projectors.migrate import migrate
-from projectors.pg import PgPool, open_pool
 from projectors.ports import ProjectionStore
 from projectors.runner import Projector
-from projectors.store import PostgresProjectionStore
 from projectors.tokens import TokenCounter
-from projectors.versions import ProjectionVersion, create_version
 from projectors.window import WindowPolicy
 
 COUNTER = TokenCounter()

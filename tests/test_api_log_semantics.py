@@ -19,7 +19,8 @@ from events.keys import ConversationKey, partition_for_key
 from events.log import Coordinates, EventLog, ReadBatch
 from events.producer import ConversationProducer
 from events.reading import conversation_events
-from projectors import store as store_module
+from pgstore import store as store_module
+from pgstore.reads import PostgresReadModels
 from projectors.tokens import model_spec
 from projectors.window import WindowPolicy
 from query_api.context_types import ContextRequest
@@ -27,7 +28,6 @@ from query_api.events_json import events_json
 from query_api.http import ApiDeps, HttpSettings, create_app
 from query_api.live import QueryService
 from query_api.metrics import Metrics
-from query_api.reads import PostgresReadModels
 from query_api.served import context_as_of, context_body
 from tests.projection_support import Projection, project_all
 

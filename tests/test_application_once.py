@@ -25,14 +25,14 @@ from events.embedded_log import EmbeddedEventLog
 from events.event_types import MessageAppended, SummaryRecorded
 from events.keys import ConversationKey
 from events.producer import Appended, ConversationProducer
+from pgstore.reads import PostgresReadModels
+from pgstore.versions import compare, json_forms_differ
 from projectors.tokens import DEFAULT_COUNTED, ENCODINGS, TokenCounter, model_spec
-from projectors.versions import compare, json_forms_differ
 from projectors.window import WindowPolicy
 from query_api.as_of import context_inputs_as_of
 from query_api.context_types import ContextBudgetExceededError, ContextRequest, StoredMessage
 from query_api.live import assemble_live, ranges
 from query_api.ports import ContextInputs
-from query_api.reads import PostgresReadModels
 from query_api.served import context_as_of, context_body
 from tests.native_support import thinking_answer, tool_result
 from tests.projection_support import Projection, project_all

@@ -17,13 +17,13 @@ from events.event_types import SummaryRecorded
 from events.keys import ConversationKey
 from events.log import EventLog
 from events.producer import ConversationProducer
+from pgstore.reads import PostgresReadModels
+from pgstore.versions import ProjectionVersion, create_version, served_policies, switch
 from projectors.tokens import model_spec
-from projectors.versions import ProjectionVersion, create_version, served_policies, switch
 from projectors.window import WindowPolicy
 from query_api.as_of import PolicyAt
 from query_api.context_types import ContextRequest
 from query_api.live import assemble_live
-from query_api.reads import PostgresReadModels
 from query_api.served import context_as_of, context_body
 from tests.projection_support import Projection, project_all
 

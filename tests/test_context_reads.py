@@ -9,11 +9,11 @@ import pytest
 from events.embedded_log import EmbeddedEventLog
 from events.keys import ConversationKey
 from events.producer import ConversationProducer
+from pgstore.reads import PostgresReadModels
 from projectors.tokens import ModelSpec, model_spec
 from query_api.context_types import ContextRequest
 from query_api.live import NEWEST_FIRST, RowsNeeded, assemble_live
 from query_api.ports import ContextInputs
-from query_api.reads import PostgresReadModels
 from tests.projection_support import Projection, project_all
 
 KEY = ConversationKey("acme", "employee-42", "long")

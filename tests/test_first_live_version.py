@@ -7,9 +7,9 @@ import asyncio
 
 import pytest
 
-from projectors.migrate import migrate
-from projectors.pg import open_pool
-from projectors.versions import ensure_live_version, versions
+from pgstore.migrate import migrate
+from pgstore.pool import open_pool
+from pgstore.versions import ensure_live_version, versions
 from tests.projection_support import temporary_database
 
 pytestmark = pytest.mark.postgres

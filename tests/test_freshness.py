@@ -19,16 +19,16 @@ from events.codec import default_codec
 from events.embedded_log import EmbeddedEventLog
 from events.keys import ConversationKey, partition_for_key
 from events.producer import ConversationProducer
+from pgstore.positions_listener import PositionsListener
+from pgstore.store import PostgresProjectionStore
+from pgstore.versions import switch
 from projectors.positions_watch import FALLBACK_S, PositionsWatch, parse_positions, positions_payload
-from projectors.store import PostgresProjectionStore
 from projectors.tokens import TokenCounter
-from projectors.versions import switch
 from projectors.window import WindowPolicy
 from query_api.http import create_app
 from query_api.http.routes_context import VERSION_HEADER
 from query_api.live import NotCaughtUpError, wait_for_projection
 from query_api.ports import ReadModels
-from query_api.positions_listener import PositionsListener
 from tests.projection_support import Projection, temporary_database
 
 KEY = ConversationKey("acme", "u", "c")

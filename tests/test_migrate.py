@@ -12,8 +12,7 @@ import psycopg
 import pytest
 from psycopg import errors, sql
 
-from projectors.errors import MigrationError, StoreUnavailableError
-from projectors.migrate import (
+from pgstore.migrate import (
     LOCK_KEY,
     MIGRATIONS_DIR,
     load_migrations,
@@ -21,7 +20,8 @@ from projectors.migrate import (
     migrate_command,
     schema_version,
 )
-from projectors.versions import compare, create_version
+from pgstore.versions import compare, create_version
+from projectors.errors import MigrationError, StoreUnavailableError
 from tests.support import free_port
 
 

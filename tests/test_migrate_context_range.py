@@ -11,7 +11,7 @@ from events.embedded_log import EmbeddedEventLog
 from events.event_types import SummaryRecorded
 from events.keys import ConversationKey
 from events.producer import ConversationProducer
-from projectors.migrate import load_migrations
+from pgstore.migrate import load_migrations
 from tests.projection_support import SEED_000_WINDOW, Projection, project_all
 
 _COLUMNS = ("summary_seq", "summary_covers_seq", "summary_covers_turn", "turns_before_epoch", "redacted_questions",

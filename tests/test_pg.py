@@ -27,8 +27,8 @@ from convlog.embedded.postgres import ensure_embedded_postgres, stop_embedded_po
 from convlog.embedded.postgres_server import PostgresHandle, pg_bin_dir, start_postgres
 from convlog.embedded.processes import ServiceError
 from events.errors import ConvlogError
+from pgstore.pool import PgPool, convert_pg_error, describe_url, open_pool, retrying
 from projectors.errors import PositionConflictError, ProjectionError, RecordRefusedError, StoreUnavailableError
-from projectors.pg import PgPool, convert_pg_error, describe_url, open_pool, retrying
 from tests.support import free_port, services_required
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

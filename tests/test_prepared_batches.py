@@ -13,15 +13,15 @@ from events.embedded_log import EmbeddedEventLog
 from events.keys import ConversationKey
 from events.log import LogRecord
 from events.producer import ConversationProducer
+from pgstore.store import PostgresProjectionStore
+from pgstore.versions import compare
 from projectors.fold import BatchInputs, fold_batch
 from projectors.log_source import LogSource
 from projectors.ports import BatchReport
 from projectors.prepare import PreparedBatch
 from projectors.row_values import countable_reasoning, countable_text
 from projectors.runner import Projector
-from projectors.store import PostgresProjectionStore
 from projectors.tokens import ENCODINGS, TokenCounter, get_encoding
-from projectors.versions import compare
 from projectors.window import WindowPolicy
 from tests.projection_support import Projection, project_all
 

@@ -18,10 +18,10 @@ from events.event_types import SummaryRecorded
 from events.keys import ConversationKey
 from events.producer import ConversationProducer
 from events.strict_json import compact_json
+from pgstore.store import PIPELINED_BATCH, skip_decisions
+from pgstore.versions import compare
 from projectors.errors import PositionConflictError, ProjectionError
-from projectors.store import PIPELINED_BATCH, skip_decisions
 from projectors.tokens import TokenCounter, get_encoding
-from projectors.versions import compare
 from tests.native_support import NATIVE_SECRETS, thinking_answer, tool_result
 from tests.projection_support import SEED_000_WINDOW, Projection, project_all
 from tests.test_schema_evolution import future_schema_dir
@@ -309,7 +309,7 @@ async def test_small_batches_written_by_inserts_equal_large_ones_written_by_copy
 
 
 async def _checksums(projection: Projection) -> object:
-    from projectors.versions import checksums  # noqa: PLC0415
+    from pgstore.versions import checksums  # noqa: PLC0415
 
     async with projection.pool.connection() as conn:
         return await checksums(conn, projection.version.schema)

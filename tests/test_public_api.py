@@ -30,8 +30,8 @@ def test_every_exported_name_is_the_object_its_module_defines(name: str) -> None
     assert set(exported) <= set(dir(package))
     submodules = {m.name for m in pkgutil.iter_modules(package.__path__)}
     for attr in exported:
-        # `projectors.migrate` names a module: exporting its function under that name would
-        # make `projectors.migrate` mean either, depending on what was imported first.
+        # `pgstore.migrate` names a module: exporting its function under that name would
+        # make `pgstore.migrate` mean either, depending on what was imported first.
         assert attr not in submodules, f"{name}.{attr} is also a submodule"
         value = getattr(package, attr)
         if isinstance(value, type) or inspect.isfunction(value):  # not the aliases, constants

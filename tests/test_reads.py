@@ -20,11 +20,11 @@ from events.embedded_log import EmbeddedEventLog
 from events.event_types import SummaryRecorded
 from events.keys import MAX_KEY_PART_LENGTH, ConversationKey
 from events.producer import ConversationProducer
+from pgstore.pool import open_pool
+from pgstore.reads import PostgresReadModels
 from projectors.errors import ProjectionError, StoreUnavailableError
-from projectors.pg import open_pool
 from projectors.tokens import ENCODINGS, TokenCounter, text_counter
 from query_api.ports import MAX_CURSOR_CHARS, ContextInputs, decode_cursor, encode_cursor
-from query_api.reads import PostgresReadModels
 from tests.projection_support import SEED_000_WINDOW, Projection, project_all
 
 OA = ConversationKey("acme", "employee-42", "oa")

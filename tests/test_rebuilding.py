@@ -14,10 +14,10 @@ from convlog.runtime.serve import running_service
 from convlog.settings import Settings
 from events.codec import default_codec
 from events.keys import ConversationKey
+from pgstore.pool import open_pool
+from pgstore.store import PostgresProjectionStore
+from pgstore.versions import create_version, switch
 from projectors.errors import VersionBusyError
-from projectors.pg import open_pool
-from projectors.store import PostgresProjectionStore
-from projectors.versions import create_version, switch
 from projectors.window import WindowPolicy
 from tests.projection_support import COUNTER, Projection, project_all, temporary_database
 

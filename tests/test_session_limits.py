@@ -1,10 +1,10 @@
 """The projector's Postgres sessions bound what they wait for (real Postgres).
 
-A pool opened with :class:`~projectors.pg.SessionLimits` has them on every session, with TCP
+A pool opened with :class:`~pgstore.pool.SessionLimits` has them on every session, with TCP
 keepalives on both ends; a lock wait past ``lock_timeout`` is a retriable error that
-:func:`~projectors.pg.retrying` waits out; a transaction idle past its bound is ended by Postgres
+:func:`~pgstore.pool.retrying` waits out; a transaction idle past its bound is ended by Postgres
 (its locks released); one frozen inside a COPY — which no Postgres timeout interrupts — is ended
-by :func:`~projectors.stalled_sessions.end_stalled_blockers` once it blocks another session of
+by :func:`~pgstore.stalled_sessions.end_stalled_blockers` once it blocks another session of
 the same application, and only then.
 """
 
@@ -21,9 +21,9 @@ import pytest
 from convlog.runtime.projecting import projector_session_limits
 from convlog.settings import Settings
 from events.errors import ConvlogError
+from pgstore.pool import PgPool, SessionLimits, open_pool, pg_errors, retrying
+from pgstore.stalled_sessions import end_stalled_blockers
 from projectors.errors import StoreUnavailableError
-from projectors.pg import PgPool, SessionLimits, open_pool, pg_errors, retrying
-from projectors.stalled_sessions import end_stalled_blockers
 from tests.projection_support import temporary_database
 
 pytestmark = pytest.mark.postgres

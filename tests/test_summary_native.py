@@ -13,11 +13,11 @@ import pytest
 from events.embedded_log import EmbeddedEventLog
 from events.keys import ConversationKey
 from events.producer import ConversationProducer
+from pgstore.summaries import PostgresSummaryStore
 from summarizer.limits import count_tokens
 from summarizer.offline_model import OfflineSummaryModel
 from summarizer.openai_model import OpenAISummaryModel
 from summarizer.plan import plan
-from summarizer.store import PostgresSummaryStore
 from tests.fake_llm import FakeLLM
 from tests.native_support import NATIVE_SECRETS, thinking_answer, tool_result
 from tests.projection_support import SEED_000_WINDOW, Projection, project_all

@@ -9,10 +9,10 @@ from events.embedded_log import EmbeddedEventLog
 from events.event_types import SummaryRecorded
 from events.keys import ConversationKey
 from events.producer import Appended, ConversationProducer
-from projectors.versions import compare
+from pgstore.reads import PostgresReadModels
+from pgstore.versions import compare
 from query_api.as_of import context_inputs_as_of
 from query_api.ports import ContextInputs
-from query_api.reads import PostgresReadModels
 from tests.projection_support import SEED_000_WINDOW, Projection, project_all
 
 pytestmark = pytest.mark.postgres

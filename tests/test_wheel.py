@@ -72,7 +72,7 @@ _CHECK_INSTALL = """
 import importlib, importlib.util, json, sys
 import events, projectors, query_api, summarizer, pgstore, convlog
 from events.codec import _bundled_schema_dir
-from projectors.migrate import MIGRATIONS_DIR
+from pgstore.migrate import MIGRATIONS_DIR
 from summarizer.prompt import PROMPTS_DIR
 
 packages = [events, projectors, query_api, summarizer, pgstore, convlog]
@@ -156,7 +156,7 @@ def test_the_wheel_carries_py_typed_and_every_data_file(installed: Installed) ->
     names = set(zipfile.ZipFile(installed.wheel).namelist())
     expected = {f"{p}/py.typed" for p in PACKAGES}
     expected |= {f"events/_schemas/{p.name}" for p in (REPO / "schemas").iterdir() if p.is_file()}
-    for directory in ("projectors/migrations", "projectors/sql", "summarizer/prompts"):
+    for directory in ("pgstore/migrations", "pgstore/sql", "summarizer/prompts"):
         found = {p.relative_to(REPO).as_posix() for p in (REPO / directory).iterdir() if p.is_file()}
         assert found, directory
         expected |= found

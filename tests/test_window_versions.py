@@ -23,8 +23,8 @@ from convlog.runtime.serve import Service, running_service
 from convlog.settings import Settings
 from events.event_types import SummaryRecorded
 from events.keys import ConversationKey
-from projectors.migrate import migrate
-from projectors.versions import policy_served_at, versions
+from pgstore.migrate import migrate
+from pgstore.versions import policy_served_at, versions
 from projectors.window import WindowPolicy
 from query_api.http import create_app
 from tests.projection_support import temporary_database

@@ -49,7 +49,7 @@ def _demo(settings: Settings, args: argparse.Namespace) -> int:
 
 def _migrate(settings: Settings, args: argparse.Namespace) -> int:
     from convlog.resources import database_url  # noqa: PLC0415
-    from projectors.migrate import migrate_command  # noqa: PLC0415
+    from pgstore.migrate import migrate_command  # noqa: PLC0415
 
     return asyncio.run(migrate_command(database_url(settings), legacy_window=settings.legacy_window_policy()))
 

@@ -157,7 +157,7 @@ def _replay(settings: Settings, args: argparse.Namespace) -> int:
     from convlog.resources import live_read_models, opened_log  # noqa: PLC0415
     from events.errors import InvalidRequestError  # noqa: PLC0415
     from pgstore.registry import served_policy  # noqa: PLC0415
-    from projectors.versions import served_policies  # noqa: PLC0415
+    from pgstore.versions import served_policies  # noqa: PLC0415
     from projectors.window import WindowPolicy  # noqa: PLC0415
     from query_api.as_of import BeforeMessage, PolicyAt  # noqa: PLC0415
     from query_api.context_types import ContextRequest  # noqa: PLC0415

@@ -202,23 +202,18 @@ class PostgresHandle(StoppedOnExit):
         by another process, or another Postgres, is refused with :class:`PortTakenError` (our
         child is stopped first), never used.
         """
-        import psycopg  # noqa: PLC0415 - keep `import devservices.cli` light
-        from psycopg import sql  # noqa: PLC0415
+        from pgstore import server  # noqa: PLC0415 - keep `import devservices.cli` light (no psycopg)
+        from projectors.errors import StoreUnavailableError  # noqa: PLC0415
 
         deadline = time.monotonic() + timeout
         error: Exception | None = None
         while time.monotonic() < deadline:
             self._ensure_alive()
             try:
-                with psycopg.connect(self.url_for("postgres"), connect_timeout=2, autocommit=True) as conn:
-                    self._ensure_ours(conn.execute("SHOW data_directory").fetchone())
-                    exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (self.database,)).fetchone()
-                    if exists is None:
-                        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(self.database)))
-                with psycopg.connect(self.url, connect_timeout=2) as conn:
-                    conn.execute("SELECT 1").fetchone()
-            except psycopg.Error as exc:
-                error = exc
+                self._ensure_ours(server.data_directory(self.url_for("postgres")))
+                server.ensure_database(self.url_for("postgres"), self.url, self.database)
+            except StoreUnavailableError as exc:
+                error = exc.__cause__ if isinstance(exc.__cause__, Exception) else exc
                 time.sleep(0.2)
                 continue
             return
@@ -239,9 +234,8 @@ class PostgresHandle(StoppedOnExit):
             )
         raise ServiceError(f"Postgres is not running; {self.log_path}:\n{tail(self.log_path)}")
 
-    def _ensure_ours(self, row: tuple[object, ...] | None) -> None:
+    def _ensure_ours(self, served: str) -> None:
         """Refuse a server on our port that serves another data directory: stop our child, raise."""
-        served = str(row[0]) if row else "?"
         if os.path.realpath(served) == os.path.realpath(self.pgdata):
             return
         if self._spawned is not None and pid_alive(self._spawned):

@@ -15,8 +15,8 @@ from typing import Any, TextIO
 from tqdm import tqdm
 
 from pgstore.errors import driver_errors
+from pgstore.pool import PgPool
 from pgstore.transcripts import ExportFilter, transcript_pages
-from projectors.pg import PgPool
 
 __all__ = ["ExportFilter", "export_transcripts", "parse_timestamp"]
 

@@ -42,8 +42,8 @@ from events.producer import ConversationProducer
 from pgstore import registry, transcripts
 from pgstore.errors import driver_errors
 from pgstore.locks import session_lock
+from pgstore.pool import PgPool, pg_errors
 from pgstore.positions import stored_positions
-from projectors.pg import PgPool, pg_errors
 
 _EVENT_ID_NAMESPACE = uuid.UUID("0b7d6c1e-3f0a-4d8e-9a52-6a2f3c1d9e01")
 _LOCK = "convlog.retention"

@@ -12,11 +12,11 @@ from convlog.settings import Settings
 from events.codec import default_codec
 from events.errors import DecodeError
 from pgstore.dead_letters import DeadLetterSummary, dead_letter_row, dead_letter_summaries
+from pgstore.pool import PgPool, pg_errors
+from pgstore.store import PostgresProjectionStore
 from projectors.errors import ProjectionError
-from projectors.pg import PgPool, pg_errors
 from projectors.ports import BatchReport
 from projectors.rows import record_from_row
-from projectors.store import PostgresProjectionStore
 from projectors.tokens import TokenCounter
 from projectors.window import WindowPolicy
 from query_api.events_json import events_json

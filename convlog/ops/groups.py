@@ -14,7 +14,7 @@ from convlog.resources import live_read_models, projector_group, summarizer_grou
 from convlog.settings import Settings
 from events.errors import ConfigurationError
 from events.kafka_groups import GroupState, describe_group, remove_static_members
-from projectors.pg import database_identity, retrying
+from pgstore.pool import database_identity, retrying
 
 Role = Literal["projector", "summarizer"]
 ROLES: tuple[Role, ...] = ("projector", "summarizer")

@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from events.log import EventLog
+from pgstore.pool import PgPool, pg_errors
 from pgstore.positions import reader_positions
 from pgstore.registry import known_versions
-from projectors.pg import PgPool, pg_errors
 from projectors.window import WindowPolicy
 
 

@@ -15,10 +15,10 @@ import asyncio
 from convlog.settings import Settings
 from events.codec import default_codec
 from pgstore import registry
+from pgstore.pool import PgPool
+from pgstore.store import PostgresProjectionStore
 from projectors.errors import ProjectionError
 from projectors.fold import PoisonRecordError
-from projectors.pg import PgPool
-from projectors.store import PostgresProjectionStore
 from projectors.tokens import TokenCounter
 
 __all__ = ["READY", "RETRIABLE", "load_counter", "make_store", "poison_stop"]

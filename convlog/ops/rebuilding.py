@@ -41,17 +41,17 @@ from events.errors import ConfigurationError
 from events.log import EventLog
 from pgstore import registry
 from pgstore.locks import session_lock
+from pgstore.pool import PgPool, open_pool
 from pgstore.positions import stored_positions
+from pgstore.store import PostgresProjectionStore
+from pgstore.topics import claim_topic
+from pgstore.versions import READ_MODELS, ProjectionVersion
 from projectors.errors import ProjectionError, VersionBusyError
 from projectors.fold import PoisonRecordError
 from projectors.gc_tuning import projection_gc
 from projectors.log_source import LogSource
-from projectors.pg import PgPool, open_pool
 from projectors.ports import ProjectionStore
 from projectors.runner import Projector
-from projectors.store import PostgresProjectionStore
-from projectors.topics import claim_topic
-from projectors.versions import READ_MODELS, ProjectionVersion
 from projectors.window import WindowPolicy
 
 PROJECTIONS = (READ_MODELS,)

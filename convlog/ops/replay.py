@@ -21,8 +21,8 @@ from events.event_types import Event
 from events.keys import ConversationKey, partition_for_key
 from events.log import EventLog, LogRecord
 from events.reading import conversation_events
+from pgstore.pool import pg_errors
 from pgstore.transcripts import first_offset as stored_first_offset
-from projectors.pg import pg_errors
 from projectors.tokens import DEFAULT_COUNTED, model_spec
 from projectors.window import WindowPolicy
 from query_api.as_of import BeforeMessage, PolicyAt, as_of_offset, refuse_beyond_log_end

@@ -29,11 +29,11 @@ from events.errors import ConfigurationError
 from events.log import EventLog
 from pgstore import registry
 from pgstore.checks import VersionReads, reads, snapshot
+from pgstore.pool import PgPool
 from pgstore.schemas import create_read_models_schema, drop_schema
-from projectors.pg import PgPool
-from projectors.store import PostgresProjectionStore
+from pgstore.store import PostgresProjectionStore
+from pgstore.topics import claim_topic
 from projectors.tokens import ENCODINGS, TokenCounter
-from projectors.topics import claim_topic
 
 
 @dataclass(frozen=True, slots=True)

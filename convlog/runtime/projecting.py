@@ -16,25 +16,25 @@ from convlog.settings import Settings
 from convlog.wiring import ensure_kafka_topic, open_event_log
 from events.codec import default_codec
 from events.log import EventLog
+from pgstore.pool import PgPool, SessionLimits, database_identity, retrying
+from pgstore.positions_listener import PositionsListener
+from pgstore.stalled_sessions import watch_stalled_blockers
+from pgstore.store import PostgresProjectionStore
+from pgstore.topics import claim_topic
+from pgstore.versions import ProjectionVersion, ensure_live_version, live_version
 from projectors.gc_tuning import projection_gc
 from projectors.kafka_source import KafkaGroupSource
 from projectors.log_source import LogSource
-from projectors.pg import PgPool, SessionLimits, database_identity, retrying
 from projectors.ports import RecordSource
 from projectors.runner import Projector, ProjectorStats
-from projectors.stalled_sessions import watch_stalled_blockers
-from projectors.store import PostgresProjectionStore
 from projectors.tokens import TokenCounter
-from projectors.topics import claim_topic
-from projectors.versions import ProjectionVersion, ensure_live_version, live_version
 from projectors.window import WindowPolicy
-from query_api.positions_listener import PositionsListener
 
 log = structlog.get_logger(__name__)
 
 POOL_NAME = "convlog-projector"  # its sessions' application_name
 # The application names of processes that project (``convlog project``, ``convlog serve`` with its
-# projector): a stalled session of one that blocks another's batch is ended (projectors.stalled_sessions).
+# projector): a stalled session of one that blocks another's batch is ended (pgstore.stalled_sessions).
 PROJECTING_APPLICATIONS = (POOL_NAME, "convlog-serve")
 
 
@@ -58,7 +58,7 @@ def build_projector(
     reader of ``event_log`` (the embedded log, which only one process may open). ``on_committed``
     hears each committed batch's positions (``convlog serve`` wakes read-your-writes waiters).
     ``policy``: the window policy of the version ``schema`` holds (default: the settings').
-    ``database``: the pool's :func:`~projectors.pg.database_identity`, for the group's name
+    ``database``: the pool's :func:`~pgstore.pool.database_identity`, for the group's name
     (needed with Kafka)."""
     source: RecordSource
     if settings.kafka_bootstrap:
@@ -153,7 +153,7 @@ class LiveProjector:
     async def run(self, stop: asyncio.Event) -> None:
         """Project until ``stop`` is set. With Kafka, other processes may own these partitions
         next: meanwhile a stalled session (a frozen process's) that blocks this one's batches is
-        ended, see :mod:`projectors.stalled_sessions`."""
+        ended, see :mod:`pgstore.stalled_sessions`."""
         stalled_s = self._settings.projector_idle_in_transaction_timeout_s
         if not (self._settings.kafka_bootstrap and stalled_s):
             return await self._run(stop)

@@ -19,7 +19,8 @@ from convlog.runtime.log_guard import LogGuard
 from convlog.runtime.projecting import LiveProjector
 from events.embedded_log import EmbeddedEventLog
 from events.log import EventLog
-from projectors.pg import PgPool
+from pgstore.pool import PgPool
+from pgstore.server import ping
 from query_api.metrics import Metrics
 from query_api.ports import ReadModels
 
@@ -87,8 +88,7 @@ class Readiness:
         if report["log"] and isinstance(self._log, EmbeddedEventLog) and (full := self._log.storage_full()):
             report["log"], report["log_error"] = False, full  # it answers reads, but cannot take appends
         try:
-            async with self._pool.connection(timeout=2) as conn:
-                await conn.execute("SELECT 1")
+            await ping(self._pool)
             report["postgres"] = True
         except Exception as e:  # noqa: BLE001
             report["postgres"], report["postgres_error"] = False, str(e)

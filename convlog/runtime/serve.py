@@ -33,16 +33,16 @@ from convlog.settings import Settings
 from convlog.wiring import make_producer, open_event_log
 from events.errors import ConfigurationError
 from events.log import EventLog
+from pgstore.pool import PgPool, database_identity, retrying
+from pgstore.positions_listener import PositionsListener
+from pgstore.reads import PostgresReadModels
+from pgstore.versions import live_version, served_policies, version_policies
 from projectors.gc_tuning import projection_gc
-from projectors.pg import PgPool, database_identity, retrying
 from projectors.positions_watch import PositionsWatch
 from projectors.tokens import model_spec
-from projectors.versions import live_version, served_policies, version_policies
 from query_api.http import ApiDeps, HttpSettings, create_app
 from query_api.live import QueryService
 from query_api.metrics import Metrics
-from query_api.positions_listener import PositionsListener
-from query_api.reads import PostgresReadModels
 from summarizer.runner import Summarizer
 
 log = structlog.get_logger(__name__)

@@ -21,16 +21,16 @@ from convlog.wiring import make_producer, open_event_log
 from events.codec import default_codec
 from events.errors import ConfigurationError
 from events.log import EventLog
+from pgstore.pool import PgPool, database_identity, retrying
+from pgstore.summaries import PostgresSummaryStore
 from projectors.kafka_source import KafkaGroupSource
 from projectors.log_source import LogSource
-from projectors.pg import PgPool, database_identity, retrying
 from projectors.ports import RecordSource
 from summarizer.metrics import SummarizerMetrics
 from summarizer.offline_model import OfflineSummaryModel
 from summarizer.openai_model import OpenAISummaryModel
 from summarizer.ports import SummaryModel
 from summarizer.runner import Summarizer, SummarizerOptions
-from summarizer.store import PostgresSummaryStore
 
 log = structlog.get_logger(__name__)
 
@@ -65,7 +65,7 @@ def build_summarizer(
 ) -> Summarizer:
     """A summarizer appending through ``event_log``: a Kafka consumer group member when Kafka is
     configured, else a reader of ``event_log`` itself (the embedded log). ``database``: the
-    pool's :func:`~projectors.pg.database_identity`, for the group's name (needed with Kafka)."""
+    pool's :func:`~pgstore.pool.database_identity`, for the group's name (needed with Kafka)."""
     source: RecordSource
     if settings.kafka_bootstrap:
         if not database:

@@ -10,8 +10,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from events.errors import ConvlogError, EventTooLargeError, InvalidEventError, UndecodableRecordError
 from query_api.as_of import OffsetBeyondLogEndError, UnknownMessageError
 from query_api.context_types import ContextBudgetExceededError
-from query_api.disconnects import ClientDisconnectedError
 from query_api.http.deps import ApiDeps, ApiError, error_response
+from query_api.http.disconnects import ClientDisconnectedError
 from query_api.http.middleware import LimitsAndMetrics
 from query_api.http.openai_errors import OpenAIErrors
 from query_api.http.openapi import install_openapi

@@ -6,9 +6,9 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 
-from query_api.disconnects import unless_disconnected
 from query_api.events_json import events_json
 from query_api.http.deps import PREFIX, ApiDeps, ApiError, AuthHeader, Requests
+from query_api.http.disconnects import unless_disconnected
 from query_api.http.strict_json import StrictJsonRoute
 
 

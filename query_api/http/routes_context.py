@@ -14,8 +14,8 @@ from events.errors import InvalidRequestError
 from projectors.tokens import model_spec
 from query_api.as_of import BeforeMessage
 from query_api.context_types import ContextRequest, NoRoomError, ReasoningPolicy
-from query_api.disconnects import unless_disconnected
 from query_api.http.deps import PREFIX, ApiDeps, ApiError, AuthHeader, Requests
+from query_api.http.disconnects import unless_disconnected
 from query_api.http.fast_json import FastJSONResponse
 from query_api.http.fast_params import FastParamsRoute
 from query_api.served import context_body

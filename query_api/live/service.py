@@ -37,7 +37,7 @@ T = TypeVar("T")
 
 class Guard(Protocol):
     """Runs a read of the log on the caller's terms (the HTTP API: only while its client is
-    connected, query_api/disconnects.py)."""
+    connected, query_api/http/disconnects.py)."""
 
     def __call__(self, work: Awaitable[T], /) -> Awaitable[T]: ...
 

@@ -21,6 +21,7 @@ from events.embedded_log import EmbeddedEventLog
 from events.event_types import MessageAppended, SummaryRecorded
 from events.keys import ConversationKey
 from events.producer import ConversationProducer
+from pgstore.reads import PostgresReadModels
 from projectors.errors import PositionConflictError
 from projectors.memory_store import InMemoryProjectionStore
 from projectors.memory_tables import MemoryTables
@@ -28,7 +29,6 @@ from projectors.ports import ProjectionStore
 from projectors.tokens import get_encoding
 from query_api.memory_reads import InMemoryReadModels
 from query_api.ports import ReadModels
-from query_api.reads import PostgresReadModels
 from tests.native_support import NATIVE_SECRETS, thinking_answer, tool_result
 from tests.projection_support import COUNTER, SEED_000_WINDOW, Projection, project_all, projection_database
 

@@ -23,10 +23,10 @@ from events.codec import default_codec
 from events.event_types import Event, MessageAppended
 from events.keys import ConversationKey, partition_for_key
 from events.producer import EVENT_TYPE_HEADER
+from pgstore.store import PostgresProjectionStore
 from projectors.kafka_source import KafkaGroupSource
 from projectors.ports import UNREADABLE_BATCH
 from projectors.runner import Projector
-from projectors.store import PostgresProjectionStore
 from tests.kafka.ops_support import PARTITIONS, Ops
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]

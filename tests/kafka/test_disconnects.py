@@ -20,10 +20,10 @@ from convlog.runtime.serve import http_server
 from convlog.settings import Settings
 from events.kafka_log import KafkaEventLog
 from events.keys import ConversationKey
+from pgstore.reads import PostgresReadModels
 from query_api.http import ApiDeps, HttpSettings, create_app
 from query_api.live import QueryService
 from query_api.metrics import Metrics
-from query_api.reads import PostgresReadModels
 from tests.kafka.ops_support import Ops
 from tests.projection_support import project_all
 from tests.support import free_port

@@ -15,10 +15,10 @@ import pytest
 from convlog.demo.run import append_tools_conversation
 from events.keys import ConversationKey, partition_for_key
 from events.reading import conversation_events
+from pgstore.reads import PostgresReadModels
 from query_api.http import ApiDeps, HttpSettings, create_app
 from query_api.live import QueryService
 from query_api.metrics import Metrics
-from query_api.reads import PostgresReadModels
 from tests.kafka.ops_support import PARTITIONS, REPO, Ops
 from tests.projection_support import Projection, project_all
 

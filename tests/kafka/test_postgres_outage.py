@@ -16,12 +16,12 @@ from events.codec import default_codec
 from events.kafka_log import KafkaEventLog
 from events.keys import ConversationKey
 from events.producer import ConversationProducer
+from pgstore.migrate import migrate
+from pgstore.pool import open_pool
+from pgstore.store import PostgresProjectionStore
+from pgstore.versions import create_version
 from projectors.kafka_source import KafkaGroupSource
-from projectors.migrate import migrate
-from projectors.pg import open_pool
 from projectors.runner import Projector
-from projectors.store import PostgresProjectionStore
-from projectors.versions import create_version
 from projectors.window import WindowPolicy
 from tests.projection_support import COUNTER
 from tests.support import free_port, unique_topic

@@ -18,7 +18,7 @@ import pytest
 from events.kafka_log import KafkaEventLog
 from events.keys import ConversationKey
 from events.producer import ConversationProducer
-from projectors.versions import compare
+from pgstore.versions import compare
 from tests.projection_support import Projection, project_all
 from tests.support import unique_topic
 

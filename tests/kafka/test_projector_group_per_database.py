@@ -19,7 +19,7 @@ from events.kafka_log import KafkaEventLog
 from events.keys import ConversationKey
 from events.log import EventLog
 from events.producer import ConversationProducer
-from projectors.pg import database_identity
+from pgstore.pool import database_identity
 from tests.cluster.group_members import Member, start_member
 from tests.projection_support import Projection, projection_database
 from tests.support import unique_topic

@@ -15,11 +15,11 @@ from events.kafka_log import KafkaEventLog
 from events.keys import ConversationKey
 from events.log import LogRecord
 from events.producer import ConversationProducer
+from pgstore.store import PostgresProjectionStore
 from projectors.kafka_source import KafkaGroupSource
 from projectors.ports import BatchReport
 from projectors.prepare import PreparedBatch
 from projectors.runner import Projector
-from projectors.store import PostgresProjectionStore
 from projectors.window import WindowPolicy
 from tests.projection_support import COUNTER, Projection
 from tests.support import unique_topic

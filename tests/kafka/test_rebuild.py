@@ -23,7 +23,7 @@ from convlog.settings import Settings
 from events.kafka_log import KafkaEventLog
 from events.keys import ConversationKey
 from events.producer import ConversationProducer
-from projectors.versions import compare, schema_name, switch, versions
+from pgstore.versions import compare, schema_name, switch, versions
 from tests.projection_support import Projection, project_all
 from tests.support import unique_topic
 

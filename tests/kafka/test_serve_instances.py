@@ -35,7 +35,7 @@ from convlog.settings import Settings
 from events.kafka_log import KafkaEventLog
 from events.keys import ConversationKey
 from events.producer import ConversationProducer
-from projectors.migrate import migrate
+from pgstore.migrate import migrate
 from tests.projection_support import temporary_database
 from tests.support import free_port, unique_topic
 

@@ -25,16 +25,16 @@ from events.kafka_log import KafkaEventLog
 from events.keys import ConversationKey
 from events.producer import ConversationProducer
 from events.reading import conversation_events
+from pgstore.reads import PostgresReadModels
+from pgstore.summaries import PostgresSummaryStore
+from pgstore.versions import compare
 from projectors.log_source import LogSource
 from projectors.runner import Projector
 from projectors.tokens import cached_counter, model_spec
-from projectors.versions import compare
 from query_api.context import SUMMARY_HEADER, assemble
 from query_api.context_types import Context, ContextRequest
-from query_api.reads import PostgresReadModels
 from summarizer.openai_model import OpenAISummaryModel
 from summarizer.runner import Summarizer, SummarizerOptions
-from summarizer.store import PostgresSummaryStore
 from tests.fake_llm import MARKER, FakeLLM
 from tests.projection_support import SEED_000_WINDOW, Projection, project_all, projection_database
 from tests.support import free_port, unique_topic

@@ -13,7 +13,7 @@ from convlog.settings import Settings
 from events.kafka_log import KafkaEventLog
 from events.keys import ConversationKey
 from events.producer import ConversationProducer
-from projectors.topics import TopicMismatchError, claim_topic
+from pgstore.topics import TopicMismatchError, claim_topic
 from tests.projection_support import Projection
 from tests.support import unique_topic
 

@@ -20,6 +20,8 @@ from events.keys import ConversationKey, partition_for_key
 from events.log import LogRecord
 from events.producer import ConversationProducer
 from events.reading import conversation_events
+from pgstore.reads import PostgresReadModels
+from pgstore.summaries import PostgresSummaryStore
 from projectors.log_source import LogSource
 from projectors.runner import Projector
 from projectors.window import WindowPolicy
@@ -27,10 +29,8 @@ from query_api.as_of import BeforeMessage, context_inputs_as_of
 from query_api.http import ApiDeps, HttpSettings, create_app
 from query_api.live import QueryService
 from query_api.metrics import Metrics
-from query_api.reads import PostgresReadModels
 from summarizer.offline_model import OfflineSummaryModel
 from summarizer.runner import Summarizer, SummarizerOptions
-from summarizer.store import PostgresSummaryStore
 from tests.kafka.ops_support import PARTITIONS, Ops
 from tests.kafka.transactional import keys_on_distinct_partitions, transactional_app
 from tests.projection_support import Projection, projection_database

@@ -13,9 +13,7 @@ block of Postgres work (keep the block to Postgres work: it converts ``Connectio
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
-import random
 import re
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -23,20 +21,20 @@ from typing import Any, TypeAlias, TypeVar
 
 import psycopg
 import psycopg_pool
-import structlog
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import TupleRow
 
 from events.errors import ConfigurationError, ConvlogError
-from projectors.errors import ProjectionError, RecordRefusedError, StoreUnavailableError
-from projectors.pool_check import IdleCheck
-from projectors.session_limits import (
+from pgstore.pool_check import IdleCheck
+from pgstore.session_limits import (
     KEEPALIVES_COUNT,
     KEEPALIVES_IDLE_S,
     KEEPALIVES_INTERVAL_S,
     ConfigureSession,
     SessionLimits,
 )
+from projectors import retry
+from projectors.errors import ProjectionError, RecordRefusedError, StoreUnavailableError
 
 __all__ = [
     "PgPool",
@@ -232,7 +230,7 @@ async def open_pool(
     ``acquire_timeout_s`` (a retriable error): during an outage callers learn it within seconds
     and report themselves not ready, instead of hanging. Connections unused for over a second are
     checked when taken from the pool, so ones broken by a server restart are replaced instead of
-    handed out (:mod:`projectors.pool_check`: a busy pool pays no round trip for the check).
+    handed out (:mod:`pgstore.pool_check`: a busy pool pays no round trip for the check).
     Every connection has TCP keepalives at both ends (KEEPALIVES_*); ``limits`` bounds what its
     sessions wait for and how long they may idle in a transaction (:class:`SessionLimits`).
     Raises :class:`StoreUnavailableError` (retriable) if Postgres cannot be reached in time,
@@ -320,47 +318,21 @@ async def retrying(
     max_delay_s: float = 5.0,
     on_retry: Callable[[int, ConvlogError, float], None] | None = None,
 ) -> T:
-    """``await op()``, retrying it while it fails with a retriable store error.
+    """:func:`projectors.retry.retrying` with psycopg's errors (and the pool's timeouts) converted
+    by :func:`convert_pg_error`: for Postgres work outside an adapter that converts its own."""
+    return await retry.retrying(
+        op,
+        action=action,
+        attempts=attempts,
+        base_delay_s=base_delay_s,
+        max_delay_s=max_delay_s,
+        on_retry=on_retry,
+        convert=_convert,
+    )
 
-    Driver errors are converted with :func:`convert_pg_error`. A retriable one (or a
-    :class:`StoreUnavailableError` raised by ``op`` itself) is retried after a delay drawn
-    uniformly from ``[0, min(max_delay_s, base_delay_s * 2**(n-1))]`` (full jitter), with
-    ``on_retry(n, error, delay)`` called and a ``pg.retry`` warning logged before retry ``n``.
-    ``attempts`` caps the number of calls (None: retry forever). Non-retriable errors are
-    raised at once: converted driver errors as :class:`ProjectionError`, other
-    :class:`ConvlogError`\\ s (such as :class:`~projectors.errors.PositionConflictError`, whose
-    remedy is the caller's) and non-driver exceptions unchanged. ``op`` must be safe to repeat:
-    a broken connection can hide whether a commit went through.
-    """
-    if attempts is not None and attempts < 1:
-        raise ValueError(f"attempts must be >= 1 or None, got {attempts}")
-    attempt = 0
-    while True:
-        attempt += 1
-        try:
-            return await op()
-        except StoreUnavailableError as e:
-            error: ConvlogError = e
-        except ConvlogError:
-            raise
-        except (psycopg.Error, TimeoutError, ConnectionError) as e:
-            error = convert_pg_error(e, action=action)
-            if not error.retriable:
-                raise error from e
-        if attempts is not None and attempt >= attempts:
-            raise error  # its __cause__ is the driver error
-        ceiling = min(max_delay_s, base_delay_s * 2 ** (attempt - 1))
-        delay = random.uniform(0.0, ceiling)  # noqa: S311 - jitter, not cryptography
-        structlog.get_logger(__name__).warning(
-            "pg.retry",
-            action=action,
-            attempt=attempt,
-            attempts=attempts,
-            delay_s=round(delay, 3),
-            code=error.code,
-            sqlstate=_sqlstate(error),
-            error=str(error),
-        )
-        if on_retry is not None:
-            on_retry(attempt, error, delay)
-        await asyncio.sleep(delay)
+
+def _convert(e: BaseException, action: str) -> ConvlogError | None:
+    if isinstance(e, psycopg.Error | TimeoutError | ConnectionError):
+        return convert_pg_error(e, action=action)
+    return None
+

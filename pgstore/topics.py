@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import structlog
 
+from pgstore.pool import PgPool, pg_errors
+from pgstore.versions import ProjectionVersion
 from projectors.errors import ProjectionError
-from projectors.pg import PgPool, pg_errors
-from projectors.versions import ProjectionVersion
 
 log = structlog.get_logger(__name__)
 

@@ -1,6 +1,6 @@
 """Writing a folded batch's rows into one projection version's tables (COPY and upserts).
 
-Split from :mod:`projectors.store`, which owns the transaction: these run inside it. Nothing is
+Split from :mod:`pgstore.store`, which owns the transaction: these run inside it. Nothing is
 decided here: which rows a redaction or an erasure clears and which summaries are withdrawn is
 the fold's decision (projectors/state.py), written as it stands.
 """
@@ -12,8 +12,8 @@ from typing import Any, LiteralString
 
 from psycopg import AsyncCursor, sql
 
+from pgstore.read_sql import in_schema
 from projectors.fold import BatchOutcome
-from projectors.read_sql import in_schema
 from projectors.rows import (
     CONVERSATION_COLUMNS,
     HELD_COLUMNS,

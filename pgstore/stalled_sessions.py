@@ -4,7 +4,7 @@ A projector frozen mid-batch (SIGSTOP, a paused VM, a long GC pause, a network p
 the row locks of its positions (the batch's ``FOR UPDATE``); the consumer group gives its
 partitions to another member, whose first batch waits on those locks. Postgres ends a session
 idle inside a transaction by itself (``idle_in_transaction_session_timeout``, one of the
-projector's :class:`~projectors.pg.SessionLimits`), but not one frozen inside a ``COPY ... FROM
+projector's :class:`~pgstore.pool.SessionLimits`), but not one frozen inside a ``COPY ... FROM
 STDIN``: that session is ``active``, waiting for its client's data (wait event ``ClientRead``),
 and neither ``statement_timeout`` nor ``transaction_timeout`` interrupts that wait (checked on
 Postgres 18), while TCP keepalives do not help when the process is only stopped (its kernel
@@ -28,7 +28,7 @@ from collections.abc import Sequence
 
 import structlog
 
-from projectors.pg import PgPool, pg_errors
+from pgstore.pool import PgPool, pg_errors
 
 __all__ = ["end_stalled_blockers", "watch_stalled_blockers"]
 

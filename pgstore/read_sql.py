@@ -1,4 +1,4 @@
-"""SQL fragments over the read models (projectors/sql/read_models.sql) that several readers
+"""SQL fragments over the read models (pgstore/sql/read_models.sql) that several readers
 share, each written once; none restates a rule the fold decides. ``{s}`` is the version's schema, composed with
 ``psycopg.sql`` by the caller."""
 

@@ -17,10 +17,10 @@ from typing import Any, LiteralString
 from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 
+from pgstore.read_sql import SUMMARY_COVERED, in_schema
 from projectors.context_range import SummaryAt
 from projectors.errors import PositionConflictError
 from projectors.fold import BatchInputs, Lookups
-from projectors.read_sql import SUMMARY_COVERED, in_schema
 from projectors.rows import message_at, state_from_row
 from projectors.state import MessageAt
 

@@ -4,7 +4,7 @@ conversations, the audit transcript, existence and projection positions. The typ
 the page limits and the entries' shape are the port's (query_api/ports.py).
 
 Every statement is parameterised; the schema (and the token columns of an encoding) are
-composed as identifiers. Driver errors leave as convlog errors (:func:`~projectors.pg.pg_errors`):
+composed as identifiers. Driver errors leave as convlog errors (:func:`~pgstore.pool.pg_errors`):
 retriable ones as :class:`~projectors.errors.StoreUnavailableError`, the rest as
 :class:`~projectors.errors.ProjectionError`. Nothing is retried here: the caller decides.
 """
@@ -26,8 +26,8 @@ from events.errors import InvalidRequestError
 from events.keys import ConversationKey
 from events.slot_builder import slot_builder
 from events.validation import unstorable_char
-from projectors.pg import PgPool, pg_errors
-from projectors.read_sql import WINDOW_AND_CURRENT_SUMMARY
+from pgstore.pool import PgPool, pg_errors
+from pgstore.read_sql import WINDOW_AND_CURRENT_SUMMARY
 from projectors.tokens import ENCODINGS, cached_counter, message_counts_at_read
 from query_api.context_types import StoredMessage, StoredSummary
 from query_api.ports import (
@@ -117,7 +117,7 @@ SELECT * FROM (
 ) page ORDER BY last_activity_at DESC NULLS LAST, conversation_id LIMIT %(n)s"""
 _FAR_FUTURE = datetime.fromisoformat("9999-12-31T00:00:00+00:00")  # the first page's "ts"
 
-# Where a conversation's records are in the log (projectors/event_index.py), in one statement:
+# Where a conversation's records are in the log (pgstore/event_index.py), in one statement:
 # one snapshot, so every record below the position it reports is in the index.
 _LOGGED_AT = """
 SELECT (SELECT next_offset FROM {s}.positions WHERE partition = %(p)s),

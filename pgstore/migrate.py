@@ -1,6 +1,6 @@
 """Versioned SQL migrations of the ``convlog`` Postgres schema.
 
-The migrations are the files ``NNNN_<name>.sql`` in ``projectors/migrations/`` (shipped in the
+The migrations are the files ``NNNN_<name>.sql`` in ``pgstore/migrations/`` (shipped in the
 wheel as package data), numbered 1, 2, 3... without gaps. :func:`migrate` applies the pending
 ones in order, each file in its own transaction together with its row in
 ``convlog.schema_migrations`` (version, name, sha256 checksum, applied_at), so a failing file
@@ -31,8 +31,8 @@ from typing import Any, TextIO
 import psycopg
 from psycopg import pq
 
+from pgstore.pool import convert_pg_error, describe_url, pg_errors
 from projectors.errors import MigrationError
-from projectors.pg import convert_pg_error, describe_url, pg_errors
 from projectors.window import LEGACY_KEEP_TURNS, LEGACY_MAX_TURNS, WindowPolicy
 
 __all__ = [

@@ -30,9 +30,9 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
+from pgstore.event_index import ensure_event_index
+from pgstore.pool import pg_errors
 from projectors.errors import ProjectionError
-from projectors.event_index import ensure_event_index
-from projectors.pg import pg_errors
 from projectors.window import WindowPolicy
 
 READ_MODELS = "read_models"

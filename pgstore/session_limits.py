@@ -2,7 +2,7 @@
 
 TCP keepalives at both ends of every connection, and for pools that want them (the projector's)
 bounds on lock waits, statements and idle transactions: a frozen client's locks are released and
-a waiter fails retriably instead of hanging (see :mod:`projectors.stalled_sessions` for the one
+a waiter fails retriably instead of hanging (see :mod:`pgstore.stalled_sessions` for the one
 stall no Postgres timeout ends).
 """
 

@@ -23,8 +23,8 @@ import structlog
 from psycopg import sql
 
 from events.errors import ConvlogError
+from pgstore.versions import VERSIONS_CHANNEL
 from projectors.positions_watch import PositionsWatch, parse_positions, positions_channel
-from projectors.versions import VERSIONS_CHANNEL
 
 log = structlog.get_logger(__name__)
 

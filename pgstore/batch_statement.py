@@ -7,7 +7,7 @@ of six is most of what is left of its transaction's cost beyond the round trips.
 *plain* batch — rows to insert and states to upsert, nothing that changes rows of the same
 batch (a redaction, an erasure, a withdrawn summary: the CTEs of one statement all see the
 snapshot before it, so they could not see rows inserted beside them), no poison, nothing held.
-Anything else goes the statement-per-table way (projectors/writes.py).
+Anything else goes the statement-per-table way (pgstore/writes.py).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any, LiteralString
 
 from psycopg import sql
 
+from pgstore.writes import state_upsert
 from projectors.fold import BatchOutcome
 from projectors.rows import (
     CONVERSATION_COLUMNS,
@@ -26,7 +27,6 @@ from projectors.rows import (
     states_json,
     summary_copy_rows,
 )
-from projectors.writes import state_upsert
 
 __all__ = ["MOVE_POSITIONS", "BatchStatement", "is_plain", "move_params", "moved_rows"]
 

@@ -13,10 +13,10 @@ from typing import Any
 from psycopg import sql
 
 from events.keys import ConversationKey
+from pgstore.pool import PgPool, pg_errors
+from pgstore.read_sql import WINDOW_AND_CURRENT_SUMMARY
+from pgstore.versions import live_version
 from projectors.errors import ProjectionError
-from projectors.pg import PgPool, pg_errors
-from projectors.read_sql import WINDOW_AND_CURRENT_SUMMARY
-from projectors.versions import live_version
 from summarizer.plan import PreviousSummary, SummaryInputs
 from summarizer.transcript import PendingMessage
 

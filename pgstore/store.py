@@ -23,20 +23,20 @@ from psycopg_pool import AsyncConnectionPool
 
 from events.codec import EventCodec
 from events.log import LogRecord
-from projectors.batch_inputs import POSITIONS_FOR_UPDATE, BatchInputReader, check_positions
-from projectors.batch_statement import MOVE_POSITIONS, BatchStatement, is_plain, move_params, moved_rows
+from pgstore.batch_inputs import POSITIONS_FOR_UPDATE, BatchInputReader, check_positions
+from pgstore.batch_statement import MOVE_POSITIONS, BatchStatement, is_plain, move_params, moved_rows
+from pgstore.event_index import ensure_event_index, write_event_index
+from pgstore.pool import convert_pg_error, pg_errors
+from pgstore.read_sql import in_schema
+from pgstore.writes import DEAD_LETTER_INSERT, BatchWriter
 from projectors.errors import PositionConflictError, ProjectionError, RecordRefusedError
-from projectors.event_index import ensure_event_index, write_event_index
 from projectors.fold import BatchOutcome, Decoded, decode_batch, fold_batch, lookups
 from projectors.isolation import as_refused, first_refused
-from projectors.pg import convert_pg_error
 from projectors.ports import UNREADABLE_BATCH, BatchReport
 from projectors.positions_watch import positions_channel, positions_payload
 from projectors.prepare import AheadCounter, PreparedBatch, prepare_batch
-from projectors.read_sql import in_schema
 from projectors.rows import TokenCounting, index_rows, record_from_row, transcript_copy_rows
 from projectors.window import WindowPolicy
-from projectors.writes import DEAD_LETTER_INSERT, BatchWriter
 
 Cursor = AsyncCursor[Any]
 log = structlog.get_logger(__name__)
@@ -85,10 +85,39 @@ class PostgresProjectionStore:
     def skips(self) -> Mapping[tuple[int, int], str]:
         return self._skips
 
+    # The port's methods: the driver's errors leave as convlog errors (pg_errors), so that the
+    # projector's retrying (projectors/retry.py, driver-free) sees what it can retry.
+    async def positions(self, partitions: Sequence[int]) -> dict[int, int]:
+        """Stored next offsets; partitions never seen start at 0 (and get their row now)."""
+        with pg_errors("loading positions"):
+            return await self._positions_unconverted(partitions)
+
+    async def apply(
+        self,
+        records: Sequence[LogRecord],
+        expected: Mapping[int, int],
+        *,
+        through: Mapping[int, int] | None = None,
+        prepared: PreparedBatch | None = None,
+    ) -> BatchReport:
+        """See :meth:`_apply_unconverted`."""
+        with pg_errors("applying a batch"):
+            return await self._apply_unconverted(records, expected, through=through, prepared=prepared)
+
+    async def resolve(self, dead_letter_id: int, *, skip_reason: str | None = None) -> BatchReport:
+        """See :meth:`_resolve_unconverted`."""
+        with pg_errors(f"resolving dead letter {dead_letter_id}"):
+            return await self._resolve_unconverted(dead_letter_id, skip_reason=skip_reason)
+
+    async def record_unreadable(self, partition: int, offset: int, error: str) -> None:
+        """See :meth:`_record_unreadable_unconverted`."""
+        with pg_errors("recording an unreadable batch"):
+            await self._record_unreadable_unconverted(partition, offset, error)
+
     def _q(self, text: LiteralString) -> bytes:
         return in_schema(self.schema, text)
 
-    async def positions(self, partitions: Sequence[int]) -> dict[int, int]:
+    async def _positions_unconverted(self, partitions: Sequence[int]) -> dict[int, int]:
         """Stored next offsets; partitions never seen start at 0 (and get their row now)."""
         await self._ensure_event_index()
         async with self._pool.connection() as conn, conn.cursor() as cur:
@@ -110,7 +139,7 @@ class PostgresProjectionStore:
         return await prepare_batch(records, codec=self._codec, max_event_bytes=self._max_event_bytes,
                                    counter=self._counter)  # fmt: skip
 
-    async def apply(
+    async def _apply_unconverted(
         self, records: Sequence[LogRecord], expected: Mapping[int, int], *, through: Mapping[int, int] | None = None,
         prepared: PreparedBatch | None = None,
     ) -> BatchReport:  # fmt: skip
@@ -278,7 +307,7 @@ class PostgresProjectionStore:
                                          parked_override=parked_override, positions=positions)  # fmt: skip
         return fold_batch(decoded, inputs, policy=self._policy, fail_fast=self._fail_fast)
 
-    async def resolve(self, dead_letter_id: int, *, skip_reason: str | None = None) -> BatchReport:
+    async def _resolve_unconverted(self, dead_letter_id: int, *, skip_reason: str | None = None) -> BatchReport:
         """Release a parked record (apply it, then the records held behind it, in order) or skip
         it with a recorded reason (then apply the held records). If it still cannot be applied —
         it does not decode, breaks a rule, or Postgres still refuses its rows —, nothing changes
@@ -361,7 +390,7 @@ class PostgresProjectionStore:
         )
         return BatchReport({}, 0, 0, 0, 0)
 
-    async def record_unreadable(self, partition: int, offset: int, error: str) -> None:
+    async def _record_unreadable_unconverted(self, partition: int, offset: int, error: str) -> None:
         """A dead letter for a batch of the log that cannot be read from ``offset`` on (the
         source stopped reading that partition there; its stored position stays at ``offset``).
         Seen again after a restart or a retry, it is the same dead letter, parked again."""
