@@ -82,12 +82,19 @@ async def run(admin_url: str, turns: int, policy: dict[str, int]) -> tuple[Serve
         await conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            settings = Settings(database_url=make_conninfo(admin_url, dbname=name), data_dir=Path(tmp), partitions=4,
-                                api_tokens=f"bench:{TOKEN}", summarizer="on", **policy)  # type: ignore[arg-type]  # fmt: skip
+            settings = Settings(
+                database_url=make_conninfo(admin_url, dbname=name),
+                data_dir=Path(tmp),
+                partitions=4,
+                api_tokens=f"bench:{TOKEN}",
+                summarizer="on",
+                **policy,
+            )  # type: ignore[arg-type]
             async with running_service(settings) as service:
                 transport = httpx.ASGITransport(app=create_app(service.deps))
-                async with httpx.AsyncClient(transport=transport, base_url="http://bench",
-                                             headers={"Authorization": f"Bearer {TOKEN}"}) as client:  # fmt: skip
+                async with httpx.AsyncClient(
+                    transport=transport, base_url="http://bench", headers={"Authorization": f"Bearer {TOKEN}"}
+                ) as client:
                     return await _conversation(client, service, turns)
     finally:
         async with await psycopg.AsyncConnection.connect(admin_url, autocommit=True) as conn:
@@ -109,8 +116,9 @@ async def _conversation(client: httpx.AsyncClient, service: Service, turns: int)
     for i in range(turns):
         question, answer = QUESTION.format(i=i), ANSWER.format(i=i)
         appended = (await client.post(f"{base}/messages", json={"role": "user", "content": question})).json()
-        r = await client.get(f"{base}/context", params={"model": MODEL, "budget_tokens": 8000,
-                                                        "min_offset": appended["offset"]})  # fmt: skip
+        r = await client.get(
+            f"{base}/context", params={"model": MODEL, "budget_tokens": 8000, "min_offset": appended["offset"]}
+        )
         assert r.status_code == 200, r.text
         if CACHEABLE_PREFIX_HEADER in r.headers:
             ours.add(r.json()["token_count"], int(r.headers[CACHEABLE_PREFIX_HEADER]))
@@ -141,17 +149,21 @@ def table(ours: Served, naive: Served, policy: str) -> str:
     fraction = ours.fraction()
     rows = [
         ("| figure | value | target | met |", "|---|---|---|---|"),
-        (f"| mean cacheable-prefix fraction, convlog ({policy}) | {fraction:.3f} | ≥ {TARGET_FRACTION} "
-         f"| {'yes' if fraction >= TARGET_FRACTION else 'NO'} |",
-         f"| mean cacheable-prefix fraction, naive last-{NAIVE_LAST} window | {naive.fraction():.3f} | — | — |",
-         f"| mean context tokens, convlog / naive | {ours.mean_tokens():.0f} / {naive.mean_tokens():.0f} "
-         f"({ours.mean_tokens() / naive.mean_tokens():.2f} ×) | — | — |"),
-    ]  # fmt: skip
+        (
+            f"| mean cacheable-prefix fraction, convlog ({policy}) | {fraction:.3f} | ≥ {TARGET_FRACTION} "
+            f"| {'yes' if fraction >= TARGET_FRACTION else 'NO'} |",
+            f"| mean cacheable-prefix fraction, naive last-{NAIVE_LAST} window | {naive.fraction():.3f} | — | — |",
+            f"| mean context tokens, convlog / naive | {ours.mean_tokens():.0f} / {naive.mean_tokens():.0f} "
+            f"({ours.mean_tokens() / naive.mean_tokens():.2f} ×) | — | — |",
+        ),
+    ]
     lines = [line for group in rows for line in group]
     for price in CACHED_PRICES:
         a, b = ours.cost(price), naive.cost(price)
-        lines.append(f"| effective cost per context, cached at {price} × (full-price tokens), convlog / naive "
-                     f"| {a:.0f} / {b:.0f} ({a / b:.2f} ×) | — | — |")  # fmt: skip
+        lines.append(
+            f"| effective cost per context, cached at {price} × (full-price tokens), convlog / naive "
+            f"| {a:.0f} / {b:.0f} ({a / b:.2f} ×) | — | — |"
+        )
     return "\n".join(lines)
 
 

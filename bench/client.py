@@ -51,12 +51,22 @@ def served(admin_url: str) -> Iterator[str]:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        env = {**os.environ, "CONVLOG_DATABASE_URL": make_conninfo(admin_url, dbname=name), "CONVLOG_DATA_DIR": tmp,
-               "CONVLOG_HTTP_PORT": str(port), "CONVLOG_SUMMARIZER": "off", "CONVLOG_API_TOKENS": f"bench:{TOKEN}",
-               "CONVLOG_LOG_LEVEL": "warning"}  # fmt: skip
+        env = {
+            **os.environ,
+            "CONVLOG_DATABASE_URL": make_conninfo(admin_url, dbname=name),
+            "CONVLOG_DATA_DIR": tmp,
+            "CONVLOG_HTTP_PORT": str(port),
+            "CONVLOG_SUMMARIZER": "off",
+            "CONVLOG_API_TOKENS": f"bench:{TOKEN}",
+            "CONVLOG_LOG_LEVEL": "warning",
+        }
         env.pop("CONVLOG_KAFKA_BOOTSTRAP", None)
-        process = subprocess.Popen([sys.executable, "-m", "convlog.cli.main", "serve"], env=env,
-                                   stdout=subprocess.DEVNULL, stderr=(Path(tmp) / "err").open("wb"))  # fmt: skip
+        process = subprocess.Popen(
+            [sys.executable, "-m", "convlog.cli.main", "serve"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=(Path(tmp) / "err").open("wb"),
+        )
         url = f"http://127.0.0.1:{port}"
         try:
             deadline = time.monotonic() + 60
@@ -107,8 +117,10 @@ async def alternate_async(requests: int, client: AsyncConvlogClient, bare: httpx
 
 def report(title: str, p50: dict[str, float]) -> None:
     ratio = p50["client"] / p50["bare"]
-    print(f"{title:<32} client p50 {p50['client']:8.1f} us   bare httpx p50 {p50['bare']:8.1f} us   "
-          f"ratio {ratio:4.2f}x  ({'ok' if ratio <= 1.2 else 'over'} the 1.2x target)")  # fmt: skip
+    print(
+        f"{title:<32} client p50 {p50['client']:8.1f} us   bare httpx p50 {p50['bare']:8.1f} us   "
+        f"ratio {ratio:4.2f}x  ({'ok' if ratio <= 1.2 else 'over'} the 1.2x target)"
+    )
 
 
 def main() -> None:
@@ -140,8 +152,14 @@ def main() -> None:
             return response.json()
 
         print(f"context GET of a {args.messages}-message conversation, {args.requests} requests each")
-        report("sync, over TCP to convlog serve", alternate(args.requests, client=lambda: client.context(
-            USER, CONVERSATION, model=MODEL, budget_tokens=BUDGET), bare=bare_call))  # fmt: skip
+        report(
+            "sync, over TCP to convlog serve",
+            alternate(
+                args.requests,
+                client=lambda: client.context(USER, CONVERSATION, model=MODEL, budget_tokens=BUDGET),
+                bare=bare_call,
+            ),
+        )
 
         async def over_tcp() -> dict[str, float]:
             async with (
@@ -163,8 +181,14 @@ def main() -> None:
             response.raise_for_status()
             return response.json()
 
-        report("sync, canned answer (no server)", alternate(args.requests * 10, client=lambda: mclient.context(
-            USER, CONVERSATION, model=MODEL, budget_tokens=BUDGET), bare=mock_bare))  # fmt: skip
+        report(
+            "sync, canned answer (no server)",
+            alternate(
+                args.requests * 10,
+                client=lambda: mclient.context(USER, CONVERSATION, model=MODEL, budget_tokens=BUDGET),
+                bare=mock_bare,
+            ),
+        )
 
 
 if __name__ == "__main__":

@@ -42,8 +42,12 @@ from query_api.http import create_app
 
 TOKEN = "bench-token"  # noqa: S105 - a local benchmark's token
 # The model each format is served for: a provider's own, so estimated formats pay their estimate.
-FORMAT_MODELS = {"chat_completions": "gpt-4o", "responses": "gpt-5", "anthropic": "claude-sonnet-4-5",
-                 "gemini": "gemini-2.5-pro"}  # fmt: skip
+FORMAT_MODELS = {
+    "chat_completions": "gpt-4o",
+    "responses": "gpt-5",
+    "anthropic": "claude-sonnet-4-5",
+    "gemini": "gemini-2.5-pro",
+}
 BUDGET = 8000  # a typical context budget (the model's window is larger; the app keeps costs down)
 TEXT = "加班申请提交之后，审批流程是直属主管、部门经理，外包员工还需要驻场负责人先确认。"
 
@@ -74,13 +78,15 @@ def percentile(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100)[int(q) - 1]
 
 
-def over_socket(url: str, data_dir: Path, schema: str, keys: tuple[ConversationKey, ...], requests: int
-                ) -> dict[str, list[float]]:  # fmt: skip
+def over_socket(
+    url: str, data_dir: Path, schema: str, keys: tuple[ConversationKey, ...], requests: int
+) -> dict[str, list[float]]:
     """p50 inputs over one kept-alive connection: the HTTP floor (``/healthz``), each context, and
     the raw last-20 SELECT on a connection of this process (what the target allows twice)."""
     times: dict[str, list[float]] = {"healthz": [], "sock100": [], "sock10k": [], "sraw100": [], "sraw10k": []}
-    raw_query = sql.SQL("SELECT * FROM {}.transcript WHERE conversation_key = %s ORDER BY seq DESC LIMIT 20"
-                        ).format(sql.Identifier(schema))  # fmt: skip
+    raw_query = sql.SQL("SELECT * FROM {}.transcript WHERE conversation_key = %s ORDER BY seq DESC LIMIT 20").format(
+        sql.Identifier(schema)
+    )
     with serve_process(url, data_dir, Path(__file__).resolve().parent.parent) as port, psycopg.connect(url) as db:
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
         for round_ in range(requests + requests // 10):  # the first tenth warms up
@@ -90,8 +96,7 @@ def over_socket(url: str, data_dir: Path, schema: str, keys: tuple[ConversationK
             if measured:
                 times["healthz"].append(time.perf_counter() - started)
             for label, key in zip(("100", "10k"), keys, strict=True):
-                path = (f"/v1/users/u/conversations/{key.conversation_id}/context"
-                        f"?model=gpt-4o&budget_tokens={BUDGET}")  # fmt: skip
+                path = f"/v1/users/u/conversations/{key.conversation_id}/context?model=gpt-4o&budget_tokens={BUDGET}"
                 started = time.perf_counter()
                 status, body = call(conn, "GET", path)
                 assert status == 200, body[:300]
@@ -104,16 +109,22 @@ def over_socket(url: str, data_dir: Path, schema: str, keys: tuple[ConversationK
     return times
 
 
-async def scenario(admin_url: str, requests: int, *, summarize: bool, formats: bool = False, socket: bool = False
-                   ) -> dict[str, float]:  # fmt: skip
+async def scenario(
+    admin_url: str, requests: int, *, summarize: bool, formats: bool = False, socket: bool = False
+) -> dict[str, float]:
     name = f"convlog_bench_{uuid.uuid4().hex[:8]}"
     async with await psycopg.AsyncConnection.connect(admin_url, autocommit=True) as conn:
         await conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     url = make_conninfo(admin_url, dbname=name)
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            settings = Settings(database_url=url, data_dir=Path(tmp), partitions=4, api_tokens=f"bench:{TOKEN}",
-                                summarizer="on" if summarize else "off")  # fmt: skip
+            settings = Settings(
+                database_url=url,
+                data_dir=Path(tmp),
+                partitions=4,
+                api_tokens=f"bench:{TOKEN}",
+                summarizer="on" if summarize else "off",
+            )
             async with running_service(settings) as service:
                 small, big = ConversationKey("bench", "u", "small"), ConversationKey("bench", "u", "big")
                 offsets = [await fill(service, small, 100), await fill(service, big, 10_000)]
@@ -126,9 +137,10 @@ async def scenario(admin_url: str, requests: int, *, summarize: bool, formats: b
                 reads = await service.deps.queries.reads()
                 schema = reads.schema
                 for key, offset in zip((small, big), offsets, strict=True):  # wait until projected
-                    r = await client.get(f"/v1/users/u/conversations/{key.conversation_id}/context",
-                                         params={"model": "gpt-4o", "budget_tokens": 1_000_000,
-                                                 "min_offset": offset})  # fmt: skip
+                    r = await client.get(
+                        f"/v1/users/u/conversations/{key.conversation_id}/context",
+                        params={"model": "gpt-4o", "budget_tokens": 1_000_000, "min_offset": offset},
+                    )
                     assert r.status_code == 200, r.text
                 # The planner's statistics of the tables just loaded, as autovacuum gathers them
                 # within a minute of such a load: without, it plans the summary lookup for the few
@@ -145,14 +157,17 @@ async def scenario(admin_url: str, requests: int, *, summarize: bool, formats: b
                     for label, key in (("100", small), ("10k", big)):
                         for fmt in served_formats:
                             started = time.perf_counter()
-                            r = await client.get(f"/v1/users/u/conversations/{key.conversation_id}/context",
-                                                 params={"model": FORMAT_MODELS[fmt], "budget_tokens": BUDGET,
-                                                         "format": fmt})  # fmt: skip
+                            r = await client.get(
+                                f"/v1/users/u/conversations/{key.conversation_id}/context",
+                                params={"model": FORMAT_MODELS[fmt], "budget_tokens": BUDGET, "format": fmt},
+                            )
                             times.setdefault(f"{fmt}{label}", []).append(time.perf_counter() - started)
                             assert r.status_code == 200, r.text
                         started = time.perf_counter()
-                        r = await client.get(f"/v1/users/u/conversations/{key.conversation_id}/context",
-                                             params={"model": "gpt-4o", "budget_tokens": BUDGET})  # fmt: skip
+                        r = await client.get(
+                            f"/v1/users/u/conversations/{key.conversation_id}/context",
+                            params={"model": "gpt-4o", "budget_tokens": BUDGET},
+                        )
                         times[f"ctx{label}"].append(time.perf_counter() - started)
                         assert r.status_code == 200
                         started = time.perf_counter()
@@ -183,14 +198,25 @@ async def main() -> None:
         how = "summarizer on" if summarize else "no summarizer"
         for size in ("100", "10k"):
             ratio = r[f"ctx{size}_95"] / r[f"raw{size}_95"]
-            rows.append(Row(f"{how}: in-process context p95, {size} msgs / raw last-20 p95",
-                            f"{r[f'ctx{size}_95']:.2f} / {r[f'raw{size}_95']:.2f} ms = {ratio:.2f}", "<= 3",
-                            ratio <= 3))  # fmt: skip
+            rows.append(
+                Row(
+                    f"{how}: in-process context p95, {size} msgs / raw last-20 p95",
+                    f"{r[f'ctx{size}_95']:.2f} / {r[f'raw{size}_95']:.2f} ms = {ratio:.2f}",
+                    "<= 3",
+                    ratio <= 3,
+                )
+            )
         for size in ("100", "10k"):
             allowed = r["healthz_50"] + 2 * r[f"sraw{size}_50"]
-            rows.append(Row(f"{how}: socket context p50, {size} msgs (healthz {r['healthz_50']:.2f} ms, raw "
-                            f"last-20 {r[f'sraw{size}_50']:.2f} ms)", f"{r[f'sock{size}_50']:.2f} ms",
-                            f"<= healthz + 2 x raw = {allowed:.2f} ms", r[f"sock{size}_50"] <= allowed))  # fmt: skip
+            rows.append(
+                Row(
+                    f"{how}: socket context p50, {size} msgs (healthz {r['healthz_50']:.2f} ms, raw "
+                    f"last-20 {r[f'sraw{size}_50']:.2f} ms)",
+                    f"{r[f'sock{size}_50']:.2f} ms",
+                    f"<= healthz + 2 x raw = {allowed:.2f} ms",
+                    r[f"sock{size}_50"] <= allowed,
+                )
+            )
         flat = r["sock10k_50"] / r["sock100_50"]
         if summarize:
             rows.append(Row(f"{how}: flatness, socket p50 10,000 / 100 msgs", f"{flat:.2f}", "<= 1.2", flat <= 1.2))
@@ -199,8 +225,9 @@ async def main() -> None:
         for fmt in (f for f in FORMAT_MODELS if args.formats and f != "chat_completions"):
             for size in ("100", "10k"):
                 ratio = r[f"{fmt}{size}_50"] / r[f"ctx{size}_50"]
-                rows.append(Row(f"{how}: {fmt} p50 / chat_completions p50, {size} msgs", f"{ratio:.2f}",
-                                "<= 1.2", ratio <= 1.2))  # fmt: skip
+                rows.append(
+                    Row(f"{how}: {fmt} p50 / chat_completions p50, {size} msgs", f"{ratio:.2f}", "<= 1.2", ratio <= 1.2)
+                )
     print_table(f"bench/context.py ({args.requests} requests each; in-process ASGI and over a real socket)", rows)
 
 

@@ -48,10 +48,13 @@ def main() -> None:
     bodies = {
         "user": MessageAppended("6f1c3f0e-3c1b-4bb4-9d55-0d6b1f2f7a01", "user", f"1: {TEXT}"),
         "assistant": MessageAppended(
-            "1b0d9a2c-5f4e-4d8a-8c3b-7e2a9f6d4c10", "assistant", f"2: {TEXT * 2}", model="gpt-4o-mini",
+            "1b0d9a2c-5f4e-4d8a-8c3b-7e2a9f6d4c10",
+            "assistant",
+            f"2: {TEXT * 2}",
+            model="gpt-4o-mini",
             finish_reason="stop",
         ),
-    }  # fmt: skip
+    }
     read = codec._current.read  # the reader alone, without the event the record becomes
     print("| message | bytes | decode µs | strict read µs | fastavro schemaless_reader µs |")
     print("|---|---|---|---|---|")

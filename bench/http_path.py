@@ -71,8 +71,10 @@ def served(admin_url: str, tree: Path) -> Iterator[int]:
     with psycopg.connect(admin_url, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     try:
-        with tempfile.TemporaryDirectory() as tmp, serve_process(make_conninfo(admin_url, dbname=name), Path(tmp),
-                                                                 tree) as port:  # fmt: skip
+        with (
+            tempfile.TemporaryDirectory() as tmp,
+            serve_process(make_conninfo(admin_url, dbname=name), Path(tmp), tree) as port,
+        ):
             yield port
     finally:
         with psycopg.connect(admin_url, autocommit=True) as conn:
@@ -86,14 +88,26 @@ def serve_process(url: str, data_dir: Path, tree: Path, *, env: dict[str, str] |
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    environ = {**os.environ, "CONVLOG_DATABASE_URL": url, "CONVLOG_DATA_DIR": str(data_dir),
-           "CONVLOG_HTTP_PORT": str(port), "CONVLOG_SUMMARIZER": "off", "CONVLOG_API_TOKENS": f"bench:{TOKEN}",
-           "CONVLOG_LOG_LEVEL": "warning", "PYTHONPATH": str(tree)}  # fmt: skip
+    environ = {
+        **os.environ,
+        "CONVLOG_DATABASE_URL": url,
+        "CONVLOG_DATA_DIR": str(data_dir),
+        "CONVLOG_HTTP_PORT": str(port),
+        "CONVLOG_SUMMARIZER": "off",
+        "CONVLOG_API_TOKENS": f"bench:{TOKEN}",
+        "CONVLOG_LOG_LEVEL": "warning",
+        "PYTHONPATH": str(tree),
+    }
     environ.pop("CONVLOG_KAFKA_BOOTSTRAP", None)
     environ |= env or {}
     errors = data_dir / "serve.err"
-    process = subprocess.Popen([sys.executable, "-m", "convlog.cli.main", "serve"], env=environ, cwd=tree,
-                               stdout=subprocess.DEVNULL, stderr=errors.open("wb"))  # fmt: skip
+    process = subprocess.Popen(
+        [sys.executable, "-m", "convlog.cli.main", "serve"],
+        env=environ,
+        cwd=tree,
+        stdout=subprocess.DEVNULL,
+        stderr=errors.open("wb"),
+    )
     try:
         deadline = time.monotonic() + 60
         while not _ready(port):
@@ -156,8 +170,10 @@ def main() -> None:
         raise SystemExit("set CONVLOG_DATABASE_URL (make services-up)")
     trees = [tree.resolve() for tree in args.tree or [Path()]]
     with ExitStack() as stack:
-        conns = [http.client.HTTPConnection("127.0.0.1", stack.enter_context(served(admin, tree)), timeout=10)
-                 for tree in trees]  # fmt: skip
+        conns = [
+            http.client.HTTPConnection("127.0.0.1", stack.enter_context(served(admin, tree)), timeout=10)
+            for tree in trees
+        ]
         for conn in conns:
             fill(conn, args.messages)
         raw = http.client.HTTPConnection("127.0.0.1", stack.enter_context(raw_server()), timeout=10)
@@ -182,8 +198,10 @@ def main() -> None:
         for i, tree in enumerate(trees):
             p50 = {name: statistics.median(times[i, name]) * 1e3 for name in calls}
             label = "" if len(trees) == 1 else f" ({tree})"
-            rows += [Row(f"GET /healthz p50{label}", f"{p50['healthz']:.2f} ms"),
-                     Row(f"context of {args.messages} messages p50{label}", f"{p50['context']:.2f} ms")]  # fmt: skip
+            rows += [
+                Row(f"GET /healthz p50{label}", f"{p50['healthz']:.2f} ms"),
+                Row(f"context of {args.messages} messages p50{label}", f"{p50['context']:.2f} ms"),
+            ]
         print_table(f"bench/http_path.py ({args.requests} requests each over one kept-alive socket)", rows)
 
 

@@ -80,15 +80,18 @@ async def variant(log: KafkaEventLog, client: httpx.AsyncClient, mode: str, wait
     for key in (KEY, TX_KEY):
         path = f"/v1/users/{key.user_id}/conversations/{key.conversation_id}"
         events_ms = await timed(args.reads, client, f"{path}/events")
-        as_of_ms = await timed(args.reads, client, f"{path}/context",
-                               {"model": "gpt-4o", "budget_tokens": 4000, "as_of": 1_000_000})  # fmt: skip
+        as_of_ms = await timed(
+            args.reads, client, f"{path}/context", {"model": "gpt-4o", "budget_tokens": 4000, "as_of": 1_000_000}
+        )
         results.append(f"{key.conversation_id}: /events {events_ms:5.1f} ms, as_of {as_of_ms:5.1f} ms")
     per_read = sum(counter.values()) / (4 * args.reads)
     counter.clear()
     await asyncio.sleep(args.idle)
     idle = ", ".join(f"{k} {v / args.idle:.1f}/s" for k, v in sorted(counter.items())) or "none"
-    return (f"{mode:5} fetch_max_wait_ms={wait_ms:3}: p50 {'; '.join(results)}; "
-            f"{per_read:.1f} requests per read; idle: {idle}")  # fmt: skip
+    return (
+        f"{mode:5} fetch_max_wait_ms={wait_ms:3}: p50 {'; '.join(results)}; "
+        f"{per_read:.1f} requests per read; idle: {idle}"
+    )
 
 
 ORIGINAL_REST = KafkaEventLog._rest
@@ -111,8 +114,13 @@ async def main() -> None:
         await conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            settings = Settings(database_url=make_conninfo(admin, dbname=name), data_dir=Path(tmp), partitions=12,
-                                kafka_bootstrap=bootstrap, topic=f"bench.{uuid.uuid4().hex[:12]}")  # fmt: skip
+            settings = Settings(
+                database_url=make_conninfo(admin, dbname=name),
+                data_dir=Path(tmp),
+                partitions=12,
+                kafka_bootstrap=bootstrap,
+                topic=f"bench.{uuid.uuid4().hex[:12]}",
+            )
             env = {"CONVLOG_API_TOKENS": f"bench:{TOKEN}", "CONVLOG_SUMMARIZER": "off"}
             async with running_service(settings, env) as service:
                 producer = service.deps.producer
@@ -127,9 +135,10 @@ async def main() -> None:
                 transport = httpx.ASGITransport(app=create_app(service.deps))
                 auth = {"Authorization": f"Bearer {TOKEN}"}
                 async with httpx.AsyncClient(transport=transport, base_url="http://bench", headers=auth) as client:
-                    r = await client.get(f"/v1/users/u/conversations/{TX_KEY.conversation_id}/context",
-                                         params={"model": "gpt-4o", "budget_tokens": 4000,
-                                                 "min_offset": last.offset})  # fmt: skip
+                    r = await client.get(
+                        f"/v1/users/u/conversations/{TX_KEY.conversation_id}/context",
+                        params={"model": "gpt-4o", "budget_tokens": 4000, "min_offset": last.offset},
+                    )
                     assert r.status_code == 200, r.text
                     assert isinstance(service.event_log, KafkaEventLog)
                     for mode, wait_ms in VARIANTS:

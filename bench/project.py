@@ -119,8 +119,9 @@ def _processes_cpu_s(pids: Sequence[int]) -> float:
 async def raw_consume(bootstrap: str, topic: str, n: int) -> tuple[float, float, list[object]]:
     """(wall seconds, CPU seconds, the records) of reading the topic with a bare consumer."""
     # read_committed like every convlog reader: the ceiling does the same work
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None,
-                                isolation_level="read_committed")  # fmt: skip
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None, isolation_level="read_committed"
+    )
     await consumer.start()
     tps = [TopicPartition(topic, p) for p in range(12)]
     consumer.assign(tps)
@@ -204,8 +205,12 @@ class Ceiling:
         return self.events / (self.consume_s + self.raw_copy_s)
 
     def parts(self) -> dict[str, float]:
-        return {"raw consume": self.consume_s, "fastavro decode": self.decode_s,
-                "one o200k_base count": self.count_s, "indexed COPY": self.copy_s}  # fmt: skip
+        return {
+            "raw consume": self.consume_s,
+            "fastavro decode": self.decode_s,
+            "one o200k_base count": self.count_s,
+            "indexed COPY": self.copy_s,
+        }
 
     def print(self) -> None:
         n = self.events
@@ -243,9 +248,10 @@ async def necessary_work(
 
 
 async def indexed_copy(
-    pool: AsyncConnectionPool[Any], version: ProjectionVersion,
+    pool: AsyncConnectionPool[Any],
+    version: ProjectionVersion,
     tables: Sequence[tuple[str, Sequence[str], Sequence[tuple[Any, ...]]]],
-) -> float:  # fmt: skip
+) -> float:
     """Seconds to COPY ``tables``' rows into ``version``'s own (indexed) tables, one transaction;
     the version's tables are emptied again afterwards (untimed)."""
     async with pool.connection() as conn:
@@ -337,8 +343,14 @@ async def main() -> None:
         version = await create_version(conn)
 
     log = await KafkaEventLog.connect(bootstrap=bootstrap, topic=topic, partitions=12)
-    store = PostgresProjectionStore(pool, schema=version.schema, codec=default_codec(), counter=counter,
-                            policy=WindowPolicy(), max_event_bytes=1 << 20)  # fmt: skip
+    store = PostgresProjectionStore(
+        pool,
+        schema=version.schema,
+        codec=default_codec(),
+        counter=counter,
+        policy=WindowPolicy(),
+        max_event_bytes=1 << 20,
+    )
     projector = Projector(LogSource(log), store, batch_size=args.batch_size, fetch_timeout_s=0.2)
     until = await log.end_offsets()
     cpu, server = time.process_time(), await postgres_cpu_s(pool)
@@ -360,15 +372,19 @@ async def main() -> None:
     print(f"  token counting ({len(counter.encodings)} enc.)   {tokens_s / n * 1e6:>8.1f} us/event")
     print_cpu_budget(n, ceiling.parts(), ("convlog projector", project_s))
     cpu_rate = n / project_cpu_s
-    print(f"CPU per event (this process + its Postgres backends): ceiling {1e6 / ceiling.cpu_rate:.1f} us, "
-          f"projector {1e6 / cpu_rate:.1f} us")  # fmt: skip
-    print_table([
-        ("necessary-work ceiling", f"{ceiling.rate:,.0f} events/s", "", None),
-        ("convlog projector", f"{rate:,.0f} events/s", "", None),
-        ("projector / ceiling", f"{rate / ceiling.rate:.2f}", ">= 0.50", rate / ceiling.rate >= 0.5),
-        ("CPU per event: ceiling / projector (Python + Postgres)", f"{cpu_rate / ceiling.cpu_rate:.2f}", "", None),
-        ("projector / old raw baseline (consume + unindexed COPY)", f"{rate / ceiling.raw_rate:.2f}", "", None),
-    ])  # fmt: skip
+    print(
+        f"CPU per event (this process + its Postgres backends): ceiling {1e6 / ceiling.cpu_rate:.1f} us, "
+        f"projector {1e6 / cpu_rate:.1f} us"
+    )
+    print_table(
+        [
+            ("necessary-work ceiling", f"{ceiling.rate:,.0f} events/s", "", None),
+            ("convlog projector", f"{rate:,.0f} events/s", "", None),
+            ("projector / ceiling", f"{rate / ceiling.rate:.2f}", ">= 0.50", rate / ceiling.rate >= 0.5),
+            ("CPU per event: ceiling / projector (Python + Postgres)", f"{cpu_rate / ceiling.cpu_rate:.2f}", "", None),
+            ("projector / old raw baseline (consume + unindexed COPY)", f"{rate / ceiling.raw_rate:.2f}", "", None),
+        ]
+    )
 
 
 if __name__ == "__main__":

@@ -151,25 +151,43 @@ async def main() -> None:
     # the broker's CPU during that start: the broker serves every client on it, its figure is an
     # upper bound on a shared machine.)
     bound_started = one_s * free / (one_cpu.ours_s + start_cpu + start_pg_cpu)
-    print_table([
-        ("necessary-work ceiling", f"{ceiling.rate:,.0f} events/s", "", None),
-        ("rebuild, 1 worker", f"{one:,.0f} events/s", "", None),
-        ("rebuild, 2 workers", f"{two:,.0f} events/s", "", None),
-        ("1 worker / ceiling", f"{one / ceiling.rate:.2f}", ">= 0.50", one / ceiling.rate >= 0.5),
-        ("2 workers / 1 worker", f"{two / one:.2f}", ">= 1.30", two / one >= 1.3),
-        ("CPU per event, 1 worker: workers / Postgres / Kafka", one_cpu.per_event(n), "", None),
-        ("CPU per event, 2 workers: workers / Postgres / Kafka", two_cpu.per_event(n), "", None),
-        (f"cores busy of {cores}, 1 worker run: ours / other processes",
-         f"{one_cpu.cores_ours:.2f} / {one_cpu.cores('other'):.2f}", "", None),
-        (f"cores busy of {cores}, 2 workers run: ours / other processes",
-         f"{two_cpu.cores_ours:.2f} / {two_cpu.cores('other'):.2f}", "", None),
-        ("CPU available to the second worker (cores idle in the 1-worker run)",
-         f"{max(0.0, cores - one_cpu.cores_ours - one_cpu.cores('other')):.2f}", "", None),
-        ("2 workers / 1 worker the free cores allow at 1-worker CPU per event", f"{bound:.2f}", "", None),
-        ("a worker process's start (forked: connections, store): wall / CPU of it / Kafka (shared) / Postgres",
-         f"{start_wall:.2f} s / {start_cpu:.2f} / {start_kafka_cpu:.2f} / {start_pg_cpu:.2f} s", "", None),
-        ("2 workers / 1 worker the free cores allow, that start paid", f"{bound_started:.2f}", "", None),
-    ])  # fmt: skip
+    print_table(
+        [
+            ("necessary-work ceiling", f"{ceiling.rate:,.0f} events/s", "", None),
+            ("rebuild, 1 worker", f"{one:,.0f} events/s", "", None),
+            ("rebuild, 2 workers", f"{two:,.0f} events/s", "", None),
+            ("1 worker / ceiling", f"{one / ceiling.rate:.2f}", ">= 0.50", one / ceiling.rate >= 0.5),
+            ("2 workers / 1 worker", f"{two / one:.2f}", ">= 1.30", two / one >= 1.3),
+            ("CPU per event, 1 worker: workers / Postgres / Kafka", one_cpu.per_event(n), "", None),
+            ("CPU per event, 2 workers: workers / Postgres / Kafka", two_cpu.per_event(n), "", None),
+            (
+                f"cores busy of {cores}, 1 worker run: ours / other processes",
+                f"{one_cpu.cores_ours:.2f} / {one_cpu.cores('other'):.2f}",
+                "",
+                None,
+            ),
+            (
+                f"cores busy of {cores}, 2 workers run: ours / other processes",
+                f"{two_cpu.cores_ours:.2f} / {two_cpu.cores('other'):.2f}",
+                "",
+                None,
+            ),
+            (
+                "CPU available to the second worker (cores idle in the 1-worker run)",
+                f"{max(0.0, cores - one_cpu.cores_ours - one_cpu.cores('other')):.2f}",
+                "",
+                None,
+            ),
+            ("2 workers / 1 worker the free cores allow at 1-worker CPU per event", f"{bound:.2f}", "", None),
+            (
+                "a worker process's start (forked: connections, store): wall / CPU of it / Kafka (shared) / Postgres",
+                f"{start_wall:.2f} s / {start_cpu:.2f} / {start_kafka_cpu:.2f} / {start_pg_cpu:.2f} s",
+                "",
+                None,
+            ),
+            ("2 workers / 1 worker the free cores allow, that start paid", f"{bound_started:.2f}", "", None),
+        ]
+    )
 
 
 def print_cpu_shares(n: int, cores: int, runs: dict[str, CpuShares]) -> None:

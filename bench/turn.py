@@ -81,9 +81,15 @@ def run(admin: str, n: int, kafka: str | None) -> list[Row]:
         db.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     extra = {"CONVLOG_KAFKA_BOOTSTRAP": kafka, "CONVLOG_TOPIC": f"convlog.bench.turn.{uuid.uuid4().hex[:8]}"}
     try:
-        with tempfile.TemporaryDirectory() as tmp, serve_process(make_conninfo(admin, dbname=name), Path(tmp),
-                                                                 Path(__file__).resolve().parent.parent,
-                                                                 env=extra if kafka else None) as port:  # fmt: skip
+        with (
+            tempfile.TemporaryDirectory() as tmp,
+            serve_process(
+                make_conninfo(admin, dbname=name),
+                Path(tmp),
+                Path(__file__).resolve().parent.parent,
+                env=extra if kafka else None,
+            ) as port,
+        ):
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
             times = turns(conn, n)
             metrics = call(conn, "GET", "/metrics")[1].decode()

@@ -222,8 +222,10 @@ def _status(services: dict[str, _Service], *, check: bool) -> int:
 def _cluster_status(cluster: KafkaCluster) -> bool:
     """One line for the cluster, one per node; True if every node runs and serves."""
     all_up = True
-    print(f"{'kafka':<9} {'running' if cluster.running else 'partial' if cluster.pid else 'stopped':<9} "
-          f"{cluster.bootstrap:<48} data {cluster.data_dir}")  # fmt: skip
+    print(
+        f"{'kafka':<9} {'running' if cluster.running else 'partial' if cluster.pid else 'stopped':<9} "
+        f"{cluster.bootstrap:<48} data {cluster.data_dir}"
+    )
     for node in cluster.nodes:
         pid = node.pid
         if pid is None:

@@ -208,8 +208,14 @@ def _field_lines(field_type: Any, i: int, namespace: dict[str, Any]) -> list[str
         # A one-byte even varint below 2 * len(symbols) is a valid index; anything else
         # (a negative or too large index, a longer varint) is for r{i} to read or refuse.
         limit = 2 * len(field_type["symbols"])
-        return ["b = buf[pos]", f"if b < {limit} and not b & 1:", f"    {v} = s{i}[b >> 1]", "    pos += 1",
-                "else:", "    " + call]  # fmt: skip
+        return [
+            "b = buf[pos]",
+            f"if b < {limit} and not b & 1:",
+            f"    {v} = s{i}[b >> 1]",
+            "    pos += 1",
+            "else:",
+            "    " + call,
+        ]
     if isinstance(field_type, dict) and field_type.get("type") in ("array", "map"):
         empty = "[]" if field_type["type"] == "array" else "{}"
         return ["if buf[pos] == 0:", f"    {v} = {empty}", "    pos += 1", "else:", "    " + call]
@@ -241,8 +247,10 @@ def _union_lines(branches: list[Any], i: int, tags: tuple[str | None, ...]) -> l
             lines += [f"{'elif' if len(lines) > 1 else 'if'} b == {2 * k}:", *("    " + line for line in value_lines)]
     if any(b not in ("null", "string", "long") or tags[k] is not None for k, b in enumerate(branches[:64])):
         limit = 2 * min(len(branches), 64)
-        lines += [f"{'elif' if len(lines) > 1 else 'if'} b < {limit} and not b & 1:",
-                  f"    x, pos = u{i}[b >> 1](buf, pos + 1)"]  # fmt: skip
+        lines += [
+            f"{'elif' if len(lines) > 1 else 'if'} b < {limit} and not b & 1:",
+            f"    x, pos = u{i}[b >> 1](buf, pos + 1)",
+        ]
         # As read_union: a named branch's value is tagged in a union of several named types.
         lines += [f"    t = t{i}[b >> 1]", f"    {v} = x if t is None else (t, x)"] if any(tags) else [f"    {v} = x"]
     return [*lines, "else:", f"    {v}, pos = r{i}(buf, pos)"]

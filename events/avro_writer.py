@@ -230,8 +230,13 @@ def _field_lines(field_type: Any, writer: str, kinds: dict[str, str], namespace:
         # The symbol's index, zigzagged and varint-encoded once; an unknown one raises in writer.
         symbols = {s: _long_bytes(i) for i, s in enumerate(field_type["symbols"])}
         namespace[f"{writer}_symbols"] = symbols
-        return [f"b = {writer}_symbols.get(v) if type(v) is str else None", "if b is None:", "    " + call, "else:",
-                "    out += b"]  # fmt: skip
+        return [
+            f"b = {writer}_symbols.get(v) if type(v) is str else None",
+            "if b is None:",
+            "    " + call,
+            "else:",
+            "    out += b",
+        ]
     if isinstance(field_type, list):
         # As write_union picks: None only fits null; a str fits the first string or enum branch.
         branch_kinds = [_branch_kind(b, kinds) for b in field_type]

@@ -190,7 +190,18 @@ def native_message(
     """A message appended in a native format: ``blocks`` and their Chat Completions view."""
     content, tool_calls = chat_view(blocks, role=role)
     return MessageAppended(
-        message_id=message_id, role=role, content=content, name=name, tool_calls=tool_calls,
-        tool_call_id=tool_call_id, model=model, usage=usage, finish_reason=finish_reason,
-        metadata=dict(metadata or {}), blocks=tuple(blocks), provider=provider, api=api, is_error=is_error,
-    )  # fmt: skip
+        message_id=message_id,
+        role=role,
+        content=content,
+        name=name,
+        tool_calls=tool_calls,
+        tool_call_id=tool_call_id,
+        model=model,
+        usage=usage,
+        finish_reason=finish_reason,
+        metadata=dict(metadata or {}),
+        blocks=tuple(blocks),
+        provider=provider,
+        api=api,
+        is_error=is_error,
+    )

@@ -146,9 +146,13 @@ def _rewrite(fd: int, path: Path, found: Survey, side: Path) -> int:
         for r in found.corrupt:
             _copy(fd, out.fileno(), position, r.start)
             for partition, start, end in r.frames or ():  # a range that tells nothing leaves no hole
-                info = {"reason": "damaged frame moved aside by convlog log repair", "side_file": side.name,
-                        "side_offset": where[r.start] + start - r.start, "length": end - start,
-                        "original_position": start}  # fmt: skip
+                info = {
+                    "reason": "damaged frame moved aside by convlog log repair",
+                    "side_file": side.name,
+                    "side_offset": where[r.start] + start - r.start,
+                    "length": end - start,
+                    "original_position": start,
+                }
                 _write_all(out.fileno(), hole_frame(partition, info))
                 holes += 1
             position = r.end

@@ -42,9 +42,11 @@ class _LeaveGroupResponseV3(Response):  # type: ignore[misc]  # aiokafka.protoco
     SCHEMA = Schema(
         ("throttle_time_ms", Int32),
         ("error_code", Int16),
-        ("members", Array(("member_id", String("utf-8")), ("group_instance_id", String("utf-8")),
-                          ("error_code", Int16))),
-    )  # fmt: skip
+        (
+            "members",
+            Array(("member_id", String("utf-8")), ("group_instance_id", String("utf-8")), ("error_code", Int16)),
+        ),
+    )
 
 
 class _LeaveGroupRequestV3(RequestStruct):  # type: ignore[misc]  # the same
@@ -75,17 +77,29 @@ class _DescribeGroupsResponseV4(Response):  # type: ignore[misc]  # the same
     API_VERSION = 4
     SCHEMA = Schema(
         ("throttle_time_ms", Int32),
-        ("groups", Array(
-            ("error_code", Int16), ("group", String("utf-8")), ("state", String("utf-8")),
-            ("protocol_type", String("utf-8")), ("protocol", String("utf-8")),
-            ("members", Array(
-                ("member_id", String("utf-8")), ("group_instance_id", String("utf-8")),
-                ("client_id", String("utf-8")), ("client_host", String("utf-8")),
-                ("member_metadata", Bytes), ("member_assignment", Bytes),
-            )),
-            ("authorized_operations", Int32),
-        )),
-    )  # fmt: skip
+        (
+            "groups",
+            Array(
+                ("error_code", Int16),
+                ("group", String("utf-8")),
+                ("state", String("utf-8")),
+                ("protocol_type", String("utf-8")),
+                ("protocol", String("utf-8")),
+                (
+                    "members",
+                    Array(
+                        ("member_id", String("utf-8")),
+                        ("group_instance_id", String("utf-8")),
+                        ("client_id", String("utf-8")),
+                        ("client_host", String("utf-8")),
+                        ("member_metadata", Bytes),
+                        ("member_assignment", Bytes),
+                    ),
+                ),
+                ("authorized_operations", Int32),
+            ),
+        ),
+    )
 
 
 class _DescribeGroupsRequestV4(RequestStruct):  # type: ignore[misc]  # the same

@@ -33,9 +33,14 @@ async def ensure_topic(bootstrap: str, topic: str, partitions: int, *, client_id
 
 
 async def create_topic(
-    bootstrap: str, topic: str, partitions: int, replication_factor: int | None, client_id: str,
-    *, check_settings: bool = True,
-) -> int:  # fmt: skip
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    replication_factor: int | None,
+    client_id: str,
+    *,
+    check_settings: bool = True,
+) -> int:
     """Create ``topic`` unless it exists; return its actual partition count.
 
     An existing topic keeps its settings; those that would lose events (finite retention,

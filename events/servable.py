@@ -59,8 +59,10 @@ def _dotted(prefix: str, path: Sequence[str | int]) -> str:
 
 
 def _too_deep(field: str | None) -> InvalidEventError:
-    error = InvalidEventError(f"nested more than {MAX_NESTING} arrays and objects deep (the limit every "
-                              "format's context can carry)", field=field or None)  # fmt: skip
+    error = InvalidEventError(
+        f"nested more than {MAX_NESTING} arrays and objects deep (the limit every format's context can carry)",
+        field=field or None,
+    )
     error.code = "nested_too_deep"
     return error
 

@@ -37,8 +37,10 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         seen: set[str] = set()
         for key, _ in pairs:
             if key in seen:
-                raise NotJsonError(f"the key {key[:100]!r} appears twice in one object, and JSON parsers "
-                                   "disagree on which value counts: send it once")  # fmt: skip
+                raise NotJsonError(
+                    f"the key {key[:100]!r} appears twice in one object, and JSON parsers "
+                    "disagree on which value counts: send it once"
+                )
             seen.add(key)
     return doc
 

@@ -68,9 +68,14 @@ class BatchInputReader:
         return in_schema(self._schema, text)
 
     async def read(
-        self, conn: AsyncConnection[Any], look: Lookups, *, skips: Mapping[tuple[int, int], str],
-        parked_override: str | None, positions: Mapping[int, int] | None = None,
-    ) -> BatchInputs:  # fmt: skip
+        self,
+        conn: AsyncConnection[Any],
+        look: Lookups,
+        *,
+        skips: Mapping[tuple[int, int], str],
+        parked_override: str | None,
+        positions: Mapping[int, int] | None = None,
+    ) -> BatchInputs:
         """The stored rows ``look`` asks for. With ``positions`` (partition -> expected next
         offset), those positions are locked first and must agree, else
         :class:`PositionConflictError` (the transaction is then to be rolled back)."""
@@ -80,8 +85,10 @@ class BatchInputReader:
             queries["positions"] = (self._q(POSITIONS_FOR_UPDATE), [sorted(positions)])
         queries["states"] = (self._q(_STATES), [keys])
         queries["parked"] = (self._q(_PARKED), [keys])
-        for name, text, pairs in (("seen", _APPLIED_EVENT_IDS, look.event_ids),
-                                  ("known", _MESSAGES_AT, look.referenced_messages)):  # fmt: skip
+        for name, text, pairs in (
+            ("seen", _APPLIED_EVENT_IDS, look.event_ids),
+            ("known", _MESSAGES_AT, look.referenced_messages),
+        ):
             if pairs:
                 conversations, ids = zip(*pairs, strict=True)
                 queries[name] = (self._q(text), [list(conversations), list(ids)])
@@ -107,8 +114,11 @@ class BatchInputReader:
             states={r["conversation_key"]: state_from_row(r) for r in rows["states"]},
             parked=parked - {parked_override},
             seen_event_ids=frozenset((r["conversation_key"], r["event_id"]) for r in rows.get("seen", ())),
-            known_messages=known, skips=skips, summaries=summaries, redacted=redacted,
-        )  # fmt: skip
+            known_messages=known,
+            skips=skips,
+            summaries=summaries,
+            redacted=redacted,
+        )
 
 
 def check_positions(expected: Mapping[int, int], stored: Mapping[int, int]) -> None:

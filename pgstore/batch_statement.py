@@ -68,9 +68,15 @@ class BatchStatement:
         self._cache: dict[tuple[int, ...], bytes] = {}
 
     def compose(
-        self, out: BatchOutcome, *, transcript: Sequence[Sequence[Any]], index: Sequence[Sequence[Any]],
-        expected: Mapping[int, int], new: Mapping[int, int], notify: tuple[str, str] | None,
-    ) -> tuple[bytes, list[Any]]:  # fmt: skip
+        self,
+        out: BatchOutcome,
+        *,
+        transcript: Sequence[Sequence[Any]],
+        index: Sequence[Sequence[Any]],
+        expected: Mapping[int, int],
+        new: Mapping[int, int],
+        notify: tuple[str, str] | None,
+    ) -> tuple[bytes, list[Any]]:
         """The statement and its parameters: ``transcript`` and ``index`` rows as the writer and
         the event index make them; it returns one row per moved position (with ``notify``, the
         channel and payload, a ``pg_notify`` beside it, delivered at the commit)."""
@@ -99,14 +105,22 @@ class BatchStatement:
             if not rows:
                 continue
             row = sql.SQL("({})").format(sql.SQL(", ").join(sql.Placeholder() * len(columns)))
-            ctes.append(sql.SQL("{n} AS (INSERT INTO {s}.{t} ({c}) VALUES {v})").format(
-                n=sql.Identifier(f"w_{table}"), s=s, t=sql.Identifier(table),
-                c=sql.SQL(", ").join(map(sql.Identifier, columns)), v=sql.SQL(", ").join([row] * len(rows)),
-            ))  # fmt: skip
+            ctes.append(
+                sql.SQL("{n} AS (INSERT INTO {s}.{t} ({c}) VALUES {v})").format(
+                    n=sql.Identifier(f"w_{table}"),
+                    s=s,
+                    t=sql.Identifier(table),
+                    c=sql.SQL(", ").join(map(sql.Identifier, columns)),
+                    v=sql.SQL(", ").join([row] * len(rows)),
+                )
+            )
         if states:
             for table, columns in (("conversations", CONVERSATION_COLUMNS), ("windows", WINDOW_COLUMNS)):
-                ctes.append(sql.SQL("{n} AS ({u})").format(n=sql.Identifier(f"w_{table}"),
-                                                          u=state_upsert(self._schema, table, columns)))  # fmt: skip
+                ctes.append(
+                    sql.SQL("{n} AS ({u})").format(
+                        n=sql.Identifier(f"w_{table}"), u=state_upsert(self._schema, table, columns)
+                    )
+                )
         ctes.append(sql.SQL(MOVE_POSITIONS).format(s=s))
         tail = sql.SQL(moved_rows(notify=notify))
         return sql.SQL("WITH {ctes} {tail}").format(ctes=sql.SQL(", ").join(ctes), tail=tail).as_bytes(None)

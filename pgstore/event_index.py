@@ -51,8 +51,9 @@ def _copy_statement(schema: str) -> sql.Composed:
 
 @functools.lru_cache(maxsize=64)
 def _insert_statement(schema: str) -> sql.Composed:
-    statement = sql.SQL('INSERT INTO {s}.event_index (conversation_key, event_id, partition, "offset") '
-                        "VALUES (%s, %s, %s, %s)")  # fmt: skip
+    statement = sql.SQL(
+        'INSERT INTO {s}.event_index (conversation_key, event_id, partition, "offset") VALUES (%s, %s, %s, %s)'
+    )
     return statement.format(s=sql.Identifier(schema))
 
 

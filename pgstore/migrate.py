@@ -167,9 +167,12 @@ async def migrate_command(url: str, *, out: TextIO | None = None, legacy_window:
 
 
 async def _migrate(
-    conn_or_url: AnyConnection | str, *, target: int | None, migrations_dir: Path,
+    conn_or_url: AnyConnection | str,
+    *,
+    target: int | None,
+    migrations_dir: Path,
     legacy_window: WindowPolicy | None = None,
-) -> tuple[list[Migration], int]:  # fmt: skip
+) -> tuple[list[Migration], int]:
     migrations = load_migrations(migrations_dir)  # a broken folder fails before touching the database
     latest = migrations[-1].version
     if target is not None and not 1 <= target <= latest:

@@ -245,8 +245,12 @@ async def open_pool(
     if "connect_timeout" not in params:
         kwargs["connect_timeout"] = _DEFAULT_CONNECT_TIMEOUT_S
     if not any(k.startswith("keepalives") for k in params):
-        kwargs |= {"keepalives": 1, "keepalives_idle": KEEPALIVES_IDLE_S,
-                   "keepalives_interval": KEEPALIVES_INTERVAL_S, "keepalives_count": KEEPALIVES_COUNT}  # fmt: skip
+        kwargs |= {
+            "keepalives": 1,
+            "keepalives_idle": KEEPALIVES_IDLE_S,
+            "keepalives_interval": KEEPALIVES_INTERVAL_S,
+            "keepalives_count": KEEPALIVES_COUNT,
+        }
     pool: PgPool = psycopg_pool.AsyncConnectionPool(
         url,
         min_size=min_size,
@@ -335,4 +339,3 @@ def _convert(e: BaseException, action: str) -> ConvlogError | None:
     if isinstance(e, psycopg.Error | TimeoutError | ConnectionError):
         return convert_pg_error(e, action=action)
     return None
-

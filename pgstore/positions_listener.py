@@ -35,9 +35,15 @@ class PositionsListener:
     only the switches."""
 
     def __init__(
-        self, url: str, watch: PositionsWatch | None, live_schema: Callable[[], Awaitable[str]] | None = None, *,
-        on_switch: Callable[[], None] = lambda: None, check_s: float = 1.0, retry_max_s: float = 5.0,
-    ) -> None:  # fmt: skip
+        self,
+        url: str,
+        watch: PositionsWatch | None,
+        live_schema: Callable[[], Awaitable[str]] | None = None,
+        *,
+        on_switch: Callable[[], None] = lambda: None,
+        check_s: float = 1.0,
+        retry_max_s: float = 5.0,
+    ) -> None:
         self._url, self._watch, self._live_schema, self._on_switch = url, watch, live_schema, on_switch
         self._check_s, self._retry_max_s = check_s, retry_max_s  # check_s: how often the live version is looked up
 
@@ -57,8 +63,9 @@ class PositionsListener:
             delay = min(delay * 2, self._retry_max_s)
 
     async def _listen(self, stop: asyncio.Event) -> None:
-        async with await psycopg.AsyncConnection.connect(self._url, autocommit=True,
-                                                         application_name="convlog-positions") as conn:  # fmt: skip
+        async with await psycopg.AsyncConnection.connect(
+            self._url, autocommit=True, application_name="convlog-positions"
+        ) as conn:
             await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(VERSIONS_CHANNEL)))
             self._on_switch()  # one made while this was not listening was not heard
             channel: str | None = None
@@ -75,9 +82,11 @@ class PositionsListener:
 
     @staticmethod
     async def _follow(
-        conn: psycopg.AsyncConnection[object], channel: str | None, watch: PositionsWatch,
+        conn: psycopg.AsyncConnection[object],
+        channel: str | None,
+        watch: PositionsWatch,
         live_schema: Callable[[], Awaitable[str]],
-    ) -> str:  # fmt: skip
+    ) -> str:
         """LISTEN on the live version's positions channel instead of ``channel``; the one now."""
         live = positions_channel(await live_schema())
         if live != channel:

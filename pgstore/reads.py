@@ -77,12 +77,10 @@ _HEAD_ROW = (
 # The newest %(n)s rows of the range (a budget rarely reaches back far; NULL is LIMIT ALL: every
 # row) by the primary key, the system messages by the partial index transcript_system_messages.
 _CONTEXT = (
-    "WITH h AS (" + _HEAD + ") "
-    + _HEAD_ROW
-    + "UNION ALL (SELECT 1, " + _MESSAGE + "AND role = 'system' ORDER BY seq) "
+    "WITH h AS (" + _HEAD + ") " + _HEAD_ROW + "UNION ALL (SELECT 1, " + _MESSAGE + "AND role = 'system' ORDER BY seq) "
     "UNION ALL (SELECT 2, " + _MESSAGE + _IN_RANGE + "ORDER BY seq DESC LIMIT %(n)s) "
     "ORDER BY kind, seq"
-)  # fmt: skip
+)
 
 _TRANSCRIPT = """
 SELECT t.* FROM {s}.conversations c LEFT JOIN LATERAL (
@@ -170,8 +168,9 @@ class PostgresReadModels:
                         await conn.set_autocommit(False)  # as the pool's other users expect it
         if not rows:
             return None
-        (epoch, partition, last_offset, window_start, usable, parked, summary_id, text,
-         covers) = orjson.loads(rows[0][1])  # fmt: skip
+        (epoch, partition, last_offset, window_start, usable, parked, summary_id, text, covers) = orjson.loads(
+            rows[0][1]
+        )
         system = tuple(_message(r, encoding) for r in rows if r[0] == 1)
         messages = tuple(_message(r, encoding) for r in rows if r[0] == 2)
         summary = None
@@ -180,9 +179,18 @@ class PostgresReadModels:
         if newest is None:
             return ContextInputs(key, epoch, parked, system, summary, window_start, messages, partition, last_offset)
         return ContextInputs(
-            key, epoch, parked, system, summary, window_start, messages, partition, last_offset,
-            complete=len(messages) < newest, usable_turns=usable,
-        )  # fmt: skip
+            key,
+            epoch,
+            parked,
+            system,
+            summary,
+            window_start,
+            messages,
+            partition,
+            last_offset,
+            complete=len(messages) < newest,
+            usable_turns=usable,
+        )
 
     async def list_conversations(
         self, tenant_id: str, user_id: str, *, limit: int = 50, before: str | None = None
@@ -198,8 +206,14 @@ class PostgresReadModels:
             if unstorable_char(last_id) is not None:  # no stored id holds one: not a cursor we made
                 raise InvalidRequestError("malformed conversation list cursor: an id Postgres cannot hold")
             ts, active_after, idle_after = (last_ts, last_id, "") if last_ts else (None, "", last_id)
-        params = {"tenant": tenant_id, "user": user_id, "ts": ts, "active_after": active_after,
-                  "idle_after": idle_after, "n": limit + 1}  # fmt: skip
+        params = {
+            "tenant": tenant_id,
+            "user": user_id,
+            "ts": ts,
+            "active_after": active_after,
+            "idle_after": idle_after,
+            "n": limit + 1,
+        }
         with pg_errors(f"list the conversations of {tenant_id}/{user_id}"):
             async with self._pool.connection() as conn:
                 rows = await (await conn.execute(self._list, params)).fetchall()
@@ -286,8 +300,10 @@ class PostgresReadModels:
     async def parked_by(self, key: ConversationKey) -> ParkedBy | None:
         with pg_errors(f"read the dead letter that parks {key}"):
             async with self._pool.connection() as conn:
-                q = self._q('SELECT d.id, d.partition, d."offset", d.error_code FROM {s}.parked p JOIN '
-                            "{s}.dead_letters d ON d.id = p.dead_letter_id WHERE p.conversation_key = %s")  # fmt: skip
+                q = self._q(
+                    'SELECT d.id, d.partition, d."offset", d.error_code FROM {s}.parked p JOIN '
+                    "{s}.dead_letters d ON d.id = p.dead_letter_id WHERE p.conversation_key = %s"
+                )
                 row = await (await conn.execute(q, [str(key)])).fetchone()
         return None if row is None else ParkedBy(*row)
 

@@ -60,8 +60,13 @@ async def end_stalled_blockers(pool: PgPool, *, applications: Sequence[str], sta
             ended = []
             for pid, state, stalled_for in rows:
                 await conn.execute("SELECT pg_terminate_backend(%s)", [pid])
-                log.warning("projector.ended_stalled_session", pid=pid, state=state, stalled_s=round(stalled_for, 1),
-                            hint="it held locks another projector waits for")  # fmt: skip
+                log.warning(
+                    "projector.ended_stalled_session",
+                    pid=pid,
+                    state=state,
+                    stalled_s=round(stalled_for, 1),
+                    hint="it held locks another projector waits for",
+                )
                 ended.append(pid)
             return ended
 

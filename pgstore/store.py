@@ -136,13 +136,18 @@ class PostgresProjectionStore:
 
     async def prepare(self, records: Sequence[LogRecord]) -> PreparedBatch:
         """Decode ``records`` and count their messages' texts, before the transaction (pure)."""
-        return await prepare_batch(records, codec=self._codec, max_event_bytes=self._max_event_bytes,
-                                   counter=self._counter)  # fmt: skip
+        return await prepare_batch(
+            records, codec=self._codec, max_event_bytes=self._max_event_bytes, counter=self._counter
+        )
 
     async def _apply_unconverted(
-        self, records: Sequence[LogRecord], expected: Mapping[int, int], *, through: Mapping[int, int] | None = None,
+        self,
+        records: Sequence[LogRecord],
+        expected: Mapping[int, int],
+        *,
+        through: Mapping[int, int] | None = None,
         prepared: PreparedBatch | None = None,
-    ) -> BatchReport:  # fmt: skip
+    ) -> BatchReport:
         """Apply ``records`` (per partition in offset order, starting at ``expected``); with
         ``through`` (partition -> the reader's next position), the positions of those partitions
         of ``expected`` move there too: past transaction markers and aborted records, which the
@@ -177,9 +182,14 @@ class PostgresProjectionStore:
             self._indexed = True
 
     async def _apply_decoded(
-        self, decoded: Sequence[Decoded], expected: Mapping[int, int], new_positions: Mapping[int, int], *,
-        refused: RecordRefusedError | None, counter: TokenCounting,
-    ) -> BatchOutcome:  # fmt: skip
+        self,
+        decoded: Sequence[Decoded],
+        expected: Mapping[int, int],
+        new_positions: Mapping[int, int],
+        *,
+        refused: RecordRefusedError | None,
+        counter: TokenCounting,
+    ) -> BatchOutcome:
         """One transaction: check the positions, fold, write, move the positions. ``refused``:
         Postgres refused this batch in an earlier transaction; find the records it refuses."""
         moved = {p: expected[p] for p in new_positions}
@@ -202,9 +212,13 @@ class PostgresProjectionStore:
         return outcome
 
     async def _apply_pipelined(
-        self, decoded: Sequence[Decoded], moved: Mapping[int, int], new_positions: Mapping[int, int], *,
+        self,
+        decoded: Sequence[Decoded],
+        moved: Mapping[int, int],
+        new_positions: Mapping[int, int],
+        *,
         counter: TokenCounting,
-    ) -> BatchOutcome:  # fmt: skip
+    ) -> BatchOutcome:
         """The transaction of a small batch (what a read-your-writes request waits for) in three
         round trips instead of about ten: BEGIN goes with the reads; the rows, as INSERTs, with
         the position move; then the COMMIT. The same statements otherwise, and the same outcome."""
@@ -217,9 +231,13 @@ class PostgresProjectionStore:
             outcome = await self._fold(cur, decoded, parked_override=None, positions=moved)
             if is_plain(outcome):  # the common batch: everything in one statement
                 statement, params = self._one_statement.compose(
-                    outcome, transcript=transcript_copy_rows(outcome.transcript, counter), index=index_rows(decoded),
-                    expected=moved, new=new_positions, notify=self._notification(new_positions),
-                )  # fmt: skip
+                    outcome,
+                    transcript=transcript_copy_rows(outcome.transcript, counter),
+                    index=index_rows(decoded),
+                    expected=moved,
+                    new=new_positions,
+                    notify=self._notification(new_positions),
+                )
                 await cur.execute(statement, params)
                 if len(await cur.fetchall()) != len(new_positions):  # cannot happen under FOR UPDATE
                     raise PositionConflictError("a position changed inside the batch transaction")
@@ -231,9 +249,14 @@ class PostgresProjectionStore:
         return outcome
 
     async def _write_isolating(
-        self, cur: Cursor, decoded: Sequence[Decoded], *, parked_override: str | None,
-        refused: RecordRefusedError | None, inserts: bool = False,
-    ) -> BatchOutcome:  # fmt: skip
+        self,
+        cur: Cursor,
+        decoded: Sequence[Decoded],
+        *,
+        parked_override: str | None,
+        refused: RecordRefusedError | None,
+        inserts: bool = False,
+    ) -> BatchOutcome:
         """Fold and write ``decoded``, each record whose rows Postgres refuses turned into
         poison (dead letter, conversation parked, its later records held), one at a time.
         ``refused``: the refusal of the whole of ``decoded``, known already. With ``fail_fast``
@@ -260,8 +283,14 @@ class PostgresProjectionStore:
                 raise refused
             isolated.add(index)
             batch[index] = as_refused(d, refused)
-            log.warning("store.record_refused", schema=self.schema, partition=d.record.partition,
-                        offset=d.record.offset, conversation=d.key, reason=refused.reason)  # fmt: skip
+            log.warning(
+                "store.record_refused",
+                schema=self.schema,
+                partition=d.record.partition,
+                offset=d.record.offset,
+                conversation=d.key,
+                reason=refused.reason,
+            )
             refused = None
 
     async def _try_write(
@@ -298,13 +327,18 @@ class PostgresProjectionStore:
             raise PositionConflictError("a position changed inside the batch transaction")
 
     async def _fold(
-        self, cur: Cursor, decoded: Sequence[Decoded], *, parked_override: str | None,
+        self,
+        cur: Cursor,
+        decoded: Sequence[Decoded],
+        *,
+        parked_override: str | None,
         positions: Mapping[int, int] | None = None,
-    ) -> BatchOutcome:  # fmt: skip
+    ) -> BatchOutcome:
         """Read what ``decoded`` needs of the stored rows (one round trip; with ``positions``,
         those are locked and checked first) and fold it."""
-        inputs = await self._inputs.read(cur.connection, lookups(decoded), skips=self._skips,
-                                         parked_override=parked_override, positions=positions)  # fmt: skip
+        inputs = await self._inputs.read(
+            cur.connection, lookups(decoded), skips=self._skips, parked_override=parked_override, positions=positions
+        )
         return fold_batch(decoded, inputs, policy=self._policy, fail_fast=self._fail_fast)
 
     async def _resolve_unconverted(self, dead_letter_id: int, *, skip_reason: str | None = None) -> BatchReport:
@@ -326,8 +360,9 @@ class PostgresProjectionStore:
             if letter["error_code"] == UNREADABLE_BATCH:
                 return await self._resolve_unreadable(cur, dead_letter_id, skip_reason=skip_reason)
             outcome = await self._release(cur, letter, skip_reason=skip_reason)
-        return BatchReport({}, len(outcome.applied_event_ids), outcome.duplicates, len(outcome.poisoned),
-                           len(outcome.held))  # fmt: skip
+        return BatchReport(
+            {}, len(outcome.applied_event_ids), outcome.duplicates, len(outcome.poisoned), len(outcome.held)
+        )
 
     async def _release(
         self, cur: Cursor, letter: dict[str, Any], *, skip_reason: str | None, inserts: bool = False
@@ -367,14 +402,21 @@ class PostgresProjectionStore:
         commits: a crash cannot leave it held."""
         for key, reason in outcome.superseding.items():
             await cur.execute(
-                self._q("SELECT d.* FROM {s}.parked p JOIN {s}.dead_letters d ON d.id = p.dead_letter_id "
-                        "WHERE p.conversation_key = %s FOR UPDATE OF d"),
+                self._q(
+                    "SELECT d.* FROM {s}.parked p JOIN {s}.dead_letters d ON d.id = p.dead_letter_id "
+                    "WHERE p.conversation_key = %s FOR UPDATE OF d"
+                ),
                 [key],
-            )  # fmt: skip
+            )
             letter = await cur.fetchone()
             if letter is not None and letter["status"] == "parked":
-                log.warning("store.parked_record_skipped", schema=self.schema, conversation=key,
-                            dead_letter=letter["id"], reason=reason)  # fmt: skip
+                log.warning(
+                    "store.parked_record_skipped",
+                    schema=self.schema,
+                    conversation=key,
+                    dead_letter=letter["id"],
+                    reason=reason,
+                )
                 await self._release(cur, letter, skip_reason=reason, inserts=inserts)
 
     async def _resolve_unreadable(self, cur: Cursor, dead_letter_id: int, *, skip_reason: str | None) -> BatchReport:

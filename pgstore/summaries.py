@@ -53,8 +53,10 @@ class PostgresSummaryStore:
         every member, and this one after a restart, goes on from the same place."""
         with pg_errors("load the summarizer's positions"):
             async with self._pool.connection() as conn:
-                select = ("SELECT partition, next_offset FROM convlog.summarizer_positions "
-                          "WHERE consumer = %s AND partition = ANY(%s)")  # fmt: skip
+                select = (
+                    "SELECT partition, next_offset FROM convlog.summarizer_positions "
+                    "WHERE consumer = %s AND partition = ANY(%s)"
+                )
                 cur = await conn.execute(select, [self.consumer, list(partitions)])
                 stored: dict[int, int] = dict(await cur.fetchall())
                 unread = frozenset(p for p in partitions if p not in stored)
@@ -125,8 +127,16 @@ class PostgresSummaryStore:
                 cur = await conn.execute(sql.SQL(_REDACTED).format(s=s), [k, epoch, window_start])
                 redacted = tuple((int(seq), str(message_id)) for seq, message_id in await cur.fetchall())
         pending = tuple(_pending(r) for r in rows)
-        return SummaryInputs(key, epoch, window_start, previous, pending, complete=len(rows) < max_rows,
-                             withdrawn=withdrawn, redacted=redacted)  # fmt: skip
+        return SummaryInputs(
+            key,
+            epoch,
+            window_start,
+            previous,
+            pending,
+            complete=len(rows) < max_rows,
+            withdrawn=withdrawn,
+            redacted=redacted,
+        )
 
 
 def _pending(row: tuple[Any, ...]) -> PendingMessage:

@@ -268,9 +268,14 @@ async def keep_hand_over(conn: AsyncConnection[Any], projection: str, schema: st
 
 
 async def checksums(
-    conn: AsyncConnection[Any], schema: str, keys: Sequence[str] | None = None, *, by_value: bool = False,
-    uncounted: Collection[str] = (), index_from: Mapping[int, int] | None = None,
-) -> dict[tuple[str, str], str]:  # fmt: skip
+    conn: AsyncConnection[Any],
+    schema: str,
+    keys: Sequence[str] | None = None,
+    *,
+    by_value: bool = False,
+    uncounted: Collection[str] = (),
+    index_from: Mapping[int, int] | None = None,
+) -> dict[tuple[str, str], str]:
     """md5 per (table, conversation) over the rows in key order; only ``keys`` when given.
     ``by_value``: JSON compared by value (see :func:`json_forms_differ`), else as stored text.
     ``uncounted``: see :func:`row_text`. ``index_from``: see :func:`compared_rows` (None: the
@@ -284,8 +289,13 @@ async def checksums(
             query = sql.SQL(
                 "SELECT conversation_key, md5(string_agg({row}, E'\\n' ORDER BY {order})) "
                 "FROM {s}.{t} AS t {where} GROUP BY conversation_key"
-            ).format(row=row_text(by_value=by_value, uncounted=uncounted, table=table), order=sql.SQL(order),
-                     s=sql.Identifier(schema), t=sql.Identifier(table), where=where)  # fmt: skip
+            ).format(
+                row=row_text(by_value=by_value, uncounted=uncounted, table=table),
+                order=sql.SQL(order),
+                s=sql.Identifier(schema),
+                t=sql.Identifier(table),
+                where=where,
+            )
             await cur.execute(query, params)
             for key, digest in await cur.fetchall():
                 result[(table, key)] = digest
@@ -304,8 +314,12 @@ def compared_rows(
         clauses.append(sql.SQL("t.conversation_key = ANY(%s)"))
         params.append(list(keys))
     if table == "event_index" and index_from:
-        clauses.append(sql.SQL('t."offset" >= coalesce((SELECT f.start FROM unnest(%s::int[], %s::bigint[]) '
-                               "AS f(partition, start) WHERE f.partition = t.partition), 0)"))  # fmt: skip
+        clauses.append(
+            sql.SQL(
+                't."offset" >= coalesce((SELECT f.start FROM unnest(%s::int[], %s::bigint[]) '
+                "AS f(partition, start) WHERE f.partition = t.partition), 0)"
+            )
+        )
         params += [list(index_from), list(index_from.values())]
     return (sql.SQL("WHERE ") + sql.SQL(" AND ").join(clauses) if clauses else sql.SQL("")), params
 

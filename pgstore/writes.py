@@ -55,9 +55,11 @@ def state_upsert(schema: str, table: str, columns: Sequence[str]) -> sql.Compose
         "INSERT INTO {s}.{t} ({cols}) SELECT {cols} FROM jsonb_populate_recordset(NULL::{s}.{t}, %s::jsonb) "
         "ON CONFLICT (conversation_key) DO UPDATE SET {u}"
     ).format(
-        s=sql.Identifier(schema), t=sql.Identifier(table), cols=sql.SQL(", ").join(map(sql.Identifier, columns)),
+        s=sql.Identifier(schema),
+        t=sql.Identifier(table),
+        cols=sql.SQL(", ").join(map(sql.Identifier, columns)),
         u=sql.SQL(", ").join(sql.SQL("{c} = excluded.{c}").format(c=sql.Identifier(c)) for c in columns[1:]),
-    )  # fmt: skip
+    )
 
 
 class BatchWriter:
@@ -97,10 +99,16 @@ class BatchWriter:
     def _insert(self, table: LiteralString, columns: Sequence[str]) -> bytes:
         statement = self._statements.get(("insert", table, *columns))
         if statement is None:
-            statement = self._statements[("insert", table, *columns)] = sql.SQL(
-                "INSERT INTO {s}.{t} ({c}) VALUES ({v})"
-            ).format(s=sql.Identifier(self.schema), t=sql.Identifier(table), c=sql.SQL(column_list(columns)),
-                     v=sql.SQL(", ").join(sql.Placeholder() * len(columns))).as_bytes(None)  # fmt: skip
+            statement = self._statements[("insert", table, *columns)] = (
+                sql.SQL("INSERT INTO {s}.{t} ({c}) VALUES ({v})")
+                .format(
+                    s=sql.Identifier(self.schema),
+                    t=sql.Identifier(table),
+                    c=sql.SQL(column_list(columns)),
+                    v=sql.SQL(", ").join(sql.Placeholder() * len(columns)),
+                )
+                .as_bytes(None)
+            )
         return statement
 
     async def write(
@@ -135,10 +143,9 @@ class BatchWriter:
         for erasure in out.erasures:
             args = (erasure.occurred_at, erasure.conversation_key, erasure.before_seq)
             await cur.execute(
-                self._set(_ERASURE_SET, "erased_at = coalesce(erased_at, %s) "
-                          "WHERE conversation_key = %s AND seq < %s"),
+                self._set(_ERASURE_SET, "erased_at = coalesce(erased_at, %s) WHERE conversation_key = %s AND seq < %s"),
                 args,
-            )  # fmt: skip
+            )
             await cur.execute(
                 self._q(
                     "UPDATE {s}.summaries SET text = NULL, erased_at = coalesce(erased_at, %s) "
@@ -197,5 +204,6 @@ class BatchWriter:
                 ),
                 (*record_row(poison.record, poison.conversation_key), poison.error_code, poison.error, reason),
             )
-        await self._copy(cur, "held_records", HELD_COLUMNS, [record_row(r, key) for key, r in out.held],
-                         inserts=inserts)  # fmt: skip
+        await self._copy(
+            cur, "held_records", HELD_COLUMNS, [record_row(r, key) for key, r in out.held], inserts=inserts
+        )

@@ -130,8 +130,9 @@ def lookups(decoded: Sequence[Decoded]) -> Lookups:
             referenced.add((d.key, body.covers_through_message_id))
             if body.excluded_message_ids is not None:
                 listing.add(d.key)
-    return Lookups(frozenset(keys), frozenset(event_ids), frozenset(referenced), frozenset(redacting),
-                   frozenset(listing))  # fmt: skip
+    return Lookups(
+        frozenset(keys), frozenset(event_ids), frozenset(referenced), frozenset(redacting), frozenset(listing)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,8 +238,10 @@ def _superseding(d: Decoded, seen: set[tuple[str, str]]) -> str | None:
         kind = "erase"
     else:
         return None
-    return (f"skipped for the {kind} at partition {d.record.partition}, offset {d.record.offset}: an erase or a "
-            "clear is never held behind a parked record")  # fmt: skip
+    return (
+        f"skipped for the {kind} at partition {d.record.partition}, offset {d.record.offset}: an erase or a "
+        "clear is never held behind a parked record"
+    )
 
 
 class _Known:

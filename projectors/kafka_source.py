@@ -188,8 +188,14 @@ class KafkaGroupSource:
         self._unreadable[partition] = (offset, time.monotonic() + UNREADABLE_RETRY_S)
         message = f"{type(error).__name__}: {error}"
         self._reported.append(UnreadableBatch(partition, offset, message))
-        log.error("sources.partition_stopped_at_unreadable_batch", topic=self._topic, partition=partition,
-                  offset=offset, error=message, retry_in_s=UNREADABLE_RETRY_S)  # fmt: skip
+        log.error(
+            "sources.partition_stopped_at_unreadable_batch",
+            topic=self._topic,
+            partition=partition,
+            offset=offset,
+            error=message,
+            retry_in_s=UNREADABLE_RETRY_S,
+        )
 
     def _retry_unreadable(self) -> None:
         """Read a partition stopped at an unreadable batch again, now and then: a checksum

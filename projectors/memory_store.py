@@ -77,9 +77,13 @@ class InMemoryProjectionStore:
         return PreparedBatch(decode_batch(records, codec=self._codec, max_event_bytes=self._max_event_bytes))
 
     async def apply(
-        self, records: Sequence[LogRecord], expected: Mapping[int, int], *, through: Mapping[int, int] | None = None,
+        self,
+        records: Sequence[LogRecord],
+        expected: Mapping[int, int],
+        *,
+        through: Mapping[int, int] | None = None,
         prepared: PreparedBatch | None = None,
-    ) -> BatchReport:  # fmt: skip
+    ) -> BatchReport:
         t = self.tables
         decoded = (prepared or await self.prepare(records)).decoded
         new_positions = {p: o for p, o in (through or {}).items() if p in expected}
@@ -175,16 +179,18 @@ class InMemoryProjectionStore:
         for r in out.redactions:
             for m in t.transcript.get(r.conversation_key, ()):
                 if m["message_id"] == r.message_id and m["seq"] < r.before_seq:
-                    m.update(dict.fromkeys(REDACTION_CLEARS), **_EMPTIED,
-                             redacted_at=stamp(m["redacted_at"], r.occurred_at),
-                             redaction_reason=m["redaction_reason"] or r.reason)  # fmt: skip
+                    m.update(
+                        dict.fromkeys(REDACTION_CLEARS),
+                        **_EMPTIED,
+                        redacted_at=stamp(m["redacted_at"], r.occurred_at),
+                        redaction_reason=m["redaction_reason"] or r.reason,
+                    )
         for w in out.withdrawals:
             _summary(t, w.conversation_key, w.seq)["text"] = None
         for e in out.erasures:
             for m in t.transcript.get(e.conversation_key, ()):
                 if m["seq"] < e.before_seq:
-                    m.update(dict.fromkeys(ERASURE_CLEARS), **_EMPTIED,
-                             erased_at=stamp(m["erased_at"], e.occurred_at))  # fmt: skip
+                    m.update(dict.fromkeys(ERASURE_CLEARS), **_EMPTIED, erased_at=stamp(m["erased_at"], e.occurred_at))
             for x in t.summaries.get(e.conversation_key, ()):
                 if x["seq"] < e.before_seq:
                     x |= {"text": None, "erased_at": stamp(x["erased_at"], e.occurred_at)}
@@ -197,21 +203,40 @@ class InMemoryProjectionStore:
             r = poison.record
             letter = t.dead_letter_at(r.partition, r.offset)
             if letter is None:
-                letter = DeadLetter(t.next_dead_letter_id(), r.partition, r.offset, poison.conversation_key, r,
-                                    poison.error_code, poison.error)  # fmt: skip
+                letter = DeadLetter(
+                    t.next_dead_letter_id(),
+                    r.partition,
+                    r.offset,
+                    poison.conversation_key,
+                    r,
+                    poison.error_code,
+                    poison.error,
+                )
                 t.dead_letters[letter.id] = letter
             else:
                 letter.status, letter.error, letter.error_code, letter.resolution = (
-                    "parked", poison.error, poison.error_code, None,
-                )  # fmt: skip
+                    "parked",
+                    poison.error,
+                    poison.error_code,
+                    None,
+                )
             if poison.conversation_key is not None:
                 t.parked[poison.conversation_key] = letter.id
         for poison, reason in out.skipped:
             r = poison.record
             if t.dead_letter_at(r.partition, r.offset) is None:
                 letter_id = t.next_dead_letter_id()
-                t.dead_letters[letter_id] = DeadLetter(letter_id, r.partition, r.offset, poison.conversation_key, r,
-                                                       poison.error_code, poison.error, "skipped", reason)  # fmt: skip
+                t.dead_letters[letter_id] = DeadLetter(
+                    letter_id,
+                    r.partition,
+                    r.offset,
+                    poison.conversation_key,
+                    r,
+                    poison.error_code,
+                    poison.error,
+                    "skipped",
+                    reason,
+                )
         for key, record in out.held:
             t.held.setdefault(key, []).append(record)
 

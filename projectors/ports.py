@@ -22,8 +22,16 @@ from events.log import LogRecord, ReadBatch
 from projectors.errors import PositionBeyondLogEndError, ProjectionError
 from projectors.prepare import PreparedBatch
 
-__all__ = ["UNREADABLE_BATCH", "AssignmentListener", "BatchReport", "ProjectionStore", "RecordSource",
-           "UnreadableBatch", "check_within_log_end", "checked_positions"]  # fmt: skip
+__all__ = [
+    "UNREADABLE_BATCH",
+    "AssignmentListener",
+    "BatchReport",
+    "ProjectionStore",
+    "RecordSource",
+    "UnreadableBatch",
+    "check_within_log_end",
+    "checked_positions",
+]
 
 # The error code of a dead letter for a part of the log that cannot be read at all (a record
 # batch the Kafka client cannot decompress or whose checksum fails): no record, no conversation.
@@ -103,9 +111,13 @@ class ProjectionStore(Protocol):
         ...
 
     async def apply(
-        self, records: Sequence[LogRecord], expected: Mapping[int, int], *, through: Mapping[int, int] | None = None,
+        self,
+        records: Sequence[LogRecord],
+        expected: Mapping[int, int],
+        *,
+        through: Mapping[int, int] | None = None,
         prepared: PreparedBatch | None = None,
-    ) -> BatchReport:  # fmt: skip
+    ) -> BatchReport:
         """Apply ``records`` (per partition in offset order, starting at ``expected``; else
         :class:`~projectors.errors.PositionConflictError` and nothing is written); with
         ``through``, those partitions' positions move there too (past what the reader skipped).

@@ -103,9 +103,13 @@ async def next_look(
 
 
 async def read_until_passed(
-    read_position: Callable[[], Awaitable[int]], watch: PositionsWatch | None, partition: int, offset: int,
-    *, deadline: float,
-) -> int:  # fmt: skip
+    read_position: Callable[[], Awaitable[int]],
+    watch: PositionsWatch | None,
+    partition: int,
+    offset: int,
+    *,
+    deadline: float,
+) -> int:
     """Read the projection position of ``partition`` (``read_position``) until it passes
     ``offset`` or the event loop's clock reaches ``deadline``, looking again when
     :func:`next_look` says; the last position read."""

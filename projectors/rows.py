@@ -25,27 +25,87 @@ class TokenCounting(Protocol):
 
 
 TRANSCRIPT_COLUMNS = (
-    "conversation_key", "seq", "partition", "offset", "event_id", "message_id", "role", "content", "name",
-    "tool_calls", "tool_call_id", "reasoning_content", "thinking_duration_ms", "finish_reason", "model",
-    "usage", "metadata", "occurred_at", "epoch", "turn", "flag", "image_count", "tokens_o200k",
-    "tokens_cl100k", "reasoning_tokens_o200k", "reasoning_tokens_cl100k", "blocks", "provider", "api", "is_error",
-)  # fmt: skip
+    "conversation_key",
+    "seq",
+    "partition",
+    "offset",
+    "event_id",
+    "message_id",
+    "role",
+    "content",
+    "name",
+    "tool_calls",
+    "tool_call_id",
+    "reasoning_content",
+    "thinking_duration_ms",
+    "finish_reason",
+    "model",
+    "usage",
+    "metadata",
+    "occurred_at",
+    "epoch",
+    "turn",
+    "flag",
+    "image_count",
+    "tokens_o200k",
+    "tokens_cl100k",
+    "reasoning_tokens_o200k",
+    "reasoning_tokens_cl100k",
+    "blocks",
+    "provider",
+    "api",
+    "is_error",
+)
 
 SUMMARY_COLUMNS = (
-    "conversation_key", "seq", "partition", "offset", "event_id", "summary_id", "epoch", "text",
-    "covers_through_message_id", "model", "prompt_version", "input_tokens", "output_tokens",
-    "summary_tokens", "occurred_at",
-)  # fmt: skip
+    "conversation_key",
+    "seq",
+    "partition",
+    "offset",
+    "event_id",
+    "summary_id",
+    "epoch",
+    "text",
+    "covers_through_message_id",
+    "model",
+    "prompt_version",
+    "input_tokens",
+    "output_tokens",
+    "summary_tokens",
+    "occurred_at",
+)
 
 CONVERSATION_COLUMNS = (
-    "conversation_key", "tenant_id", "user_id", "conversation_id", "title", "metadata", "started_at",
-    "last_activity_at", "last_event_at", "message_count", "turn_count", "next_seq", "epoch", "clear_count",
-    "erased_at", "open_tool_calls", "answered_tool_calls", "last_partition", "last_offset", "first_offset",
+    "conversation_key",
+    "tenant_id",
+    "user_id",
+    "conversation_id",
+    "title",
+    "metadata",
+    "started_at",
+    "last_activity_at",
+    "last_event_at",
+    "message_count",
+    "turn_count",
+    "next_seq",
+    "epoch",
+    "clear_count",
+    "erased_at",
+    "open_tool_calls",
+    "answered_tool_calls",
+    "last_partition",
+    "last_offset",
+    "first_offset",
     # What the fold decided about the context's range (projectors/context_range.py, migration 0008):
     # the readers read these, and the fold reads back all but the last two (derived from the rest).
-    "summary_seq", "summary_covers_seq", "summary_covers_turn", "turns_before_epoch", "redacted_questions",
-    "context_start", "usable_turns",
-)  # fmt: skip
+    "summary_seq",
+    "summary_covers_seq",
+    "summary_covers_turn",
+    "turns_before_epoch",
+    "redacted_questions",
+    "context_start",
+    "usable_turns",
+)
 
 WINDOW_COLUMNS = ("conversation_key", "epoch", "start_seq", "turn_starts")
 
@@ -81,12 +141,34 @@ def transcript_copy_rows(rows: Sequence[TranscriptRow], counter: TokenCounting) 
 
 def _transcript_row(r: TranscriptRow, counts: tuple[int | None, ...]) -> tuple[Any, ...]:
     return (
-        r.conversation_key, r.seq, r.partition, r.offset, r.event_id, r.message_id, r.role,
-        to_json(r.content), r.name, to_json(r.tool_calls), r.tool_call_id, r.reasoning_content,
-        r.thinking_duration_ms, r.finish_reason, r.model, to_json(r.usage), to_json(r.metadata),
-        r.occurred_at, r.epoch, r.turn, r.flag, image_count(r), *counts, blocks_text(r), r.provider, r.api,
+        r.conversation_key,
+        r.seq,
+        r.partition,
+        r.offset,
+        r.event_id,
+        r.message_id,
+        r.role,
+        to_json(r.content),
+        r.name,
+        to_json(r.tool_calls),
+        r.tool_call_id,
+        r.reasoning_content,
+        r.thinking_duration_ms,
+        r.finish_reason,
+        r.model,
+        to_json(r.usage),
+        to_json(r.metadata),
+        r.occurred_at,
+        r.epoch,
+        r.turn,
+        r.flag,
+        image_count(r),
+        *counts,
+        blocks_text(r),
+        r.provider,
+        r.api,
         r.is_error,
-    )  # fmt: skip
+    )
 
 
 def summary_copy_rows(rows: Sequence[SummaryRow]) -> list[tuple[Any, ...]]:
@@ -123,21 +205,39 @@ def states_json(states: Sequence[ConversationState]) -> tuple[str, str]:
     windows = []
     for state in states:
         k = state.key
-        conversations.append({
-            "conversation_key": str(k), "tenant_id": k.tenant_id, "user_id": k.user_id,
-            "conversation_id": k.conversation_id, "title": state.title, "metadata": state.metadata,
-            "started_at": _iso(state.started_at), "last_activity_at": _iso(state.last_activity_at),
-            "last_event_at": _iso(state.last_event_at), "message_count": state.message_count,
-            "turn_count": state.turn_count, "next_seq": state.next_seq, "epoch": state.epoch,
-            "clear_count": state.clear_count, "erased_at": _iso(state.erased_at),
-            "open_tool_calls": state.open_tool_calls, "answered_tool_calls": state.answered_tool_calls,
-            "last_partition": state.last_at[0], "last_offset": state.last_at[1],
-            "first_offset": state.first_offset, **_range_columns(state),
-        })  # fmt: skip
-        windows.append({
-            "conversation_key": str(k), "epoch": state.epoch, "start_seq": state.window.start_seq,
-            "turn_starts": state.window.turn_starts,
-        })  # fmt: skip
+        conversations.append(
+            {
+                "conversation_key": str(k),
+                "tenant_id": k.tenant_id,
+                "user_id": k.user_id,
+                "conversation_id": k.conversation_id,
+                "title": state.title,
+                "metadata": state.metadata,
+                "started_at": _iso(state.started_at),
+                "last_activity_at": _iso(state.last_activity_at),
+                "last_event_at": _iso(state.last_event_at),
+                "message_count": state.message_count,
+                "turn_count": state.turn_count,
+                "next_seq": state.next_seq,
+                "epoch": state.epoch,
+                "clear_count": state.clear_count,
+                "erased_at": _iso(state.erased_at),
+                "open_tool_calls": state.open_tool_calls,
+                "answered_tool_calls": state.answered_tool_calls,
+                "last_partition": state.last_at[0],
+                "last_offset": state.last_at[1],
+                "first_offset": state.first_offset,
+                **_range_columns(state),
+            }
+        )
+        windows.append(
+            {
+                "conversation_key": str(k),
+                "epoch": state.epoch,
+                "start_seq": state.window.start_seq,
+                "turn_starts": state.window.turn_starts,
+            }
+        )
     return json.dumps(conversations, ensure_ascii=False), json.dumps(windows)
 
 
@@ -147,9 +247,11 @@ def _range_columns(state: ConversationState) -> dict[str, Any]:
         "summary_seq": None if summary is None else summary.seq,
         "summary_covers_seq": None if summary is None else summary.covers_seq,
         "summary_covers_turn": None if summary is None else summary.covers_turn,
-        "turns_before_epoch": state.turns_before_epoch, "redacted_questions": state.redacted_questions,
-        "context_start": state.context_start, "usable_turns": state.usable_turns,
-    }  # fmt: skip
+        "turns_before_epoch": state.turns_before_epoch,
+        "redacted_questions": state.redacted_questions,
+        "context_start": state.context_start,
+        "usable_turns": state.usable_turns,
+    }
 
 
 def message_at(row: Mapping[str, Any]) -> MessageAt:
@@ -216,9 +318,13 @@ def record_from_row(row: dict[str, Any]) -> LogRecord:
     headers = tuple(_header_from_entry(entry) for entry in row["headers"])
     timestamp: datetime = row["record_timestamp"].astimezone(UTC)
     return LogRecord(
-        partition=row["partition"], offset=row["offset"], key=bytes(row["record_key"]),
-        value=bytes(row["record_value"]), timestamp=timestamp, headers=headers,
-    )  # fmt: skip
+        partition=row["partition"],
+        offset=row["offset"],
+        key=bytes(row["record_key"]),
+        value=bytes(row["record_value"]),
+        timestamp=timestamp,
+        headers=headers,
+    )
 
 
 def index_rows(decoded: Sequence[Decoded]) -> list[tuple[str, str, int, int]]:

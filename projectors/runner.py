@@ -251,8 +251,13 @@ class Projector:
             on_retry=self._not_ready,
         )
         self.stats.dead_lettered += 1
-        log.error("projector.unreadable_batch", schema=self._store.schema, partition=batch.partition,
-                  offset=batch.offset, error=batch.error)  # fmt: skip
+        log.error(
+            "projector.unreadable_batch",
+            schema=self._store.schema,
+            partition=batch.partition,
+            offset=batch.offset,
+            error=batch.error,
+        )
 
     async def _reload(self, partitions: frozenset[int]) -> None:
         owned = partitions & frozenset(self._expected)

@@ -69,8 +69,9 @@ class ConversationState:
     @property
     def usable_turns(self) -> int:
         """The usable turns from :attr:`context_start` on: what a context could serve at most."""
-        before = context_range.turns_before(self.window, self.summary, turn_count=self.turn_count,
-                                            turns_before_epoch=self.turns_before_epoch)  # fmt: skip
+        before = context_range.turns_before(
+            self.window, self.summary, turn_count=self.turn_count, turns_before_epoch=self.turns_before_epoch
+        )
         return context_range.usable_turns(self.turn_count, before, self.context_start, self.redacted_questions)
 
 
@@ -281,13 +282,23 @@ def _apply_summary(
             f"summary {body.summary_id!r} covers message {body.covers_through_message_id!r}, which {key} does not have"
         )
     row = SummaryRow(
-        conversation_key=key, seq=base.next_seq, partition=at.partition, offset=at.offset,
-        event_id=event.event_id, summary_id=body.summary_id, epoch=base.epoch, text=body.text,
-        covers_through_message_id=body.covers_through_message_id, model=body.model,
-        prompt_version=body.prompt_version, input_tokens=body.input_tokens,
-        output_tokens=body.output_tokens, summary_tokens=body.summary_tokens,
-        occurred_at=event.occurred_at, excluded_message_ids=body.excluded_message_ids,
-    )  # fmt: skip
+        conversation_key=key,
+        seq=base.next_seq,
+        partition=at.partition,
+        offset=at.offset,
+        event_id=event.event_id,
+        summary_id=body.summary_id,
+        epoch=base.epoch,
+        text=body.text,
+        covers_through_message_id=body.covers_through_message_id,
+        model=body.model,
+        prompt_version=body.prompt_version,
+        input_tokens=body.input_tokens,
+        output_tokens=body.output_tokens,
+        summary_tokens=body.summary_tokens,
+        occurred_at=event.occurred_at,
+        excluded_message_ids=body.excluded_message_ids,
+    )
     state = replace(base, next_seq=base.next_seq + 1)
     covered = covered_rows[0]  # covers through its first row
     if _stale_summary(body, covered, base.epoch, history):
@@ -345,24 +356,55 @@ def _apply_message(
         last_activity = event.occurred_at
         window = on_user_message(window, seq, policy)
     row = TranscriptRow(
-        conversation_key=str(state.key), seq=seq, partition=at.partition, offset=at.offset,
-        event_id=event.event_id, message_id=msg.message_id, role=msg.role, content=content_json(msg),
-        name=msg.name, tool_calls=tool_calls_json(msg), tool_call_id=msg.tool_call_id,
-        reasoning_content=msg.reasoning_content, thinking_duration_ms=msg.thinking_duration_ms,
-        finish_reason=msg.finish_reason, model=msg.model, usage=usage_json(msg), metadata=dict(msg.metadata),
-        occurred_at=event.occurred_at, epoch=state.epoch, turn=turn_count, flag=flag, blocks=msg.blocks or None,
-        provider=msg.provider, api=msg.api, is_error=msg.is_error,
-    )  # fmt: skip
+        conversation_key=str(state.key),
+        seq=seq,
+        partition=at.partition,
+        offset=at.offset,
+        event_id=event.event_id,
+        message_id=msg.message_id,
+        role=msg.role,
+        content=content_json(msg),
+        name=msg.name,
+        tool_calls=tool_calls_json(msg),
+        tool_call_id=msg.tool_call_id,
+        reasoning_content=msg.reasoning_content,
+        thinking_duration_ms=msg.thinking_duration_ms,
+        finish_reason=msg.finish_reason,
+        model=msg.model,
+        usage=usage_json(msg),
+        metadata=dict(msg.metadata),
+        occurred_at=event.occurred_at,
+        epoch=state.epoch,
+        turn=turn_count,
+        flag=flag,
+        blocks=msg.blocks or None,
+        provider=msg.provider,
+        api=msg.api,
+        is_error=msg.is_error,
+    )
     # Spelled out rather than dataclasses.replace(): this runs once per message and replace()
     # costs twice as much (it reads every field back through getattr first).
     new_state = ConversationState(
-        key=state.key, exists=True, title=state.title, metadata=state.metadata,
-        started_at=state.started_at or event.occurred_at, last_activity_at=last_activity,
-        last_event_at=event.occurred_at, message_count=state.message_count + 1, turn_count=turn_count,
-        next_seq=seq + 1, epoch=state.epoch, clear_count=state.clear_count, erased_at=state.erased_at,
-        open_tool_calls=open_calls, answered_tool_calls=answered, window=window,
-        last_at=(at.partition, at.offset), first_offset=at.offset if state.first_offset < 0 else state.first_offset,
-        summary=state.summary, turns_before_epoch=state.turns_before_epoch,
+        key=state.key,
+        exists=True,
+        title=state.title,
+        metadata=state.metadata,
+        started_at=state.started_at or event.occurred_at,
+        last_activity_at=last_activity,
+        last_event_at=event.occurred_at,
+        message_count=state.message_count + 1,
+        turn_count=turn_count,
+        next_seq=seq + 1,
+        epoch=state.epoch,
+        clear_count=state.clear_count,
+        erased_at=state.erased_at,
+        open_tool_calls=open_calls,
+        answered_tool_calls=answered,
+        window=window,
+        last_at=(at.partition, at.offset),
+        first_offset=at.offset if state.first_offset < 0 else state.first_offset,
+        summary=state.summary,
+        turns_before_epoch=state.turns_before_epoch,
         redacted_questions=state.redacted_questions,
-    )  # fmt: skip
+    )
     return new_state, [row]

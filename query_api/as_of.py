@@ -169,11 +169,26 @@ def stored_message(m: AppliedMessage, count: Callable[[str], int]) -> StoredMess
     whole history applied, its token counts (``count``) taken as appended."""
     row, original = m.row, m.original
     return StoredMessage(
-        seq=row.seq, epoch=row.epoch, message_id=row.message_id, role=row.role, content=row.content,
-        name=row.name, tool_calls=tuple(row.tool_calls or ()), tool_call_id=row.tool_call_id,
-        reasoning_content=row.reasoning_content, finish_reason=row.finish_reason, flag=row.flag,
-        redacted=m.redacted, erased=m.erased, tokens=count(countable_text(original)),
-        reasoning_tokens=count(countable_reasoning(original)), image_count=image_count(original),
-        blocks=row.blocks or (), api=row.api, provider=row.provider, model=row.model, is_error=row.is_error,
+        seq=row.seq,
+        epoch=row.epoch,
+        message_id=row.message_id,
+        role=row.role,
+        content=row.content,
+        name=row.name,
+        tool_calls=tuple(row.tool_calls or ()),
+        tool_call_id=row.tool_call_id,
+        reasoning_content=row.reasoning_content,
+        finish_reason=row.finish_reason,
+        flag=row.flag,
+        redacted=m.redacted,
+        erased=m.erased,
+        tokens=count(countable_text(original)),
+        reasoning_tokens=count(countable_reasoning(original)),
+        image_count=image_count(original),
+        blocks=row.blocks or (),
+        api=row.api,
+        provider=row.provider,
+        model=row.model,
+        is_error=row.is_error,
         prompt_tokens=(row.usage or {}).get("prompt_tokens"),
-    )  # fmt: skip
+    )

@@ -49,8 +49,6 @@ class NeedOlderMessagesError(ConvlogError):
     code = "need_older_messages"
 
 
-
-
 def assemble(
     *,
     system: Sequence[StoredMessage],
@@ -206,8 +204,10 @@ def _summary_units(summary: StoredSummary, cost: int, costs: Costs) -> list[tupl
     if costs.traits.cache_granularity == "block":
         return [(f"summary:{summary.summary_id}", cost)]
     before = costs.count(SUMMARY_HEADER)
-    return [("summary-head", cost - costs.count(SUMMARY_HEADER + summary.text) + before),
-            *_summary_line_units(summary.text, costs.count)]  # fmt: skip
+    return [
+        ("summary-head", cost - costs.count(SUMMARY_HEADER + summary.text) + before),
+        *_summary_line_units(summary.text, costs.count),
+    ]
 
 
 @functools.lru_cache(maxsize=256)

@@ -17,8 +17,17 @@ from projectors.tokens import ModelSpec  # re-exported: the model table owns it
 if TYPE_CHECKING:
     from query_api.estimates import Estimate
 
-__all__ = ["REASONING_POLICIES", "Context", "ContextBudgetExceededError", "ContextRequest", "ModelSpec",
-           "NoRoomError", "ReasoningPolicy", "StoredMessage", "StoredSummary"]  # fmt: skip
+__all__ = [
+    "REASONING_POLICIES",
+    "Context",
+    "ContextBudgetExceededError",
+    "ContextRequest",
+    "ModelSpec",
+    "NoRoomError",
+    "ReasoningPolicy",
+    "StoredMessage",
+    "StoredSummary",
+]
 
 # Defined below the renderers (events/formats/stored.py), public here: reported as defined here,
 # as numpy's set_module does, so that docs, reprs and pickles name the path users import.

@@ -38,32 +38,44 @@ def events_json(pairs: Sequence[tuple[LogRecord, Event]]) -> list[dict[str, Any]
         withhold = i < last_erase or record.offset in cleared or record.offset in withdrawn
         if isinstance(body, MessageAppended) and record.offset not in rows:
             withhold = withhold or body.message_id in cleared_ids
-        out.append({
-            "partition": record.partition,
-            "offset": record.offset,
-            "event_id": event.event_id,
-            "event_type": event.event_type,
-            "occurred_at": event.occurred_at.isoformat(),
-            "producer": event.producer,
-            "body": _body(body, withhold=withhold),
-        })  # fmt: skip
+        out.append(
+            {
+                "partition": record.partition,
+                "offset": record.offset,
+                "event_id": event.event_id,
+                "event_type": event.event_type,
+                "occurred_at": event.occurred_at.isoformat(),
+                "producer": event.producer,
+                "body": _body(body, withhold=withhold),
+            }
+        )
     return out
 
 
 def _body(body: Any, *, withhold: bool) -> dict[str, Any]:
     if isinstance(body, MessageAppended):
         data: dict[str, Any] = {
-            "message_id": body.message_id, "role": body.role, "content": content_json(body), "name": body.name,
-            "tool_calls": tool_calls_json(body), "tool_call_id": body.tool_call_id,
-            "reasoning_content": body.reasoning_content, "thinking_duration_ms": body.thinking_duration_ms,
-            "model": body.model, "usage": usage_json(body), "finish_reason": body.finish_reason,
+            "message_id": body.message_id,
+            "role": body.role,
+            "content": content_json(body),
+            "name": body.name,
+            "tool_calls": tool_calls_json(body),
+            "tool_call_id": body.tool_call_id,
+            "reasoning_content": body.reasoning_content,
+            "thinking_duration_ms": body.thinking_duration_ms,
+            "model": body.model,
+            "usage": usage_json(body),
+            "finish_reason": body.finish_reason,
             "metadata": dict(body.metadata),
-        }  # fmt: skip
+        }
         # Schema v4, when set (a native message's): its blocks as the transcript stores them.
         if body.blocks:
             data["blocks"] = blocks_to_json(body.blocks)
-        data.update((k, v) for k, v in (("provider", body.provider), ("api", body.api), ("is_error", body.is_error))
-                    if v is not None)  # fmt: skip
+        data.update(
+            (k, v)
+            for k, v in (("provider", body.provider), ("api", body.api), ("is_error", body.is_error))
+            if v is not None
+        )
         if withhold:
             data.update(content=_WITHHELD, reasoning_content=None, tool_calls=None, name=None, metadata={})
             if "blocks" in data:  # signatures and encrypted reasoning are content too

@@ -185,8 +185,9 @@ class IdempotentAppends:
         append on — a retry soon after it reads little. Any erase counts, a conditional one too."""
         messages = {a.message_id for a in first.appended if a.message_id is not None}
         reads = await self._reads()
-        for _, event in await conversation_records(self._log, reads, key, codec=self._codec,
-                                                   after=first.appended[-1].offset, skip_undecodable=True):  # fmt: skip
+        for _, event in await conversation_records(
+            self._log, reads, key, codec=self._codec, after=first.appended[-1].offset, skip_undecodable=True
+        ):
             body = event.body
             if isinstance(body, ConversationErased):
                 return True

@@ -69,9 +69,14 @@ async def read_offsets(
 
 
 async def conversation_records(
-    log: EventLog, reads: ReadModels, key: ConversationKey, *, codec: EventCodec | None = None, after: int = -1,
+    log: EventLog,
+    reads: ReadModels,
+    key: ConversationKey,
+    *,
+    codec: EventCodec | None = None,
+    after: int = -1,
     skip_undecodable: bool = False,
-) -> list[tuple[LogRecord, Event]]:  # fmt: skip
+) -> list[tuple[LogRecord, Event]]:
     """Every event of the conversation in the log (with ``after``, past that offset), in log
     order (empty: the log has none). A record this build cannot decode raises
     :class:`~events.errors.UndecodableRecordError`, or is passed over with ``skip_undecodable``."""
@@ -80,8 +85,12 @@ async def conversation_records(
     at = await reads.logged_at(key, partition)
     if not at.indexed:  # a version older than the index: scan, from the conversation's first event
         start = max(at.first_offset or 0, after + 1)
-        return [pair async for pair in conversation_events(log, key, start_offset=start, codec=codec,
-                                                           skip_undecodable=skip_undecodable)]  # fmt: skip
+        return [
+            pair
+            async for pair in conversation_events(
+                log, key, start_offset=start, codec=codec, skip_undecodable=skip_undecodable
+            )
+        ]
     at = replace(at, offsets=tuple(o for o in at.offsets if o > after), projected=max(at.projected, after + 1))
     tail = conversation_events(log, key, start_offset=at.projected, codec=codec, skip_undecodable=skip_undecodable)
     indexed = await indexed_events(log, key, at, codec=codec, skip_undecodable=skip_undecodable)

@@ -60,20 +60,33 @@ class InMemoryReadModels:
         summary = self._current_summary(k, state, encoding)
         window_start = state.window.start_seq  # the windows row is written with the conversation's
         start = state.context_start  # the fold's decisions, as reads._HEAD reads them off the row
-        in_range = [r for r in rows if context_range.in_range(r["seq"], r["epoch"], r["role"], start=start,
-                                                              current_epoch=state.epoch)]  # fmt: skip
+        in_range = [
+            r
+            for r in rows
+            if context_range.in_range(r["seq"], r["epoch"], r["role"], start=start, current_epoch=state.epoch)
+        ]
         system = tuple(_message(r, encoding) for r in rows if r["role"] == "system")
         parked = k in self.tables.parked
         partition, last_offset = state.last_at
         if newest is None:
             messages = tuple(_message(r, encoding) for r in in_range)
-            return ContextInputs(key, state.epoch, parked, system, summary, window_start, messages, partition,
-                                 last_offset)  # fmt: skip
+            return ContextInputs(
+                key, state.epoch, parked, system, summary, window_start, messages, partition, last_offset
+            )
         read = in_range[-newest:] if newest > 0 else []
         return ContextInputs(
-            key, state.epoch, parked, system, summary, window_start, tuple(_message(r, encoding) for r in read),
-            partition, last_offset, complete=len(read) < newest, usable_turns=state.usable_turns,
-        )  # fmt: skip
+            key,
+            state.epoch,
+            parked,
+            system,
+            summary,
+            window_start,
+            tuple(_message(r, encoding) for r in read),
+            partition,
+            last_offset,
+            complete=len(read) < newest,
+            usable_turns=state.usable_turns,
+        )
 
     def _current_summary(self, key: str, state: ConversationState, encoding: str) -> StoredSummary | None:
         """read_sql.WINDOW_AND_CURRENT_SUMMARY: the summary the fold chose, by its seq."""
@@ -145,8 +158,11 @@ class InMemoryReadModels:
     async def logged_at(self, key: ConversationKey, partition: int, *, event_id: str | None = None) -> LoggedAt:
         k = str(key)
         state = self.tables.conversations.get(k)
-        offsets = sorted(o for e, p, o in self.tables.event_index.get(k, ()) if p == partition
-                         and (event_id is None or e == event_id))  # fmt: skip
+        offsets = sorted(
+            o
+            for e, p, o in self.tables.event_index.get(k, ())
+            if p == partition and (event_id is None or e == event_id)
+        )
         first = None if state is None else state.first_offset
         return LoggedAt(partition, tuple(offsets), self.tables.positions.get(partition, 0), first)
 
@@ -177,14 +193,30 @@ def _message(row: dict[str, Any], encoding: str) -> StoredMessage:
     blocks = blocks_from_json(r["blocks"])
     tool_calls = tuple(r["tool_calls"] or ())
     if tokens is None or reasoning_tokens is None:  # the projector does not count this encoding
-        tokens, reasoning_tokens = message_counts_at_read(r["content"], tool_calls, blocks, r["reasoning_content"],
-                                                          encoding)  # fmt: skip
+        tokens, reasoning_tokens = message_counts_at_read(
+            r["content"], tool_calls, blocks, r["reasoning_content"], encoding
+        )
     return StoredMessage(
-        seq=r["seq"], epoch=r["epoch"], message_id=r["message_id"], role=r["role"], content=r["content"],
-        name=r["name"], tool_calls=tool_calls, tool_call_id=r["tool_call_id"],
-        reasoning_content=r["reasoning_content"], finish_reason=r["finish_reason"], flag=r["flag"],
-        redacted=r["redacted_at"] is not None, erased=r["erased_at"] is not None, tokens=tokens,
-        reasoning_tokens=reasoning_tokens, image_count=r["image_count"], blocks=blocks, api=r["api"],
-        provider=r["provider"], model=r["model"], is_error=r["is_error"],
+        seq=r["seq"],
+        epoch=r["epoch"],
+        message_id=r["message_id"],
+        role=r["role"],
+        content=r["content"],
+        name=r["name"],
+        tool_calls=tool_calls,
+        tool_call_id=r["tool_call_id"],
+        reasoning_content=r["reasoning_content"],
+        finish_reason=r["finish_reason"],
+        flag=r["flag"],
+        redacted=r["redacted_at"] is not None,
+        erased=r["erased_at"] is not None,
+        tokens=tokens,
+        reasoning_tokens=reasoning_tokens,
+        image_count=r["image_count"],
+        blocks=blocks,
+        api=r["api"],
+        provider=r["provider"],
+        model=r["model"],
+        is_error=r["is_error"],
         prompt_tokens=(r["usage"] or {}).get("prompt_tokens"),
-    )  # fmt: skip
+    )

@@ -15,30 +15,43 @@ class Metrics:
         self._requests = Counter(
             "convlog_http_requests", "HTTP requests", ["route", "method", "status"], registry=self.registry
         )
-        self._latency = Histogram("convlog_http_request_seconds", "HTTP request latency", ["route"],
-                                  registry=self.registry)  # fmt: skip
+        self._latency = Histogram(
+            "convlog_http_request_seconds", "HTTP request latency", ["route"], registry=self.registry
+        )
         self._context_tokens = Histogram(
-            "convlog_context_tokens", "Prompt tokens of served contexts", registry=self.registry,
+            "convlog_context_tokens",
+            "Prompt tokens of served contexts",
+            registry=self.registry,
             buckets=(256, 1024, 4096, 16384, 65536, 262144),
-        )  # fmt: skip
+        )
         # What the window and summary policy does to a user's bill: providers charge a repeated
         # prefix at a fraction of the price (query_api/cache_prefix.py).
-        self._prefix_tokens = Counter("convlog_context_cacheable_prefix_tokens_total",
-                                      "Leading tokens of served contexts equal to the previous context's",
-                                      ["format"], registry=self.registry)  # fmt: skip
-        self._prefix_total = Counter("convlog_context_compared_tokens_total",
-                                     "Tokens of served contexts that had a previous one to compare with",
-                                     ["format"], registry=self.registry)  # fmt: skip
+        self._prefix_tokens = Counter(
+            "convlog_context_cacheable_prefix_tokens_total",
+            "Leading tokens of served contexts equal to the previous context's",
+            ["format"],
+            registry=self.registry,
+        )
+        self._prefix_total = Counter(
+            "convlog_context_compared_tokens_total",
+            "Tokens of served contexts that had a previous one to compare with",
+            ["format"],
+            registry=self.registry,
+        )
         # Read-your-writes: how long a context asked for with ``min_offset`` waited for the projection
         # to make that append readable (0 when it already was) -- the wait an app adds to a turn.
-        self._freshness = Histogram("convlog_freshness_seconds",
-                                    "Wait of a min_offset context until the projection applied the offset",
-                                    registry=self.registry,
-                                    buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0, 5.0))  # fmt: skip
-        self.projection_lag = Gauge("convlog_projection_lag", "Records not yet projected", ["partition"],
-                                    registry=self.registry)  # fmt: skip
-        self.dead_letters = Gauge("convlog_dead_letters", "Records dead-lettered by this process",
-                                  registry=self.registry)  # fmt: skip
+        self._freshness = Histogram(
+            "convlog_freshness_seconds",
+            "Wait of a min_offset context until the projection applied the offset",
+            registry=self.registry,
+            buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0, 5.0),
+        )
+        self.projection_lag = Gauge(
+            "convlog_projection_lag", "Records not yet projected", ["partition"], registry=self.registry
+        )
+        self.dead_letters = Gauge(
+            "convlog_dead_letters", "Records dead-lettered by this process", registry=self.registry
+        )
         self.content_type = CONTENT_TYPE_LATEST
         # Each request's labelled children, looked up once: labels() takes a lock and checks the
         # values every time (~3 us each, twice a request). Bounded: route templates x methods x statuses.
@@ -49,7 +62,9 @@ class Metrics:
         children = self._request_children.get((route, method, status))
         if children is None:
             children = self._request_children[route, method, status] = (
-                self._requests.labels(route, method, str(status)), self._latency.labels(route))  # fmt: skip
+                self._requests.labels(route, method, str(status)),
+                self._latency.labels(route),
+            )
         children[0].inc()
         children[1].observe(seconds)
 

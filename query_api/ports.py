@@ -192,12 +192,41 @@ def check_limit(limit: int) -> None:
 
 # A transcript entry's and a summary entry's fields as stored (each adapter reads them by name).
 _ENTRY_FIELDS = (
-    "seq", "partition", "offset", "event_id", "message_id", "role", "content", "name", "tool_calls", "tool_call_id",
-    "reasoning_content", "thinking_duration_ms", "finish_reason", "model", "usage", "metadata", "epoch", "flag",
-)  # fmt: skip
+    "seq",
+    "partition",
+    "offset",
+    "event_id",
+    "message_id",
+    "role",
+    "content",
+    "name",
+    "tool_calls",
+    "tool_call_id",
+    "reasoning_content",
+    "thinking_duration_ms",
+    "finish_reason",
+    "model",
+    "usage",
+    "metadata",
+    "epoch",
+    "flag",
+)
 _V4_ENTRY_FIELDS = ("blocks", "provider", "api", "is_error")  # blocks: events.blocks.blocks_to_json's form
-_SUMMARY_FIELDS = ("seq", "partition", "offset", "event_id", "summary_id", "epoch", "text", "covers_through_message_id",
-                   "model", "prompt_version", "input_tokens", "output_tokens", "summary_tokens")  # fmt: skip
+_SUMMARY_FIELDS = (
+    "seq",
+    "partition",
+    "offset",
+    "event_id",
+    "summary_id",
+    "epoch",
+    "text",
+    "covers_through_message_id",
+    "model",
+    "prompt_version",
+    "input_tokens",
+    "output_tokens",
+    "summary_tokens",
+)
 
 
 def transcript_entry(r: Mapping[str, Any]) -> dict[str, Any]:

@@ -83,8 +83,14 @@ class Costs:
         if m.role == "tool" and m.name:
             m = replace(m, name=None)  # no format serves a tool result's name (the call carries it)
         calls = None if len(s.call_ids) == len(m.tool_calls) else [c for c in m.tool_calls if c["id"] in s.call_ids]
-        cost = message_cost(m, self.spec, include_reasoning=s.include_reasoning, keep_images=s.keep_images,
-                            count=self.count, tool_calls=calls)  # fmt: skip
+        cost = message_cost(
+            m,
+            self.spec,
+            include_reasoning=s.include_reasoning,
+            keep_images=s.keep_images,
+            count=self.count,
+            tool_calls=calls,
+        )
         if self.chat or not m.blocks:
             return cost
         if m.reasoning_tokens and self.formats.reasoning_served(m, self.target) is None:

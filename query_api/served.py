@@ -37,13 +37,26 @@ async def context_as_of(
     """The context served right after the event at offset ``point`` (or right before a message),
     rebuilt from the log; None if the conversation had no event by then. ``pairs``: the
     conversation's events already read (else its partition is scanned from ``start_offset``)."""
-    inputs = await context_inputs_as_of(log, key, point, encoding=spec.encoding, policy=policy,
-                                        max_event_bytes=max_event_bytes, start_offset=start_offset,
-                                        pairs=pairs)  # fmt: skip
+    inputs = await context_inputs_as_of(
+        log,
+        key,
+        point,
+        encoding=spec.encoding,
+        policy=policy,
+        max_event_bytes=max_event_bytes,
+        start_offset=start_offset,
+        pairs=pairs,
+    )
     if inputs is None:
         return None
-    ctx = assemble(system=inputs.system, summary=inputs.summary, messages=inputs.messages, request=request,
-                   spec=spec, count=cached_counter(spec.encoding))  # fmt: skip
+    ctx = assemble(
+        system=inputs.system,
+        summary=inputs.summary,
+        messages=inputs.messages,
+        request=request,
+        spec=spec,
+        count=cached_counter(spec.encoding),
+    )
     return ctx, inputs
 
 
@@ -56,19 +69,26 @@ def context_body(
     property of the settings, not of the request, so that ``as_of`` rebuilds the same body."""
     summary = ctx.summary
     body: dict[str, Any] = dict(ctx.fragment)
-    body.update({
-        "format": ctx.format,
-        "token_count": ctx.token_count,
-        "encoding": ctx.encoding,
-        "encoding_estimated": spec.estimated,
-        "summary": None if summary is None else {"summary_id": summary.summary_id, "text": summary.text,
-                                                 "covers_through_seq": summary.covers_through_seq},
-        "dropped_turns": ctx.dropped_turns,
-        "dropped": [{"message_id": d.message_id, "what": d.what, "reason": d.reason} for d in ctx.dropped],
-        "compressed": ctx.compressed,
-        "degraded": inputs.parked,
-        "position": {"partition": inputs.partition, "offset": inputs.last_offset},
-    })  # fmt: skip
+    body.update(
+        {
+            "format": ctx.format,
+            "token_count": ctx.token_count,
+            "encoding": ctx.encoding,
+            "encoding_estimated": spec.estimated,
+            "summary": None
+            if summary is None
+            else {
+                "summary_id": summary.summary_id,
+                "text": summary.text,
+                "covers_through_seq": summary.covers_through_seq,
+            },
+            "dropped_turns": ctx.dropped_turns,
+            "dropped": [{"message_id": d.message_id, "what": d.what, "reason": d.reason} for d in ctx.dropped],
+            "compressed": ctx.compressed,
+            "degraded": inputs.parked,
+            "position": {"partition": inputs.partition, "offset": inputs.last_offset},
+        }
+    )
     if ctx.encoding not in counted:  # only then: every other body stays as it was
         body["counted_at_read"] = True
     if ctx.estimate is not None:

@@ -10,10 +10,14 @@ class SummarizerMetrics:
         registry = registry or CollectorRegistry()
         self.recorded = Counter("convlog_summaries_recorded", "SummaryRecorded events appended", registry=registry)
         self.llm_seconds = Histogram(
-            "convlog_summary_llm_seconds", "Latency of summary model calls that answered", registry=registry,
+            "convlog_summary_llm_seconds",
+            "Latency of summary model calls that answered",
+            registry=registry,
             buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
-        )  # fmt: skip
-        self.llm_tokens = Counter("convlog_summary_llm_tokens", "Tokens the summary model reported",
-                                  ["direction"], registry=registry)  # fmt: skip
-        self.failures = Counter("convlog_summary_failures", "Summaries that failed, by error code",
-                                ["code"], registry=registry)  # fmt: skip
+        )
+        self.llm_tokens = Counter(
+            "convlog_summary_llm_tokens", "Tokens the summary model reported", ["direction"], registry=registry
+        )
+        self.failures = Counter(
+            "convlog_summary_failures", "Summaries that failed, by error code", ["code"], registry=registry
+        )

@@ -29,8 +29,9 @@ class OpenAISummaryModel:
         max_retries: int = 2,
         prompt_version: str = PROMPT_VERSION,
     ) -> None:
-        self._client = openai.AsyncOpenAI(base_url=base_url, api_key=api_key, timeout=timeout_s,
-                                          max_retries=max_retries)  # fmt: skip
+        self._client = openai.AsyncOpenAI(
+            base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=max_retries
+        )
         self._model = model
         self._prompt_version = prompt_version
         self.base_url = base_url

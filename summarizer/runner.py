@@ -117,9 +117,13 @@ class Summarizer:
         )
         backlog = sum(ends.get(p, 0) for p in unread)
         if backlog and start_at is None:
-            log.warning("summarizer.reading_the_whole_log", partitions=sorted(unread), records=backlog,
-                        hint="conversations of the whole history get summarized (model calls); "
-                             "CONVLOG_SUMMARIZER_START=latest starts at the log's end instead")  # fmt: skip
+            log.warning(
+                "summarizer.reading_the_whole_log",
+                partitions=sorted(unread),
+                records=backlog,
+                hint="conversations of the whole history get summarized (model calls); "
+                "CONVLOG_SUMMARIZER_START=latest starts at the log's end instead",
+            )
         for p in partitions:
             self._barrier[p] = max(self._barrier.get(p, 0), ends.get(p, 0))
         self._next.update(stored)
@@ -251,9 +255,12 @@ class Summarizer:
         )
         again = plan(inputs, max_input_tokens=self._o.max_input_tokens, count=count_tokens) if inputs else None
         return (
-            again is not None and again.previous == job.previous and again.generation == job.generation
-            and again.covers_through_seq >= job.covers_through_seq and again.lines[: len(job.lines)] == job.lines
-        )  # fmt: skip
+            again is not None
+            and again.previous == job.previous
+            and again.generation == job.generation
+            and again.covers_through_seq >= job.covers_through_seq
+            and again.lines[: len(job.lines)] == job.lines
+        )
 
     async def _draft(self, job: SummaryJob) -> Draft:
         if not job.lines:  # only unusable messages left the window: move the watermark, keep the text
@@ -285,11 +292,18 @@ class Summarizer:
         self.stats.recorded += 1
         self._metrics.recorded.inc()
         log.info(
-            "summarizer.recorded", conversation_key=str(job.key),
-            covers_through_message_id=job.covers_through_message_id, turns=job.turns,
-            partition=appended.partition, offset=appended.offset, event_id=event_id,
-            summary_tokens=body.summary_tokens, truncated=cut, model=body.model, prompt_version=body.prompt_version,
-        )  # fmt: skip
+            "summarizer.recorded",
+            conversation_key=str(job.key),
+            covers_through_message_id=job.covers_through_message_id,
+            turns=job.turns,
+            partition=appended.partition,
+            offset=appended.offset,
+            event_id=event_id,
+            summary_tokens=body.summary_tokens,
+            truncated=cut,
+            model=body.model,
+            prompt_version=body.prompt_version,
+        )
         return appended
 
     async def _wait_for_projection(self, need: Mapping[int, int]) -> str | None:

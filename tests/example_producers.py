@@ -46,10 +46,19 @@ def vector_turn_args() -> list[str]:
     """The options that make an example write the vectors' turn (its ids, times, producer)."""
     turn = events_vectors()["turn"]
     return [
-        "--tenant", turn["tenant_id"], "--user", turn["user_id"], "--conversation", turn["conversation_id"],
-        "--event-id-prefix", turn["event_id_prefix"], "--occurred-at", str(turn["first_occurred_at_micros"]),
-        "--producer", turn["producer"],
-    ]  # fmt: skip
+        "--tenant",
+        turn["tenant_id"],
+        "--user",
+        turn["user_id"],
+        "--conversation",
+        turn["conversation_id"],
+        "--event-id-prefix",
+        turn["event_id_prefix"],
+        "--occurred-at",
+        str(turn["first_occurred_at_micros"]),
+        "--producer",
+        turn["producer"],
+    ]
 
 
 def _inputs_hash(root: Path, paths: Iterable[Path]) -> str:
@@ -86,12 +95,18 @@ def build_go(go: str) -> Path:
     with (GO_BINARY.parent / ".build.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # test runs side by side share one bin/
         stamp = GO_BINARY.parent / "convlog-build.sha256"
-        wanted = _inputs_hash(GO_EXAMPLE, [*GO_EXAMPLE.glob("*.go"), *GO_EXAMPLE.glob("go.*"),
-                                           *GO_EXAMPLE.glob("*.avsc")])  # fmt: skip
+        wanted = _inputs_hash(
+            GO_EXAMPLE, [*GO_EXAMPLE.glob("*.go"), *GO_EXAMPLE.glob("go.*"), *GO_EXAMPLE.glob("*.avsc")]
+        )
         if not (GO_BINARY.is_file() and stamp.is_file() and stamp.read_text() == wanted):
             # No -trimpath: the build then reuses the packages `go test` compiled (one compile, not two).
-            run_checked([go, "build", "-o", str(GO_BINARY), "."], cwd=GO_EXAMPLE, env=go_env(),
-                        timeout_s=600, what="building examples/go-producer")  # fmt: skip
+            run_checked(
+                [go, "build", "-o", str(GO_BINARY), "."],
+                cwd=GO_EXAMPLE,
+                env=go_env(),
+                timeout_s=600,
+                what="building examples/go-producer",
+            )
             stamp.write_text(wanted)
     return GO_BINARY
 
@@ -122,16 +137,28 @@ def build_ts(node: str, npm: str) -> Path:
         installed = modules / ".convlog-install.sha256"
         wanted = _inputs_hash(TS_EXAMPLE, [TS_EXAMPLE / "package-lock.json"])
         if not (installed.is_file() and installed.read_text() == wanted):
-            run_checked([npm, "ci", "--ignore-scripts", "--no-audit", "--no-fund", "--prefer-offline"], cwd=TS_EXAMPLE,
-                        timeout_s=600, what="npm ci in examples/ts-producer")  # fmt: skip
+            run_checked(
+                [npm, "ci", "--ignore-scripts", "--no-audit", "--no-fund", "--prefer-offline"],
+                cwd=TS_EXAMPLE,
+                timeout_s=600,
+                what="npm ci in examples/ts-producer",
+            )
             installed.write_text(wanted)
         stamp = TS_EXAMPLE / "dist" / "convlog-build.sha256"
-        sources = [*TS_EXAMPLE.glob("src/*.ts"), *TS_EXAMPLE.glob("test/*.ts"), *TS_EXAMPLE.glob("*.json"),
-                   *TS_EXAMPLE.glob("*.avsc")]  # fmt: skip
+        sources = [
+            *TS_EXAMPLE.glob("src/*.ts"),
+            *TS_EXAMPLE.glob("test/*.ts"),
+            *TS_EXAMPLE.glob("*.json"),
+            *TS_EXAMPLE.glob("*.avsc"),
+        ]
         built = _inputs_hash(TS_EXAMPLE, sources)
         if not (TS_MAIN.is_file() and stamp.is_file() and stamp.read_text() == built):
-            run_checked([node, str(modules / "typescript" / "bin" / "tsc"), "-p", "."], cwd=TS_EXAMPLE, timeout_s=300,
-                        what="tsc in examples/ts-producer")  # fmt: skip
+            run_checked(
+                [node, str(modules / "typescript" / "bin" / "tsc"), "-p", "."],
+                cwd=TS_EXAMPLE,
+                timeout_s=300,
+                what="tsc in examples/ts-producer",
+            )
             stamp.write_text(built)
     return TS_MAIN
 

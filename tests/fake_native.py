@@ -30,8 +30,16 @@ def parse(payload: object, *, new_id: Callable[[], str]) -> Parsed:
         blocks: list[Block] = [TextBlock(m["text"])] if "text" in m else []
         name = "" if m.get("bad") else "lookup"
         blocks += [ToolCallBlock(call, name, "{}") for call in m.get("calls", ())]
-        out.append(native_message(message_id=new_id(), role=cast("Role", role), blocks=blocks, api="anthropic",
-                                  provider="anthropic", tool_call_id=m.get("answers")))  # fmt: skip
+        out.append(
+            native_message(
+                message_id=new_id(),
+                role=cast("Role", role),
+                blocks=blocks,
+                api="anthropic",
+                provider="anthropic",
+                tool_call_id=m.get("answers"),
+            )
+        )
     return Parsed(tuple(out), native_id=payload.get("id"))
 
 

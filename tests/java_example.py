@@ -56,8 +56,15 @@ def _build(target: Path) -> str:
         mvn = shutil.which("mvn")
         if mvn is None:
             raise JavaExampleError("Maven (mvn) is not on PATH: it builds examples/java-producer")
-        goals = ["-q", "-B", "-f", str(EXAMPLE / "pom.xml"), "compile", "dependency:build-classpath",
-                 f"-Dmdep.outputFile={deps}"]  # fmt: skip
+        goals = [
+            "-q",
+            "-B",
+            "-f",
+            str(EXAMPLE / "pom.xml"),
+            "compile",
+            "dependency:build-classpath",
+            f"-Dmdep.outputFile={deps}",
+        ]
         result = subprocess.run([mvn, "-o", *goals], capture_output=True, text=True, check=False, timeout=300)
         if result.returncode != 0:  # some artifact is not in ~/.m2 yet: fetch it
             result = subprocess.run([mvn, *goals], capture_output=True, text=True, check=False, timeout=600)
@@ -80,8 +87,11 @@ def run_lines(classpath: str, *args: str, timeout_s: float = 120) -> list[str]:
     """Runs the example's main class; returns the lines it printed."""
     result = subprocess.run(
         [java_executable(), "-cp", classpath, MAIN_CLASS, *args],
-        capture_output=True, text=True, check=False, timeout=timeout_s,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=timeout_s,
+    )
     if result.returncode != 0:
         raise JavaExampleError(f"the Java example failed ({result.returncode}):\n{result.stderr[-4000:]}")
     return [line for line in result.stdout.splitlines() if line.strip()]
@@ -105,9 +115,17 @@ def classpath_or_skip() -> str:
 TURN_TITLE = "Overtime request"
 TURN_CONTEXT: list[dict[str, Any]] = [
     {"role": "user", "content": "How do I file an overtime request in the OA system?"},
-    {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "call_1", "type": "function",
-         "function": {"name": "search_kb", "arguments": '{"q": "overtime request"}'}}]},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": "search_kb", "arguments": '{"q": "overtime request"}'},
+            }
+        ],
+    },
     {"role": "tool", "tool_call_id": "call_1", "content": '{"hits": 3, "top": "OA > Attendance > Overtime"}'},
     {"role": "assistant", "content": "Open OA, then Attendance > Overtime, and submit the form."},
-]  # fmt: skip
+]

@@ -39,14 +39,21 @@ def convlog_serve_env(pg_admin_url: str, data: Path, **settings: str) -> Iterato
     with psycopg.connect(pg_admin_url, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     port = free_port()
-    env = {**os.environ, "CONVLOG_DATABASE_URL": make_conninfo(pg_admin_url, dbname=name),
-           "CONVLOG_DATA_DIR": str(data), "CONVLOG_HTTP_PORT": str(port), "CONVLOG_SUMMARIZER": "off",
-           "CONVLOG_API_TOKENS": f"acme:{TOKEN}", **settings}  # fmt: skip
+    env = {
+        **os.environ,
+        "CONVLOG_DATABASE_URL": make_conninfo(pg_admin_url, dbname=name),
+        "CONVLOG_DATA_DIR": str(data),
+        "CONVLOG_HTTP_PORT": str(port),
+        "CONVLOG_SUMMARIZER": "off",
+        "CONVLOG_API_TOKENS": f"acme:{TOKEN}",
+        **settings,
+    }
     for key in ("CONVLOG_KAFKA_BOOTSTRAP", "CONVLOG_LLM_BASE_URL", "OPENAI_BASE_URL"):  # embedded log, offline model
         env.pop(key, None)
     with (data / "serve.err").open("wb") as errors:
-        process = subprocess.Popen([sys.executable, "-m", "convlog.cli.main", "serve"], env=env,
-                                   stdout=subprocess.DEVNULL, stderr=errors)  # fmt: skip
+        process = subprocess.Popen(
+            [sys.executable, "-m", "convlog.cli.main", "serve"], env=env, stdout=subprocess.DEVNULL, stderr=errors
+        )
         try:
             deadline = time.monotonic() + 60
             while not ready(port):

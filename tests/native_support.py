@@ -28,11 +28,25 @@ def thinking_answer(message_id: str = "a1", *, call_ids: tuple[str, ...] = ("too
         *(ToolCallBlock(c, "get_weather", f'{{"city":"{c}"}}', signature=CALL_SIGNATURE) for c in call_ids),
     )
     usage = Usage(prompt_tokens=1200, completion_tokens=80, cached_tokens=1000, cache_write_tokens=150)
-    return native_message(message_id=message_id, role="assistant", blocks=blocks, api="anthropic",
-                          provider="anthropic", model="claude-sonnet-4-5", usage=usage,
-                          finish_reason="tool_calls")  # fmt: skip
+    return native_message(
+        message_id=message_id,
+        role="assistant",
+        blocks=blocks,
+        api="anthropic",
+        provider="anthropic",
+        model="claude-sonnet-4-5",
+        usage=usage,
+        finish_reason="tool_calls",
+    )
 
 
 def tool_result(call_id: str, text: str, *, message_id: str, is_error: bool | None = None) -> MessageAppended:
-    return native_message(message_id=message_id, role="tool", blocks=(TextBlock(text),), api="anthropic",
-                          provider="anthropic", tool_call_id=call_id, is_error=is_error)  # fmt: skip
+    return native_message(
+        message_id=message_id,
+        role="tool",
+        blocks=(TextBlock(text),),
+        api="anthropic",
+        provider="anthropic",
+        tool_call_id=call_id,
+        is_error=is_error,
+    )

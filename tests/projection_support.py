@@ -54,14 +54,26 @@ class Projection:
     version: ProjectionVersion
 
     def store(
-        self, *, schema: str | None = None, codec: EventCodec | None = None, fail_fast: bool = False,
-        policy: WindowPolicy | None = None, max_event_bytes: int = 1 << 20, counter: TokenCounter = COUNTER,
+        self,
+        *,
+        schema: str | None = None,
+        codec: EventCodec | None = None,
+        fail_fast: bool = False,
+        policy: WindowPolicy | None = None,
+        max_event_bytes: int = 1 << 20,
+        counter: TokenCounter = COUNTER,
         skips: Mapping[tuple[int, int], str] | None = None,
-    ) -> PostgresProjectionStore:  # fmt: skip
+    ) -> PostgresProjectionStore:
         return PostgresProjectionStore(
-            self.pool, schema=schema or self.version.schema, codec=codec or default_codec(), counter=counter,
-            policy=policy or WindowPolicy(), max_event_bytes=max_event_bytes, fail_fast=fail_fast, skips=skips,
-        )  # fmt: skip
+            self.pool,
+            schema=schema or self.version.schema,
+            codec=codec or default_codec(),
+            counter=counter,
+            policy=policy or WindowPolicy(),
+            max_event_bytes=max_event_bytes,
+            fail_fast=fail_fast,
+            skips=skips,
+        )
 
     async def new_version(self) -> ProjectionVersion:
         async with self.pool.connection() as conn:

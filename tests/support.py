@@ -12,8 +12,15 @@ REPO = Path(__file__).resolve().parents[1]
 
 def convlog_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     """``convlog ARGS`` as a process of its own, with exactly ``env``, from the repository root."""
-    return subprocess.run([sys.executable, "-m", "convlog.cli.main", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=120, check=False)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "convlog.cli.main", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def unique_topic(prefix: str = "test") -> str:

@@ -76,9 +76,10 @@ async def test_a_token_is_required_everywhere(http_client: httpx.AsyncClient, me
 async def test_read_your_writes_and_a_valid_context(http_client: httpx.AsyncClient) -> None:
     last = await oa(http_client)
     response = await http_client.get(
-        f"{BASE}/oa/context", params={"model": "gpt-4o", "budget_tokens": 2000, "min_offset": last["offset"]},
+        f"{BASE}/oa/context",
+        params={"model": "gpt-4o", "budget_tokens": 2000, "min_offset": last["offset"]},
         headers=A,
-    )  # fmt: skip
+    )
     assert response.status_code == 200, response.text
     body = response.json()
     assert violations(body["messages"]) == []
@@ -93,9 +94,10 @@ async def test_read_your_writes_and_a_valid_context(http_client: httpx.AsyncClie
 async def test_budget_too_small_is_a_clear_error(http_client: httpx.AsyncClient) -> None:
     last = await oa(http_client)
     response = await http_client.get(
-        f"{BASE}/oa/context", params={"model": "gpt-4o", "budget_tokens": 30, "min_offset": last["offset"]},
+        f"{BASE}/oa/context",
+        params={"model": "gpt-4o", "budget_tokens": 30, "min_offset": last["offset"]},
         headers=A,
-    )  # fmt: skip
+    )
     assert response.status_code == 422
     error = response.json()["error"]
     assert error["code"] == "context_budget_exceeded"
@@ -247,8 +249,10 @@ async def test_an_undecodable_record_of_a_conversation_is_a_409_naming_it_not_a_
     bad = await api_service.deps.queries.log.append(key=key.encode(), value=b"not avro")  # a foreign producer's record
     keyed = await post(http_client, "foreign", {"role": "user", "content": "again"}, **{"Idempotency-Key": "k-1"})
     assert keyed["offset"] > bad.offset  # a keyed append looks past the record it cannot decode
-    for path, params in ((f"{BASE}/foreign/events", {}), (f"{BASE}/foreign/context",
-                         {"model": "gpt-4o", "budget_tokens": 1000, "as_of": keyed["offset"]})):  # fmt: skip
+    for path, params in (
+        (f"{BASE}/foreign/events", {}),
+        (f"{BASE}/foreign/context", {"model": "gpt-4o", "budget_tokens": 1000, "as_of": keyed["offset"]}),
+    ):
         response = await http_client.get(path, params=params, headers=A)
         assert response.status_code == 409, response.text
         error = response.json()["error"]
@@ -297,8 +301,9 @@ async def test_fuzzed_requests_never_get_a_5xx(
     http_client: httpx.AsyncClient, method: str, suffix: str, params: dict[str, str], body: Any, user: str
 ) -> None:
     params.pop("min_offset", None)  # waiting on an offset nobody writes is a 503 by design
-    response = await http_client.request(method, f"/v1/users/{user}/conversations{suffix}", params=params,
-                                    json=body, headers=A)  # fmt: skip
+    response = await http_client.request(
+        method, f"/v1/users/{user}/conversations{suffix}", params=params, json=body, headers=A
+    )
     assert response.status_code < 500, (method, suffix, params, body, response.text)
 
 
@@ -315,10 +320,17 @@ async def test_as_of_reproduces_earlier_answers_byte_for_byte(
     for i, (question, answer) in enumerate(OA_TURNS):
         script.append({"role": "user", "content": question})
         if i % 3 == 1:
-            script.append({"role": "assistant", "content": None, "finish_reason": "tool_calls",
-                           "reasoning_content": f"look up {i}",
-                           "tool_calls": [{"id": f"c{i}", "type": "function",
-                                           "function": {"name": "kb", "arguments": '{"q": 1}'}}]})  # fmt: skip
+            script.append(
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "finish_reason": "tool_calls",
+                    "reasoning_content": f"look up {i}",
+                    "tool_calls": [
+                        {"id": f"c{i}", "type": "function", "function": {"name": "kb", "arguments": '{"q": 1}'}}
+                    ],
+                }
+            )
             script.append({"role": "tool", "tool_call_id": f"c{i}", "content": "found it"})
         script.append({"role": "assistant", "content": answer, "finish_reason": "stop"})
     recorded: list[tuple[int, str]] = []
@@ -328,14 +340,20 @@ async def test_as_of_reproduces_earlier_answers_byte_for_byte(
         appended = await post(http_client, "audit", message)
         message_ids.append(appended["message_id"])
         if n == 12:  # a summary of the first turns, as the summarizer records it
-            summary = SummaryRecorded("s1", "The user is an outsourced employee asking about overtime.",
-                                      appended["message_id"], "test-model", "v1")  # fmt: skip
+            summary = SummaryRecorded(
+                "s1",
+                "The user is an outsourced employee asking about overtime.",
+                appended["message_id"],
+                "test-model",
+                "v1",
+            )
             done = await api_service.deps.producer.append(ConversationKey("acme", "u1", "audit"), summary)
             appended = {"offset": done.offset}
         if n == len(script) - 8:  # and a new chat late in the conversation
             appended = (await http_client.post(f"{BASE}/audit/clear", headers=A)).json()
-        live = await http_client.get(f"{BASE}/audit/context", params=params | {"min_offset": appended["offset"]},
-                                headers=A)  # fmt: skip
+        live = await http_client.get(
+            f"{BASE}/audit/context", params=params | {"min_offset": appended["offset"]}, headers=A
+        )
         assert live.status_code == 200, live.text
         recorded.append((appended["offset"], live.text))
     assert any('"compressed":true' in text for _, text in recorded)  # the summary was in play
@@ -344,8 +362,9 @@ async def test_as_of_reproduces_earlier_answers_byte_for_byte(
         assert again.text == text
     # "What did the model see when it wrote this answer?": the context served right before it.
     for n in range(1, len(script)):
-        before = await http_client.get(f"{BASE}/audit/context", params=params | {"before_message": message_ids[n]},
-                                  headers=A)  # fmt: skip
+        before = await http_client.get(
+            f"{BASE}/audit/context", params=params | {"before_message": message_ids[n]}, headers=A
+        )
         assert before.text == recorded[n - 1][1], n
     unknown = await http_client.get(f"{BASE}/audit/context", params=params | {"before_message": "nope"}, headers=A)
     assert (unknown.status_code, unknown.json()["error"]["code"]) == (404, "unknown_message")
@@ -391,9 +410,11 @@ async def test_read_your_writes_under_concurrent_appends(http_client: httpx.Asyn
     async def writer(i: int) -> None:
         for turn in range(3):
             appended = await post(http_client, f"rw-{i}", {"role": "user", "content": f"writer {i} turn {turn}"})
-            response = await http_client.get(f"{BASE}/rw-{i}/context", headers=A,
-                                        params={"model": "gpt-4o", "budget_tokens": 5000,
-                                                "min_offset": appended["offset"]})  # fmt: skip
+            response = await http_client.get(
+                f"{BASE}/rw-{i}/context",
+                headers=A,
+                params={"model": "gpt-4o", "budget_tokens": 5000, "min_offset": appended["offset"]},
+            )
             assert response.status_code == 200, response.text
             assert response.json()["messages"][-1]["content"] == f"writer {i} turn {turn}"
 

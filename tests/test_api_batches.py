@@ -26,8 +26,9 @@ TURN = [
 ]
 
 
-async def _post(http_client: httpx.AsyncClient, conversation: str, body: Any, fmt: str | None = None,
-                **headers: str) -> httpx.Response:  # fmt: skip
+async def _post(
+    http_client: httpx.AsyncClient, conversation: str, body: Any, fmt: str | None = None, **headers: str
+) -> httpx.Response:
     params = {"format": fmt} if fmt else {}
     return await http_client.post(f"{BASE}/{conversation}/messages", json=body, params=params, headers={**A, **headers})
 
@@ -120,8 +121,9 @@ async def test_a_key_that_looks_like_a_batch_messages_id_is_refused_before_anyth
     assert (redact.status_code, redact.json()["error"]["code"]) == (422, "invalid_idempotency_key")
     assert await _end(api_service, "ids") == before
     for value in ("k/one", "k/", "v1.2", "2024/12/01-a"):  # not a derived id's shape: accepted
-        assert (await _post(http_client, "ids", {"role": "user", "content": value}, **{"Idempotency-Key": value})
-                ).status_code == 202  # fmt: skip
+        assert (
+            await _post(http_client, "ids", {"role": "user", "content": value}, **{"Idempotency-Key": value})
+        ).status_code == 202
 
 
 async def test_unknown_formats_are_422_and_the_schema_lists_them(http_client: httpx.AsyncClient) -> None:
@@ -143,8 +145,12 @@ async def test_a_native_payload_is_one_batch_and_its_id_makes_it_idempotent(
     http_client: httpx.AsyncClient, api_service: Service, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fake_native.register(monkeypatch)
-    payload = _native({"role": "user", "text": "q"}, {"role": "assistant", "calls": ["c1"]},
-                      {"role": "tool", "text": "r", "answers": "c1"}, native_id="msg_1")  # fmt: skip
+    payload = _native(
+        {"role": "user", "text": "q"},
+        {"role": "assistant", "calls": ["c1"]},
+        {"role": "tool", "text": "r", "answers": "c1"},
+        native_id="msg_1",
+    )
     first = await _post(http_client, "native", payload, "anthropic")
     assert first.status_code == 202, first.text
     assert set(first.json()) == {"messages", "partition", "offset"}
@@ -155,8 +161,12 @@ async def test_a_native_payload_is_one_batch_and_its_id_makes_it_idempotent(
     refused = await _post(http_client, "native", _native({"role": "nonsense"}), "anthropic")
     assert refused.status_code == 422
     assert (refused.json()["error"]["code"], refused.json()["error"]["field"]) == ("unknown_role", "messages[0].role")
-    invalid = await _post(http_client, "native", _native({"role": "user", "text": "q"}, {"role": "assistant",
-                                                    "calls": ["c9"], "bad": True}), "anthropic")  # fmt: skip
+    invalid = await _post(
+        http_client,
+        "native",
+        _native({"role": "user", "text": "q"}, {"role": "assistant", "calls": ["c9"], "bad": True}),
+        "anthropic",
+    )
     assert (invalid.status_code, invalid.json()["error"]["field"]) == (422, "messages[1].blocks[0].name")
     assert await _end(api_service, "native") == end
 
@@ -183,8 +193,9 @@ async def test_a_native_tool_result_must_answer_an_open_call(
         orphan = await _post(http_client, "tools", payload, "anthropic")
         assert orphan.status_code == 422, orphan.text
         assert (orphan.json()["error"]["code"], orphan.json()["error"]["field"]) == (
-            "orphan_tool_result", f"messages[{index}]",
-        )  # fmt: skip
+            "orphan_tool_result",
+            f"messages[{index}]",
+        )
     assert await _end(api_service, "tools") == before
     paired = _native({"role": "assistant", "calls": ["c4"]}, {"role": "tool", "text": "ok", "answers": "c4"})
     assert (await _post(http_client, "tools", paired, "anthropic")).status_code == 202

@@ -71,9 +71,21 @@ def _with_nul(path: str) -> tuple[dict[str, Any], str]:
 
 
 NUL_CASES = [
-    "content", "text part", "image url", "reasoning", "metadata value", "metadata key", "message_id", "model",
-    "name", "tool call id", "tool arguments", "tool arguments escaped", "tool_call_id", "surrogate",
-]  # fmt: skip
+    "content",
+    "text part",
+    "image url",
+    "reasoning",
+    "metadata value",
+    "metadata key",
+    "message_id",
+    "model",
+    "name",
+    "tool call id",
+    "tool arguments",
+    "tool arguments escaped",
+    "tool_call_id",
+    "surrogate",
+]
 
 
 @pytest.mark.parametrize("case", NUL_CASES)
@@ -98,17 +110,22 @@ async def test_every_event_type_of_the_python_api_refuses_a_nul(producer: Conver
         ("reason", lambda: producer.erase(KEY, reason=nul)),
         ("event_id", lambda: producer.clear(KEY, event_id=nul)),
         ("content", lambda: producer.append_user(KEY, nul)),
-        ("content[1].text", lambda: producer.append_system(KEY, [{"type": "text", "text": "ok"},
-                                                                 {"type": "text", "text": nul}])),
-        ("tool_calls[0].name", lambda: producer.append_assistant(
-            KEY, tool_calls=[{**CALL, "function": {"name": nul, "arguments": "{}"}}])),
-    ]  # fmt: skip
+        (
+            "content[1].text",
+            lambda: producer.append_system(KEY, [{"type": "text", "text": "ok"}, {"type": "text", "text": nul}]),
+        ),
+        (
+            "tool_calls[0].name",
+            lambda: producer.append_assistant(KEY, tool_calls=[{**CALL, "function": {"name": nul, "arguments": "{}"}}]),
+        ),
+    ]
     for field, call in calls:
         with pytest.raises(InvalidEventError) as info:
             await call()
         assert info.value.field == field, field
-    summary = SummaryRecorded(summary_id="s1", text="sum\x00mary", covers_through_message_id="m1", model="m",
-                              prompt_version="v1")  # fmt: skip
+    summary = SummaryRecorded(
+        summary_id="s1", text="sum\x00mary", covers_through_message_id="m1", model="m", prompt_version="v1"
+    )
     with pytest.raises(InvalidEventError) as info:
         producer.build(KEY, summary)
     assert info.value.field == "text"
@@ -233,9 +250,17 @@ async def test_the_refused_characters_are_exactly_what_postgres_cannot_store(pg_
         assert (await (await conn.execute("SHOW server_encoding")).fetchone()) == ("UTF8",)
         for chunk in _storable_code_points():
             assert unstorable_char(chunk) is None
-            row = await (await conn.execute("SELECT %s::text, %s::jsonb, %s::jsonb, %s::jsonb", (
-                chunk, Jsonb({chunk: chunk}), json.dumps([chunk]), json.dumps([chunk], ensure_ascii=False),
-            ))).fetchone()  # fmt: skip
+            row = await (
+                await conn.execute(
+                    "SELECT %s::text, %s::jsonb, %s::jsonb, %s::jsonb",
+                    (
+                        chunk,
+                        Jsonb({chunk: chunk}),
+                        json.dumps([chunk]),
+                        json.dumps([chunk], ensure_ascii=False),
+                    ),
+                )
+            ).fetchone()
             assert row == (chunk, {chunk: chunk}, [chunk], [chunk])
         for refused in ("\x00", "a\x00b"):
             assert unstorable_char(refused) == "\x00"
@@ -285,8 +310,11 @@ async def test_http_refuses_unstorable_strings_and_the_projector_keeps_going(
     assert (response.status_code, response.json()["error"]["field"]) == (422, "content")
     ok = await no_wait_http_client.post(f"{BASE}/c/messages", json={"role": "user", "content": "still here"}, headers=A)
     assert ok.status_code == 202
-    context = await no_wait_http_client.get(f"{BASE}/c/context", headers=A, params={
-        "model": "gpt-4o", "budget_tokens": 500, "min_offset": ok.json()["offset"]})  # fmt: skip
+    context = await no_wait_http_client.get(
+        f"{BASE}/c/context",
+        headers=A,
+        params={"model": "gpt-4o", "budget_tokens": 500, "min_offset": ok.json()["offset"]},
+    )
     for _ in range(200):  # read-your-writes: the projector applied it (this app does not wait)
         if context.status_code == 200:
             break
@@ -427,17 +455,37 @@ _TEXT = st.text(st.characters(codec="utf-8"), max_size=12) | st.sampled_from([""
 _VALID_MESSAGES: list[dict[str, Any]] = [
     {"role": "system", "content": "be brief", "name": "ops"},
     {"role": "user", "content": "hi", "metadata": {"k": "v"}, "message_id": "m-1"},
-    {"role": "user", "content": [{"type": "text", "text": "look"},
-                                 {"type": "image_url", "image_url": {"url": "https://x/a.png", "detail": "low"}}]},
-    {"role": "assistant", "content": "ok", "model": "gpt-4o", "finish_reason": "stop", "reasoning_content": "r",
-     "thinking_duration_ms": 12, "usage": {"prompt_tokens": 10, "completion_tokens": 2,
-                                           "prompt_tokens_details": {"cached_tokens": 1},
-                                           "completion_tokens_details": {"reasoning_tokens": 1}}},
-    {"role": "assistant", "tool_calls": [CALL, {"id": "call_2", "type": "function",
-                                                "function": {"name": "f", "arguments": {"a": [1, "b"]}}}]},
+    {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "look"},
+            {"type": "image_url", "image_url": {"url": "https://x/a.png", "detail": "low"}},
+        ],
+    },
+    {
+        "role": "assistant",
+        "content": "ok",
+        "model": "gpt-4o",
+        "finish_reason": "stop",
+        "reasoning_content": "r",
+        "thinking_duration_ms": 12,
+        "usage": {
+            "prompt_tokens": 10,
+            "completion_tokens": 2,
+            "prompt_tokens_details": {"cached_tokens": 1},
+            "completion_tokens_details": {"reasoning_tokens": 1},
+        },
+    },
+    {
+        "role": "assistant",
+        "tool_calls": [
+            CALL,
+            {"id": "call_2", "type": "function", "function": {"name": "f", "arguments": {"a": [1, "b"]}}},
+        ],
+    },
     {"role": "tool", "tool_call_id": "call_1", "content": '{"temp": 21}'},
     {"role": "assistant", "content": "cut", "finish_reason": "interrupted", "tool_calls": [CALL]},
-]  # fmt: skip
+]
 
 
 def _paths(value: Any, prefix: tuple[str | int, ...] = ()) -> list[tuple[str | int, ...]]:
@@ -471,8 +519,20 @@ def _messages(draw: st.DrawFn) -> dict[str, Any]:
     return dict(message)
 
 
-_FIELDS = ("role", "content", "name", "tool_calls", "tool_call_id", "reasoning_content", "thinking_duration_ms",
-           "model", "usage", "finish_reason", "metadata", "message_id")  # fmt: skip
+_FIELDS = (
+    "role",
+    "content",
+    "name",
+    "tool_calls",
+    "tool_call_id",
+    "reasoning_content",
+    "thinking_duration_ms",
+    "model",
+    "usage",
+    "finish_reason",
+    "metadata",
+    "message_id",
+)
 _ODD_BODY = st.one_of(
     _JSON.map(lambda v: json.dumps(v).encode()),
     st.binary(max_size=40),
@@ -495,14 +555,21 @@ _NATIVE_MESSAGES: list[dict[str, Any]] = [
 def _twice(doc: Any, where: tuple[str | int, ...], value: Any) -> str:
     """JSON text of ``doc`` whose object at ``where`` names its first key twice, first with ``value``."""
     if isinstance(doc, dict):
-        items = [f"{json.dumps(k)}: {_twice(v, where[1:], value) if where and k == where[0] else json.dumps(v)}"
-                 for k, v in doc.items()]  # fmt: skip
+        items = [
+            f"{json.dumps(k)}: {_twice(v, where[1:], value) if where and k == where[0] else json.dumps(v)}"
+            for k, v in doc.items()
+        ]
         if not where:
             items.insert(0, f"{json.dumps(next(iter(doc)))}: {json.dumps(value)}")
         return "{" + ", ".join(items) + "}"
     if isinstance(doc, list):
-        return "[" + ", ".join(_twice(v, where[1:], value) if where and i == where[0] else json.dumps(v)
-                               for i, v in enumerate(doc)) + "]"  # fmt: skip
+        return (
+            "["
+            + ", ".join(
+                _twice(v, where[1:], value) if where and i == where[0] else json.dumps(v) for i, v in enumerate(doc)
+            )
+            + "]"
+        )
     return json.dumps(doc)
 
 
@@ -599,8 +666,9 @@ _IDEMPOTENCY_KEY = st.text(st.characters(codec="latin-1", exclude_characters="\r
 
 
 @pytest.mark.postgres
-@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture],
-          derandomize=True)  # fmt: skip
+@settings(
+    max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture], derandomize=True
+)
 @given(data=st.data())
 async def test_fuzzed_requests_on_every_endpoint_never_get_a_5xx(
     no_wait_http_client: httpx.AsyncClient, operations: list[Operation], data: st.DataObject
@@ -632,8 +700,9 @@ async def test_fuzzed_requests_on_every_endpoint_never_get_a_5xx(
 
 
 @pytest.mark.postgres
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture],
-          derandomize=True)  # fmt: skip
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture], derandomize=True
+)
 @given(data=st.data())
 async def test_fuzzed_requests_without_a_valid_token_are_all_401(
     no_wait_http_client: httpx.AsyncClient, operations: list[Operation], data: st.DataObject
@@ -642,8 +711,19 @@ async def test_fuzzed_requests_without_a_valid_token_are_all_401(
     path = template
     for name in names:
         path = path.replace("{" + name + "}", _segment(data.draw(_TEXT, label=name)))
-    headers = dict(data.draw(st.sampled_from([{}, {"Authorization": "Bearer x"}, {"Authorization": "token-a"},
-                                              {"Authorization": "Basic dG9rZW4tYQ=="}]), label="auth"))  # fmt: skip
+    headers = dict(
+        data.draw(
+            st.sampled_from(
+                [
+                    {},
+                    {"Authorization": "Bearer x"},
+                    {"Authorization": "token-a"},
+                    {"Authorization": "Basic dG9rZW4tYQ=="},
+                ]
+            ),
+            label="auth",
+        )
+    )
     body, headers["Content-Type"] = data.draw(_BODY, label="body")
     response = await no_wait_http_client.request(
         method, path, content=body if method == "POST" else None, headers=headers

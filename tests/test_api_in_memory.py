@@ -41,8 +41,9 @@ BASE = "/v1/users/u1/conversations"
 async def deps(log: EmbeddedEventLog) -> AsyncIterator[ApiDeps]:
     """The API's dependencies with a projector running beside them, as ``convlog serve`` runs them, in memory."""
     tables = MemoryTables()
-    store = InMemoryProjectionStore(tables, codec=default_codec(), counter=COUNTER, policy=WindowPolicy(),
-                                    max_event_bytes=1 << 20)  # fmt: skip
+    store = InMemoryProjectionStore(
+        tables, codec=default_codec(), counter=COUNTER, policy=WindowPolicy(), max_event_bytes=1 << 20
+    )
     reads = InMemoryReadModels(tables)
 
     async def live_reads() -> ReadModels:
@@ -51,9 +52,12 @@ async def deps(log: EmbeddedEventLog) -> AsyncIterator[ApiDeps]:
     async def readiness() -> dict[str, Any]:
         return {"ready": True}
 
-    deps = ApiDeps(queries=QueryService(log=log, reads=live_reads, metrics=Metrics()),
-                   producer=ConversationProducer(log, producer="test"), http=HttpSettings(tokens={"token-a": "acme"}),
-                   readiness=readiness)  # fmt: skip
+    deps = ApiDeps(
+        queries=QueryService(log=log, reads=live_reads, metrics=Metrics()),
+        producer=ConversationProducer(log, producer="test"),
+        http=HttpSettings(tokens={"token-a": "acme"}),
+        readiness=readiness,
+    )
     stop = asyncio.Event()
     projecting = asyncio.create_task(Projector(LogSource(log), store, fetch_timeout_s=0.05).run(stop))
     try:
@@ -84,9 +88,10 @@ async def test_read_your_writes_and_a_valid_context_without_postgres(in_memory_c
         await post(in_memory_client, {"role": "user", "content": question})
         last = await post(in_memory_client, {"role": "assistant", "content": answer, "finish_reason": "stop"})
     response = await in_memory_client.get(
-        f"{BASE}/oa/context", params={"model": "gpt-4o", "budget_tokens": 300, "min_offset": last["offset"]},
+        f"{BASE}/oa/context",
+        params={"model": "gpt-4o", "budget_tokens": 300, "min_offset": last["offset"]},
         headers=A,
-    )  # fmt: skip
+    )
     assert response.status_code == 200, response.text
     body = response.json()
     assert violations(body["messages"]) == []
@@ -109,17 +114,19 @@ async def test_an_erased_conversation_serves_nothing_of_it_without_postgres(
     erase = await in_memory_client.delete(f"{BASE}/oa", headers=A)
     assert erase.status_code == 202, erase.text
     response = await in_memory_client.get(
-        f"{BASE}/oa/context", params={"model": "gpt-4o", "budget_tokens": 2000, "min_offset": erase.json()["offset"]},
+        f"{BASE}/oa/context",
+        params={"model": "gpt-4o", "budget_tokens": 2000, "min_offset": erase.json()["offset"]},
         headers=A,
-    )  # fmt: skip
+    )
     assert response.status_code == 200, response.text
     erased = erase.json()
     body = response.json()
     assert (body["messages"], body["position"]) == ([], {"partition": erased["partition"], "offset": erased["offset"]})
     entries = (await in_memory_client.get(f"{BASE}/oa/messages", headers=A)).json()["messages"]
     assert [(e["message_id"], e["content"], e["erased_at"] is not None) for e in entries] == [
-        (secret["message_id"], None, True), (entries[1]["message_id"], None, True),
-    ]  # fmt: skip
+        (secret["message_id"], None, True),
+        (entries[1]["message_id"], None, True),
+    ]
 
 
 async def test_the_audit_shows_a_native_messages_blocks_and_origin_until_it_is_redacted(
@@ -133,8 +140,11 @@ async def test_the_audit_shows_a_native_messages_blocks_and_origin_until_it_is_r
     last = await producer.append(key, tool_result("toolu_2", "no such city", message_id="r2", is_error=True))
 
     async def audit() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        context = await in_memory_client.get(f"{BASE}/native/context", params={"model": "gpt-4o", "budget_tokens": 4000,
-                                   "min_offset": last.offset}, headers=A)  # fmt: skip
+        context = await in_memory_client.get(
+            f"{BASE}/native/context",
+            params={"model": "gpt-4o", "budget_tokens": 4000, "min_offset": last.offset},
+            headers=A,
+        )
         assert context.status_code == 200, context.text
         messages = await in_memory_client.get(f"{BASE}/native/messages", headers=A)
         events = await in_memory_client.get(f"{BASE}/native/events", headers=A)
@@ -161,8 +171,9 @@ async def test_the_audit_shows_a_native_messages_blocks_and_origin_until_it_is_r
 
 
 async def context_after(client: httpx.AsyncClient, offset: int) -> Any:
-    response = await client.get(f"{BASE}/oa/context", params={"model": "gpt-4o", "budget_tokens": 2000,
-                                "min_offset": offset}, headers=A)  # fmt: skip
+    response = await client.get(
+        f"{BASE}/oa/context", params={"model": "gpt-4o", "budget_tokens": 2000, "min_offset": offset}, headers=A
+    )
     assert response.status_code == 200, response.text
     return response.json()
 
@@ -174,8 +185,9 @@ async def test_a_redaction_of_a_message_the_conversation_never_had_is_404_and_pa
     could dead-letter, and the clear and the erase after it are applied."""
     secret = await post(in_memory_client, {"role": "user", "content": "my card is 4111"})
     summary = SummaryRecorded("s1", "a summary", secret["message_id"], "test-model", "v1")
-    await ConversationProducer(log, producer="test").append(ConversationKey("acme", "u1", "oa"), summary,
-                                                            event_id="s1-event")  # fmt: skip
+    await ConversationProducer(log, producer="test").append(
+        ConversationKey("acme", "u1", "oa"), summary, event_id="s1-event"
+    )
     cleared = await in_memory_client.post(f"{BASE}/oa/clear", headers=A)
     assert cleared.status_code == 202, cleared.text
     for target in ("never-sent", "s1", "s1-event", cleared.json()["event_id"]):  # no message, events that are not
@@ -188,8 +200,12 @@ async def test_a_redaction_of_a_message_the_conversation_never_had_is_404_and_pa
     body = await context_after(in_memory_client, erased.json()["offset"])
     assert (body["messages"], body["degraded"]) == ([], False)
     events = (await in_memory_client.get(f"{BASE}/oa/events", headers=A)).json()["events"]
-    assert [e["event_type"] for e in events] == ["MessageAppended", "SummaryRecorded", "ConversationCleared",
-                                                 "ConversationErased"]  # fmt: skip
+    assert [e["event_type"] for e in events] == [
+        "MessageAppended",
+        "SummaryRecorded",
+        "ConversationCleared",
+        "ConversationErased",
+    ]
 
 
 async def test_a_redaction_whose_idempotency_key_is_taken_is_409_naming_what_holds_it(
@@ -201,8 +217,11 @@ async def test_a_redaction_whose_idempotency_key_is_taken_is_409_naming_what_hol
     )
 
     async def redact(message: Any, key: str) -> httpx.Response:
-        return await in_memory_client.post(f"{BASE}/oa/messages/{message['message_id']}/redact", json={"reason": "pii"},
-                                 headers={**A, "Idempotency-Key": key})  # fmt: skip
+        return await in_memory_client.post(
+            f"{BASE}/oa/messages/{message['message_id']}/redact",
+            json={"reason": "pii"},
+            headers={**A, "Idempotency-Key": key},
+        )
 
     for key, holder in (("k1", first), ("k2", second)):  # its own message's key, another message's
         taken = await redact(first, key)
@@ -236,13 +255,18 @@ async def test_after_an_erasure_a_repeated_idempotency_key_does_not_tell_whether
     restarted = httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(deps)), base_url="http://convlog")
     async with restarted:
         for api in (in_memory_client, restarted):
-            answers = [await api.post(f"{BASE}/oa/messages", json=body, headers={**A, "Idempotency-Key": "k1"})
-                       for body in (secret, {"role": "user", "content": "my card is 5500"})]  # fmt: skip
+            answers = [
+                await api.post(f"{BASE}/oa/messages", json=body, headers={**A, "Idempotency-Key": "k1"})
+                for body in (secret, {"role": "user", "content": "my card is 5500"})
+            ]
             assert [a.status_code for a in answers] == [409, 409]
             assert answers[0].json() == answers[1].json()
             error = answers[0].json()["error"]
-            assert (error["code"], error["event_id"], error["offset"]) == ("idempotency_key_erased", "k1",
-                                                                           first["offset"])  # fmt: skip
+            assert (error["code"], error["event_id"], error["offset"]) == (
+                "idempotency_key_erased",
+                "k1",
+                first["offset"],
+            )
 
 
 async def test_a_parked_conversation_is_never_served_past_its_dead_letter_and_an_erase_is_not_held(
@@ -258,8 +282,11 @@ async def test_a_parked_conversation_is_never_served_past_its_dead_letter_and_an
     parked = await in_memory_client.get(f"{BASE}/oa/context", params=params, headers=A)
     assert parked.status_code == 409, parked.text
     error = parked.json()["error"]
-    assert (error["code"], error["partition"], error["offset"]) == ("conversation_parked", garbage.partition,
-                                                                    garbage.offset)  # fmt: skip
+    assert (error["code"], error["partition"], error["offset"]) == (
+        "conversation_parked",
+        garbage.partition,
+        garbage.offset,
+    )
     assert (await context_after(in_memory_client, first["offset"]))[
         "degraded"
     ] is True  # before it: served, and said so

@@ -109,8 +109,9 @@ def _deps(log: EventLog, projection: Projection) -> ApiDeps:
     return ApiDeps(
         queries=QueryService(log=log, reads=live_reads, metrics=Metrics()),
         producer=ConversationProducer(log, producer="convlog-api"),
-        http=HttpSettings(tokens={"token-a": "acme", "token-b": "globex"}), readiness=readiness,
-    )  # fmt: skip
+        http=HttpSettings(tokens={"token-a": "acme", "token-b": "globex"}),
+        readiness=readiness,
+    )
 
 
 def _client(deps: ApiDeps) -> httpx.AsyncClient:
@@ -320,8 +321,9 @@ async def scanned_fold(log: EventLog, point: int) -> dict[str, Any]:
     """The as_of context from a plain scan of the whole partition: the reference."""
     spec = model_spec("gpt-4o", default_encoding="o200k_base")
     request = ContextRequest("gpt-4o", 5000, 0, 0, "omit", 2)
-    served = await context_as_of(log, KEY, point, request=request, spec=spec, policy=WindowPolicy(),
-                                 max_event_bytes=1 << 20, start_offset=0)  # fmt: skip
+    served = await context_as_of(
+        log, KEY, point, request=request, spec=spec, policy=WindowPolicy(), max_event_bytes=1 << 20, start_offset=0
+    )
     assert served is not None
     return context_body(*served, spec)
 

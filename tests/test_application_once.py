@@ -127,18 +127,39 @@ class Script:
             extra = {"reasoning_content": f"thinking about {step[1]}"} if step[2] else {}
             await self.message({"role": "assistant", "content": step[1], "finish_reason": "stop", **extra})
         elif kind == "tools":
-            calls = [{"id": self._id("call"), "type": "function",
-                      "function": {"name": "lookup", "arguments": f'{{"q": {i}, "a": "b"}}'}}
-                     for i in range(step[1])]  # fmt: skip
-            await self.message({"role": "assistant", "content": None, "tool_calls": calls,
-                                "finish_reason": "tool_calls", "reasoning_content": "which tool?"})  # fmt: skip
+            calls = [
+                {
+                    "id": self._id("call"),
+                    "type": "function",
+                    "function": {"name": "lookup", "arguments": f'{{"q": {i}, "a": "b"}}'},
+                }
+                for i in range(step[1])
+            ]
+            await self.message(
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": calls,
+                    "finish_reason": "tool_calls",
+                    "reasoning_content": "which tool?",
+                }
+            )
             for call in calls[: step[2]]:
                 await self.message({"role": "tool", "tool_call_id": call["id"], "content": f"result {call['id']}"})
         elif kind == "interrupted":
-            calls = ([{"id": self._id("call"), "type": "function", "function": {"name": "lookup", "arguments": '{"q'}}]
-                     if step[2] else [])  # fmt: skip
-            await self.message({"role": "assistant", "content": step[1], "finish_reason": "interrupted",
-                                **({"tool_calls": calls} if calls else {})})  # fmt: skip
+            calls = (
+                [{"id": self._id("call"), "type": "function", "function": {"name": "lookup", "arguments": '{"q'}}]
+                if step[2]
+                else []
+            )
+            await self.message(
+                {
+                    "role": "assistant",
+                    "content": step[1],
+                    "finish_reason": "interrupted",
+                    **({"tool_calls": calls} if calls else {}),
+                }
+            )
         elif kind == "reuse" and self.message_ids:
             await self.message({"role": "user", "content": step[2]}, self.message_ids[step[1] % len(self.message_ids)])
         elif kind == "native":
@@ -148,21 +169,27 @@ class Script:
         elif kind == "redact" and self.message_ids:
             message_id = self.message_ids[step[1] % len(self.message_ids)]
             event_id = self._id("e")
-            self._done(await self.producer.redact(self.key, message_id, reason="test", event_id=event_id),
-                             ("redact", message_id, event_id))  # fmt: skip
+            self._done(
+                await self.producer.redact(self.key, message_id, reason="test", event_id=event_id),
+                ("redact", message_id, event_id),
+            )
             self.redacted.append(message_id)
         elif kind == "summary" and self.message_ids:
             covers = self.message_ids[step[1] % len(self.message_ids)]
             excluded = {"none": None, "all": tuple(self.redacted), "missing": tuple(self.redacted[1:])}[step[2]]
-            body = SummaryRecorded(self._id("s"), f"summary through {covers}", covers, "test-model", "v1",
-                                   excluded_message_ids=excluded)  # fmt: skip
+            body = SummaryRecorded(
+                self._id("s"), f"summary through {covers}", covers, "test-model", "v1", excluded_message_ids=excluded
+            )
             await self._event(body)
         elif kind == "clear":
             event_id = self._id("e")
             self._done(await self.producer.clear(self.key, event_id=event_id), ("clear", event_id))
         elif kind == "erase":
-            only_if = {"always": None, "applies": self.offsets[-1] if self.offsets else None,
-                       "void": self.offsets[0] if len(self.offsets) > 1 else None}[step[1]]  # fmt: skip
+            only_if = {
+                "always": None,
+                "applies": self.offsets[-1] if self.offsets else None,
+                "void": self.offsets[0] if len(self.offsets) > 1 else None,
+            }[step[1]]
             event_id = self._id("e")
             appended = await self.producer.erase(self.key, event_id=event_id, only_if_last_offset=only_if)
             self._done(appended, ("erase", only_if, event_id))
@@ -174,13 +201,23 @@ class Script:
         answer = thinking_answer(self._id("m"), call_ids=call_ids)
         blocks = (*(b for b in answer.blocks if not isinstance(b, TextBlock)), TextBlock(text))
         finish = "interrupted" if interrupted else "tool_calls" if calls else "stop"
-        body = native_message(message_id=answer.message_id, role="assistant", blocks=blocks, api="anthropic",
-                              provider="anthropic", model=answer.model, usage=answer.usage,
-                              finish_reason=finish)  # fmt: skip
+        body = native_message(
+            message_id=answer.message_id,
+            role="assistant",
+            blocks=blocks,
+            api="anthropic",
+            provider="anthropic",
+            model=answer.model,
+            usage=answer.usage,
+            finish_reason=finish,
+        )
         await self._message_event(body)
         for i, call_id in enumerate(call_ids[:answered]):
-            await self._message_event(tool_result(call_id, f"result {call_id}", message_id=self._id("m"),
-                                                  is_error=True if i == answered - 1 else None))  # fmt: skip
+            await self._message_event(
+                tool_result(
+                    call_id, f"result {call_id}", message_id=self._id("m"), is_error=True if i == answered - 1 else None
+                )
+            )
 
     async def _message_event(self, body: MessageAppended) -> None:
         await self._event(body)
@@ -251,8 +288,9 @@ async def test_live_context_equals_the_as_of_context_byte_for_byte(
     queries = api_service.deps.queries
     for encoding in ("o200k_base", "cl100k_base"):
         stored = await (await queries.reads()).context_inputs(key, encoding=encoding)
-        as_of = await context_inputs_as_of(queries.log, key, last, encoding=encoding, policy=queries.policy,
-                                           max_event_bytes=queries.max_event_bytes)  # fmt: skip
+        as_of = await context_inputs_as_of(
+            queries.log, key, last, encoding=encoding, policy=queries.policy, max_event_bytes=queries.max_event_bytes
+        )
         if encoding in queries.counted_encodings:
             assert stored == as_of, encoding
         else:  # counted when read: a message that is never served again has no text left to count
@@ -273,9 +311,13 @@ def never_served_uncounted(inputs: ContextInputs | None) -> ContextInputs | None
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(script=steps, newest_first=st.sampled_from([3, 128]))
 async def test_a_context_counted_when_read_is_the_one_stored_counts_give(
-    projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer, monkeypatch: pytest.MonkeyPatch,
-    script: list[tuple[Any, ...]], newest_first: int,
-) -> None:  # fmt: skip
+    projection: Projection,
+    log: EmbeddedEventLog,
+    producer: ConversationProducer,
+    monkeypatch: pytest.MonkeyPatch,
+    script: list[tuple[Any, ...]],
+    newest_first: int,
+) -> None:
     """CONVLOG_TOKEN_ENCODINGS=o200k_base (the default) stores no cl100k_base counts: a gpt-4
     context counts its messages when it reads them, and is — same counts, same trimming, byte
     for byte but for saying so — the context of a version that stored both encodings, and the
@@ -311,9 +353,16 @@ async def test_a_context_counted_when_read_is_the_one_stored_counts_give(
             if "needed" not in at_read:
                 assert at_read.pop("counted_at_read") is True
                 assert "counted_at_read" not in from_stored
-                served = await context_as_of(log, key, history.offsets[-1], request=request, spec=spec,
-                                             policy=WindowPolicy(), max_event_bytes=1 << 20,
-                                             start_offset=0)  # fmt: skip
+                served = await context_as_of(
+                    log,
+                    key,
+                    history.offsets[-1],
+                    request=request,
+                    spec=spec,
+                    policy=WindowPolicy(),
+                    max_event_bytes=1 << 20,
+                    start_offset=0,
+                )
                 assert served is not None
                 assert context_body(*served, spec, counted=ENCODINGS) == from_stored
             assert json.dumps(at_read) == json.dumps(from_stored), (reasoning, budget)
@@ -349,9 +398,12 @@ async def test_content_parts_are_served_in_the_order_the_producer_sent_them(http
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(script=steps, live_batch=st.sampled_from([1, 3, 500]))
 async def test_a_rebuild_equals_the_live_version_row_for_row(
-    projection: Projection, log: EmbeddedEventLog, producer: ConversationProducer, script: list[tuple[Any, ...]],
+    projection: Projection,
+    log: EmbeddedEventLog,
+    producer: ConversationProducer,
+    script: list[tuple[Any, ...]],
     live_batch: int,
-) -> None:  # fmt: skip
+) -> None:
     """The same random histories (native messages among them), projected live in small batches
     and rebuilt from offset 0 in one: every checked table equal as stored, byte for byte."""
     key = ConversationKey("acme", "u1", f"c-{uuid.uuid4().hex[:12]}")
@@ -436,8 +488,9 @@ async def test_a_redaction_covers_every_earlier_row_of_a_reused_message_id(
     )
     assert rows == [(0, 0, None, True), (2, 1, None, True), (5, 1, '"Q3: a new question"', False)]
     assert await projection.rows("SELECT summary_id, text FROM {s}.summaries") == [("s2", None)]
-    inputs = await context_inputs_as_of(log, key, last.coordinates.offset, encoding="o200k_base",
-                                        policy=WindowPolicy(), max_event_bytes=1 << 20)  # fmt: skip
+    inputs = await context_inputs_as_of(
+        log, key, last.coordinates.offset, encoding="o200k_base", policy=WindowPolicy(), max_event_bytes=1 << 20
+    )
     assert inputs is not None
     assert inputs.summary is None
     assert [(m.seq, m.redacted) for m in inputs.messages] == [(2, True), (3, False), (5, False), (6, False)]

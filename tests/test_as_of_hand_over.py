@@ -54,8 +54,9 @@ async def _served(projection: Projection, version: ProjectionVersion) -> bytes:
 
 
 async def _as_of(log: EventLog, offset: int, policy: WindowPolicy | PolicyAt) -> bytes:
-    served = await context_as_of(log, KEY, offset, request=REQUEST, spec=SPEC, policy=policy,
-                                 max_event_bytes=1 << 20, start_offset=0)  # fmt: skip
+    served = await context_as_of(
+        log, KEY, offset, request=REQUEST, spec=SPEC, policy=policy, max_event_bytes=1 << 20, start_offset=0
+    )
     assert served is not None
     return json.dumps(context_body(*served, SPEC)).encode()
 

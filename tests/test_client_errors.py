@@ -44,10 +44,20 @@ from events.errors import ConvlogError, InvalidEventError, InvalidRequestError
 REPO = Path(__file__).resolve().parent.parent
 FAST = RetryPolicy(attempts=4, backoff_s=0.001, max_backoff_s=0.002, total_s=5)
 APPENDED = {"event_id": "e1", "message_id": "m1", "partition": 3, "offset": 7}
-CONTEXT = {"messages": [{"role": "user", "content": "hi"}], "format": "chat_completions", "token_count": 8,
-           "encoding": "o200k_base", "encoding_estimated": False, "summary": None, "dropped_turns": 0,
-           "dropped": [], "compressed": False, "degraded": False, "position": {"partition": 3, "offset": 7},
-           "prompt_cache_key": "convlog-x"}  # fmt: skip
+CONTEXT = {
+    "messages": [{"role": "user", "content": "hi"}],
+    "format": "chat_completions",
+    "token_count": 8,
+    "encoding": "o200k_base",
+    "encoding_estimated": False,
+    "summary": None,
+    "dropped_turns": 0,
+    "dropped": [],
+    "compressed": False,
+    "degraded": False,
+    "position": {"partition": 3, "offset": 7},
+    "prompt_cache_key": "convlog-x",
+}
 USER = {"role": "user", "content": "hi"}
 TOKEN = "t"  # noqa: S105 -- a test token
 Handler = Callable[[httpx.Request], httpx.Response]
@@ -390,8 +400,21 @@ def test_importing_the_client_loads_no_server_code_and_no_driver() -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     result = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, check=True)
     loaded = set(json.loads(result.stdout))
-    server = {"query_api", "projectors", "summarizer", "fastapi", "starlette", "uvicorn", "aiokafka", "psycopg",
-              "fastavro", "openai", "pydantic_settings", "tiktoken", "structlog"}  # fmt: skip
+    server = {
+        "query_api",
+        "projectors",
+        "summarizer",
+        "fastapi",
+        "starlette",
+        "uvicorn",
+        "aiokafka",
+        "psycopg",
+        "fastavro",
+        "openai",
+        "pydantic_settings",
+        "tiktoken",
+        "structlog",
+    }
     assert loaded & server == set()
     assert "httpx" in loaded  # the control: the walk sees what the client does import
 
@@ -406,8 +429,20 @@ def test_the_async_client_has_the_sync_clients_methods_with_the_same_parameters(
 
     sync, aio = methods(ConvlogClient), methods(AsyncConvlogClient)
     assert sync == aio
-    assert {"append", "context", "messages", "message_pages", "events", "summaries", "conversations",
-            "conversation_pages", "clear", "erase", "healthz", "readyz"} <= set(sync)  # fmt: skip
+    assert {
+        "append",
+        "context",
+        "messages",
+        "message_pages",
+        "events",
+        "summaries",
+        "conversations",
+        "conversation_pages",
+        "clear",
+        "erase",
+        "healthz",
+        "readyz",
+    } <= set(sync)
     for name in sync:
         assert inspect.iscoroutinefunction(getattr(AsyncConvlogClient, name)) or inspect.isasyncgenfunction(
             getattr(AsyncConvlogClient, name)

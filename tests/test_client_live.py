@@ -74,7 +74,9 @@ def test_a_chat_turn_and_every_read_through_the_sync_client(served: str) -> None
         erased = client.erase("u1", conversation)
         assert erased.offset > cleared.offset
         assert [e.event_type for e in client.events("u1", conversation)][-2:] == [
-            "ConversationCleared", "ConversationErased"]  # fmt: skip
+            "ConversationCleared",
+            "ConversationErased",
+        ]
 
 
 def test_the_services_refusals_arrive_as_client_errors(served: str) -> None:
@@ -131,7 +133,8 @@ async def test_the_async_client_serves_a_chat_turn(served: str) -> None:
         pages = [page async for page in client.message_pages("u2", conversation)]
         assert [m.content for m in pages[0].messages] == ["Hello"]
         assert [c.conversation_id async for p in client.conversation_pages("u2") for c in p.conversations] == [
-            conversation]  # fmt: skip
+            conversation
+        ]
         assert [e.event_type for e in await client.events("u2", conversation)] == ["MessageAppended"]
         assert (await client.erase("u2", conversation)).offset > asked.offset
 

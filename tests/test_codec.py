@@ -359,13 +359,29 @@ usages = st.none() | st.builds(Usage, optional_longs, optional_longs, optional_l
 details = st.none() | st.sampled_from(["auto", "low", "high"])
 blocks = st.one_of(
     st.builds(TextBlock, texts, optional_texts, optional_texts),
-    st.builds(MediaBlock, st.sampled_from(["image", "file"]), optional_texts, optional_texts, optional_texts, details,
-              optional_texts, optional_texts),
+    st.builds(
+        MediaBlock,
+        st.sampled_from(["image", "file"]),
+        optional_texts,
+        optional_texts,
+        optional_texts,
+        details,
+        optional_texts,
+        optional_texts,
+    ),
     st.builds(ToolCallBlock, texts, texts, texts, optional_texts, optional_texts, optional_texts),
-    st.builds(ReasoningBlock, optional_texts, st.none() | st.lists(texts, max_size=3).map(tuple), optional_texts,
-              optional_texts, optional_texts, optional_texts, optional_texts),
+    st.builds(
+        ReasoningBlock,
+        optional_texts,
+        st.none() | st.lists(texts, max_size=3).map(tuple),
+        optional_texts,
+        optional_texts,
+        optional_texts,
+        optional_texts,
+        optional_texts,
+    ),
     st.builds(OpaqueBlock, texts, texts),
-)  # fmt: skip
+)
 
 
 @st.composite
@@ -375,12 +391,21 @@ def native_messages(draw: st.DrawFn) -> MessageAppended:
     native = draw(st.lists(blocks, min_size=1, max_size=5).map(tuple))
     content, tool_calls = chat_view(native, role=role)
     return MessageAppended(
-        message_id=draw(texts), role=role, content=content, name=draw(optional_texts), tool_calls=tool_calls,
-        tool_call_id=draw(optional_texts), model=draw(optional_texts), usage=draw(usages),
-        finish_reason=draw(st.none() | st.sampled_from(FINISH_REASONS)), metadata=draw(metadata), blocks=native,
-        provider=draw(optional_texts), api=draw(st.none() | st.sampled_from(API_FORMATS) | texts),
+        message_id=draw(texts),
+        role=role,
+        content=content,
+        name=draw(optional_texts),
+        tool_calls=tool_calls,
+        tool_call_id=draw(optional_texts),
+        model=draw(optional_texts),
+        usage=draw(usages),
+        finish_reason=draw(st.none() | st.sampled_from(FINISH_REASONS)),
+        metadata=draw(metadata),
+        blocks=native,
+        provider=draw(optional_texts),
+        api=draw(st.none() | st.sampled_from(API_FORMATS) | texts),
         is_error=draw(st.none() | st.booleans()),
-    )  # fmt: skip
+    )
 
 
 messages = st.builds(

@@ -20,22 +20,33 @@ RESPONSE: dict[str, Any] = {
     "object": "chat.completion",
     "created": 1741570283,
     "model": "gpt-4o-2024-08-06",
-    "choices": [{
-        "index": 0,
-        "message": {
-            "role": "assistant", "content": None, "refusal": None,
-            "tool_calls": [{"id": "call_abc", "type": "function",
-                            "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}],
-        },
-        "finish_reason": "tool_calls",
-        "logprobs": None,
-    }],
+    "choices": [
+        {
+            "index": 0,
+            "message": {
+                "role": "assistant",
+                "content": None,
+                "refusal": None,
+                "tool_calls": [
+                    {
+                        "id": "call_abc",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                    }
+                ],
+            },
+            "finish_reason": "tool_calls",
+            "logprobs": None,
+        }
+    ],
     "usage": {
-        "prompt_tokens": 1117, "completion_tokens": 46, "total_tokens": 1163,
+        "prompt_tokens": 1117,
+        "completion_tokens": 46,
+        "total_tokens": 1163,
         "prompt_tokens_details": {"cached_tokens": 1024, "audio_tokens": 0},
         "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0},
     },
-}  # fmt: skip
+}
 
 
 async def stored(log: EmbeddedEventLog) -> list[tuple[str, MessageAppended]]:
@@ -70,14 +81,29 @@ async def test_the_same_response_appended_twice_is_one_event_id(log: EmbeddedEve
 
 async def test_reasoning_and_refusals_are_kept_as_the_user_saw_them(log: EmbeddedEventLog) -> None:
     producer = ConversationProducer(log, producer="app")
-    deepseek = {**RESPONSE, "id": "r1", "model": "deepseek-reasoner", "choices": [{
-        "index": 0, "finish_reason": "stop",
-        "message": {"role": "assistant", "content": "42.", "reasoning_content": "6 times 7"},
-    }]}  # fmt: skip
-    refused = {**RESPONSE, "id": "r2", "choices": [{
-        "index": 0, "finish_reason": "stop",
-        "message": {"role": "assistant", "content": None, "refusal": "I can't help with that."},
-    }]}  # fmt: skip
+    deepseek = {
+        **RESPONSE,
+        "id": "r1",
+        "model": "deepseek-reasoner",
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "stop",
+                "message": {"role": "assistant", "content": "42.", "reasoning_content": "6 times 7"},
+            }
+        ],
+    }
+    refused = {
+        **RESPONSE,
+        "id": "r2",
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "stop",
+                "message": {"role": "assistant", "content": None, "refusal": "I can't help with that."},
+            }
+        ],
+    }
     await producer.append_completion(KEY, ChatCompletion.model_validate(deepseek))
     await producer.append_completion(KEY, ChatCompletion.model_validate(refused))
     [(_, reasoned), (_, refusal)] = await stored(log)
@@ -91,11 +117,14 @@ async def test_reasoning_and_refusals_are_kept_as_the_user_saw_them(log: Embedde
         ({**RESPONSE, "choices": []}, 0, "completion.choices"),
         (RESPONSE, 1, "completion.choices"),
         ({**RESPONSE, "choices": [{"index": 0, "finish_reason": "stop"}]}, 0, "completion.choices[0].message"),
-        ({**RESPONSE, "choices": [{**RESPONSE["choices"][0], "finish_reason": "function_call"}]}, 0,
-         "completion.choices[0].finish_reason"),
+        (
+            {**RESPONSE, "choices": [{**RESPONSE["choices"][0], "finish_reason": "function_call"}]},
+            0,
+            "completion.choices[0].finish_reason",
+        ),
         ("not a completion", 0, "completion"),
     ],
-)  # fmt: skip
+)
 async def test_what_is_not_a_usable_completion_is_refused_with_the_field(
     log: EmbeddedEventLog, completion: Any, choice: int, field: str
 ) -> None:

@@ -18,9 +18,14 @@ BODY = json.dumps({"role": "user", "content": "hello"}).encode()
 
 @pytest.mark.parametrize(
     "content_type",
-    [None, "application/x-www-form-urlencoded", "application/json", "application/json; charset=utf-8",
-     "application/merge-patch+json"],
-)  # fmt: skip
+    [
+        None,
+        "application/x-www-form-urlencoded",
+        "application/json",
+        "application/json; charset=utf-8",
+        "application/merge-patch+json",
+    ],
+)
 async def test_a_json_body_is_appended_whatever_curl_sent_as_its_type(
     in_memory_client: httpx.AsyncClient, content_type: str | None
 ) -> None:

@@ -30,10 +30,17 @@ class Builder:
         calls = tuple(fields.pop("tool_calls", ()))
         reasoning = fields.get("reasoning_content")
         m = StoredMessage(
-            seq=seq, epoch=0, message_id=f"m{seq}", role=role, content=content, tool_calls=calls,
-            tokens=count(countable_text(content, calls)), reasoning_tokens=count(reasoning) if reasoning else 0,
-            image_count=image_parts(content), **fields,
-        )  # fmt: skip
+            seq=seq,
+            epoch=0,
+            message_id=f"m{seq}",
+            role=role,
+            content=content,
+            tool_calls=calls,
+            tokens=count(countable_text(content, calls)),
+            reasoning_tokens=count(reasoning) if reasoning else 0,
+            image_count=image_parts(content),
+            **fields,
+        )
         self.messages.append(m)
         return m
 
@@ -53,25 +60,40 @@ def histories(draw: st.DrawFn) -> tuple[list[StoredMessage], list[StoredMessage]
     for t in range(draw(st.integers(0, 7))):
         content: Any = f"question {t} " * draw(st.integers(1, 20))
         if draw(st.integers(0, 4)) == 0:
-            content = [{"type": "text", "text": f"look {t}"},
-                       {"type": "image_url", "image_url": {"url": "https://x/i.png", "detail": "auto"}}]  # fmt: skip
+            content = [
+                {"type": "text", "text": f"look {t}"},
+                {"type": "image_url", "image_url": {"url": "https://x/i.png", "detail": "auto"}},
+            ]
         b.add("user", content, redacted=draw(st.integers(0, 9)) == 0)
         for s in range(draw(st.integers(0, 4))):
             kind = draw(st.sampled_from(["text", "calls", "calls", "interrupted", "orphan"]))
             reasoning = draw(st.none() | st.just(f"thinking {t}.{s}"))
             if kind == "text":
-                b.add("assistant", f"answer {t}.{s} " * draw(st.integers(1, 30)), reasoning_content=reasoning,
-                      redacted=draw(st.integers(0, 9)) == 0)  # fmt: skip
+                b.add(
+                    "assistant",
+                    f"answer {t}.{s} " * draw(st.integers(1, 30)),
+                    reasoning_content=reasoning,
+                    redacted=draw(st.integers(0, 9)) == 0,
+                )
             elif kind in ("calls", "interrupted"):
                 ids = [f"c{t}_{s}_{i}" for i in range(draw(st.integers(1, 3)))]
-                b.add("assistant", draw(st.sampled_from([None, f"let me look {t}.{s}"])),
-                      tool_calls=[call(i) for i in ids], reasoning_content=reasoning,
-                      finish_reason="interrupted" if kind == "interrupted" else "tool_calls",
-                      redacted=draw(st.integers(0, 9)) == 0)  # fmt: skip
+                b.add(
+                    "assistant",
+                    draw(st.sampled_from([None, f"let me look {t}.{s}"])),
+                    tool_calls=[call(i) for i in ids],
+                    reasoning_content=reasoning,
+                    finish_reason="interrupted" if kind == "interrupted" else "tool_calls",
+                    redacted=draw(st.integers(0, 9)) == 0,
+                )
                 answered = draw(st.lists(st.sampled_from(ids), unique=True)) if ids else []
                 for i in answered:
-                    b.add("tool", f"result for {i} " * draw(st.integers(1, 10)), tool_call_id=i,
-                          name=draw(st.none() | st.just("lookup")), redacted=draw(st.integers(0, 9)) == 0)  # fmt: skip
+                    b.add(
+                        "tool",
+                        f"result for {i} " * draw(st.integers(1, 10)),
+                        tool_call_id=i,
+                        name=draw(st.none() | st.just("lookup")),
+                        redacted=draw(st.integers(0, 9)) == 0,
+                    )
                 if draw(st.integers(0, 5)) == 0 and answered:
                     b.add("tool", "second answer", tool_call_id=answered[0], flag="duplicate_tool_result")
             else:
@@ -150,11 +172,16 @@ def test_tool_calls_without_results_and_interrupted_calls_are_left_out() -> None
     b.add("tool", "ra", tool_call_id="a")  # b never answered
     b.add("assistant", "I was about to", tool_calls=[call("c", '{"q')], finish_reason="interrupted")
     b.add("user", "and?")
-    context = assemble(system=[], summary=None, messages=b.messages, request=ContextRequest("gpt-4o", 10_000),
-                       spec=SPEC, count=count)  # fmt: skip
+    context = assemble(
+        system=[], summary=None, messages=b.messages, request=ContextRequest("gpt-4o", 10_000), spec=SPEC, count=count
+    )
     assert [(m["role"], [c["id"] for c in m.get("tool_calls", [])]) for m in context.messages] == [
-        ("user", []), ("assistant", ["a"]), ("tool", []), ("assistant", []), ("user", []),
-    ]  # fmt: skip
+        ("user", []),
+        ("assistant", ["a"]),
+        ("tool", []),
+        ("assistant", []),
+        ("user", []),
+    ]
     assert context.messages[3]["content"] == "I was about to"
 
 
@@ -183,8 +210,9 @@ def test_only_the_last_image_turns_keep_their_images() -> None:
     for i in range(3):
         b.add("user", [{"type": "text", "text": f"look {i}"}, image])
         b.add("assistant", f"seen {i}")
-    ctx = assemble(system=[], summary=None, messages=b.messages, request=ContextRequest("gpt-4o", 100_000),
-                   spec=SPEC, count=count)  # fmt: skip
+    ctx = assemble(
+        system=[], summary=None, messages=b.messages, request=ContextRequest("gpt-4o", 100_000), spec=SPEC, count=count
+    )
     users = [m["content"] for m in ctx.messages if m["role"] == "user"]
     assert users[0][1] == {"type": "text", "text": IMAGE_PLACEHOLDER}
     assert users[1][1] == image
@@ -196,8 +224,14 @@ def test_summary_follows_the_system_prompts_and_compressed_is_reported() -> None
     system = [b.add("system", "be brief")]
     b.add("user", "q")
     summary = StoredSummary("s", "the user is an outsourced employee", 0, count("the user is an outsourced employee"))
-    ctx = assemble(system=system, summary=summary, messages=b.messages[1:], request=ContextRequest("gpt-4o", 1000),
-                   spec=SPEC, count=count)  # fmt: skip
+    ctx = assemble(
+        system=system,
+        summary=summary,
+        messages=b.messages[1:],
+        request=ContextRequest("gpt-4o", 1000),
+        spec=SPEC,
+        count=count,
+    )
     assert [m["role"] for m in ctx.messages] == ["system", "system", "user"]
     assert ctx.messages[1]["content"] == SUMMARY_HEADER + summary.text
     assert ctx.compressed
@@ -211,17 +245,30 @@ def test_an_overlong_current_turn_loses_its_oldest_tool_groups_then_errors() -> 
     for g in range(3):
         b.add("assistant", None, tool_calls=[call(f"g{g}")])
         b.add("tool", f"result {g} " * 100, tool_call_id=f"g{g}")
-    full = assemble(system=[], summary=None, messages=b.messages, request=ContextRequest("gpt-4o", 100_000),
-                    spec=SPEC, count=count)  # fmt: skip
-    tight = assemble(system=[], summary=None, messages=b.messages,
-                     request=ContextRequest("gpt-4o", full.token_count - 400), spec=SPEC, count=count)  # fmt: skip
+    full = assemble(
+        system=[], summary=None, messages=b.messages, request=ContextRequest("gpt-4o", 100_000), spec=SPEC, count=count
+    )
+    tight = assemble(
+        system=[],
+        summary=None,
+        messages=b.messages,
+        request=ContextRequest("gpt-4o", full.token_count - 400),
+        spec=SPEC,
+        count=count,
+    )
     assert tight.dropped_turns == 1  # the older turn went first ...
     ids = [m["tool_calls"][0]["id"] for m in tight.messages if m.get("tool_calls")]
     assert ids == ["g1", "g2"]  # ... then the current turn's oldest tool group
     assert tight.messages[0] == {"role": "user", "content": "now"}  # never the user message
     with pytest.raises(ContextBudgetExceededError) as info:
-        assemble(system=[], summary=None, messages=b.messages, request=ContextRequest("gpt-4o", 100, reserve_tokens=95),
-                 spec=SPEC, count=count)  # fmt: skip
+        assemble(
+            system=[],
+            summary=None,
+            messages=b.messages,
+            request=ContextRequest("gpt-4o", 100, reserve_tokens=95),
+            spec=SPEC,
+            count=count,
+        )
     assert (info.value.needed, info.value.available) == (8, 5)  # priming 3 + the bare question 5
     assert "needs at least" in str(info.value)
 
@@ -242,8 +289,9 @@ def test_reading_only_the_newest_messages_gives_the_same_context(
 
     def run(messages: list[StoredMessage], **partial: Any) -> Any:
         try:
-            return assemble(system=system, summary=summary, messages=messages, request=request, spec=SPEC,
-                            count=count, **partial)  # fmt: skip
+            return assemble(
+                system=system, summary=summary, messages=messages, request=request, spec=SPEC, count=count, **partial
+            )
         except ContextBudgetExceededError as e:
             return ("exceeded", e.needed, e.available)
 

@@ -186,12 +186,28 @@ def test_count_tools_edges() -> None:
 @pytest.mark.parametrize(
     "model",
     [
-        "gpt-4o", "gpt-4o-mini", "gpt-4o-2024-08-06", "gpt-4o-mini-2024-07-18", "chatgpt-4o-latest",
-        "gpt-4.1", "gpt-4.1-mini", "gpt-4.1-nano-2025-04-14", "gpt-4.5-preview", "gpt-5", "gpt-5-mini",
-        "gpt-5.1", "gpt-5.2-codex", "o1", "o1-mini", "o1-2024-12-17", "o3", "o3-mini", "o4-mini",
+        "gpt-4o",
+        "gpt-4o-mini",
+        "gpt-4o-2024-08-06",
+        "gpt-4o-mini-2024-07-18",
+        "chatgpt-4o-latest",
+        "gpt-4.1",
+        "gpt-4.1-mini",
+        "gpt-4.1-nano-2025-04-14",
+        "gpt-4.5-preview",
+        "gpt-5",
+        "gpt-5-mini",
+        "gpt-5.1",
+        "gpt-5.2-codex",
+        "o1",
+        "o1-mini",
+        "o1-2024-12-17",
+        "o3",
+        "o3-mini",
+        "o4-mini",
         "o4-mini-2025-04-16",
     ],
-)  # fmt: skip
+)
 def test_o200k_families(model: str) -> None:
     assert model_spec(model) == ModelSpec(encoding="o200k_base")
 
@@ -199,10 +215,19 @@ def test_o200k_families(model: str) -> None:
 @pytest.mark.parametrize(
     "model",
     [
-        "gpt-4", "gpt-4-0613", "gpt-4-32k", "gpt-4-turbo", "gpt-4-turbo-2024-04-09", "gpt-4-1106-preview",
-        "gpt-3.5-turbo", "gpt-3.5-turbo-0613", "gpt-3.5-turbo-16k", "gpt-3.5-turbo-0125", "gpt-35-turbo",
+        "gpt-4",
+        "gpt-4-0613",
+        "gpt-4-32k",
+        "gpt-4-turbo",
+        "gpt-4-turbo-2024-04-09",
+        "gpt-4-1106-preview",
+        "gpt-3.5-turbo",
+        "gpt-3.5-turbo-0613",
+        "gpt-3.5-turbo-16k",
+        "gpt-3.5-turbo-0125",
+        "gpt-35-turbo",
     ],
-)  # fmt: skip
+)
 def test_cl100k_families(model: str) -> None:
     assert model_spec(model) == ModelSpec(encoding="cl100k_base")
 
@@ -329,19 +354,42 @@ def stored_from(message: dict[str, Any], encoding: str) -> StoredMessage:
     """A StoredMessage as the projector would store it: counts from its own countable_text."""
     count = counter(encoding)
     row = TranscriptRow(
-        conversation_key="t/u/c", seq=1, partition=0, offset=0, event_id="e", message_id="m",
-        role=message["role"], content=message.get("content"), name=message.get("name"),
-        tool_calls=message.get("tool_calls"), tool_call_id=message.get("tool_call_id"),
-        reasoning_content=message.get("reasoning_content"), thinking_duration_ms=None, finish_reason=None,
-        model=None, usage=None, metadata={}, occurred_at=datetime(2026, 1, 1, tzinfo=UTC), epoch=0, turn=1,
+        conversation_key="t/u/c",
+        seq=1,
+        partition=0,
+        offset=0,
+        event_id="e",
+        message_id="m",
+        role=message["role"],
+        content=message.get("content"),
+        name=message.get("name"),
+        tool_calls=message.get("tool_calls"),
+        tool_call_id=message.get("tool_call_id"),
+        reasoning_content=message.get("reasoning_content"),
+        thinking_duration_ms=None,
+        finish_reason=None,
+        model=None,
+        usage=None,
+        metadata={},
+        occurred_at=datetime(2026, 1, 1, tzinfo=UTC),
+        epoch=0,
+        turn=1,
         flag=None,
-    )  # fmt: skip
+    )
     return StoredMessage(
-        seq=1, epoch=0, message_id="m", role=row.role, content=row.content, name=row.name,
-        tool_calls=tuple(message.get("tool_calls") or ()), tool_call_id=row.tool_call_id,
-        reasoning_content=row.reasoning_content, tokens=count(countable_text(row)),
-        reasoning_tokens=count(row.reasoning_content or ""), image_count=image_count(row),
-    )  # fmt: skip
+        seq=1,
+        epoch=0,
+        message_id="m",
+        role=row.role,
+        content=row.content,
+        name=row.name,
+        tool_calls=tuple(message.get("tool_calls") or ()),
+        tool_call_id=row.tool_call_id,
+        reasoning_content=row.reasoning_content,
+        tokens=count(countable_text(row)),
+        reasoning_tokens=count(row.reasoning_content or ""),
+        image_count=image_count(row),
+    )
 
 
 @settings(max_examples=200, deadline=None)

@@ -87,8 +87,15 @@ def compose_model() -> dict[str, Any]:
     command = compose_command()
     if command is None:
         return raw_compose()
-    result = subprocess.run([*command, "-f", str(COMPOSE), "config", "--format", "json"], cwd=REPO,
-                            env=clean_env(), capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    result = subprocess.run(
+        [*command, "-f", str(COMPOSE), "config", "--format", "json"],
+        cwd=REPO,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
     model: dict[str, Any] = json.loads(result.stdout)
     return model
@@ -124,8 +131,15 @@ def test_docker_compose_accepts_it() -> None:
     if command is None:
         pytest.skip("no `docker compose` plugin and no docker-compose v2 here: the schema check above stands in")
     for args in (["config", "--quiet"], ["config", "--services"]):
-        result = subprocess.run([*command, "-f", str(COMPOSE), *args], cwd=REPO, env=clean_env(),
-                                capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+        result = subprocess.run(
+            [*command, "-f", str(COMPOSE), *args],
+            cwd=REPO,
+            env=clean_env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         assert result.returncode == 0, result.stderr
     assert set(result.stdout.split()) >= {*BROKERS, "postgres", *ROLES, "api"}
 
@@ -291,10 +305,12 @@ class Installed:
         env.update(overrides)
         return env
 
-    def run(self, argv: Sequence[str], *, cwd: Path, timeout: float = 60,
-            **overrides: str) -> subprocess.CompletedProcess[str]:  # fmt: skip
-        return subprocess.run(list(argv), cwd=cwd, env=self.env(**overrides), capture_output=True, text=True,
-                              timeout=timeout, check=False)  # fmt: skip
+    def run(
+        self, argv: Sequence[str], *, cwd: Path, timeout: float = 60, **overrides: str
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            list(argv), cwd=cwd, env=self.env(**overrides), capture_output=True, text=True, timeout=timeout, check=False
+        )
 
 
 def _checked(result: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
@@ -353,8 +369,9 @@ def test_the_healthcheck_answers_once_convlog_serve_runs_on_embedded_defaults(
     data = tmp_path / "data"
     env = image_install.env(CONVLOG_HTTP_PORT=str(port), CONVLOG_DATA_DIR=str(data))
     errors = (tmp_path / "serve.err").open("wb")
-    serve = subprocess.Popen([*image().entrypoint, *image().cmd], cwd=tmp_path, env=env,
-                             stdout=subprocess.DEVNULL, stderr=errors)  # fmt: skip
+    serve = subprocess.Popen(
+        [*image().entrypoint, *image().cmd], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=errors
+    )
     try:
         deadline = time.monotonic() + 90  # the embedded Postgres is initialised on first start
         while healthcheck(image_install, port, tmp_path).returncode != 0:
@@ -399,9 +416,15 @@ def test_tokens_are_counted_offline_from_the_bpe_files_inside_the_installed_pack
     home.mkdir()
     env = {"TMPDIR": str(temp), "HOME": str(home), "XDG_CACHE_HOME": str(home / ".cache")}
     cache_vars = ("TIKTOKEN_CACHE_DIR", "DATA_GYM_CACHE_DIR")
-    result = subprocess.run(["python", "-c", _COUNT_OFFLINE], cwd=tmp_path, capture_output=True, text=True,
-                            timeout=60, check=False,
-                            env={k: v for k, v in image_install.env(**env).items() if k not in cache_vars})  # fmt: skip
+    result = subprocess.run(
+        ["python", "-c", _COUNT_OFFLINE],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={k: v for k, v in image_install.env(**env).items() if k not in cache_vars},
+    )
     report = json.loads(_checked(result).stdout)
     assert report["blocked"] is True
     assert report["counts"] == {"o200k_base": 2, "cl100k_base": 2}

@@ -15,8 +15,6 @@ POSTGRES_DRIVER = frozenset({"psycopg", "psycopg_pool"})
 KAFKA_DRIVER = frozenset({"aiokafka"})
 
 
-
-
 def imported_packages(path: Path) -> set[str]:
     """The top-level packages ``path`` imports anywhere (module level, in functions, under
     ``TYPE_CHECKING``)."""
@@ -65,8 +63,18 @@ def test_only_the_kafka_adapters_import_aiokafka() -> None:
 
 # The drivers the core must not reach but through an adapter (the provider SDKs validate served
 # contexts in tests only).
-CORE_DRIVERS = ("aiokafka", "psycopg", "psycopg_pool", "fastapi", "starlette", "uvicorn", "openai", "httpx",
-                "anthropic", "google")  # fmt: skip
+CORE_DRIVERS = (
+    "aiokafka",
+    "psycopg",
+    "psycopg_pool",
+    "fastapi",
+    "starlette",
+    "uvicorn",
+    "openai",
+    "httpx",
+    "anthropic",
+    "google",
+)
 
 
 def is_core_adapter(module: str) -> bool:

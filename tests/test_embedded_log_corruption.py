@@ -49,8 +49,10 @@ async def _write(path: Path, count: int, *, partitions: int = 3) -> list[tuple[C
 async def _all(path: Path, partitions: int = 3) -> list[LogRecord]:
     log = EmbeddedEventLog.open(path, partitions=partitions)
     try:
-        return sorted((await log.read(dict.fromkeys(range(partitions), 0), max_records=10_000, timeout_s=0)).records,
-                      key=lambda r: (r.partition, r.offset))  # fmt: skip
+        return sorted(
+            (await log.read(dict.fromkeys(range(partitions), 0), max_records=10_000, timeout_s=0)).records,
+            key=lambda r: (r.partition, r.offset),
+        )
     finally:
         await log.close()
 
@@ -80,8 +82,11 @@ async def test_a_flipped_bit_mid_file_is_refused_and_the_file_left_untouched(tmp
     victim = _frame_starts(path)[20]
     _flip(path, victim + 8 + 30)  # inside the value of the 21st record
     before = _digest(path)
-    with pytest.raises(LogCorruptError, match=rf"bytes {victim}\.\.\d+ .*partition {sent[20][0].partition} offset "
-                       rf"{sent[20][0].offset}.*convlog log repair") as refused:  # fmt: skip
+    with pytest.raises(
+        LogCorruptError,
+        match=rf"bytes {victim}\.\.\d+ .*partition {sent[20][0].partition} offset "
+        rf"{sent[20][0].offset}.*convlog log repair",
+    ) as refused:
         EmbeddedEventLog.open(path, partitions=3)
     assert "convlog log check" in str(refused.value)
     assert _digest(path) == before  # nothing cut off, nothing rewritten
@@ -89,8 +94,10 @@ async def test_a_flipped_bit_mid_file_is_refused_and_the_file_left_untouched(tmp
     report = check_log(path)
     assert not report.healthy
     assert report.survey.records == 59
-    assert any("DAMAGED" in line and f"partition {sent[20][0].partition} offset {sent[20][0].offset}" in line
-               for line in report.lines())  # fmt: skip
+    assert any(
+        "DAMAGED" in line and f"partition {sent[20][0].partition} offset {sent[20][0].offset}" in line
+        for line in report.lines()
+    )
     assert cli_main(["log", "check", "--path", str(path)]) == 1
 
 

@@ -52,8 +52,14 @@ asyncio.run(main(sys.argv[1]))
 
 async def test_a_full_disk_refuses_appends_without_damage_and_they_resume(tmp_path: Path) -> None:
     path = tmp_path / "events.log"
-    done = subprocess.run([sys.executable, "-c", SCRIPT, str(path)], capture_output=True, text=True, timeout=120,
-                          check=False, cwd=Path(__file__).parent.parent)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=Path(__file__).parent.parent,
+    )
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout.splitlines()[-1])
     refusals = result["refusals"]

@@ -109,8 +109,14 @@ def test_the_example_runs_offline(name: str, service_env: dict[str, str]) -> Non
     if name != "operator_rebuild.py":  # an app needs the API's address and token, nothing of the service
         env = {k: v for k, v in os.environ.items() if not k.startswith("CONVLOG_")}
         env |= {"CONVLOG_URL": service_env["CONVLOG_URL"], "CONVLOG_TOKEN": TOKEN}
-    ran = subprocess.run([sys.executable, "-W", "error", str(EXAMPLES / name)], env=env, capture_output=True,
-                         text=True, timeout=120, check=False)  # fmt: skip
+    ran = subprocess.run(
+        [sys.executable, "-W", "error", str(EXAMPLES / name)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert "Warning" not in ran.stderr, ran.stderr  # ResourceWarning: a client or socket left open
     lines = iter(ran.stdout.splitlines())

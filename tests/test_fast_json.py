@@ -13,9 +13,12 @@ from query_api.http.fast_json import FastJSONResponse
 def test_the_same_bytes_as_the_standard_encoder() -> None:
     body: dict[str, Any] = {
         "messages": [{"role": "user", "content": '加班申请 — "quoted" \\ \n\t\x00\x1f\x7f\u2028 😀'}],
-        "more": [{"n": None, "ok": True}], "token_count": 123,
-        "ratio": 0.1, "nested": {"empty": [], "e": {}}, "neg": -7,
-    }  # fmt: skip
+        "more": [{"n": None, "ok": True}],
+        "token_count": 123,
+        "ratio": 0.1,
+        "nested": {"empty": [], "e": {}},
+        "neg": -7,
+    }
     assert FastJSONResponse(body).body == JSONResponse(body).body
 
 

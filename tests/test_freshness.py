@@ -117,8 +117,9 @@ async def test_serve_answers_a_min_offset_context_at_the_projectors_commit(pg_ad
     """The whole process: ``convlog serve``'s projector wakes the API's read-your-writes wait,
     and the wait is in convlog_freshness_seconds."""
     async with temporary_database(pg_admin_url) as url:
-        settings = Settings(database_url=url, data_dir=tmp_path, partitions=2, api_tokens="acme:token-a",
-                            summarizer="off")  # fmt: skip
+        settings = Settings(
+            database_url=url, data_dir=tmp_path, partitions=2, api_tokens="acme:token-a", summarizer="off"
+        )
         async with running_service(settings) as service:
             assert service.deps.queries.positions is not None
             transport = httpx.ASGITransport(app=create_app(service.deps))
@@ -128,8 +129,10 @@ async def test_serve_answers_a_min_offset_context_at_the_projectors_commit(pg_ad
                 for i in range(5):
                     posted = await client.post(f"{base}/messages", json={"role": "user", "content": f"turn {i}"})
                     assert posted.status_code == 202
-                    context = await client.get(f"{base}/context", params={
-                        "model": "gpt-4o", "budget_tokens": 1000, "min_offset": posted.json()["offset"]})  # fmt: skip
+                    context = await client.get(
+                        f"{base}/context",
+                        params={"model": "gpt-4o", "budget_tokens": 1000, "min_offset": posted.json()["offset"]},
+                    )
                     assert context.status_code == 200, context.text
                     assert context.json()["messages"][-1]["content"] == f"turn {i}"
                 metrics = (await client.get("/metrics")).text
@@ -152,8 +155,15 @@ async def test_a_commit_of_another_process_wakes_a_listening_watch(
     process would: only Postgres connects the two.)"""
     partition, offset = await appended(producer, log)
     schema = projection.version.schema
-    store = PostgresProjectionStore(projection.pool, schema=schema, codec=default_codec(), counter=TokenCounter(),
-                                    policy=WindowPolicy(), max_event_bytes=1 << 20, notify_positions=True)  # fmt: skip
+    store = PostgresProjectionStore(
+        projection.pool,
+        schema=schema,
+        codec=default_codec(),
+        counter=TokenCounter(),
+        policy=WindowPolicy(),
+        max_event_bytes=1 << 20,
+        notify_positions=True,
+    )
 
     async def live_schema() -> str:
         return schema
@@ -268,8 +278,9 @@ async def test_a_switch_reaches_the_api_and_its_projector_at_its_commit(pg_admin
     version at once, instead of waiting out the retired version (which no longer moves) until
     the next look-up of the live version and answering 503 ``not_caught_up``."""
     async with temporary_database(pg_admin_url) as url:
-        settings = Settings(database_url=url, data_dir=tmp_path, partitions=2, api_tokens="acme:token-a",
-                            summarizer="off")  # fmt: skip
+        settings = Settings(
+            database_url=url, data_dir=tmp_path, partitions=2, api_tokens="acme:token-a", summarizer="off"
+        )
         headers = {"Authorization": "Bearer token-a"}
         base = "/v1/users/u/conversations/c"
         params = {"model": "gpt-4o", "budget_tokens": 1000}

@@ -28,6 +28,10 @@ def test_go_test_passes_on_the_golden_vectors() -> None:
     # go test caches a pass until a source or a file it read (the vectors) changes.
     out = run_checked([go, "test", "-v", "."], cwd=GO_EXAMPLE, env=go_env(), timeout_s=600, what="go test")
     passed = set(re.findall(r"^--- PASS: (\w+)", out, flags=re.MULTILINE))
-    assert {"TestTheTurnEncodesToTheVectorsBytes", "TestThePartitionerPutsEveryKeyOnTheVectorsPartition",
-            "TestTrapOtherHashersPutKeysOnOtherPartitions", "TestTheClientHasTheSafeSettings",
-            "TestTrapABigEndianFingerprintIsNotTheWireForm"} <= passed, out  # fmt: skip
+    assert {
+        "TestTheTurnEncodesToTheVectorsBytes",
+        "TestThePartitionerPutsEveryKeyOnTheVectorsPartition",
+        "TestTrapOtherHashersPutKeysOnOtherPartitions",
+        "TestTheClientHasTheSafeSettings",
+        "TestTrapABigEndianFingerprintIsNotTheWireForm",
+    } <= passed, out

@@ -10,6 +10,7 @@ import grimp
 
 PACKAGES = ("events", "projectors", "query_api", "summarizer", "pgstore", "convlog", "devservices")
 
+
 def import_cycles(graph: grimp.ImportGraph) -> list[frozenset[str]]:
     """The strongly connected components of more than one module (Tarjan's, iteratively), and
     any module importing itself."""

@@ -327,8 +327,11 @@ async def test_0004_gives_versions_made_before_it_the_transcript_columns_a_new_v
         new = await create_version(conn)
         assert await _columns(conn, "convlog_read_models_v1") == await _columns(conn, new.schema)
         assert (await _columns(conn, new.schema))[-4:] == [
-            ("blocks", "json"), ("provider", "text"), ("api", "text"), ("is_error", "boolean"),
-        ]  # fmt: skip
+            ("blocks", "json"),
+            ("provider", "text"),
+            ("api", "text"),
+            ("is_error", "boolean"),
+        ]
         assert await compare(conn, "convlog_read_models_v1", new.schema) == []
 
 

@@ -14,13 +14,25 @@ from events.producer import ConversationProducer
 from pgstore.migrate import load_migrations
 from tests.projection_support import SEED_000_WINDOW, Projection, project_all
 
-_COLUMNS = ("summary_seq", "summary_covers_seq", "summary_covers_turn", "turns_before_epoch", "redacted_questions",
-            "context_start", "usable_turns")  # fmt: skip
+_COLUMNS = (
+    "summary_seq",
+    "summary_covers_seq",
+    "summary_covers_turn",
+    "turns_before_epoch",
+    "redacted_questions",
+    "context_start",
+    "usable_turns",
+)
 
 
 def _summary(covers: str, summary_id: str) -> SummaryRecorded:
-    return SummaryRecorded(summary_id=summary_id, text="They talked.", covers_through_message_id=covers,
-                           model="offline", prompt_version="v1")  # fmt: skip
+    return SummaryRecorded(
+        summary_id=summary_id,
+        text="They talked.",
+        covers_through_message_id=covers,
+        model="offline",
+        prompt_version="v1",
+    )
 
 
 async def _conversations(producer: ConversationProducer) -> None:

@@ -21,30 +21,43 @@ USER = "u-openai"
 
 @pytest.fixture
 def openai_client(served: str) -> Iterator[OpenAI]:
-    with OpenAI(base_url=f"{served}/v1", api_key=TOKEN, max_retries=0,
-                default_headers={"Convlog-User-Id": USER}) as c:  # fmt: skip
+    with OpenAI(base_url=f"{served}/v1", api_key=TOKEN, max_retries=0, default_headers={"Convlog-User-Id": USER}) as c:
         yield c
 
 
 def _context(served: str, conversation_id: str, fmt: str, **params: int) -> httpx.Response:
-    return httpx.get(f"{served}/v1/users/{USER}/conversations/{conversation_id}/context",
-                     params={"format": fmt, "model": "gpt-4o", "budget_tokens": 8000, **params},
-                     headers={"Authorization": f"Bearer {TOKEN}"})  # fmt: skip
+    return httpx.get(
+        f"{served}/v1/users/{USER}/conversations/{conversation_id}/context",
+        params={"format": fmt, "model": "gpt-4o", "budget_tokens": 8000, **params},
+        headers={"Authorization": f"Bearer {TOKEN}"},
+    )
 
 
 def _events(served: str, conversation_id: str) -> list[dict[str, Any]]:
-    answer = httpx.get(f"{served}/v1/users/{USER}/conversations/{conversation_id}/events",
-                       headers={"Authorization": f"Bearer {TOKEN}"})  # fmt: skip
+    answer = httpx.get(
+        f"{served}/v1/users/{USER}/conversations/{conversation_id}/events", headers={"Authorization": f"Bearer {TOKEN}"}
+    )
     assert answer.status_code == 200, answer.text
     events: list[dict[str, Any]] = answer.json()["events"]
     return events
 
 
-CALL = {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "lookup",
-        "arguments": json.dumps({"city": "Paris"}), "status": "completed"}  # fmt: skip
+CALL = {
+    "type": "function_call",
+    "id": "fc_1",
+    "call_id": "call_1",
+    "name": "lookup",
+    "arguments": json.dumps({"city": "Paris"}),
+    "status": "completed",
+}
 OUTPUT = {"type": "function_call_output", "call_id": "call_1", "output": "sunny"}
-ANSWER = {"type": "message", "id": "msg_2", "role": "assistant", "status": "completed",
-          "content": [{"type": "output_text", "text": "It is sunny in Paris.", "annotations": []}]}  # fmt: skip
+ANSWER = {
+    "type": "message",
+    "id": "msg_2",
+    "role": "assistant",
+    "status": "completed",
+    "content": [{"type": "output_text", "text": "It is sunny in Paris.", "annotations": []}],
+}
 
 
 def test_the_whole_lifecycle_through_the_sdk(openai_client: OpenAI, served: str) -> None:
@@ -67,8 +80,12 @@ def test_the_whole_lifecycle_through_the_sdk(openai_client: OpenAI, served: str)
     )  # pages of 2, followed by `after`
     assert [item.type for item in asc] == ["message", "function_call", "function_call_output", "message"]
     user_item = asc[0].model_dump(exclude_unset=True)
-    assert user_item == {"id": user_item["id"], "type": "message", "role": "user",
-                         "content": [{"type": "input_text", "text": "Weather in Paris?"}]}  # fmt: skip
+    assert user_item == {
+        "id": user_item["id"],
+        "type": "message",
+        "role": "user",
+        "content": [{"type": "input_text", "text": "Weather in Paris?"}],
+    }
     included = openai_client.conversations.items.list(created.id, order="asc", include=["reasoning.encrypted_content"])
     assert [item.id for item in included.data] == [item.id for item in asc]  # include: items come back whole anyway
     page = openai_client.conversations.items.list(created.id, limit=3)  # desc by default, OpenAI's
@@ -118,8 +135,12 @@ def test_refusals_are_the_sdks_typed_exceptions_in_openais_error_shape(openai_cl
     with stranger, pytest.raises(openai.AuthenticationError) as unauthorized:
         stranger.conversations.create()
     assert unauthorized.value.status_code == 401
-    assert unauthorized.value.body == {"message": "a valid bearer token is required", "type": "authentication_error",
-                                       "param": None, "code": "unauthorized"}  # fmt: skip
+    assert unauthorized.value.body == {
+        "message": "a valid bearer token is required",
+        "type": "authentication_error",
+        "param": None,
+        "code": "unauthorized",
+    }
     with pytest.raises(openai.NotFoundError) as missing:
         openai_client.conversations.retrieve("conv_unknown")
     assert (missing.value.code, missing.value.param) == ("not_found", "conversation_id")
@@ -129,8 +150,11 @@ def test_refusals_are_the_sdks_typed_exceptions_in_openais_error_shape(openai_cl
     assert no_item.value.code == "item_not_found"
 
     too_many = {f"k{i}": "v" for i in range(17)}
-    for metadata, param in ((too_many, "metadata"), ({"k" * 65: "v"}, "metadata." + "k" * 65),
-                            ({"k": "v" * 513}, "metadata.k")):  # fmt: skip
+    for metadata, param in (
+        (too_many, "metadata"),
+        ({"k" * 65: "v"}, "metadata." + "k" * 65),
+        ({"k": "v" * 513}, "metadata.k"),
+    ):
         with pytest.raises(openai.BadRequestError) as refused:
             openai_client.conversations.create(metadata=metadata)
         assert (refused.value.code, refused.value.param) == ("invalid_metadata", param)
@@ -159,14 +183,16 @@ def test_refusals_are_the_sdks_typed_exceptions_in_openais_error_shape(openai_cl
 
 def test_a_conversation_is_its_users_the_default_user_is_a_setting(openai_client: OpenAI, served: str) -> None:
     conversation = openai_client.conversations.create(items=[{"role": "user", "content": "mine"}])
-    other = OpenAI(base_url=f"{served}/v1", api_key=TOKEN, max_retries=0,
-                   default_headers={"Convlog-User-Id": "someone-else"})  # fmt: skip
+    other = OpenAI(
+        base_url=f"{served}/v1", api_key=TOKEN, max_retries=0, default_headers={"Convlog-User-Id": "someone-else"}
+    )
     with other, pytest.raises(openai.NotFoundError):
         other.conversations.retrieve(conversation.id)
     with OpenAI(base_url=f"{served}/v1", api_key=TOKEN, max_retries=0) as no_header:  # CONVLOG_OPENAI_USER_ID
         with pytest.raises(openai.NotFoundError):
             no_header.conversations.items.list(conversation.id)
         default = no_header.conversations.create(items=[{"role": "user", "content": "the default user's"}])
-    stored = httpx.get(f"{served}/v1/users/default/conversations/{default.id}/events",
-                       headers={"Authorization": f"Bearer {TOKEN}"})  # fmt: skip
+    stored = httpx.get(
+        f"{served}/v1/users/default/conversations/{default.id}/events", headers={"Authorization": f"Bearer {TOKEN}"}
+    )
     assert "the default user's" in stored.text

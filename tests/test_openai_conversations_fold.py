@@ -25,10 +25,14 @@ async def test_items_are_the_current_epochs_unredacted_messages_with_stable_ids(
     await producer.append_native(KEY, "responses", [{"role": "user", "content": "old chat"}])
     await producer.clear(KEY)  # convlog's new chat: the items start again, the metadata stays
     hello = await producer.append_native(KEY, "responses", [{"role": "user", "content": "hello"}])
-    await producer.append_native(KEY, "responses", [
-        {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "blob"},
-        {"type": "message", "id": "msg_1", "role": "assistant", "content": "hi there"},
-    ])  # fmt: skip
+    await producer.append_native(
+        KEY,
+        "responses",
+        [
+            {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "blob"},
+            {"type": "message", "id": "msg_1", "role": "assistant", "content": "hi there"},
+        ],
+    )
     folded = await _folded(log)
     assert folded is not None
     assert folded.metadata == {"a": "1"}
@@ -36,8 +40,12 @@ async def test_items_are_the_current_epochs_unredacted_messages_with_stable_ids(
     first = folded.items[0]
     assert first.message_id == hello[0].message_id
     assert first.id.startswith("msg_")
-    assert first.body == {"id": first.id, "type": "message", "role": "user",
-                          "content": [{"type": "input_text", "text": "hello"}]}  # fmt: skip
+    assert first.body == {
+        "id": first.id,
+        "type": "message",
+        "role": "user",
+        "content": [{"type": "input_text", "text": "hello"}],
+    }
     assert [i.id for i in folded.items[1:]] == ["rs_1", "msg_1"]  # stored ids kept
     assert folded.items[2].body["content"] == [{"type": "output_text", "text": "hi there", "annotations": []}]
     again = await _folded(log)

@@ -40,8 +40,10 @@ async def test_the_schema_is_valid_openapi_with_the_bearer_scheme_on_every_priva
 ) -> None:
     validate(spec)
     assert spec["components"]["securitySchemes"]["bearer"] == {
-        "type": "http", "scheme": "bearer", "description": "an API token (CONVLOG_API_TOKENS): it names the tenant",
-    }  # fmt: skip
+        "type": "http",
+        "scheme": "bearer",
+        "description": "an API token (CONVLOG_API_TOKENS): it names the tenant",
+    }
     for path, operations in spec["paths"].items():
         for method, operation in operations.items():
             expected = None if path in ("/healthz", "/readyz", "/metrics") else [{"bearer": []}]

@@ -35,8 +35,13 @@ async def test_events_replay_positions_and_verify_run_beside_serve_but_retention
             while service.projector.positions.get(answer.partition, 0) <= answer.offset:
                 assert time.monotonic() < deadline
                 await asyncio.sleep(0.05)
-            env = {**os.environ, "CONVLOG_DATABASE_URL": url, "CONVLOG_DATA_DIR": str(tmp_path),
-                   "CONVLOG_PARTITIONS": "4", "CONVLOG_LOG_LEVEL": "warning"}  # fmt: skip
+            env = {
+                **os.environ,
+                "CONVLOG_DATABASE_URL": url,
+                "CONVLOG_DATA_DIR": str(tmp_path),
+                "CONVLOG_PARTITIONS": "4",
+                "CONVLOG_LOG_LEVEL": "warning",
+            }
             env.pop("CONVLOG_KAFKA_BOOTSTRAP", None)
 
             events = await asyncio.to_thread(convlog_cli, env, "events", str(KEY))
@@ -51,8 +56,9 @@ async def test_events_replay_positions_and_verify_run_beside_serve_but_retention
             beyond = await asyncio.to_thread(convlog_cli, env, "replay", str(KEY), "--as-of", "9999")
             assert (beyond.returncode, beyond.stdout) == (2, ""), beyond.stdout
             assert "holds no offset 9999" in beyond.stderr
-            no_room = await asyncio.to_thread(convlog_cli, env, "replay", str(KEY), "--budget-tokens", "100",
-                                              "--reserve-tokens", "200")  # fmt: skip
+            no_room = await asyncio.to_thread(
+                convlog_cli, env, "replay", str(KEY), "--budget-tokens", "100", "--reserve-tokens", "200"
+            )
             assert no_room.returncode == 2
             assert "leave none of budget_tokens (100)" in no_room.stderr
             positions = await asyncio.to_thread(convlog_cli, env, "positions")
@@ -62,8 +68,12 @@ async def test_events_replay_positions_and_verify_run_beside_serve_but_retention
             assert verify.returncode == 0, verify.stdout + verify.stderr
             assert "checksums match" in verify.stdout
             async with service.pool.connection() as conn:  # an audit read's coordinates lost
-                await conn.execute(sql.SQL('DELETE FROM {}.event_index WHERE "offset" = %s').format(
-                    sql.Identifier(service.projector.schema or "")), [answer.offset])  # fmt: skip
+                await conn.execute(
+                    sql.SQL('DELETE FROM {}.event_index WHERE "offset" = %s').format(
+                        sql.Identifier(service.projector.schema or "")
+                    ),
+                    [answer.offset],
+                )
             verify = await asyncio.to_thread(convlog_cli, env, "verify", "--all")
             assert verify.returncode == 1, verify.stdout + verify.stderr
             assert f"conversation {str(KEY)!r}, table event_index" in verify.stdout
@@ -82,8 +92,13 @@ async def test_after_an_encoding_is_dropped_from_the_counted_ones_verify_and_rep
     serving the context the stored counts give."""
     key = ConversationKey("acme", "u1", "upgraded")
     async with temporary_database(pg_admin_url) as url:
-        both = Settings(database_url=url, data_dir=tmp_path, partitions=4, summarizer="off",
-                        token_encodings="o200k_base,cl100k_base")  # noqa: S106 -- no secret  # fmt: skip
+        both = Settings(
+            database_url=url,
+            data_dir=tmp_path,
+            partitions=4,
+            summarizer="off",
+            token_encodings="o200k_base,cl100k_base",  # noqa: S106 - encoding names, not a password
+        )
         async with running_service(both) as service:
             producer = service.deps.producer
             await producer.append_user(key, "提交之后审批流程是怎样的？")
@@ -98,8 +113,13 @@ async def test_after_an_encoding_is_dropped_from_the_counted_ones_verify_and_rep
                 query = sql.SQL("SELECT count(*) FROM {}.transcript WHERE tokens_cl100k IS NOT NULL")
                 [(counted_rows,)] = await (await conn.execute(query.format(sql.Identifier(schema)))).fetchall()
             assert counted_rows == 3
-            env = {**os.environ, "CONVLOG_DATABASE_URL": url, "CONVLOG_DATA_DIR": str(tmp_path),
-                   "CONVLOG_PARTITIONS": "4", "CONVLOG_LOG_LEVEL": "warning"}  # fmt: skip
+            env = {
+                **os.environ,
+                "CONVLOG_DATABASE_URL": url,
+                "CONVLOG_DATA_DIR": str(tmp_path),
+                "CONVLOG_PARTITIONS": "4",
+                "CONVLOG_LOG_LEVEL": "warning",
+            }
             env.pop("CONVLOG_KAFKA_BOOTSTRAP", None)
             env.pop("CONVLOG_TOKEN_ENCODINGS", None)  # the default: o200k_base
             verify = await asyncio.to_thread(convlog_cli, env, "verify", "--all")
@@ -107,8 +127,16 @@ async def test_after_an_encoding_is_dropped_from_the_counted_ones_verify_and_rep
             assert "checksums match" in verify.stdout
             replays = {}
             for counted in ("o200k_base", "o200k_base,cl100k_base"):
-                replay = await asyncio.to_thread(convlog_cli, {**env, "CONVLOG_TOKEN_ENCODINGS": counted}, "replay",
-                                                 str(key), "--model", "gpt-4", "--budget-tokens", "20")  # fmt: skip
+                replay = await asyncio.to_thread(
+                    convlog_cli,
+                    {**env, "CONVLOG_TOKEN_ENCODINGS": counted},
+                    "replay",
+                    str(key),
+                    "--model",
+                    "gpt-4",
+                    "--budget-tokens",
+                    "20",
+                )
                 assert replay.returncode == 0, replay.stderr
                 replays[counted] = replay.stdout
     assert '"counted_at_read": true' in replays["o200k_base"]

@@ -47,9 +47,13 @@ class ZombieFirst:
         return await self._store.prepare(records)
 
     async def apply(
-        self, records: Sequence[LogRecord], expected: Mapping[int, int], *, through: Mapping[int, int] | None = None,
+        self,
+        records: Sequence[LogRecord],
+        expected: Mapping[int, int],
+        *,
+        through: Mapping[int, int] | None = None,
         prepared: PreparedBatch | None = None,
-    ) -> BatchReport:  # fmt: skip
+    ) -> BatchReport:
         if not self.conflicted and records:
             self.conflicted = True
             await self._zombie.apply(records[: self._ahead], expected)
@@ -74,9 +78,7 @@ async def test_a_batch_prepared_before_a_position_conflict_is_dropped(
     # Every event once, in log order: the batch prepared from offset 10 while the conflict
     # happened (the zombie had moved the position to 3 only) was not applied past 3..9.
     rows = await projection.rows("SELECT seq, content FROM {s}.transcript ORDER BY seq")
-    assert [content for _, content in rows] == [
-        f"question {i}" if i % 2 == 0 else f"answer {i}" for i in range(30)
-    ]  # fmt: skip
+    assert [content for _, content in rows] == [f"question {i}" if i % 2 == 0 else f"answer {i}" for i in range(30)]
     rebuilt = await projection.new_version()
     await project_all(log, projection.store(schema=rebuilt.schema))
     async with projection.pool.connection() as conn:
@@ -88,8 +90,9 @@ async def test_batches_are_counted_before_their_transaction_and_store_the_same_c
 ) -> None:
     calls = [{"id": "call-1", "type": "function", "function": {"name": "lookup", "arguments": '{"q": "审批"}'}}]
     await producer.append_user(KEY, "提交之后审批流程是怎样的？")
-    await producer.append_assistant(KEY, None, tool_calls=calls, finish_reason="tool_calls",
-                                    reasoning_content="the user asks about approvals")  # fmt: skip
+    await producer.append_assistant(
+        KEY, None, tool_calls=calls, finish_reason="tool_calls", reasoning_content="the user asks about approvals"
+    )
     await producer.append_tool_result(KEY, tool_call_id="call-1", content="two approvals")
     await producer.append_assistant(KEY, "Two approvals: your lead's, then the vendor admin's.", finish_reason="stop")
     store = projection.store(counter=TokenCounter(encodings=ENCODINGS))  # both, CONVLOG_TOKEN_ENCODINGS permitting

@@ -49,8 +49,11 @@ async def test_a_chat_completions_list_is_appended_in_order_contiguously(
     assert [a.offset for a in appended] == [1, 2, 3, 4]
     stored = await _messages(log)
     assert [(o, e, m.role) for o, e, m in stored[1:]] == [
-        (1, "k", "user"), (2, "k/1", "assistant"), (3, "k/2", "tool"), (4, "k/3", "assistant"),
-    ]  # fmt: skip
+        (1, "k", "user"),
+        (2, "k/1", "assistant"),
+        (3, "k/2", "tool"),
+        (4, "k/3", "assistant"),
+    ]
     assert stored[2][2].tool_calls[0].id == "call_1"
 
 
@@ -111,8 +114,11 @@ async def test_a_native_payload_with_its_own_id_is_the_same_events_twice(
     producer: ConversationProducer, log: EmbeddedEventLog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fake_native.register(monkeypatch)
-    payload = fake_native.payload({"role": "assistant", "text": "a", "calls": ["c1"]},
-                                  {"role": "tool", "text": "r", "answers": "c1"}, native_id="msg_1")  # fmt: skip
+    payload = fake_native.payload(
+        {"role": "assistant", "text": "a", "calls": ["c1"]},
+        {"role": "tool", "text": "r", "answers": "c1"},
+        native_id="msg_1",
+    )
     first = await producer.append_anthropic_message(KEY, payload)
     again = await producer.append_anthropic_message(KEY, payload)
     assert [a.event_id for a in first] == [a.event_id for a in again]
@@ -152,5 +158,8 @@ async def test_a_json_text_nested_past_the_limit_is_refused(producer: Conversati
         producer.build_native(key, "chat_completions", [TURN[0], {"role": "assistant", "tool_calls": [call]}])
     assert (info.value.code, info.value.field) == ("nested_too_deep", "[1].tool_calls[0].arguments")
     shallow = "[" * MAX_NESTING + "]" * MAX_NESTING
-    producer.build_native(key, "chat_completions", {"role": "assistant", "tool_calls": [
-        {**CALL, "function": {"name": "lookup", "arguments": shallow}}]})  # fmt: skip
+    producer.build_native(
+        key,
+        "chat_completions",
+        {"role": "assistant", "tool_calls": [{**CALL, "function": {"name": "lookup", "arguments": shallow}}]},
+    )

@@ -185,47 +185,84 @@ BROKEN: dict[str, tuple[str, Callable[[], LogRecord]]] = {
     "message id too long": ("invalid_event", lambda: record(encoded(message(message_id="m" * 129)))),
     "blank producer": ("invalid_event", lambda: record(encoded(message(), producer=""))),
     "name outside the pattern": ("invalid_event", lambda: record(encoded(message(name="Ann Smith")))),
-    "tool call name outside the pattern": ("invalid_event", lambda: record(encoded(message(
-        role="assistant", content=None, tool_calls=(ToolCall("c1", "search kb", "{}"),)))),
+    "tool call name outside the pattern": (
+        "invalid_event",
+        lambda: record(
+            encoded(message(role="assistant", content=None, tool_calls=(ToolCall("c1", "search kb", "{}"),)))
+        ),
     ),
-    "duplicate tool call ids": ("invalid_event", lambda: record(encoded(message(
-        role="assistant", content=None, tool_calls=(ToolCall("c1", "a", "{}"), ToolCall("c1", "b", "{}")))))),
-    "tool call arguments not JSON": ("invalid_event", lambda: record(encoded(message(
-        role="assistant", content=None, tool_calls=(ToolCall("c1", "a", "{oops"),))))),
+    "duplicate tool call ids": (
+        "invalid_event",
+        lambda: record(
+            encoded(
+                message(
+                    role="assistant", content=None, tool_calls=(ToolCall("c1", "a", "{}"), ToolCall("c1", "b", "{}"))
+                )
+            )
+        ),
+    ),
+    "tool call arguments not JSON": (
+        "invalid_event",
+        lambda: record(encoded(message(role="assistant", content=None, tool_calls=(ToolCall("c1", "a", "{oops"),)))),
+    ),
     "user message without content": ("invalid_event", lambda: record(encoded(message(content="")))),
-    "image in an assistant message": ("invalid_event", lambda: record(encoded(message(
-        role="assistant", content=(TextPart("see"), ImagePart("https://x/y.png")))))),
-    "image url of another scheme": ("invalid_event", lambda: record(encoded(message(
-        content=(ImagePart("ftp://x/y.png"),))))),
+    "image in an assistant message": (
+        "invalid_event",
+        lambda: record(encoded(message(role="assistant", content=(TextPart("see"), ImagePart("https://x/y.png"))))),
+    ),
+    "image url of another scheme": (
+        "invalid_event",
+        lambda: record(encoded(message(content=(ImagePart("ftp://x/y.png"),)))),
+    ),
     "tool message without tool_call_id": ("invalid_event", lambda: record(encoded(message(role="tool", content="{}")))),
-    "tool message without content": ("invalid_event", lambda: record(encoded(message(
-        role="tool", content=None, tool_call_id="c1")))),
+    "tool message without content": (
+        "invalid_event",
+        lambda: record(encoded(message(role="tool", content=None, tool_call_id="c1"))),
+    ),
     "reasoning on a user message": ("invalid_event", lambda: record(encoded(message(reasoning_content="hmm")))),
-    "tool_call_id on an assistant message": ("invalid_event", lambda: record(encoded(message(
-        role="assistant", content="x", tool_call_id="c1")))),
+    "tool_call_id on an assistant message": (
+        "invalid_event",
+        lambda: record(encoded(message(role="assistant", content="x", tool_call_id="c1"))),
+    ),
     "redaction without reason": ("invalid_event", lambda: record(encoded(MessageRedacted("m1", " ")))),
-    "v4: reasoning block in a user message": ("invalid_event", lambda: record(encoded(native(
-        ReasoningBlock(text="hmm"), TextBlock("hi"), role="user")))),
-    "v4: tool call block arguments not JSON": ("invalid_event", lambda: record(encoded(native(
-        ToolCallBlock("toolu_1", "f", "{oops"))))),
+    "v4: reasoning block in a user message": (
+        "invalid_event",
+        lambda: record(encoded(native(ReasoningBlock(text="hmm"), TextBlock("hi"), role="user"))),
+    ),
+    "v4: tool call block arguments not JSON": (
+        "invalid_event",
+        lambda: record(encoded(native(ToolCallBlock("toolu_1", "f", "{oops")))),
+    ),
     "v4: duplicate tool call block ids": ("invalid_event", lambda: record(encoded(native(CALL_BLOCK, CALL_BLOCK)))),
     "v4: empty reasoning block": ("invalid_event", lambda: record(encoded(native(ReasoningBlock(), CALL_BLOCK)))),
     "v4: extra not a JSON object": ("invalid_event", lambda: record(encoded(native(TextBlock("a", extra="[1]"))))),
-    "v4: opaque block json not JSON": ("invalid_event", lambda: record(encoded(native(
-        TextBlock("a"), OpaqueBlock("anthropic", "<xml/>"))))),
-    "v4: media block with url and data": ("invalid_event", lambda: record(encoded(native(
-        MediaBlock("image", url="https://x/y.png", data="AAAA", media_type="image/png"), role="user")))),
+    "v4: opaque block json not JSON": (
+        "invalid_event",
+        lambda: record(encoded(native(TextBlock("a"), OpaqueBlock("anthropic", "<xml/>")))),
+    ),
+    "v4: media block with url and data": (
+        "invalid_event",
+        lambda: record(
+            encoded(
+                native(MediaBlock("image", url="https://x/y.png", data="AAAA", media_type="image/png"), role="user")
+            )
+        ),
+    ),
     "v4: unknown api": ("invalid_event", lambda: record(encoded(native(TextBlock("a"), api="bedrock")))),
-    "v4: is_error on an assistant message": ("invalid_event", lambda: record(encoded(native(
-        TextBlock("a"), is_error=True)))),
-    "v4: reasoning_content beside blocks": ("invalid_event", lambda: record(written(
-        native(TextBlock("a")), reasoning_content="hmm"))),
+    "v4: is_error on an assistant message": (
+        "invalid_event",
+        lambda: record(encoded(native(TextBlock("a"), is_error=True))),
+    ),
+    "v4: reasoning_content beside blocks": (
+        "invalid_event",
+        lambda: record(written(native(TextBlock("a")), reasoning_content="hmm")),
+    ),
     "key part too long": ("invalid_key", lambda: record(encoded(message()), key=b"acme:" + b"u" * 257 + b":c-1")),
     "key with two parts": ("invalid_key", lambda: record(encoded(message()), key=b"acme:employee-42")),
     "key of another conversation": ("key_mismatch", lambda: record(encoded(message()), key=b"acme:employee-42:c-2")),
     "Confluent registry framing": ("corrupt_record", lambda: record(b"\x00\x00\x00\x00\x07" + encoded(message())[10:])),
     "unknown fingerprint": ("unknown_schema", lambda: record(MAGIC + bytes(8) + encoded(message())[10:])),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("case", BROKEN)
@@ -250,11 +287,12 @@ def test_a_foreign_v4_record_with_a_view_of_its_own_is_read_from_its_blocks() ->
 def test_the_rules_leave_what_the_doc_allows() -> None:
     allowed = [
         message(role="tool", content="", tool_call_id="c1"),  # an empty tool result
-        message(role="assistant", content=None, tool_calls=(ToolCall("c1", "a", "{oops"),),
-                finish_reason="interrupted"),  # an interrupted stream keeps its cut arguments
+        message(
+            role="assistant", content=None, tool_calls=(ToolCall("c1", "a", "{oops"),), finish_reason="interrupted"
+        ),  # an interrupted stream keeps its cut arguments
         message(role="assistant", content=None, finish_reason="interrupted"),
         message(message_id="m" * 128),
-    ]  # fmt: skip
+    ]
     for body in allowed:
         assert decode_one(record(encoded(body)), codec=CODEC, max_event_bytes=1 << 20).poison is None, body
     big = record(encoded(message(content="x" * 2000)))

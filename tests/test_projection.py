@@ -45,11 +45,13 @@ async def test_the_demo_conversations_become_read_models(
     )
     assert oa == [(21, 10, "OA 加班申请", 21)]
     # Ten turns with max 8 / keep 6: the ninth turn moved the window to turn 4 (seq 7).
-    window = await projection.rows("SELECT start_seq, turn_starts FROM {s}.windows WHERE conversation_key = %s",
-                                   str(OA))  # fmt: skip
+    window = await projection.rows(
+        "SELECT start_seq, turn_starts FROM {s}.windows WHERE conversation_key = %s", str(OA)
+    )
     assert window == [(7, [7, 9, 11, 13, 15, 17, 19])]
-    roles = await projection.rows("SELECT role FROM {s}.transcript WHERE conversation_key = %s ORDER BY seq",
-                                  str(TOOLS))  # fmt: skip
+    roles = await projection.rows(
+        "SELECT role FROM {s}.transcript WHERE conversation_key = %s ORDER BY seq", str(TOOLS)
+    )
     assert [r for (r,) in roles] == ["system", "user", "assistant", "tool", "tool", "assistant", "user", "assistant"]
     listed = await projection.rows(
         "SELECT conversation_id FROM {s}.conversations WHERE tenant_id = 'acme' AND user_id = 'employee-42' "
@@ -137,8 +139,9 @@ async def test_poison_parks_its_conversation_and_release_applies_held_records_in
     await old_producer.append_user(TOOLS, "a neighbour")
     await project_all(log, projection.store())
 
-    letters = await projection.rows('SELECT id, partition, "offset", conversation_key, error_code, status '
-                                    "FROM {s}.dead_letters")  # fmt: skip
+    letters = await projection.rows(
+        'SELECT id, partition, "offset", conversation_key, error_code, status FROM {s}.dead_letters'
+    )
     assert len(letters) == 1
     letter_id, partition, offset, key, code, status = letters[0]
     assert (partition, offset, key, code, status) == (letters[0][1], 1, str(OA), "unknown_schema", "parked")
@@ -152,8 +155,9 @@ async def test_poison_parks_its_conversation_and_release_applies_held_records_in
         await projection.store().resolve(letter_id)
     report = await projection.store(codec=future).resolve(letter_id)
     assert report.applied == 2
-    rows = await projection.rows("SELECT seq, content FROM {s}.transcript WHERE conversation_key = %s ORDER BY seq",
-                                 str(OA))  # fmt: skip
+    rows = await projection.rows(
+        "SELECT seq, content FROM {s}.transcript WHERE conversation_key = %s ORDER BY seq", str(OA)
+    )
     assert rows == [(0, "first"), (1, "from the future"), (2, "after it")]
     assert await projection.rows("SELECT count(*) FROM {s}.parked") == [(0,)]
     assert await projection.rows("SELECT status FROM {s}.dead_letters") == [("released",)]
@@ -194,15 +198,21 @@ async def test_an_erase_or_a_clear_is_never_held_behind_a_parked_record(
     assert await projection.rows("SELECT count(*) FROM {s}.parked") == [(0,)]
     assert await projection.rows("SELECT count(*) FROM {s}.held_records") == [(0,)]
     assert await projection.rows("SELECT status, resolution FROM {s}.dead_letters") == [
-        ("skipped", f"skipped for the {kind} at partition {done.partition}, offset {done.offset}: an erase or a "
-         "clear is never held behind a parked record"),
-    ]  # fmt: skip
-    rows = await projection.rows("SELECT content, epoch, erased_at IS NOT NULL FROM {s}.transcript "
-                                 "WHERE conversation_key = %s ORDER BY seq", str(OA))  # fmt: skip
+        (
+            "skipped",
+            f"skipped for the {kind} at partition {done.partition}, offset {done.offset}: an erase or a "
+            "clear is never held behind a parked record",
+        ),
+    ]
+    rows = await projection.rows(
+        "SELECT content, epoch, erased_at IS NOT NULL FROM {s}.transcript WHERE conversation_key = %s ORDER BY seq",
+        str(OA),
+    )
     if kind == "erase":
         assert rows == [(None, 0, True), (None, 0, True), ("a new start", 1, False)]
-        assert await projection.rows("SELECT erased_at IS NOT NULL FROM {s}.conversations "
-                                     "WHERE conversation_key = %s", str(OA)) == [(True,)]  # fmt: skip
+        assert await projection.rows(
+            "SELECT erased_at IS NOT NULL FROM {s}.conversations WHERE conversation_key = %s", str(OA)
+        ) == [(True,)]
     else:
         assert rows == [("first", 0, False), ("my card is 4111", 0, False), ("a new start", 1, False)]
     rebuilt = await projection.new_version()
@@ -295,8 +305,9 @@ async def test_small_batches_written_by_inserts_equal_large_ones_written_by_copy
     await producer.redact(OA, secret.message_id or "", reason="pii")
     await producer.clear(TOOLS)
     await producer.append_user(TOOLS, "again")
-    records = len((await log.read(dict.fromkeys(range(log.partition_count), 0), max_records=10_000,
-                                  timeout_s=0)).records)  # fmt: skip
+    records = len(
+        (await log.read(dict.fromkeys(range(log.partition_count), 0), max_records=10_000, timeout_s=0)).records
+    )
     assert records > 2 * PIPELINED_BATCH  # the large batches below do take the COPY path
     await project_all(log, projection.store(), batch_size=1)
     copied = await projection.new_version()
@@ -379,8 +390,9 @@ async def test_the_export_keeps_a_native_messages_blocks_and_origin(
     await _native_conversation(producer)
     await project_all(log, projection.store())
     out = io.StringIO()
-    written = await export_transcripts(projection.pool, projection.version.schema, ExportFilter(tenant="acme"), out,
-                                       progress=False)  # fmt: skip
+    written = await export_transcripts(
+        projection.pool, projection.version.schema, ExportFilter(tenant="acme"), out, progress=False
+    )
     lines = [json.loads(line) for line in out.getvalue().splitlines()]
     assert written == len(lines) == 4
     assert lines[0]["blocks"] is None

@@ -52,8 +52,9 @@ def test_importing_the_packages_loads_no_driver() -> None:
         f"print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & {set(DRIVERS)!r})))\n"
     )
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    result = subprocess.run([sys.executable, "-c", program], cwd=REPO, env=env, capture_output=True, text=True,
-                            timeout=60, check=True)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-c", program], cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=True
+    )
     before, after = (json.loads(line) for line in result.stdout.splitlines())
     assert before == []
     assert {"aiokafka", "fastavro"} <= set(after)  # the control: first use does import them

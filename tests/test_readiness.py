@@ -33,8 +33,11 @@ async def crash_the_projector(service: Service) -> tuple[httpx.Response, str]:
         assert ready.json()["lag"] == 0
         async with service.pool.connection() as conn:
             await conn.execute(f"DROP TABLE {service.projector.schema}.transcript CASCADE")
-        posted = await client.post("/v1/users/u1/conversations/c/messages", json={"role": "user", "content": "hi"},
-                                   headers={"Authorization": "Bearer token-a"})  # fmt: skip
+        posted = await client.post(
+            "/v1/users/u1/conversations/c/messages",
+            json={"role": "user", "content": "hi"},
+            headers={"Authorization": "Bearer token-a"},
+        )
         assert posted.status_code == 202
         for _ in range(100):
             report = await client.get("/readyz")
@@ -46,8 +49,9 @@ async def crash_the_projector(service: Service) -> tuple[httpx.Response, str]:
 
 async def test_readyz_is_503_with_the_cause_once_the_projector_task_died(pg_admin_url: str, tmp_path: Path) -> None:
     async with temporary_database(pg_admin_url) as url:
-        settings = Settings(database_url=url, data_dir=tmp_path, partitions=2, api_tokens="acme:token-a",
-                            summarizer="off")  # fmt: skip
+        settings = Settings(
+            database_url=url, data_dir=tmp_path, partitions=2, api_tokens="acme:token-a", summarizer="off"
+        )
         # Leaving the service re-raises what ended its projector: the crash made above. (So the
         # assertions are made out here: inside, that exception would replace a failed one.)
         with pytest.raises(ProjectionError, match="UndefinedTable"):
@@ -69,8 +73,9 @@ async def test_readyz_answers_in_bounded_time_when_the_log_does_not(
     """During a leader election Kafka holds end offsets back until every partition has a leader:
     /readyz says so within its bound instead of hanging (on every instance at once)."""
     async with temporary_database(pg_admin_url) as url:
-        settings = Settings(database_url=url, data_dir=tmp_path, partitions=2, api_tokens="acme:token-a",
-                            summarizer="off")  # fmt: skip
+        settings = Settings(
+            database_url=url, data_dir=tmp_path, partitions=2, api_tokens="acme:token-a", summarizer="off"
+        )
         async with running_service(settings) as service:
             released, end_offsets = asyncio.Event(), service.event_log.end_offsets
 

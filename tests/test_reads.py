@@ -48,8 +48,9 @@ async def context(reads: PostgresReadModels, key: ConversationKey, encoding: str
 
 
 def summary(covers: str | None, summary_id: str = "s1", text: str = "They discussed overtime.") -> SummaryRecorded:
-    return SummaryRecorded(summary_id=summary_id, text=text, covers_through_message_id=covers or "",
-                           model="offline", prompt_version="v1")  # fmt: skip
+    return SummaryRecorded(
+        summary_id=summary_id, text=text, covers_through_message_id=covers or "", model="offline", prompt_version="v1"
+    )
 
 
 @pytest.mark.postgres
@@ -112,14 +113,18 @@ async def test_a_stored_count_is_used_and_a_missing_one_is_counted_when_read(
     stored = await projection.rows(
         "SELECT seq, tokens_cl100k, reasoning_tokens_cl100k FROM {s}.transcript ORDER BY seq"
     )
-    assert stored == [(0, count("cl100k_base", "提交之后审批流程是怎样的？"), 0),
-                      (1, count("cl100k_base", "先由驻场负责人确认。"), count("cl100k_base", "先想一想。")),
-                      (2, None, None)]  # fmt: skip
+    assert stored == [
+        (0, count("cl100k_base", "提交之后审批流程是怎样的？"), 0),
+        (1, count("cl100k_base", "先由驻场负责人确认。"), count("cl100k_base", "先想一想。")),
+        (2, None, None),
+    ]
     await projection.execute("UPDATE {s}.transcript SET tokens_cl100k = 999 WHERE seq = 0")  # marks the stored one
     inputs = await context(reads, OA, "cl100k_base")
     assert [(m.tokens, m.reasoning_tokens) for m in inputs.messages] == [
-        (999, 0), stored[1][1:], (count("cl100k_base", "然后呢？"), 0)
-    ]  # fmt: skip
+        (999, 0),
+        stored[1][1:],
+        (count("cl100k_base", "然后呢？"), 0),
+    ]
     assert [m.tokens for m in (await context(reads, OA)).messages] == [
         count("o200k_base", text) for text in ("提交之后审批流程是怎样的？", "先由驻场负责人确认。", "然后呢？")
     ]
@@ -238,25 +243,52 @@ async def test_the_transcript_pages_backwards_and_each_page_is_oldest_first(
     json.dumps(entries)  # ready for JSON
     system, redacted, answer = entries[0], entries[1], entries[2]
     assert (system["role"], system["content"], system["redacted"], system["erased_at"]) == (
-        "system", OA_SYSTEM_PROMPT, None, None
-    )  # fmt: skip
+        "system",
+        OA_SYSTEM_PROMPT,
+        None,
+        None,
+    )
     # CONVLOG_TOKEN_ENCODINGS' default stores o200k_base counts only: the audit shows the others as null
     assert system["tokens"] == {"o200k_base": count("o200k_base", OA_SYSTEM_PROMPT), "cl100k_base": None}
     assert (system["partition"], system["offset"], system["event_id"]) == (
-        done[1].partition, done[1].offset, done[1].event_id
-    )  # fmt: skip
+        done[1].partition,
+        done[1].offset,
+        done[1].event_id,
+    )
     assert datetime.fromisoformat(system["occurred_at"]).tzinfo is not None
     assert redacted["content"] is None
     assert redacted["redacted"]["reason"] == "pii"
     assert datetime.fromisoformat(redacted["redacted"]["at"]).tzinfo is not None
     assert (answer["model"], answer["finish_reason"], answer["epoch"], answer["metadata"]) == (
-        "gpt-4o-mini", "stop", 0, {}
-    )  # fmt: skip
+        "gpt-4o-mini",
+        "stop",
+        0,
+        {},
+    )
     assert set(answer) == {
-        "seq", "partition", "offset", "event_id", "message_id", "role", "content", "name", "tool_calls",
-        "tool_call_id", "reasoning_content", "thinking_duration_ms", "finish_reason", "model", "usage", "metadata",
-        "occurred_at", "epoch", "flag", "tokens", "redacted", "erased_at",
-    }  # fmt: skip
+        "seq",
+        "partition",
+        "offset",
+        "event_id",
+        "message_id",
+        "role",
+        "content",
+        "name",
+        "tool_calls",
+        "tool_call_id",
+        "reasoning_content",
+        "thinking_duration_ms",
+        "finish_reason",
+        "model",
+        "usage",
+        "metadata",
+        "occurred_at",
+        "epoch",
+        "flag",
+        "tokens",
+        "redacted",
+        "erased_at",
+    }
     with pytest.raises(ValueError, match="limit"):
         await reads.transcript(OA, limit=0)
 
@@ -388,8 +420,13 @@ async def test_context_statements_use_the_indexes_for_a_conversation_among_many(
             cur = await conn.execute(b"EXPLAIN " + reads._context["o200k_base"], {"k": k, "n": n})
             plan = "\n".join(row[0] for row in await cur.fetchall())
         assert "Seq Scan" not in plan, plan
-        for index in ("conversations_pkey", "windows_pkey", "summaries_pkey", "transcript_system_messages",
-                      "transcript_pkey"):  # fmt: skip
+        for index in (
+            "conversations_pkey",
+            "windows_pkey",
+            "summaries_pkey",
+            "transcript_system_messages",
+            "transcript_pkey",
+        ):
             assert index in plan, plan
 
 
@@ -407,8 +444,14 @@ async def test_the_list_reads_the_activity_index_from_the_cursor_on(
     await projection.execute("ANALYZE {s}.conversations")
     middle = datetime.now(UTC) - timedelta(minutes=1000)
     for ts, active_after, idle_after in ((middle, "c1000", ""), (None, "", "c10")):
-        params = {"tenant": "acme", "user": "u3", "ts": ts, "active_after": active_after, "idle_after": idle_after,
-                  "n": 51}  # fmt: skip
+        params = {
+            "tenant": "acme",
+            "user": "u3",
+            "ts": ts,
+            "active_after": active_after,
+            "idle_after": idle_after,
+            "n": 51,
+        }
         async with projection.pool.connection() as conn:
             cur = await conn.execute(sql.SQL("EXPLAIN (ANALYZE, COSTS OFF) ") + reads._list, params)
             plan = "\n".join(row[0] for row in await cur.fetchall())

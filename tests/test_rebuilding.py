@@ -62,8 +62,15 @@ async def test_serve_follows_a_switch_and_continues_the_new_version_from_its_pos
                 await producer.append_user(KEY, f"question {i}")
             async with service.pool.connection() as conn:
                 v2 = await create_version(conn)
-            store = PostgresProjectionStore(service.pool, schema=v2.schema, codec=default_codec(), counter=COUNTER,
-                                    policy=WindowPolicy(), max_event_bytes=1 << 20, fail_fast=True)  # fmt: skip
+            store = PostgresProjectionStore(
+                service.pool,
+                schema=v2.schema,
+                codec=default_codec(),
+                counter=COUNTER,
+                policy=WindowPolicy(),
+                max_event_bytes=1 << 20,
+                fail_fast=True,
+            )
             await project_all(log, store)  # the rebuild, beside the running projector
             async with service.pool.connection() as conn:
                 await switch(conn, "read_models", v2.version)

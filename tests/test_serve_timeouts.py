@@ -30,15 +30,22 @@ APPEND = "POST /v1/users/u/conversations/c/messages HTTP/1.1\r\nHost: x\r\nAutho
 async def server(pg_admin_url: str, tmp_path: Path) -> AsyncIterator[int]:
     async with temporary_database(pg_admin_url) as url:
         port = free_port()
-        env = {**os.environ, "CONVLOG_DATABASE_URL": url, "CONVLOG_DATA_DIR": str(tmp_path),
-               "CONVLOG_HTTP_PORT": str(port), "CONVLOG_HTTP_HEADER_TIMEOUT_S": str(HEAD_TIMEOUT_S),
-               "CONVLOG_HTTP_KEEP_ALIVE_S": str(KEEP_ALIVE_S), "CONVLOG_HTTP_BODY_TIMEOUT_S": str(BODY_TIMEOUT_S),
-               "CONVLOG_SUMMARIZER": "off",
-               "CONVLOG_API_TOKENS": "acme:t"}  # fmt: skip
+        env = {
+            **os.environ,
+            "CONVLOG_DATABASE_URL": url,
+            "CONVLOG_DATA_DIR": str(tmp_path),
+            "CONVLOG_HTTP_PORT": str(port),
+            "CONVLOG_HTTP_HEADER_TIMEOUT_S": str(HEAD_TIMEOUT_S),
+            "CONVLOG_HTTP_KEEP_ALIVE_S": str(KEEP_ALIVE_S),
+            "CONVLOG_HTTP_BODY_TIMEOUT_S": str(BODY_TIMEOUT_S),
+            "CONVLOG_SUMMARIZER": "off",
+            "CONVLOG_API_TOKENS": "acme:t",
+        }
         env.pop("CONVLOG_KAFKA_BOOTSTRAP", None)
         errors = (tmp_path / "serve.err").open("wb")
-        process = subprocess.Popen([sys.executable, "-m", "convlog.cli.main", "serve"], env=env,
-                                   stdout=subprocess.DEVNULL, stderr=errors)  # fmt: skip
+        process = subprocess.Popen(
+            [sys.executable, "-m", "convlog.cli.main", "serve"], env=env, stdout=subprocess.DEVNULL, stderr=errors
+        )
         try:
             deadline = time.monotonic() + 60
             while not _answers(port):

@@ -70,8 +70,10 @@ async def test_every_session_has_the_limits_and_keepalives_at_both_ends(limited_
         assert (params["keepalives"], params["keepalives_idle"], params["keepalives_count"]) == ("1", "10", "3")
     # The server's end, on a TCP connection (the tests' Postgres is on 127.0.0.1).
     assert await _settings(limited_pool, "tcp_keepalives_idle", "tcp_keepalives_interval", "tcp_keepalives_count") == [
-        "10", "5", "3",
-    ]  # fmt: skip
+        "10",
+        "5",
+        "3",
+    ]
 
 
 async def test_a_pool_without_limits_keeps_postgres_defaults(positions_database_url: str) -> None:
@@ -178,6 +180,9 @@ async def test_a_projecting_serve_bounds_its_sessions(pg_admin_url: str, tmp_pat
     async with temporary_database(pg_admin_url) as url:
         settings = Settings(database_url=url, data_dir=tmp_path, partitions=2, api_tokens="acme:t", summarizer="off")
         async with running_service(settings) as service, service.pool.connection() as conn:
-            row = await (await conn.execute("SELECT current_setting('idle_in_transaction_session_timeout'), "
-                                            "current_setting('lock_timeout')")).fetchone()  # fmt: skip
+            row = await (
+                await conn.execute(
+                    "SELECT current_setting('idle_in_transaction_session_timeout'), current_setting('lock_timeout')"
+                )
+            ).fetchone()
     assert row == ("30s", "10s")

@@ -73,12 +73,15 @@ def test_a_topic_or_partition_count_no_log_can_hold_is_a_settings_error(variable
 @pytest.mark.parametrize(
     ("raw", "message"),
     [
-        ("o200k_base,p50k_base", "CONVLOG_TOKEN_ENCODINGS='o200k_base,p50k_base': unknown token encoding 'p50k_base': "
-         "convlog counts tokens with o200k_base or cl100k_base"),
+        (
+            "o200k_base,p50k_base",
+            "CONVLOG_TOKEN_ENCODINGS='o200k_base,p50k_base': unknown token encoding 'p50k_base': "
+            "convlog counts tokens with o200k_base or cl100k_base",
+        ),
         ("cl100k", "CONVLOG_TOKEN_ENCODINGS='cl100k': unknown token encoding 'cl100k'"),
         (" , ", "CONVLOG_TOKEN_ENCODINGS=' , ': name at least one token encoding to count"),
     ],
-)  # fmt: skip
+)
 def test_an_unknown_token_encoding_is_refused_at_start(
     raw: str, message: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -148,12 +151,14 @@ def test_a_child_process_environment_gives_exactly_these_settings() -> None:
 
 
 def test_describe_masks_secrets_and_says_where_each_value_came_from() -> None:
-    settings = Settings.from_env({
-        "CONVLOG_DATABASE_URL": "postgresql://convlog:hunter2@db.example:5432/convlog",
-        "CONVLOG_API_TOKENS": "acme:tok-a,globex:tok-b",
-        "CONVLOG_LLM_API_KEY": "sk-live",
-        "CONVLOG_PARTITIONS": "3",
-    })  # fmt: skip
+    settings = Settings.from_env(
+        {
+            "CONVLOG_DATABASE_URL": "postgresql://convlog:hunter2@db.example:5432/convlog",
+            "CONVLOG_API_TOKENS": "acme:tok-a,globex:tok-b",
+            "CONVLOG_LLM_API_KEY": "sk-live",
+            "CONVLOG_PARTITIONS": "3",
+        }
+    )
     lines = {line.variable: line for line in describe(settings)}
     assert set(lines) >= {"CONVLOG_DATABASE_URL", "CONVLOG_TOPIC", "JAVA_HOME"}
     assert lines["CONVLOG_DATABASE_URL"].value == "postgresql://convlog:****@db.example:5432/convlog"
@@ -195,10 +200,20 @@ def _config(*args: str) -> str:
     env = {
         k: v for k, v in os.environ.items() if not k.startswith("CONVLOG_") and k not in {"OPENAI_API_KEY", "JAVA_HOME"}
     }
-    env |= {"CONVLOG_DATABASE_URL": "postgresql://convlog:hunter2@127.0.0.1:15432/convlog", "CONVLOG_TOPIC": "my.topic",
-            "CONVLOG_TOPICS": "typo"}  # fmt: skip
-    done = subprocess.run([sys.executable, "-m", "convlog.cli.main", "config", *args], env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+    env |= {
+        "CONVLOG_DATABASE_URL": "postgresql://convlog:hunter2@127.0.0.1:15432/convlog",
+        "CONVLOG_TOPIC": "my.topic",
+        "CONVLOG_TOPICS": "typo",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "convlog.cli.main", "config", *args],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     assert done.stderr == "convlog config: CONVLOG_TOPICS is not a convlog setting (ignored)\n"
     return done.stdout
 
@@ -224,8 +239,10 @@ def test_a_bad_value_stops_every_command_with_exit_2_and_one_line(
     monkeypatch.setenv("CONVLOG_HTTP_PORT", "eighty")
     assert main(argv) == 2  # before logging is configured and before the command runs
     captured = capsys.readouterr()
-    assert captured.err == "convlog: error: CONVLOG_HTTP_PORT='eighty': input should be a valid integer, " \
-        "unable to parse string as an integer\n"  # fmt: skip
+    assert (
+        captured.err == "convlog: error: CONVLOG_HTTP_PORT='eighty': input should be a valid integer, "
+        "unable to parse string as an integer\n"
+    )
     assert captured.out == ""
 
 
@@ -242,8 +259,11 @@ def _environment_reads(path: Path) -> list[str]:
 
 
 def test_only_the_settings_module_reads_the_environment() -> None:
-    modules = [p for package in ("events", "projectors", "query_api", "summarizer", "pgstore", "convlog")
-               for p in sorted((REPO / package).rglob("*.py"))]  # fmt: skip
+    modules = [
+        p
+        for package in ("events", "projectors", "query_api", "summarizer", "pgstore", "convlog")
+        for p in sorted((REPO / package).rglob("*.py"))
+    ]
     # The client is a library of its own: it names the service it calls (CONVLOG_URL, CONVLOG_TOKEN),
     # no setting of the service, and reads them in one place (its config.py says why).
     readers = {*(REPO / "convlog" / "settings").glob("*.py"), REPO / "convlog" / "client" / "config.py"}

@@ -29,12 +29,14 @@ def assistant(seq: int, text: str | None, **kw: object) -> PendingMessage:
 
 
 def test_tool_calls_and_results_become_readable_lines_without_json() -> None:
-    lines = render_turns([
-        user(0, "Weather in Paris?"),
-        assistant(1, None, tool_calls=(CALL,)),
-        PendingMessage(2, "m2", "tool", '{"temp": 21, "sky": "clear", "alerts": []}', tool_call_id="call_1"),
-        assistant(3, "21 °C and clear."),
-    ])  # fmt: skip
+    lines = render_turns(
+        [
+            user(0, "Weather in Paris?"),
+            assistant(1, None, tool_calls=(CALL,)),
+            PendingMessage(2, "m2", "tool", '{"temp": 21, "sky": "clear", "alerts": []}', tool_call_id="call_1"),
+            assistant(3, "21 °C and clear."),
+        ]
+    )
     assert lines == [
         "User: Weather in Paris?",
         "Assistant called get_weather(city: Paris)",
@@ -45,12 +47,14 @@ def test_tool_calls_and_results_become_readable_lines_without_json() -> None:
 
 
 def test_unusable_messages_interrupted_calls_and_system_messages_stay_out() -> None:
-    lines = render_turns([
-        user(0, "secret question"),
-        PendingMessage(1, "m1", "user", "redacted text", usable=False),
-        PendingMessage(2, "m2", "system", "system prompt"),
-        assistant(3, "partial answer", tool_calls=(CALL,), finish_reason="interrupted"),
-    ])  # fmt: skip
+    lines = render_turns(
+        [
+            user(0, "secret question"),
+            PendingMessage(1, "m1", "user", "redacted text", usable=False),
+            PendingMessage(2, "m2", "system", "system prompt"),
+            assistant(3, "partial answer", tool_calls=(CALL,), finish_reason="interrupted"),
+        ]
+    )
     assert lines == ["User: secret question", "Assistant: partial answer"]
 
 
@@ -95,13 +99,27 @@ def test_a_partial_read_never_puts_the_watermark_inside_a_turn() -> None:
 def test_event_id_is_derived_from_conversation_watermark_and_prompt_version() -> None:
     a = summary_event_id(KEY, "m5", PROMPT_VERSION)
     assert a == summary_event_id(ConversationKey("acme", "u1", "c1"), "m5", PROMPT_VERSION)
-    assert len({a, summary_event_id(KEY, "m6", PROMPT_VERSION), summary_event_id(KEY, "m5", "summary-v9"),
-                summary_event_id(ConversationKey("acme", "u1", "c2"), "m5", PROMPT_VERSION)}) == 4  # fmt: skip
+    assert (
+        len(
+            {
+                a,
+                summary_event_id(KEY, "m6", PROMPT_VERSION),
+                summary_event_id(KEY, "m5", "summary-v9"),
+                summary_event_id(ConversationKey("acme", "u1", "c2"), "m5", PROMPT_VERSION),
+            }
+        )
+        == 4
+    )
 
 
 def test_the_job_lists_the_redacted_messages_up_to_its_watermark() -> None:
-    pending = (user(0, "Q0"), PendingMessage(1, "m1", "assistant", None, usable=False), user(2, "Q1"),
-               assistant(3, "A1"), user(4, "Q2"))  # fmt: skip
+    pending = (
+        user(0, "Q0"),
+        PendingMessage(1, "m1", "assistant", None, usable=False),
+        user(2, "Q1"),
+        assistant(3, "A1"),
+        user(4, "Q2"),
+    )
     inputs = SummaryInputs(KEY, 0, 4, None, pending, redacted=((1, "m1"), (4, "m4")))
     job = plan(inputs, max_input_tokens=99, count=len)
     assert job is not None
@@ -145,8 +163,9 @@ async def test_offline_model_is_deterministic_and_keeps_the_newest_within_the_li
     previous = "\n".join(f"- old turn {i} " + "detail " * 20 for i in range(40))
     job = plan(
         SummaryInputs(KEY, 0, 4, PreviousSummary("s", previous, -1), (user(0, "Q-new"), assistant(1, "A-new"))),
-        max_input_tokens=1000, count=len,
-    )  # fmt: skip
+        max_input_tokens=1000,
+        count=len,
+    )
     assert job is not None
     first = await model.summarize(job, max_tokens=200)
     assert first == await model.summarize(job, max_tokens=200)
@@ -179,16 +198,16 @@ def test_summaries_cover_exactly_the_turns_that_left_the_window(
         messages.append(user(len(messages), f"Q{t} " + "x" * 30))
         for r in range(results):
             messages.append(assistant(len(messages), None, tool_calls=(CALL,)))
-            messages.append(PendingMessage(len(messages), f"m{len(messages)}", "tool", json.dumps({"r": r}),
-                                           tool_call_id="call_1"))  # fmt: skip
+            messages.append(
+                PendingMessage(len(messages), f"m{len(messages)}", "tool", json.dumps({"r": r}), tool_call_id="call_1")
+            )
         messages.append(assistant(len(messages), f"A{t}"))
         if t % every:
             continue
         while True:
             previous = PreviousSummary("s", "text", covered) if covered >= 0 else None
             pending = tuple(m for m in messages if m.seq > covered)
-            job = plan(SummaryInputs(KEY, 0, window.start_seq, previous, pending), max_input_tokens=budget,
-                       count=len)  # fmt: skip
+            job = plan(SummaryInputs(KEY, 0, window.start_seq, previous, pending), max_input_tokens=budget, count=len)
             if job is None:
                 break
             ranges.append((covered + 1, job.covers_through_seq))

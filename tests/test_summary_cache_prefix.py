@@ -23,8 +23,14 @@ def served(summary_lines: list[str], *, summary_id: str, fmt: str = "chat_comple
     system = [b.add("system", "you answer questions about the OA system")]
     b.add("user", "the question now")
     summary = StoredSummary(summary_id, "\n".join(summary_lines), covers_through_seq=-1, tokens=0)
-    return assemble(system=system, summary=summary, messages=b.messages[1:],
-                    request=ContextRequest("gpt-4o", 10**6, format=fmt), spec=SPEC, count=count)  # type: ignore[arg-type]  # fmt: skip
+    return assemble(
+        system=system,
+        summary=summary,
+        messages=b.messages[1:],
+        request=ContextRequest("gpt-4o", 10**6, format=fmt),
+        spec=SPEC,
+        count=count,
+    )  # type: ignore[arg-type]
 
 
 def summary_part(ctx: Context) -> int:

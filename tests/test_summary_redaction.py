@@ -42,8 +42,9 @@ async def live(projection: Projection) -> ContextInputs:
 
 
 async def as_of(log: EmbeddedEventLog, offset: int) -> ContextInputs:
-    inputs = await context_inputs_as_of(log, KEY, offset, encoding="o200k_base", policy=SEED_000_WINDOW,
-                                        max_event_bytes=1 << 20)  # fmt: skip
+    inputs = await context_inputs_as_of(
+        log, KEY, offset, encoding="o200k_base", policy=SEED_000_WINDOW, max_event_bytes=1 << 20
+    )
     assert inputs is not None
     return inputs
 
@@ -76,7 +77,10 @@ async def test_a_redaction_withdraws_the_summaries_that_cover_the_message(
     assert inputs.messages[0].message_id == "u4"
     statuses = await PostgresReadModels(projection.pool, schema=projection.version.schema).summaries(KEY)
     assert [(e["summary_id"], e["status"]) for e in statuses or []] == [
-        ("s-early", "superseded"), ("s-leaky", "withdrawn"), ("s-redo", "current")]  # fmt: skip
+        ("s-early", "superseded"),
+        ("s-leaky", "withdrawn"),
+        ("s-redo", "current"),
+    ]
 
     # as_of: even the past is served without the redacted content.
     before_redaction = await as_of(log, leaky.offset)

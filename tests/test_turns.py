@@ -130,8 +130,9 @@ def summarize_all(pending: tuple[PendingMessage, ...]) -> SummaryJob | None:
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_context_and_summarizer_split_the_same_turns(case: Case) -> None:
     stored = stored_of(case)
-    context = assemble(system=[], summary=None, messages=stored, request=ContextRequest("gpt-4o", 100_000),
-                       spec=SPEC, count=count)  # fmt: skip
+    context = assemble(
+        system=[], summary=None, messages=stored, request=ContextRequest("gpt-4o", 100_000), spec=SPEC, count=count
+    )
     # The context serves the turns, and not the preamble (rule 2: it opens with a user message).
     assert [m["content"] for m in context.messages] == [mid for turn in case.turns for mid in turn]
     job = summarize_all(pending_of(stored))
@@ -160,8 +161,18 @@ def test_context_and_summarizer_count_the_same_turns(roles: list[str], budget_tu
     cost = SPEC.reply_priming + sum(
         message_cost(m, SPEC, include_reasoning=False, keep_images=True, count=count) for t in kept for m in t
     )
-    context = assemble(system=[], summary=None, messages=stored, request=ContextRequest("gpt-4o", max(cost, 1)),
-                       spec=SPEC, count=count) if turns else None  # fmt: skip
+    context = (
+        assemble(
+            system=[],
+            summary=None,
+            messages=stored,
+            request=ContextRequest("gpt-4o", max(cost, 1)),
+            spec=SPEC,
+            count=count,
+        )
+        if turns
+        else None
+    )
     job = summarize_all(pending_of(stored))
     if not turns:
         assert job is None

@@ -107,8 +107,15 @@ class Installed:
         return env
 
     def run(self, *argv: str | Path, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(a) for a in argv], cwd=cwd, env=self.env(), capture_output=True, text=True,
-                              timeout=timeout, check=False)  # fmt: skip
+        return subprocess.run(
+            [str(a) for a in argv],
+            cwd=cwd,
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
 
     def repo_accesses(self) -> list[dict[str, object]]:
         lines = self.audit_log.read_text().splitlines() if self.audit_log.exists() else []
@@ -126,15 +133,42 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
     assert not root.resolve().is_relative_to(REPO)
     started = time.monotonic()
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
-    _checked(subprocess.run([sys.executable, "-m", "build", "--wheel", "--outdir", str(root / "dist"), str(REPO)],
-                            cwd=root, env=clean, capture_output=True, text=True, timeout=300, check=False))  # fmt: skip
+    _checked(
+        subprocess.run(
+            [sys.executable, "-m", "build", "--wheel", "--outdir", str(root / "dist"), str(REPO)],
+            cwd=root,
+            env=clean,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+    )
     (wheel,) = (root / "dist").glob("convlog-*.whl")
     built = time.monotonic()
     venv = root / "venv"
-    _checked(subprocess.run([sys.executable, "-m", "venv", str(venv)], cwd=root, env=clean, capture_output=True,
-                            text=True, timeout=120, check=False))  # fmt: skip
-    _checked(subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet", str(wheel)], cwd=root, env=clean,
-                            capture_output=True, text=True, timeout=600, check=False))  # fmt: skip
+    _checked(
+        subprocess.run(
+            [sys.executable, "-m", "venv", str(venv)],
+            cwd=root,
+            env=clean,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    )
+    _checked(
+        subprocess.run(
+            [str(venv / "bin" / "pip"), "install", "--quiet", str(wheel)],
+            cwd=root,
+            env=clean,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+    )
     result = Installed(wheel, venv, root, root / "repo-accesses.jsonl")
     (result.site_packages / "_wheel_test_audit.py").write_text(_AUDIT_HOOK)
     (result.site_packages / "_wheel_test_audit.pth").write_text("import _wheel_test_audit\n")
@@ -218,8 +252,12 @@ def test_mypy_reads_the_installed_packages_types(installed: Installed, outside: 
     python = installed.venv / "bin" / "python"
     result = subprocess.run(
         [sys.executable, "-m", "mypy", "--no-incremental", "--python-executable", str(python), str(program)],
-        cwd=outside, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+        cwd=outside,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert "missing library stubs or py.typed marker" not in result.stdout, result.stdout
     assert 'has type "ConversationKey", variable has type "int"' in result.stdout, result.stdout
     assert result.stdout.count("error:") == 1, result.stdout

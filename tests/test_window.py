@@ -314,8 +314,9 @@ def test_a_conditional_erase_applies_only_if_nothing_was_applied_after_its_offse
     assert [e.offset for e in out.erasures] == ([len(events) - 1] if applies else [])
     assert (state.erased_at is not None, state.epoch) == (applies, 1 if applies else 0)
     assert state.last_at == (0, len(events) - 1)  # applied either way: it happened
-    unconditional = fold_in_batches(as_records([*events[:-1], Event("e9", KEY, T0, "t", ConversationErased())]), [],
-                                    WindowPolicy())  # fmt: skip
+    unconditional = fold_in_batches(
+        as_records([*events[:-1], Event("e9", KEY, T0, "t", ConversationErased())]), [], WindowPolicy()
+    )
     assert len(unconditional[0][0].erasures) == 1
 
 
@@ -383,17 +384,36 @@ def test_a_message_changes_only_the_fields_a_message_moves(role: str) -> None:
     from projectors.state import apply_event  # noqa: PLC0415
 
     state = ConversationState(
-        KEY, exists=True, title="kept", metadata={"k": "v"}, started_at=T0, last_activity_at=T0,
-        last_event_at=T0, message_count=5, turn_count=2, next_seq=7, epoch=3, clear_count=2,
-        erased_at=T0, open_tool_calls=("c1",), answered_tool_calls=("c0",), window=Window(2, (2, 4)),
-        last_at=(1, 40), first_offset=10, summary=SummaryAt(5, 3, 3, 1), turns_before_epoch=1,
+        KEY,
+        exists=True,
+        title="kept",
+        metadata={"k": "v"},
+        started_at=T0,
+        last_activity_at=T0,
+        last_event_at=T0,
+        message_count=5,
+        turn_count=2,
+        next_seq=7,
+        epoch=3,
+        clear_count=2,
+        erased_at=T0,
+        open_tool_calls=("c1",),
+        answered_tool_calls=("c0",),
+        window=Window(2, (2, 4)),
+        last_at=(1, 40),
+        first_offset=10,
+        summary=SummaryAt(5, 3, 3, 1),
+        turns_before_epoch=1,
         redacted_questions=(4,),
-    )  # fmt: skip
+    )
     assert all(getattr(state, f.name) != f.default for f in fields(state) if f.name not in ("key", "metadata"))
     body = MessageAppended(
-        message_id="m", role=role, content="hi", tool_call_id="c1" if role == "tool" else None,
+        message_id="m",
+        role=role,
+        content="hi",
+        tool_call_id="c1" if role == "tool" else None,
         finish_reason="stop" if role == "assistant" else None,
-    )  # fmt: skip
+    )
     later = T0 + timedelta(minutes=1)
     new, _ = apply_event(
         state, Event("e", KEY, later, "p", body), Coordinates(1, 41), policy=WindowPolicy(), history=_NoHistory()

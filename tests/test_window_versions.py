@@ -38,8 +38,9 @@ OLD, NEW = WindowPolicy(8, 6), WindowPolicy()  # the default before 12 -> 4, and
 
 
 def _settings(url: str, data_dir: Path, **window: int) -> Settings:
-    return Settings(database_url=url, data_dir=data_dir, partitions=2, api_tokens="acme:token-a",
-                    summarizer="off", **window)  # type: ignore[arg-type]  # fmt: skip
+    return Settings(
+        database_url=url, data_dir=data_dir, partitions=2, api_tokens="acme:token-a", summarizer="off", **window
+    )  # type: ignore[arg-type]
 
 
 async def _ask(service: Service, questions: range) -> int:
@@ -180,8 +181,13 @@ async def test_verify_replay_and_positions_use_the_live_versions_window_not_the_
             served, _ = await _live_and_rebuilt(service, await _ask(service, range(10)))
         assert _questions(served)[0] == "question 3"
         # The commands run with today's default, 12 -> 4 (no window variable set).
-        env = {**os.environ, "CONVLOG_DATABASE_URL": url, "CONVLOG_DATA_DIR": str(tmp_path),
-               "CONVLOG_PARTITIONS": "2", "CONVLOG_LOG_LEVEL": "warning"}  # fmt: skip
+        env = {
+            **os.environ,
+            "CONVLOG_DATABASE_URL": url,
+            "CONVLOG_DATA_DIR": str(tmp_path),
+            "CONVLOG_PARTITIONS": "2",
+            "CONVLOG_LOG_LEVEL": "warning",
+        }
         for name in ("CONVLOG_KAFKA_BOOTSTRAP", "CONVLOG_WINDOW_MAX_TURNS", "CONVLOG_WINDOW_KEEP_TURNS"):
             env.pop(name, None)
         verify = await asyncio.to_thread(convlog_cli, env, "verify", "--all")
@@ -258,8 +264,13 @@ async def _before_message(service: Service, message_id: str) -> bytes:
 
 
 def _env(url: str, data_dir: Path) -> dict[str, str]:
-    env = {**os.environ, "CONVLOG_DATABASE_URL": url, "CONVLOG_DATA_DIR": str(data_dir),
-           "CONVLOG_PARTITIONS": "2", "CONVLOG_LOG_LEVEL": "warning"}  # fmt: skip
+    env = {
+        **os.environ,
+        "CONVLOG_DATABASE_URL": url,
+        "CONVLOG_DATA_DIR": str(data_dir),
+        "CONVLOG_PARTITIONS": "2",
+        "CONVLOG_LOG_LEVEL": "warning",
+    }
     for name in ("CONVLOG_KAFKA_BOOTSTRAP", "CONVLOG_WINDOW_MAX_TURNS", "CONVLOG_WINDOW_KEEP_TURNS"):
         env.pop(name, None)
     return env
@@ -312,21 +323,34 @@ async def test_a_context_names_its_version_and_an_audit_naming_it_rebuilds_an_id
             as_v2, version = await _served(service, {"as_of": at, "read_models_version": 2})
             assert (as_v2, version) == (again, None)  # byte for byte; a rebuilt context names no version
             assert (await _served(service, {"as_of": at, "read_models_version": 1}))[0] == first
-            for params, code in (({"as_of": at, "read_models_version": 9}, "unknown_version"),
-                                 ({"read_models_version": 2}, "invalid_request")):  # fmt: skip
+            for params, code in (
+                ({"as_of": at, "read_models_version": 9}, "unknown_version"),
+                ({"read_models_version": 2}, "invalid_request"),
+            ):
                 refused = await _get(service, params)
                 assert (refused.status_code, refused.json()["error"]["code"]) == (422, code)
                 assert refused.json()["error"]["field"] == "read_models_version"
         # convlog replay as well.
         for version, expected in (("2", again), ("1", first)):
-            replay = await asyncio.to_thread(convlog_cli, _env(url, tmp_path), "replay", str(KEY), "--as-of", str(at),
-                                             "--budget-tokens", "100000", "--read-models-version", version)  # fmt: skip
+            replay = await asyncio.to_thread(
+                convlog_cli,
+                _env(url, tmp_path),
+                "replay",
+                str(KEY),
+                "--as-of",
+                str(at),
+                "--budget-tokens",
+                "100000",
+                "--read-models-version",
+                version,
+            )
             assert replay.returncode == 0, replay.stderr
             assert _questions(json.dumps(json.loads(replay.stdout.split("tokens):\n", 1)[1])).encode()) == _questions(
                 expected
             )
-        unknown = await asyncio.to_thread(convlog_cli, _env(url, tmp_path), "replay", str(KEY), "--as-of", str(at),
-                                          "--read-models-version", "9")  # fmt: skip
+        unknown = await asyncio.to_thread(
+            convlog_cli, _env(url, tmp_path), "replay", str(KEY), "--as-of", str(at), "--read-models-version", "9"
+        )
         assert unknown.returncode != 0
         assert "version 9 never served contexts" in unknown.stderr
 
@@ -334,8 +358,11 @@ async def test_a_context_names_its_version_and_an_audit_naming_it_rebuilds_an_id
 async def _get(service: Service, params: dict[str, Any]) -> httpx.Response:
     transport = httpx.ASGITransport(app=create_app(service.deps))
     async with httpx.AsyncClient(transport=transport, base_url="http://convlog") as client:
-        return await client.get("/v1/users/u1/conversations/c1/context",
-                                params={"model": "gpt-4o", "budget_tokens": 100_000, **params}, headers=A)  # fmt: skip
+        return await client.get(
+            "/v1/users/u1/conversations/c1/context",
+            params={"model": "gpt-4o", "budget_tokens": 100_000, **params},
+            headers=A,
+        )
 
 
 async def _served(service: Service, params: dict[str, Any]) -> tuple[bytes, str | None]:

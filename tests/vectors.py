@@ -77,26 +77,51 @@ def turn_bodies() -> list[tuple[str, EventBody]]:
     return [
         ("conversation_started", ConversationStarted(title="Overtime request", metadata={"channel": "web"})),
         ("user_message", message("user", content="How do I file an overtime request in the OA system?")),
-        ("assistant_tool_call", message(
-            "assistant", tool_calls=(ToolCall("call_1", "search_kb", '{"q": "overtime request"}'),),
-            reasoning_content="The knowledge base has the procedure.", model=MODEL,
-            usage=Usage(prompt_tokens=120, completion_tokens=18), finish_reason="tool_calls")),
-        ("tool_result", message(
-            "tool", content='{"hits": 3, "top": "OA > Attendance > Overtime"}', tool_call_id="call_1")),
-        ("assistant_answer", message(
-            "assistant", content="Open OA, then Attendance > Overtime, and submit the form.", model=MODEL,
-            usage=Usage(prompt_tokens=160, completion_tokens=24, cached_tokens=64), finish_reason="stop",
-            metadata={"app": "oa-assistant"})),
+        (
+            "assistant_tool_call",
+            message(
+                "assistant",
+                tool_calls=(ToolCall("call_1", "search_kb", '{"q": "overtime request"}'),),
+                reasoning_content="The knowledge base has the procedure.",
+                model=MODEL,
+                usage=Usage(prompt_tokens=120, completion_tokens=18),
+                finish_reason="tool_calls",
+            ),
+        ),
+        (
+            "tool_result",
+            message("tool", content='{"hits": 3, "top": "OA > Attendance > Overtime"}', tool_call_id="call_1"),
+        ),
+        (
+            "assistant_answer",
+            message(
+                "assistant",
+                content="Open OA, then Attendance > Overtime, and submit the form.",
+                model=MODEL,
+                usage=Usage(prompt_tokens=160, completion_tokens=24, cached_tokens=64),
+                finish_reason="stop",
+                metadata={"app": "oa-assistant"},
+            ),
+        ),
         ("user_follow_up", message("user", content="And on a public holiday?")),
-        ("native_assistant_with_reasoning", native_message(
-            message_id="", role="assistant", blocks=(
-                ReasoningBlock(text="Holiday overtime has a form of its own.", signature="EqQBCgIYAhIM"),
-                ReasoningBlock(redacted_data="RXJhc2VkIHJlYXNvbmluZw=="),
-                TextBlock("Use Attendance > Holiday overtime instead: it is paid double."),
-            ), provider="anthropic", api="anthropic", model=NATIVE_MODEL,
-            usage=Usage(prompt_tokens=410, completion_tokens=52, cached_tokens=256, cache_write_tokens=90),
-            finish_reason="stop")),
-    ]  # fmt: skip
+        (
+            "native_assistant_with_reasoning",
+            native_message(
+                message_id="",
+                role="assistant",
+                blocks=(
+                    ReasoningBlock(text="Holiday overtime has a form of its own.", signature="EqQBCgIYAhIM"),
+                    ReasoningBlock(redacted_data="RXJhc2VkIHJlYXNvbmluZw=="),
+                    TextBlock("Use Attendance > Holiday overtime instead: it is paid double."),
+                ),
+                provider="anthropic",
+                api="anthropic",
+                model=NATIVE_MODEL,
+                usage=Usage(prompt_tokens=410, completion_tokens=52, cached_tokens=256, cache_write_tokens=90),
+                finish_reason="stop",
+            ),
+        ),
+    ]
 
 
 def more_bodies() -> list[tuple[str, EventBody]]:
@@ -104,34 +129,76 @@ def more_bodies() -> list[tuple[str, EventBody]]:
     parts (text and image), the other body types, and native blocks of every kind with their
     optional fields. Not one conversation's story: each is checked on its own."""
     return [
-        ("user_message_with_image_parts", message(
-            "user", content=(TextPart("What does this form say?"), ImagePart("https://example.com/f.png", "high")),
-            name="employee_42", metadata={"locale": "zh-CN"})),
+        (
+            "user_message_with_image_parts",
+            message(
+                "user",
+                content=(TextPart("What does this form say?"), ImagePart("https://example.com/f.png", "high")),
+                name="employee_42",
+                metadata={"locale": "zh-CN"},
+            ),
+        ),
         ("system_message", message("system", content="You are the OA assistant.")),
-        ("interrupted_assistant", message(
-            "assistant", content="Open OA, then", finish_reason="interrupted", thinking_duration_ms=1200,
-            usage=Usage(reasoning_tokens=40))),
-        ("native_responses_assistant", native_message(
-            message_id="", role="assistant", blocks=(
-                ReasoningBlock(summary=("Looked up the form.",), encrypted_content="gAAAAB", item_id="rs_01"),
-                TextBlock("Here it is.", item_id="msg_01", extra='{"annotations":[]}'),
-                ToolCallBlock("call_2", "open_form", '{"form":"overtime"}', item_id="fc_01"),
-            ), provider="openai", api="responses", model="gpt-5")),
-        ("native_tool_result_error", native_message(
-            message_id="", role="tool", blocks=(TextBlock("form not found"),), api="responses",
-            tool_call_id="call_2", is_error=True)),
-        ("native_gemini_media_and_opaque", native_message(
-            message_id="", role="user", blocks=(
-                MediaBlock("image", data="iVBORw0KGgo=", media_type="image/png"),
-                MediaBlock("file", url="https://example.com/policy.pdf", media_type="application/pdf",
-                           filename="policy.pdf"),
-                OpaqueBlock("google", '{"executableCode":{"code":"print(1)"}}'),
-                TextBlock("Is this the policy?"),
-            ), provider="google", api="gemini")),
+        (
+            "interrupted_assistant",
+            message(
+                "assistant",
+                content="Open OA, then",
+                finish_reason="interrupted",
+                thinking_duration_ms=1200,
+                usage=Usage(reasoning_tokens=40),
+            ),
+        ),
+        (
+            "native_responses_assistant",
+            native_message(
+                message_id="",
+                role="assistant",
+                blocks=(
+                    ReasoningBlock(summary=("Looked up the form.",), encrypted_content="gAAAAB", item_id="rs_01"),
+                    TextBlock("Here it is.", item_id="msg_01", extra='{"annotations":[]}'),
+                    ToolCallBlock("call_2", "open_form", '{"form":"overtime"}', item_id="fc_01"),
+                ),
+                provider="openai",
+                api="responses",
+                model="gpt-5",
+            ),
+        ),
+        (
+            "native_tool_result_error",
+            native_message(
+                message_id="",
+                role="tool",
+                blocks=(TextBlock("form not found"),),
+                api="responses",
+                tool_call_id="call_2",
+                is_error=True,
+            ),
+        ),
+        (
+            "native_gemini_media_and_opaque",
+            native_message(
+                message_id="",
+                role="user",
+                blocks=(
+                    MediaBlock("image", data="iVBORw0KGgo=", media_type="image/png"),
+                    MediaBlock(
+                        "file",
+                        url="https://example.com/policy.pdf",
+                        media_type="application/pdf",
+                        filename="policy.pdf",
+                    ),
+                    OpaqueBlock("google", '{"executableCode":{"code":"print(1)"}}'),
+                    TextBlock("Is this the policy?"),
+                ),
+                provider="google",
+                api="gemini",
+            ),
+        ),
         ("message_redacted", MessageRedacted(message_id="vec-2", reason="personal data")),
         ("conversation_cleared", ConversationCleared(reason="new chat")),
         ("conversation_erased", ConversationErased(reason="user request", only_if_last_offset=41)),
-    ]  # fmt: skip
+    ]
 
 
 def message(role: Any, **fields: Any) -> MessageAppended:
@@ -237,15 +304,17 @@ def keys_document() -> dict[str, Any]:
     for tenant, user, conversation in KEYS:
         key = ConversationKey(tenant, user, conversation)
         raw = key.encode()
-        keys.append({
-            "tenant_id": tenant,
-            "user_id": user,
-            "conversation_id": conversation,
-            "key": str(key),
-            "key_hex": raw.hex(),
-            "murmur2": murmur2(raw),
-            "partitions": {str(n): partition_for_key(raw, n) for n in PARTITION_COUNTS},
-        })  # fmt: skip
+        keys.append(
+            {
+                "tenant_id": tenant,
+                "user_id": user,
+                "conversation_id": conversation,
+                "key": str(key),
+                "key_hex": raw.hex(),
+                "murmur2": murmur2(raw),
+                "partitions": {str(n): partition_for_key(raw, n) for n in PARTITION_COUNTS},
+            }
+        )
     return {
         "about": "Written by `python -m tests.vectors` from convlog's partitioner; do not edit. "
         "partition = (murmur2(key bytes) & 0x7fffffff) % count, Kafka's Java client's default.",

@@ -49,8 +49,10 @@ def _log(settings: Settings, args: argparse.Namespace) -> int:
         print(f"moved aside a torn tail of {repaired.torn_bytes} bytes (never acknowledged)")
     print(f"damaged bytes are in {repaired.side_file}; {repaired.holes} hole(s) keep their offsets taken")
     if repaired.renumbered:
-        print("later records of the damaged partitions have new offsets: rebuild the read models now "
-              "(`convlog rebuild read_models --new --switch`) before `convlog serve` takes appends")  # fmt: skip
+        print(
+            "later records of the damaged partitions have new offsets: rebuild the read models now "
+            "(`convlog rebuild read_models --new --switch`) before `convlog serve` takes appends"
+        )
     return 0
 
 
@@ -59,8 +61,10 @@ def _stop(settings: Settings, args: argparse.Namespace) -> int:
     from events.embedded_log_repair import log_in_use  # noqa: PLC0415
 
     if not args.force and log_in_use(settings.embedded_log_path):
-        print(f"convlog: a convlog process (serve, project or demo) still holds {settings.embedded_log_path}: "
-              "stop it first, or pass --force")  # fmt: skip
+        print(
+            f"convlog: a convlog process (serve, project or demo) still holds {settings.embedded_log_path}: "
+            "stop it first, or pass --force"
+        )
         return 2
     where = embedded_postgres_dir(settings.data_dir)
     if stop_embedded_postgres(settings.data_dir):

@@ -35,8 +35,9 @@ def _add_replay(sub: Any) -> None:
     )
     replay.add_argument("key", help=KEY_HELP)
     point = replay.add_mutually_exclusive_group()
-    point.add_argument("--as-of", type=_offset, metavar="OFFSET",
-                       help="log offset of one of its events (default: its last event)")  # fmt: skip
+    point.add_argument(
+        "--as-of", type=_offset, metavar="OFFSET", help="log offset of one of its events (default: its last event)"
+    )
     point.add_argument(
         "--before-message",
         metavar="MESSAGE_ID",
@@ -46,8 +47,12 @@ def _add_replay(sub: Any) -> None:
     replay.add_argument("--budget-tokens", type=_positive, default=128_000, metavar="N", help="default 128000")
     replay.add_argument("--reserve-tokens", type=_offset, default=0, metavar="N", help="kept free for the answer")
     replay.add_argument("--reasoning", choices=REASONING_POLICIES, default="omit")
-    replay.add_argument("--read-models-version", type=_positive, metavar="N",
-                        help="with version N's window (a context's Convlog-Read-Models-Version header)")  # fmt: skip
+    replay.add_argument(
+        "--read-models-version",
+        type=_positive,
+        metavar="N",
+        help="with version N's window (a context's Convlog-Read-Models-Version header)",
+    )
     replay.set_defaults(handler=_replay)
 
 
@@ -94,12 +99,19 @@ def _add_retention(sub: Any) -> None:
     retention = sub.add_parser("retention", help="archive, then erase, conversations idle for more than N days")
     retention.add_argument("--idle-days", type=_positive, required=True, metavar="N")
     retention.add_argument(
-        "--archive", type=Path, metavar="PATH", help="archive file, or a directory for a timestamped one in it "
-        "(default: DATA_DIR/retention)"
-    )  # fmt: skip
+        "--archive",
+        type=Path,
+        metavar="PATH",
+        help="archive file, or a directory for a timestamped one in it (default: DATA_DIR/retention)",
+    )
     retention.add_argument("--dry-run", action="store_true", help="list what would be erased; change nothing")
-    retention.add_argument("--wait", type=float, default=60.0, metavar="SECONDS",
-                           help="how long to wait for the projection to catch up first (default 60)")  # fmt: skip
+    retention.add_argument(
+        "--wait",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="how long to wait for the projection to catch up first (default 60)",
+    )
     retention.set_defaults(handler=_retention)
 
 
@@ -107,14 +119,18 @@ def _add_members(sub: Any) -> None:
     members = sub.add_parser("members", help="the Kafka consumer group members of the projector or the summarizer")
     member_actions = members.add_subparsers(dest="action", required=True, metavar="ACTION")
     remove = member_actions.add_parser(
-        "remove", help="remove static members stopped for good: their partitions move at once, not after the "
-        "session timeout"
-    )  # fmt: skip
+        "remove",
+        help="remove static members stopped for good: their partitions move at once, not after the session timeout",
+    )
     listed = member_actions.add_parser("list", help="the group's members: instance ids, hosts, partitions")
     listed.add_argument("role", choices=("projector", "summarizer"))
     remove.add_argument("role", choices=("projector", "summarizer"))
-    remove.add_argument("instance_id", nargs="+", metavar="INSTANCE_ID",
-                        help="the member's CONVLOG_PROJECTOR_INSTANCE_ID / CONVLOG_SUMMARIZER_INSTANCE_ID")  # fmt: skip
+    remove.add_argument(
+        "instance_id",
+        nargs="+",
+        metavar="INSTANCE_ID",
+        help="the member's CONVLOG_PROJECTOR_INSTANCE_ID / CONVLOG_SUMMARIZER_INSTANCE_ID",
+    )
     members.set_defaults(handler=_members)
 
 
@@ -163,8 +179,9 @@ def _replay(settings: Settings, args: argparse.Namespace) -> int:
     from query_api.context_types import ContextRequest  # noqa: PLC0415
 
     key = ConversationKey.parse(args.key)
-    request = ContextRequest(args.model, args.budget_tokens, args.reserve_tokens, 0, args.reasoning,
-                             settings.window_image_turns)  # fmt: skip
+    request = ContextRequest(
+        args.model, args.budget_tokens, args.reserve_tokens, 0, args.reasoning, settings.window_image_turns
+    )
 
     async def run() -> None:
         async with live_read_models(settings) as handle, opened_log(settings, read_only=True) as event_log:
@@ -176,11 +193,17 @@ def _replay(settings: Settings, args: argparse.Namespace) -> int:
                 if policy is None:
                     raise InvalidRequestError(f"read-models version {args.read_models_version} never served contexts")
             assert policy is not None
-            await replay(event_log, key, as_of=point, start_offset=start or 0, request=request,
-                         max_event_bytes=settings.max_event_bytes,
-                         policy=policy,
-                         default_encoding=settings.default_encoding,
-                         counted=settings.counted_encodings())  # fmt: skip
+            await replay(
+                event_log,
+                key,
+                as_of=point,
+                start_offset=start or 0,
+                request=request,
+                max_event_bytes=settings.max_event_bytes,
+                policy=policy,
+                default_encoding=settings.default_encoding,
+                counted=settings.counted_encodings(),
+            )
 
     asyncio.run(run())
     return 0
@@ -288,8 +311,16 @@ def _retention(settings: Settings, args: argparse.Namespace) -> int:
     async def run() -> int:
         async with live_read_models(settings) as handle, opened_log(settings) as event_log:
             producer = make_producer(event_log, settings, producer="convlog-retention")
-            report = await run_retention(handle.pool, handle.schema, event_log, producer, idle_days=args.idle_days,
-                                         archive=archive, dry_run=args.dry_run, wait_s=args.wait)  # fmt: skip
+            report = await run_retention(
+                handle.pool,
+                handle.schema,
+                event_log,
+                producer,
+                idle_days=args.idle_days,
+                archive=archive,
+                dry_run=args.dry_run,
+                wait_s=args.wait,
+            )
         for c in report.idle:
             if c.key not in report.woke:
                 verb = "would erase" if args.dry_run else "erased"
@@ -301,8 +332,10 @@ def _retention(settings: Settings, args: argparse.Namespace) -> int:
         elif report.archive is None:
             print(f"no conversation idle for more than {args.idle_days} days")
         else:
-            print(f"archived {report.archived_messages} message(s) of {len(report.idle)} conversation(s) "
-                  f"to {report.archive}; erased {report.erased}")  # fmt: skip
+            print(
+                f"archived {report.archived_messages} message(s) of {len(report.idle)} conversation(s) "
+                f"to {report.archive}; erased {report.erased}"
+            )
             for key in report.woke:
                 print(f"not erased  {key}  (written to during the run: no longer idle)")
         return 0

@@ -64,9 +64,15 @@ def _rebuild(settings: Settings, args: argparse.Namespace) -> int:
     from convlog.ops.rebuilding import RebuildOptions, rebuild  # noqa: PLC0415
 
     opts = RebuildOptions(
-        projection=args.projection, version=args.version, new=args.new, verify=args.verify, switch=args.switch,
-        park_poison=args.park_poison, batch_size=args.batch_size, workers=args.workers,
-    )  # fmt: skip
+        projection=args.projection,
+        version=args.version,
+        new=args.new,
+        verify=args.verify,
+        switch=args.switch,
+        park_poison=args.park_poison,
+        batch_size=args.batch_size,
+        workers=args.workers,
+    )
     return run_interruptibly(lambda stop: rebuild(settings, opts, stop))
 
 

@@ -68,8 +68,9 @@ def _json(response: httpx.Response) -> Any:
     try:
         return json.loads(response.content)
     except ValueError as e:
-        raise UnexpectedResponseError(f"the answer is not JSON: {response.text[:200]!r}",
-                                      status=response.status_code) from e  # fmt: skip
+        raise UnexpectedResponseError(
+            f"the answer is not JSON: {response.text[:200]!r}", status=response.status_code
+        ) from e
 
 
 def _reader(parse: Callable[[Any], T]) -> Callable[[httpx.Response], T]:
@@ -78,8 +79,9 @@ def _reader(parse: Callable[[Any], T]) -> Callable[[httpx.Response], T]:
         try:
             return parse(body)
         except (KeyError, TypeError, ValueError, AttributeError) as e:
-            raise UnexpectedResponseError(f"the answer lacks what this client reads ({e!r}): {str(body)[:200]}",
-                                          status=response.status_code) from e  # fmt: skip
+            raise UnexpectedResponseError(
+                f"the answer lacks what this client reads ({e!r}): {str(body)[:200]}", status=response.status_code
+            ) from e
 
     return read
 
@@ -98,26 +100,47 @@ def append(
 ) -> Call[AppendResult]:
     key = idempotency_key or str(uuid.uuid4())  # made here, once: every retry sends the same one
     return Call(
-        "POST", _conversation(user_id, conversation_id) + "/messages", _reader(AppendResult.from_json),
+        "POST",
+        _conversation(user_id, conversation_id) + "/messages",
+        _reader(AppendResult.from_json),
         params=None if format == "chat_completions" else {"format": format},
         body=json.dumps(payload, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode(),
-        headers={"Idempotency-Key": key, "Content-Type": "application/json"}, appends=True,
-    )  # fmt: skip
+        headers={"Idempotency-Key": key, "Content-Type": "application/json"},
+        appends=True,
+    )
 
 
 def context(
-    user_id: str, conversation_id: str, *, model: str, budget_tokens: int, reserve_tokens: int, tools_tokens: int,
-    reasoning: str, format: str, cache: bool, min_offset: int | None, as_of: int | None,  # noqa: A002
+    user_id: str,
+    conversation_id: str,
+    *,
+    model: str,
+    budget_tokens: int,
+    reserve_tokens: int,
+    tools_tokens: int,
+    reasoning: str,
+    format: str,  # noqa: A002 - the API parameter's name
+    cache: bool,
+    min_offset: int | None,
+    as_of: int | None,
     before_message: str | None,
-) -> Call[Context]:  # fmt: skip
+) -> Call[Context]:
     def read(response: httpx.Response) -> Context:
         prefix = response.headers.get(CACHEABLE_PREFIX_HEADER)
         return _reader(lambda body: Context.from_json(body, cacheable_prefix=prefix))(response)
 
-    params = _params(model=model, budget_tokens=budget_tokens, reserve_tokens=reserve_tokens or None,
-                     tools_tokens=tools_tokens or None, reasoning=None if reasoning == "omit" else reasoning,
-                     format=None if format == "chat_completions" else format, cache=cache or None,
-                     min_offset=min_offset, as_of=as_of, before_message=before_message)  # fmt: skip
+    params = _params(
+        model=model,
+        budget_tokens=budget_tokens,
+        reserve_tokens=reserve_tokens or None,
+        tools_tokens=tools_tokens or None,
+        reasoning=None if reasoning == "omit" else reasoning,
+        format=None if format == "chat_completions" else format,
+        cache=cache or None,
+        min_offset=min_offset,
+        as_of=as_of,
+        before_message=before_message,
+    )
     return Call("GET", _conversation(user_id, conversation_id) + "/context", read, params=params)
 
 
@@ -125,26 +148,40 @@ def messages(user_id: str, conversation_id: str, *, limit: int, before: int | No
     def parse(body: Any) -> TranscriptPage:
         return TranscriptPage(tuple(TranscriptMessage.from_json(m) for m in body["messages"]), body["next_before"])
 
-    return Call("GET", _conversation(user_id, conversation_id) + "/messages", _reader(parse),
-                params=_params(limit=limit, before=before))  # fmt: skip
+    return Call(
+        "GET",
+        _conversation(user_id, conversation_id) + "/messages",
+        _reader(parse),
+        params=_params(limit=limit, before=before),
+    )
 
 
 def summaries(user_id: str, conversation_id: str) -> Call[list[SummaryEntry]]:
-    return Call("GET", _conversation(user_id, conversation_id) + "/summaries",
-                _reader(lambda body: [SummaryEntry.from_json(s) for s in body["summaries"]]))  # fmt: skip
+    return Call(
+        "GET",
+        _conversation(user_id, conversation_id) + "/summaries",
+        _reader(lambda body: [SummaryEntry.from_json(s) for s in body["summaries"]]),
+    )
 
 
 def events(user_id: str, conversation_id: str) -> Call[list[LoggedEvent]]:
-    return Call("GET", _conversation(user_id, conversation_id) + "/events",
-                _reader(lambda body: [LoggedEvent.from_json(e) for e in body["events"]]))  # fmt: skip
+    return Call(
+        "GET",
+        _conversation(user_id, conversation_id) + "/events",
+        _reader(lambda body: [LoggedEvent.from_json(e) for e in body["events"]]),
+    )
 
 
 def conversations(user_id: str, *, limit: int, before: str | None) -> Call[ConversationPage]:
     def parse(body: Any) -> ConversationPage:
         return ConversationPage(tuple(Conversation.from_json(c) for c in body["conversations"]), body["next_before"])
 
-    return Call("GET", f"/v1/users/{quote(user_id, safe='')}/conversations", _reader(parse),
-                params=_params(limit=limit, before=before))  # fmt: skip
+    return Call(
+        "GET",
+        f"/v1/users/{quote(user_id, safe='')}/conversations",
+        _reader(parse),
+        params=_params(limit=limit, before=before),
+    )
 
 
 def redact(
@@ -153,13 +190,23 @@ def redact(
     key = idempotency_key or str(uuid.uuid4())  # once: a retried redaction is the same event
     body = json.dumps({} if reason is None else {"reason": reason}, ensure_ascii=False).encode()
     path = _conversation(user_id, conversation_id) + f"/messages/{quote(message_id, safe='')}/redact"
-    return Call("POST", path, _reader(AppendResult.from_json), body=body,
-                headers={"Idempotency-Key": key, "Content-Type": "application/json"})  # fmt: skip
+    return Call(
+        "POST",
+        path,
+        _reader(AppendResult.from_json),
+        body=body,
+        headers={"Idempotency-Key": key, "Content-Type": "application/json"},
+    )
 
 
 def clear(user_id: str, conversation_id: str) -> Call[AppendResult]:
-    return Call("POST", _conversation(user_id, conversation_id) + "/clear", _reader(AppendResult.from_json),
-                repeat=Repeat.UNSENT, appends=False)  # fmt: skip
+    return Call(
+        "POST",
+        _conversation(user_id, conversation_id) + "/clear",
+        _reader(AppendResult.from_json),
+        repeat=Repeat.UNSENT,
+        appends=False,
+    )
 
 
 def erase(user_id: str, conversation_id: str) -> Call[AppendResult]:
@@ -171,8 +218,13 @@ def healthz() -> Call[bool]:
 
 
 def readyz() -> Call[Readiness]:
-    return Call("GET", "/readyz", _reader(lambda body: Readiness(bool(body.get("ready")), body)),
-                repeat=Repeat.NEVER, answers=frozenset({200, 503}))  # fmt: skip
+    return Call(
+        "GET",
+        "/readyz",
+        _reader(lambda body: Readiness(bool(body.get("ready")), body)),
+        repeat=Repeat.NEVER,
+        answers=frozenset({200, 503}),
+    )
 
 
 def transport_error(e: httpx.TransportError, call: Call[Any]) -> tuple[ClientError, bool]:
@@ -215,8 +267,9 @@ def response_error(response: httpx.Response, call: Call[Any]) -> ClientError:
     else:
         cls = ServerError
     retriable = True if extra.get("retriable") is True else None
-    return cls(message, status=status, code=code, extra=extra, retry_after_s=_retry_after(response),
-               retriable=retriable)  # fmt: skip
+    return cls(
+        message, status=status, code=code, extra=extra, retry_after_s=_retry_after(response), retriable=retriable
+    )
 
 
 def _retry_after(response: httpx.Response) -> float | None:

@@ -64,8 +64,9 @@ class ConvlogClient:
         retry = 0
         while True:
             try:
-                response = self._http.request(call.method, call.path, params=call.params, content=call.body,
-                                              headers=call.headers)  # fmt: skip
+                response = self._http.request(
+                    call.method, call.path, params=call.params, content=call.body, headers=call.headers
+                )
             except httpx.TransportError as e:
                 error, sent = calls.transport_error(e, call)
                 cause: BaseException | None = e
@@ -73,39 +74,69 @@ class ConvlogClient:
                 if response.status_code in call.answers:
                     return call.read(response)
                 error, sent, cause = calls.response_error(response, call), True, None
-            wait = self.retry.next_wait_s(retry, error, repeat=call.repeat, sent=sent,
-                                          elapsed_s=time.monotonic() - started, rng=self._rng)  # fmt: skip
+            wait = self.retry.next_wait_s(
+                retry, error, repeat=call.repeat, sent=sent, elapsed_s=time.monotonic() - started, rng=self._rng
+            )
             if wait is None:
                 raise error from cause
             time.sleep(wait)
             retry += 1
 
     def append(
-        self, user_id: str, conversation_id: str, message: Any, *, format: str = "chat_completions",  # noqa: A002
+        self,
+        user_id: str,
+        conversation_id: str,
+        message: Any,
+        *,
+        format: str = "chat_completions",  # noqa: A002
         idempotency_key: str | None = None,
-    ) -> AppendResult:  # fmt: skip
+    ) -> AppendResult:
         """Append a message (a Chat Completions message dict, or a payload in ``format``:
         ``anthropic``, ``responses``, ``gemini``). Sent with ``idempotency_key`` — made here when
         None — on every try, so a retried append is stored once."""
-        return self._run(calls.append(user_id, conversation_id, message, format=format,
-                                      idempotency_key=idempotency_key))  # fmt: skip
+        return self._run(
+            calls.append(user_id, conversation_id, message, format=format, idempotency_key=idempotency_key)
+        )
 
     def context(
-        self, user_id: str, conversation_id: str, *, model: str, budget_tokens: int, reserve_tokens: int = 0,
-        tools_tokens: int = 0, reasoning: str = "omit", format: str = "chat_completions",  # noqa: A002
-        cache: bool = False, min_offset: int | None = None, as_of: int | None = None,
+        self,
+        user_id: str,
+        conversation_id: str,
+        *,
+        model: str,
+        budget_tokens: int,
+        reserve_tokens: int = 0,
+        tools_tokens: int = 0,
+        reasoning: str = "omit",
+        format: str = "chat_completions",  # noqa: A002
+        cache: bool = False,
+        min_offset: int | None = None,
+        as_of: int | None = None,
         before_message: str | None = None,
-    ) -> Context:  # fmt: skip
+    ) -> Context:
         """The history to send to ``model`` in ``format``, within the budget; ``min_offset`` (an
         append's ``offset``) waits until it is readable; ``as_of`` / ``before_message`` rebuild
         the context served then."""
-        return self._run(calls.context(
-            user_id, conversation_id, model=model, budget_tokens=budget_tokens, reserve_tokens=reserve_tokens,
-            tools_tokens=tools_tokens, reasoning=reasoning, format=format, cache=cache, min_offset=min_offset,
-            as_of=as_of, before_message=before_message))  # fmt: skip
+        return self._run(
+            calls.context(
+                user_id,
+                conversation_id,
+                model=model,
+                budget_tokens=budget_tokens,
+                reserve_tokens=reserve_tokens,
+                tools_tokens=tools_tokens,
+                reasoning=reasoning,
+                format=format,
+                cache=cache,
+                min_offset=min_offset,
+                as_of=as_of,
+                before_message=before_message,
+            )
+        )
 
-    def messages(self, user_id: str, conversation_id: str, *, limit: int = 100,
-                 before: int | None = None) -> TranscriptPage:  # fmt: skip
+    def messages(
+        self, user_id: str, conversation_id: str, *, limit: int = 100, before: int | None = None
+    ) -> TranscriptPage:
         """One page of the audit transcript: the ``limit`` messages before seq ``before``."""
         return self._run(calls.messages(user_id, conversation_id, limit=limit, before=before))
 
@@ -139,13 +170,19 @@ class ConvlogClient:
             before = page.next_before
 
     def redact(
-        self, user_id: str, conversation_id: str, message_id: str, *, reason: str | None = None,
+        self,
+        user_id: str,
+        conversation_id: str,
+        message_id: str,
+        *,
+        reason: str | None = None,
         idempotency_key: str | None = None,
-    ) -> AppendResult:  # fmt: skip
+    ) -> AppendResult:
         """Redact one message (``MessageRedacted``): its content leaves the read models and every
         context served from now on; the audit keeps that it existed."""
-        return self._run(calls.redact(user_id, conversation_id, message_id, reason=reason,
-                                      idempotency_key=idempotency_key))  # fmt: skip
+        return self._run(
+            calls.redact(user_id, conversation_id, message_id, reason=reason, idempotency_key=idempotency_key)
+        )
 
     def clear(self, user_id: str, conversation_id: str) -> AppendResult:
         """New chat: the window and summary restart (the audit keeps everything)."""

@@ -14,10 +14,23 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-ACCOUNTING_KEYS = frozenset({
-    "format", "token_count", "encoding", "encoding_estimated", "summary", "dropped_turns", "dropped",
-    "compressed", "degraded", "position", "estimate", "prompt_cache_key", "counted_at_read",
-})  # fmt: skip
+ACCOUNTING_KEYS = frozenset(
+    {
+        "format",
+        "token_count",
+        "encoding",
+        "encoding_estimated",
+        "summary",
+        "dropped_turns",
+        "dropped",
+        "compressed",
+        "degraded",
+        "position",
+        "estimate",
+        "prompt_cache_key",
+        "counted_at_read",
+    }
+)
 """The context body's keys that are not the provider's request fragment."""
 
 
@@ -149,8 +162,9 @@ class Context:
             token_count=body["token_count"],
             encoding=body.get("encoding"),
             encoding_estimated=bool(body.get("encoding_estimated", False)),
-            summary=None if summary is None else ContextSummary(
-                summary["summary_id"], summary["text"], summary.get("covers_through_seq")),
+            summary=None
+            if summary is None
+            else ContextSummary(summary["summary_id"], summary["text"], summary.get("covers_through_seq")),
             dropped_turns=body.get("dropped_turns", 0),
             dropped=tuple(Dropped(d.get("message_id"), d["what"], d["reason"]) for d in body.get("dropped", ())),
             position=Position(position["partition"], position.get("offset")),
@@ -160,7 +174,7 @@ class Context:
             cacheable_prefix_tokens=None if cacheable_prefix is None else int(cacheable_prefix),
             raw=body,
             counted_at_read=bool(body.get("counted_at_read", False)),
-        )  # fmt: skip
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,10 +201,23 @@ class TranscriptMessage:
     @classmethod
     def from_json(cls, m: Mapping[str, Any]) -> TranscriptMessage:
         return cls(
-            m["seq"], m["partition"], m["offset"], m["event_id"], m["message_id"], m["role"], m.get("content"),
-            m.get("name"), m.get("tool_calls"), m.get("tool_call_id"), m.get("model"), m.get("finish_reason"),
-            _time(m.get("occurred_at")), m.get("redacted") is not None, m.get("erased_at") is not None, m,
-        )  # fmt: skip
+            m["seq"],
+            m["partition"],
+            m["offset"],
+            m["event_id"],
+            m["message_id"],
+            m["role"],
+            m.get("content"),
+            m.get("name"),
+            m.get("tool_calls"),
+            m.get("tool_call_id"),
+            m.get("model"),
+            m.get("finish_reason"),
+            _time(m.get("occurred_at")),
+            m.get("redacted") is not None,
+            m.get("erased_at") is not None,
+            m,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,9 +247,17 @@ class SummaryEntry:
     @classmethod
     def from_json(cls, s: Mapping[str, Any]) -> SummaryEntry:
         return cls(
-            s["summary_id"], s["status"], s.get("text"), s.get("covers_through_message_id"), s.get("model"),
-            s.get("prompt_version"), s["partition"], s["offset"], _time(s.get("occurred_at")), s,
-        )  # fmt: skip
+            s["summary_id"],
+            s["status"],
+            s.get("text"),
+            s.get("covers_through_message_id"),
+            s.get("model"),
+            s.get("prompt_version"),
+            s["partition"],
+            s["offset"],
+            _time(s.get("occurred_at")),
+            s,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,8 +275,15 @@ class LoggedEvent:
 
     @classmethod
     def from_json(cls, e: Mapping[str, Any]) -> LoggedEvent:
-        return cls(e["partition"], e["offset"], e["event_id"], e["event_type"], _time(e.get("occurred_at")),
-                   e.get("producer"), e.get("body") or {})  # fmt: skip
+        return cls(
+            e["partition"],
+            e["offset"],
+            e["event_id"],
+            e["event_type"],
+            _time(e.get("occurred_at")),
+            e.get("producer"),
+            e.get("body") or {},
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,10 +303,16 @@ class Conversation:
     @classmethod
     def from_json(cls, c: Mapping[str, Any]) -> Conversation:
         return cls(
-            c["conversation_id"], c.get("title"), _time(c.get("started_at")), _time(c.get("last_activity_at")),
-            c.get("message_count", 0), c.get("turn_count", 0), bool(c.get("erased")), bool(c.get("cleared")),
+            c["conversation_id"],
+            c.get("title"),
+            _time(c.get("started_at")),
+            _time(c.get("last_activity_at")),
+            c.get("message_count", 0),
+            c.get("turn_count", 0),
+            bool(c.get("erased")),
+            bool(c.get("cleared")),
             bool(c.get("degraded")),
-        )  # fmt: skip
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,34 +24,59 @@ SYSTEM_PROMPT = "你是差旅助手。查询天气时并行调用 get_weather，
 PAYLOADS: list[dict[str, Any]] = [
     {"role": "user", "content": "我明天去北京和上海出差，两地天气怎么样？"},
     {
-        "id": "msg_01DemoThinkingTools", "type": "message", "role": "assistant", "model": CLAUDE,
+        "id": "msg_01DemoThinkingTools",
+        "type": "message",
+        "role": "assistant",
+        "model": CLAUDE,
         "content": [
-            {"type": "thinking", "thinking": "用户要两个城市的天气：北京、上海。两次查询互不依赖，可以并行。",
-             "signature": "EuYBCkQYAiJAdemo0signature0bound0to0the0model0that0made0it0verbatim0only=="},
+            {
+                "type": "thinking",
+                "thinking": "用户要两个城市的天气：北京、上海。两次查询互不依赖，可以并行。",
+                "signature": "EuYBCkQYAiJAdemo0signature0bound0to0the0model0that0made0it0verbatim0only==",
+            },
             {"type": "tool_use", "id": "toolu_01Beijing", "name": "get_weather", "input": {"city": "北京"}},
             {"type": "tool_use", "id": "toolu_01Shanghai", "name": "get_weather", "input": {"city": "上海"}},
         ],
-        "stop_reason": "tool_use", "stop_sequence": None,
-        "usage": {"input_tokens": 70, "output_tokens": 148, "cache_read_input_tokens": 0,
-                  "cache_creation_input_tokens": 0},
+        "stop_reason": "tool_use",
+        "stop_sequence": None,
+        "usage": {
+            "input_tokens": 70,
+            "output_tokens": 148,
+            "cache_read_input_tokens": 0,
+            "cache_creation_input_tokens": 0,
+        },
     },
-    {"role": "user", "content": [
-        {"type": "tool_result", "tool_use_id": "toolu_01Beijing", "content": "晴，-2°C 到 6°C，北风 3 级"},
-        {"type": "tool_result", "tool_use_id": "toolu_01Shanghai", "content": "小雨，7°C 到 11°C"},
-    ]},
     {
-        "id": "msg_01DemoFinalAnswer", "type": "message", "role": "assistant", "model": CLAUDE,
+        "role": "user",
         "content": [
-            {"type": "thinking", "thinking": "北京冷且干，上海有雨。提醒带伞和厚外套。",
-             "signature": "EuYBCkQYAiJAsecond0demo0signature0kept0byte0for0byte0by0convlog0=="},
+            {"type": "tool_result", "tool_use_id": "toolu_01Beijing", "content": "晴，-2°C 到 6°C，北风 3 级"},
+            {"type": "tool_result", "tool_use_id": "toolu_01Shanghai", "content": "小雨，7°C 到 11°C"},
+        ],
+    },
+    {
+        "id": "msg_01DemoFinalAnswer",
+        "type": "message",
+        "role": "assistant",
+        "model": CLAUDE,
+        "content": [
+            {
+                "type": "thinking",
+                "thinking": "北京冷且干，上海有雨。提醒带伞和厚外套。",
+                "signature": "EuYBCkQYAiJAsecond0demo0signature0kept0byte0for0byte0by0convlog0==",
+            },
             {"type": "text", "text": "北京明天晴，-2°C 到 6°C，带厚外套；上海小雨，7°C 到 11°C，记得带伞。"},
         ],
-        "stop_reason": "end_turn", "stop_sequence": None,
-        "usage": {"input_tokens": 96, "output_tokens": 96, "cache_read_input_tokens": 64,
-                  "cache_creation_input_tokens": 0},
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": {
+            "input_tokens": 96,
+            "output_tokens": 96,
+            "cache_read_input_tokens": 64,
+            "cache_creation_input_tokens": 0,
+        },
     },
     {"role": "user", "content": "那上海后天呢？"},
-]  # fmt: skip
+]
 
 
 async def append_claude_conversation(producer: ConversationProducer, key: ConversationKey) -> list[Appended]:
@@ -68,8 +93,14 @@ async def print_claude_contexts(service: Service, key: ConversationKey) -> None:
         inputs = await reads.context_inputs(key, encoding=spec.encoding)
         assert inputs is not None
         request = ContextRequest(target.model, 8000, reserve_tokens=1000, format=target.format, cache=target.cache)
-        ctx = assemble(system=inputs.system, summary=inputs.summary, messages=inputs.messages, request=request,
-                       spec=spec, count=cached_counter(spec.encoding))  # fmt: skip
+        ctx = assemble(
+            system=inputs.system,
+            summary=inputs.summary,
+            messages=inputs.messages,
+            request=request,
+            spec=spec,
+            count=cached_counter(spec.encoding),
+        )
         e = ctx.estimate
         estimated = (
             ""
@@ -82,8 +113,10 @@ async def print_claude_contexts(service: Service, key: ConversationKey) -> None:
                 else " (uncalibrated)"
             )
         )
-        print(f"context for the next turn of {key} — format={target.format}, model {target.model}: "
-              f"{ctx.token_count} tokens{estimated}")  # fmt: skip
+        print(
+            f"context for the next turn of {key} — format={target.format}, model {target.model}: "
+            f"{ctx.token_count} tokens{estimated}"
+        )
         for name, value in ctx.fragment.items():
             print(f"  {name}:")
             for item in value if isinstance(value, list) else [value]:

@@ -85,9 +85,11 @@ async def run_demo(settings: Settings) -> None:
         producer = service.deps.producer
         event_log = service.deps.queries.log
         oa_appended = await append_oa_conversation(producer, oa_key) + await append_oa_follow_ups(producer, oa_key)
-        written = [(oa_key, oa_appended),
-                   (tools_key, await append_tools_conversation(producer, tools_key)),
-                   (claude_key, await append_claude_conversation(producer, claude_key))]  # fmt: skip
+        written = [
+            (oa_key, oa_appended),
+            (tools_key, await append_tools_conversation(producer, tools_key)),
+            (claude_key, await append_claude_conversation(producer, claude_key)),
+        ]
         for key, appended in written:
             await print_conversation_events(event_log, key, start_offset=appended[0].offset)
         await _caught_up(service, {a.partition: a.offset for _, appended in written for a in appended})
@@ -121,8 +123,10 @@ async def print_summary(service: Service, key: ConversationKey) -> None:
         return
     summary = inputs.summary
     model = service.summarizer.model if service.summarizer else None
-    print(f"running summary of {key} — covers through seq {summary.covers_through_seq}, {summary.tokens} tokens"
-          f"{f', by {model.model} ({model.prompt_version})' if model else ''}:")  # fmt: skip
+    print(
+        f"running summary of {key} — covers through seq {summary.covers_through_seq}, {summary.tokens} tokens"
+        f"{f', by {model.model} ({model.prompt_version})' if model else ''}:"
+    )
     for line in summary.text.splitlines():
         print(f"  {preview(line)}")
     print()
@@ -136,13 +140,23 @@ async def print_context(
     inputs = await reads.context_inputs(key, encoding=spec.encoding)
     assert inputs is not None
     request = ContextRequest(model, budget_tokens, reserve_tokens=200, reasoning=reasoning)
-    ctx = assemble(system=inputs.system, summary=inputs.summary, messages=inputs.messages, request=request,
-                   spec=spec, count=cached_counter(spec.encoding))  # fmt: skip
-    print(f"context for the next turn of {key} — model {model}, budget {budget_tokens} (200 reserved), "
-          f"reasoning={reasoning}")  # fmt: skip
-    print(f"  window starts at seq {inputs.window_start}; summary: {'yes' if ctx.compressed else 'none yet'}; "
-          f"{ctx.dropped_turns} oldest turn(s) dropped for the budget; {ctx.token_count} tokens ({ctx.encoding}"
-          f"{', estimated' if spec.estimated else ''})")  # fmt: skip
+    ctx = assemble(
+        system=inputs.system,
+        summary=inputs.summary,
+        messages=inputs.messages,
+        request=request,
+        spec=spec,
+        count=cached_counter(spec.encoding),
+    )
+    print(
+        f"context for the next turn of {key} — model {model}, budget {budget_tokens} (200 reserved), "
+        f"reasoning={reasoning}"
+    )
+    print(
+        f"  window starts at seq {inputs.window_start}; summary: {'yes' if ctx.compressed else 'none yet'}; "
+        f"{ctx.dropped_turns} oldest turn(s) dropped for the budget; {ctx.token_count} tokens ({ctx.encoding}"
+        f"{', estimated' if spec.estimated else ''})"
+    )
     for message in ctx.messages:
         extras = []
         if message.get("tool_calls"):
@@ -175,16 +189,20 @@ def print_try_it(key: ConversationKey, settings: Settings) -> None:
     print(f"  curl -s {auth} -H 'Content-Type: application/json' -X POST '{base}/messages' \\")
     print('       -d \'{"role": "user", "content": "审批通过后多久能调休？"}\'')
     print(f"  curl -s {auth} '{base}/messages?limit=5' | python3 -m json.tool")
-    print(f"  curl -s {auth} '{base}/context?model=claude-sonnet-4-5&budget_tokens=1200&format=anthropic&cache=true'"
-          " | python3 -m json.tool")  # fmt: skip
+    print(
+        f"  curl -s {auth} '{base}/context?model=claude-sonnet-4-5&budget_tokens=1200&format=anthropic&cache=true'"
+        " | python3 -m json.tool"
+    )
     print(f"  curl -s {auth} '{root}' | python3 -m json.tool")
 
 
 def print_stop_hint(settings: Settings) -> None:
     if settings.database_url:
         return  # not ours to stop
-    print("\nThe embedded Postgres keeps running for the next command (its data stays in "
-          f"{settings.data_dir}/postgres). When you are done:")  # fmt: skip
+    print(
+        "\nThe embedded Postgres keeps running for the next command (its data stays in "
+        f"{settings.data_dir}/postgres). When you are done:"
+    )
     print(f"  {_as_set(settings)}.venv/bin/convlog stop")
 
 

@@ -147,9 +147,14 @@ class ConvlogSession(SessionABC):
         whether there are instructions."""
         try:
             context = await self.client.context(
-                self.user_id, self.session_id, model=self.model, budget_tokens=self.budget_tokens,
-                reserve_tokens=self.reserve_tokens, format="responses", min_offset=self._min_offset,
-            )  # fmt: skip
+                self.user_id,
+                self.session_id,
+                model=self.model,
+                budget_tokens=self.budget_tokens,
+                reserve_tokens=self.reserve_tokens,
+                format="responses",
+                min_offset=self._min_offset,
+            )
         except NotFoundError:
             return [], False
         items = [dict(item) for item in context.input or ()]
@@ -166,8 +171,9 @@ class ConvlogSession(SessionABC):
             self._next_slot[digest] += 1
         key = str(uuid.uuid5(_KEYS, f"{self._scope}\n{self.user_id}\n{self.session_id}\n{slot}\n{digest}"))
         try:
-            appended = await self.client.append(self.user_id, self.session_id, list(payload), format="responses",
-                                                idempotency_key=key)  # fmt: skip
+            appended = await self.client.append(
+                self.user_id, self.session_id, list(payload), format="responses", idempotency_key=key
+            )
         except BaseException:  # maybe stored: the retry of these items takes this slot again
             free.append(slot)
             free.sort()

@@ -181,8 +181,7 @@ class ConvlogChatMessageHistory(BaseChatMessageHistory):
             return
         payload, key = to_chat_completions(messages), self._idempotency_key(messages)
         with self._sync() as client:
-            _OFFSETS.seen(self._key(client), client.append(self.user_id, self.session_id, payload,
-                                                           idempotency_key=key))  # fmt: skip
+            _OFFSETS.seen(self._key(client), client.append(self.user_id, self.session_id, payload, idempotency_key=key))
 
     async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
         if not messages:
@@ -192,8 +191,9 @@ class ConvlogChatMessageHistory(BaseChatMessageHistory):
             if client is None:
                 await super().aadd_messages(messages)
                 return
-            _OFFSETS.seen(self._key(client), await client.append(self.user_id, self.session_id, payload,
-                                                                 idempotency_key=key))  # fmt: skip
+            _OFFSETS.seen(
+                self._key(client), await client.append(self.user_id, self.session_id, payload, idempotency_key=key)
+            )
 
     def clear(self) -> None:
         with self._sync() as client:
@@ -217,8 +217,13 @@ class ConvlogChatMessageHistory(BaseChatMessageHistory):
     # -- helpers -----------------------------------------------------------------------------
 
     def _context_options(self, client: ConvlogClient | AsyncConvlogClient) -> dict[str, Any]:
-        return {"model": self.model, "budget_tokens": self.budget_tokens, "reserve_tokens": self.reserve_tokens,
-                "reasoning": self.reasoning, "min_offset": _OFFSETS.get(self._key(client))}  # fmt: skip
+        return {
+            "model": self.model,
+            "budget_tokens": self.budget_tokens,
+            "reserve_tokens": self.reserve_tokens,
+            "reasoning": self.reasoning,
+            "min_offset": _OFFSETS.get(self._key(client)),
+        }
 
     def _idempotency_key(self, messages: Sequence[BaseMessage]) -> str | None:
         """A key derived from the messages' ids when every one has an id (the same messages

@@ -164,8 +164,15 @@ class ConvlogHistory(Sequence[ModelMessage]):
         before anything is sent; the client's errors (:mod:`convlog.client.errors`) otherwise."""
         client = self._sync_client()
         for message, append in self._appends(messages):
-            self._stored(client.append(self.user_id, self.conversation_id, append.payload, format=append.format,
-                                       idempotency_key=idempotency_key(message)))  # fmt: skip
+            self._stored(
+                client.append(
+                    self.user_id,
+                    self.conversation_id,
+                    append.payload,
+                    format=append.format,
+                    idempotency_key=idempotency_key(message),
+                )
+            )
 
     def clear(self) -> None:
         """A new chat: ``load()`` starts empty again (convlog's audit keeps everything)."""
@@ -183,8 +190,9 @@ class ConvlogHistory(Sequence[ModelMessage]):
             return await asyncio.to_thread(self.load, model=model)
         fmt, name = format_for(model or self.model)
         try:
-            ctx = await self._async_client().context(self.user_id, self.conversation_id,
-                                                     **self._context_args(fmt, name))  # fmt: skip
+            ctx = await self._async_client().context(
+                self.user_id, self.conversation_id, **self._context_args(fmt, name)
+            )
         except NotFoundError:  # nothing appended yet: a new conversation
             return self._messages(None)
         return self._messages(ctx)
@@ -196,8 +204,11 @@ class ConvlogHistory(Sequence[ModelMessage]):
         client = self._async_client()
         for message, append in self._appends(messages):
             key = idempotency_key(message)
-            self._stored(await client.append(self.user_id, self.conversation_id, append.payload,
-                                             format=append.format, idempotency_key=key))  # fmt: skip
+            self._stored(
+                await client.append(
+                    self.user_id, self.conversation_id, append.payload, format=append.format, idempotency_key=key
+                )
+            )
 
     async def aclear(self) -> None:
         if self._sync is not None:
@@ -226,8 +237,14 @@ class ConvlogHistory(Sequence[ModelMessage]):
         return self._async
 
     def _context_args(self, fmt: Format, model: str) -> dict[str, Any]:
-        return {"model": model, "budget_tokens": self.budget_tokens, "reserve_tokens": self.reserve_tokens,
-                "tools_tokens": self.tools_tokens, "format": fmt, "min_offset": self._offset}  # fmt: skip
+        return {
+            "model": model,
+            "budget_tokens": self.budget_tokens,
+            "reserve_tokens": self.reserve_tokens,
+            "tools_tokens": self.tools_tokens,
+            "format": fmt,
+            "min_offset": self._offset,
+        }
 
     def _messages(self, ctx: Context | None) -> list[ModelMessage]:
         self.last_context = ctx

@@ -161,8 +161,13 @@ def _responses_response(message: ModelResponse) -> dict[str, Any]:
             text = {"type": "output_text", "text": part.content, "annotations": []}
             item: dict[str, Any] = {"type": "message", "role": "assistant", "status": "completed", "content": [text]}
         elif isinstance(part, ToolCallPart):
-            item = {"type": "function_call", "call_id": part.tool_call_id, "name": part.tool_name,
-                    "arguments": part.args_as_json_str(), "status": "completed"}  # fmt: skip
+            item = {
+                "type": "function_call",
+                "call_id": part.tool_call_id,
+                "name": part.tool_name,
+                "arguments": part.args_as_json_str(),
+                "status": "completed",
+            }
         else:
             raise unsupported(part, "a response's")
         if part.id:
@@ -194,8 +199,14 @@ def _anthropic_request_blocks(parts: Sequence[ModelRequestPart]) -> list[dict[st
         if row is None:
             continue
         if row["role"] == "tool":
-            results.append({"type": "tool_result", "tool_use_id": row["tool_call_id"], "content": row["content"],
-                            "is_error": _is_error(part)})  # fmt: skip
+            results.append(
+                {
+                    "type": "tool_result",
+                    "tool_use_id": row["tool_call_id"],
+                    "content": row["content"],
+                    "is_error": _is_error(part),
+                }
+            )
         elif isinstance(row["content"], str):
             rest.append({"type": "text", "text": row["content"]})
         else:
@@ -268,16 +279,24 @@ def _anthropic_response(message: ModelResponse) -> dict[str, Any]:
             # as text, which is not history the model wrote: it is not stored.
         else:
             blocks.extend(_anthropic_block(part))
-    doc: dict[str, Any] = {"type": "message", "role": "assistant", "model": message.model_name or ANTHROPIC,
-                           "content": blocks or [{"type": "text", "text": ""}]}  # fmt: skip
+    doc: dict[str, Any] = {
+        "type": "message",
+        "role": "assistant",
+        "model": message.model_name or ANTHROPIC,
+        "content": blocks or [{"type": "text", "text": ""}],
+    }
     if message.finish_reason in _STOP_REASONS:
         doc["stop_reason"] = _STOP_REASONS[message.finish_reason]
     counts = _usage_counts(message)
     if counts is not None:
         total, out, read, write = counts
         # Pydantic AI's input_tokens include the cache reads and writes; Anthropic's do not.
-        doc["usage"] = {"input_tokens": max(total - read - write, 0), "output_tokens": out,
-                        "cache_read_input_tokens": read, "cache_creation_input_tokens": write}  # fmt: skip
+        doc["usage"] = {
+            "input_tokens": max(total - read - write, 0),
+            "output_tokens": out,
+            "cache_read_input_tokens": read,
+            "cache_creation_input_tokens": write,
+        }
     return doc
 
 
@@ -300,8 +319,13 @@ def _chat_response(message: ModelResponse) -> dict[str, Any]:
             if part.content:
                 thinking.append(part.content)
         elif isinstance(part, ToolCallPart):
-            calls.append({"id": part.tool_call_id, "type": "function",
-                          "function": {"name": part.tool_name, "arguments": part.args_as_json_str()}})  # fmt: skip
+            calls.append(
+                {
+                    "id": part.tool_call_id,
+                    "type": "function",
+                    "function": {"name": part.tool_name, "arguments": part.args_as_json_str()},
+                }
+            )
         else:
             raise unsupported(part, "a response's")
     # Pydantic AI's OpenAI model joins several text parts the same way.

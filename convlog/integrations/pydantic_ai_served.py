@@ -151,12 +151,25 @@ def from_responses(instructions: Any, items: Sequence[Mapping[str, Any]]) -> lis
         if kind == "reasoning":
             summaries = [str(s.get("text", "")) for s in item.get("summary") or ()] or [""]
             for i, text in enumerate(summaries):
-                output.append(ThinkingPart(text, id=item.get("id"), provider_name=OPENAI,
-                                           signature=item.get("encrypted_content") if i == 0 else None))  # fmt: skip
+                output.append(
+                    ThinkingPart(
+                        text,
+                        id=item.get("id"),
+                        provider_name=OPENAI,
+                        signature=item.get("encrypted_content") if i == 0 else None,
+                    )
+                )
             signed = True
         elif kind == "function_call":
-            output.append(ToolCallPart(item["name"], item["arguments"], tool_call_id=item["call_id"], id=item.get("id"),
-                                       provider_name=OPENAI if item.get("id") else None))  # fmt: skip
+            output.append(
+                ToolCallPart(
+                    item["name"],
+                    item["arguments"],
+                    tool_call_id=item["call_id"],
+                    id=item.get("id"),
+                    provider_name=OPENAI if item.get("id") else None,
+                )
+            )
         elif kind == "message" and role == "assistant":
             text = _text_of(item.get("content"))
             output.append(TextPart(text, id=item.get("id"), provider_name=OPENAI if item.get("id") else None))
@@ -221,8 +234,9 @@ def _anthropic_parts(blocks: Sequence[Mapping[str, Any]]) -> tuple[list[ModelRes
     for block in blocks:
         kind = block.get("type")
         if kind == "thinking":
-            parts.append(ThinkingPart(str(block.get("thinking", "")), signature=block.get("signature"),
-                                      provider_name=ANTHROPIC))  # fmt: skip
+            parts.append(
+                ThinkingPart(str(block.get("thinking", "")), signature=block.get("signature"), provider_name=ANTHROPIC)
+            )
             signed = True
         elif kind == "redacted_thinking":
             parts.append(ThinkingPart("", id=REDACTED_THINKING_ID, signature=block["data"], provider_name=ANTHROPIC))

@@ -169,14 +169,20 @@ async def run_retention(
         if dry_run or not idle:
             return RetentionReport(idle, None, 0, 0)
         path = archive_path(archive, now)
-        manifest = {"made_by": "convlog retention", "created_at": now.isoformat(), "idle_days": idle_days,
-                    "cutoff": cutoff.isoformat(), "schema": schema}  # fmt: skip
+        manifest = {
+            "made_by": "convlog retention",
+            "created_at": now.isoformat(),
+            "idle_days": idle_days,
+            "cutoff": cutoff.isoformat(),
+            "schema": schema,
+        }
         archived = await _write_archive(pool, schema, path, idle, manifest, progress=progress)
         # Someone wrote to an idle conversation while it was selected and archived: it is not idle.
         woke = await active_since(event_log, started_at, {c.key for c in idle})
         erase = [c for c in idle if c.key not in woke]
-        erased = await _erase(producer, erase, idle_days=idle_days, archive=path, concurrency=concurrency,
-                              progress=progress)  # fmt: skip
+        erased = await _erase(
+            producer, erase, idle_days=idle_days, archive=path, concurrency=concurrency, progress=progress
+        )
         return RetentionReport(idle, path, archived, erased, sorted(woke))
 
 
@@ -216,11 +222,17 @@ async def _erase(
     bar = tqdm(total=len(idle), unit="conv", desc="erase", disable=not progress, leave=False)
 
     async def erase(c: IdleConversation) -> None:
-        reason = (f"retention: idle for more than {idle_days} days (last event {c.last_event_at.isoformat()}); "
-                  f"archived in {archive.name}")  # fmt: skip
+        reason = (
+            f"retention: idle for more than {idle_days} days (last event {c.last_event_at.isoformat()}); "
+            f"archived in {archive.name}"
+        )
         async with gate:
-            await producer.erase(ConversationKey.parse(c.key), reason=reason, event_id=c.erase_event_id(),
-                                 only_if_last_offset=c.last_offset)  # fmt: skip
+            await producer.erase(
+                ConversationKey.parse(c.key),
+                reason=reason,
+                event_id=c.erase_event_id(),
+                only_if_last_offset=c.last_offset,
+            )
         bar.update(1)
 
     try:
@@ -257,9 +269,21 @@ async def retention_schedule(
             if live is None:
                 continue
             await asyncio.to_thread(archive_dir.mkdir, parents=True, exist_ok=True)
-            report = await run_retention(pool, live.schema, event_log, producer, idle_days=idle_days,
-                                         archive=archive_dir, dry_run=False, progress=False)  # fmt: skip
-            log.info("retention.done", erased=report.erased, archived_messages=report.archived_messages,
-                     archive=str(report.archive) if report.archive else None)  # fmt: skip
+            report = await run_retention(
+                pool,
+                live.schema,
+                event_log,
+                producer,
+                idle_days=idle_days,
+                archive=archive_dir,
+                dry_run=False,
+                progress=False,
+            )
+            log.info(
+                "retention.done",
+                erased=report.erased,
+                archived_messages=report.archived_messages,
+                archive=str(report.archive) if report.archive else None,
+            )
         except (ConvlogError, OSError) as e:  # driver errors arrive converted
             log.warning("retention.failed", error=str(e), next_run_s=interval_s)

@@ -67,8 +67,10 @@ async def show_dead_letter(pool: PgPool, schema: str, dead_letter_id: int) -> st
     except DecodeError as e:
         lines += [f"  value         not decodable by this build ({e}); {len(record.value)} bytes:", _hex(record.value)]
     else:
-        lines += ["  event (decoded by this build):", json.dumps(events_json([(record, event)])[0], indent=2,
-                                                                 ensure_ascii=False)]  # fmt: skip
+        lines += [
+            "  event (decoded by this build):",
+            json.dumps(events_json([(record, event)])[0], indent=2, ensure_ascii=False),
+        ]
     return "\n".join(lines)
 
 
@@ -93,9 +95,13 @@ def store_for(pool: PgPool, schema: str, settings: Settings, *, policy: WindowPo
     """The store the projector itself uses (same codec, size limit and ``policy``, the window
     policy of the version ``schema`` holds)."""
     return PostgresProjectionStore(
-        pool, schema=schema, codec=default_codec(), counter=TokenCounter(encodings=settings.counted_encodings()),
-        policy=policy, max_event_bytes=settings.max_event_bytes,
-    )  # fmt: skip
+        pool,
+        schema=schema,
+        codec=default_codec(),
+        counter=TokenCounter(encodings=settings.counted_encodings()),
+        policy=policy,
+        max_event_bytes=settings.max_event_bytes,
+    )
 
 
 async def resolve(store: PostgresProjectionStore, dead_letter_id: int, *, skip_reason: str | None) -> BatchReport:
@@ -108,6 +114,8 @@ async def resolve(store: PostgresProjectionStore, dead_letter_id: int, *, skip_r
 def describe_report(report: BatchReport, *, verb: str, dead_letter_id: int) -> str:
     text = f"dead letter {dead_letter_id} {verb}: {report.applied} event(s) applied, {report.duplicates} duplicate(s)"
     if report.dead_lettered or report.held:
-        text += (f"; the conversation is parked again ({report.dead_lettered} new dead letter(s), "
-                 f"{report.held} record(s) held)")  # fmt: skip
+        text += (
+            f"; the conversation is parked again ({report.dead_lettered} new dead letter(s), "
+            f"{report.held} record(s) held)"
+        )
     return text

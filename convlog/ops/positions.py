@@ -47,12 +47,17 @@ async def window_lines(pool: PgPool, settings_policy: WindowPolicy) -> list[str]
     with pg_errors("read the versions' window policies"):
         known = [v for v in await known_versions(pool) if v.status != "retired"]
     # Worded so that no line reads as a row of the table above (scripts parse those).
-    lines = [f"{v.projection} v{v.version} ({v.status}) window: at most {v.policy.max_turns} turns, "
-             f"dropping to {v.policy.keep_turns}" for v in known]  # fmt: skip
+    lines = [
+        f"{v.projection} v{v.version} ({v.status}) window: at most {v.policy.max_turns} turns, "
+        f"dropping to {v.policy.keep_turns}"
+        for v in known
+    ]
     if any(v.policy != settings_policy for v in known):
-        lines.append(f"the settings name at most {settings_policy.max_turns} turns, dropping to "
-                     f"{settings_policy.keep_turns} (CONVLOG_WINDOW_MAX_TURNS / KEEP_TURNS): "
-                     "the next convlog rebuild uses them")  # fmt: skip
+        lines.append(
+            f"the settings name at most {settings_policy.max_turns} turns, dropping to "
+            f"{settings_policy.keep_turns} (CONVLOG_WINDOW_MAX_TURNS / KEEP_TURNS): "
+            "the next convlog rebuild uses them"
+        )
     return lines
 
 

@@ -44,6 +44,13 @@ async def make_store(
     version are skipped here too (with the same reason): the log does not hold that decision,
     and without it the rebuild would stop there, or park the conversation, and differ."""
     inputs = await registry.store_inputs(pool, schema)  # the version's own window policy (a resumed one keeps its)
-    return PostgresProjectionStore(pool, schema=schema, codec=default_codec(), counter=counter,
-                           policy=inputs.policy, max_event_bytes=settings.max_event_bytes,
-                           fail_fast=not park_poison, skips=inputs.skips)  # fmt: skip
+    return PostgresProjectionStore(
+        pool,
+        schema=schema,
+        codec=default_codec(),
+        counter=counter,
+        policy=inputs.policy,
+        max_event_bytes=settings.max_event_bytes,
+        fail_fast=not park_poison,
+        skips=inputs.skips,
+    )

@@ -135,9 +135,16 @@ class _Worker:
 
 
 async def build_sharing(
-    settings: Settings, event_log: EventLog, store: ProjectionStore, todo: Mapping[int, int], *, workers: int,
-    batch_size: int, park_poison: bool, stop: asyncio.Event,
-) -> None:  # fmt: skip
+    settings: Settings,
+    event_log: EventLog,
+    store: ProjectionStore,
+    todo: Mapping[int, int],
+    *,
+    workers: int,
+    batch_size: int,
+    park_poison: bool,
+    stop: asyncio.Event,
+) -> None:
     """Project ``todo`` (partition -> offset to reach) with this process and up to ``workers - 1``
     worker processes. Raises the first failure (this process' own, or a worker's); returns when
     every process stopped, with ``stop`` after its batch in flight."""
@@ -150,9 +157,16 @@ async def build_sharing(
 
 class _Sharing:
     def __init__(
-        self, event_log: EventLog, store: ProjectionStore, todo: Mapping[int, int], pool: list[_Worker], *,
-        batch_size: int, stop: asyncio.Event, ready_grace_s: float = 0.0,
-    ) -> None:  # fmt: skip
+        self,
+        event_log: EventLog,
+        store: ProjectionStore,
+        todo: Mapping[int, int],
+        pool: list[_Worker],
+        *,
+        batch_size: int,
+        stop: asyncio.Event,
+        ready_grace_s: float = 0.0,
+    ) -> None:
         self._todo = todo
         self._ready_grace_s = ready_grace_s
         self._until = dict(todo)  # this process' partitions: its projector reads it live, hand-overs shrink it
@@ -179,8 +193,10 @@ class _Sharing:
         forwarding = asyncio.create_task(self._stop.wait())
         forwarding.add_done_callback(lambda _: self._halt.set())
         stopping = asyncio.create_task(self._stop_workers())
-        serving = [asyncio.create_task(self._serve(w, own, r, k))
-                   for w, r, k in zip(self._pool, readiness, keeping, strict=True)]  # fmt: skip
+        serving = [
+            asyncio.create_task(self._serve(w, own, r, k))
+            for w, r, k in zip(self._pool, readiness, keeping, strict=True)
+        ]
         try:
             await asyncio.gather(own, *serving)
         finally:
@@ -222,8 +238,11 @@ class _Sharing:
             await stderr
         if not worker.handed and worker.proc.returncode not in (0, -signal.SIGKILL):
             # Its partitions stayed here, so the rebuild is whole; but say why it did not help.
-            log.warning("rebuild.worker_failed_to_start", code=worker.proc.returncode,
-                        error=worker.stderr.decode(errors="replace").strip()[-500:])  # fmt: skip
+            log.warning(
+                "rebuild.worker_failed_to_start",
+                code=worker.proc.returncode,
+                error=worker.stderr.decode(errors="replace").strip()[-500:],
+            )
         error = worker.failure(stopped=self._stop.is_set())
         if error is not None:
             raise error
@@ -236,8 +255,10 @@ class _Sharing:
         for p in share:
             self._until.pop(p, None)
         if share:
-            say(f"a worker process joined after {time.monotonic() - self._started:.1f} s: "
-                f"partitions {', '.join(map(str, share))} handed over to it")  # fmt: skip
+            say(
+                f"a worker process joined after {time.monotonic() - self._started:.1f} s: "
+                f"partitions {', '.join(map(str, share))} handed over to it"
+            )
         return {p: self._todo[p] for p in share}
 
 
@@ -277,7 +298,15 @@ async def start_worker(schema: str, flags: list[str], env: dict[str, str]) -> Wo
         except OSError as e:
             log.warning("rebuild.worker_not_forked", error=str(e), hint="starting it afresh")
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "convlog.ops.rebuild_worker", schema, "-", *flags, env=env,
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        sys.executable,
+        "-m",
+        "convlog.ops.rebuild_worker",
+        schema,
+        "-",
+        *flags,
+        env=env,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
         start_new_session=True,
-    )  # fmt: skip
+    )

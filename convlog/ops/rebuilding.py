@@ -102,8 +102,10 @@ async def rebuild(settings: Settings, opts: RebuildOptions, stop: asyncio.Event)
                     say("not switching: the versions differ" if opts.switch else "the versions differ")
                     return 1
             if not opts.switch:
-                say(f"version {target.version} built; make it live with: "
-                    f"convlog rebuild {opts.projection} --version {target.version} --switch")  # fmt: skip
+                say(
+                    f"version {target.version} built; make it live with: "
+                    f"convlog rebuild {opts.projection} --version {target.version} --switch"
+                )
                 return 0
             live_read = await stored_positions(pool, live.schema)  # before the log end the catch-up reads
             # Catch up to the log's end once more so that reads of the new version start fresh; what
@@ -115,8 +117,10 @@ async def rebuild(settings: Settings, opts: RebuildOptions, stop: asyncio.Event)
                 return INTERRUPTED
             await check_not_behind(store, live_read, settings.topic)
             await registry.make_live(pool, opts.projection, target.version)
-            say(f"version {target.version} is live; version {live.version} is retired "
-                f"(remove it with: convlog drop {opts.projection} --version {live.version})")  # fmt: skip
+            say(
+                f"version {target.version} is live; version {live.version} is retired "
+                f"(remove it with: convlog drop {opts.projection} --version {live.version})"
+            )
             return 0
 
 
@@ -159,8 +163,10 @@ async def choose_version(pool: PgPool, opts: RebuildOptions, *, settings_policy:
         say(f"resuming unfinished version {chosen.version} ({chosen.schema}); pass --new to start a fresh one")
         return chosen
     created = await registry.new_version(pool, opts.projection, policy=settings_policy)
-    say(f"building version {created.version} ({created.schema}) beside live version {live.version}"
-        f"{policy_change(live.policy, created.policy)}")  # fmt: skip
+    say(
+        f"building version {created.version} ({created.schema}) beside live version {live.version}"
+        f"{policy_change(live.policy, created.policy)}"
+    )
     return created
 
 
@@ -168,8 +174,10 @@ def policy_change(live: WindowPolicy, new: WindowPolicy) -> str:
     """How a new version's window differs from the live one's (its windows table differs too)."""
     if live == new:
         return ""
-    return (f", window {live.max_turns} -> {live.keep_turns} turns becoming "
-            f"{new.max_turns} -> {new.keep_turns} (CONVLOG_WINDOW_MAX_TURNS / KEEP_TURNS)")  # fmt: skip
+    return (
+        f", window {live.max_turns} -> {live.keep_turns} turns becoming "
+        f"{new.max_turns} -> {new.keep_turns} (CONVLOG_WINDOW_MAX_TURNS / KEEP_TURNS)"
+    )
 
 
 @contextlib.asynccontextmanager
@@ -196,9 +204,14 @@ def worker_count(settings: Settings, opts: RebuildOptions, records: int) -> int:
 
 
 async def build(
-    settings: Settings, event_log: EventLog, store: ProjectionStore, stop: asyncio.Event, *, opts: RebuildOptions,
+    settings: Settings,
+    event_log: EventLog,
+    store: ProjectionStore,
+    stop: asyncio.Event,
+    *,
+    opts: RebuildOptions,
     desc: str,
-) -> bool:  # fmt: skip
+) -> bool:
     """Project into ``store`` up to the log's end as of now; False if ``stop`` came first.
 
     Decoding, token counting and folding are CPU-bound Python: with Kafka, :func:`worker_count`
@@ -227,12 +240,26 @@ async def build(
 
 
 async def _project(
-    settings: Settings, event_log: EventLog, store: ProjectionStore, stop: asyncio.Event, todo: Mapping[int, int],
-    *, workers: int, opts: RebuildOptions,
-) -> None:  # fmt: skip
+    settings: Settings,
+    event_log: EventLog,
+    store: ProjectionStore,
+    stop: asyncio.Event,
+    todo: Mapping[int, int],
+    *,
+    workers: int,
+    opts: RebuildOptions,
+) -> None:
     if workers > 1:
-        await build_sharing(settings, event_log, store, todo, workers=workers, batch_size=opts.batch_size,
-                            park_poison=opts.park_poison, stop=stop)  # fmt: skip
+        await build_sharing(
+            settings,
+            event_log,
+            store,
+            todo,
+            workers=workers,
+            batch_size=opts.batch_size,
+            park_poison=opts.park_poison,
+            stop=stop,
+        )
     elif todo:
         projector = Projector(LogSource(event_log, todo), store, batch_size=opts.batch_size, fetch_timeout_s=0.2)
         await projector.run(stop, until=dict(todo))

@@ -70,9 +70,15 @@ async def replay(
     out(f"({len(pairs)} events{f'; {later} after offset {point}, marked +' if later else ''})\n")
     spec = model_spec(request.model, default_encoding=default_encoding)
     served = await context_as_of(
-        event_log, key, point, request=request, spec=spec, policy=policy,
-        max_event_bytes=max_event_bytes, start_offset=start_offset,
-    )  # fmt: skip
+        event_log,
+        key,
+        point,
+        request=request,
+        spec=spec,
+        policy=policy,
+        max_event_bytes=max_event_bytes,
+        start_offset=start_offset,
+    )
     if served is None:
         raise ConvlogError(f"{key} had no event by offset {point}")
     out(f"context as of offset {point} (model {request.model}, budget {request.budget_tokens} tokens):")

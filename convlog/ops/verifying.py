@@ -75,9 +75,16 @@ def uncounted_encodings(settings: Settings) -> tuple[str, ...]:
 
 
 async def first_row_difference(
-    found: VersionReads, table: str, key: str, reference: str, checked: str, *, by_value: bool = False,
-    uncounted: Collection[str] = (), index_from: Mapping[int, int] | None = None,
-) -> RowDifference:  # fmt: skip
+    found: VersionReads,
+    table: str,
+    key: str,
+    reference: str,
+    checked: str,
+    *,
+    by_value: bool = False,
+    uncounted: Collection[str] = (),
+    index_from: Mapping[int, int] | None = None,
+) -> RowDifference:
     """The first row, in key order, where ``checked`` differs from ``reference`` for ``key``."""
 
     async def rows(schema: str) -> list[tuple[str, str]]:
@@ -113,15 +120,22 @@ async def compare_settled(pool: PgPool, reference: str, checked: str, *, uncount
         result.differing = sorted(k for k in pairs if a.get(k) != b.get(k))
         if result.differing:
             table, key = result.differing[0]
-            result.first = await first_row_difference(found, table, key, reference, checked, by_value=by_value,
-                                                      uncounted=uncounted, index_from=index_from)  # fmt: skip
+            result.first = await first_row_difference(
+                found, table, key, reference, checked, by_value=by_value, uncounted=uncounted, index_from=index_from
+            )
     return result
 
 
 async def replay(
-    event_log: EventLog, store: PostgresProjectionStore, until: Mapping[int, int], keys: Collection[str] | None,
-    *, batch_size: int, stop: asyncio.Event, read: list[int],
-) -> bool:  # fmt: skip
+    event_log: EventLog,
+    store: PostgresProjectionStore,
+    until: Mapping[int, int],
+    keys: Collection[str] | None,
+    *,
+    batch_size: int,
+    stop: asyncio.Event,
+    read: list[int],
+) -> bool:
     """Apply the records before ``until`` whose conversation is in ``keys`` (all when None) to
     ``store``; ``read[0]`` counts records read. False if ``stop`` was set first."""
     next_offsets = {p: 0 for p, o in until.items() if o > 0}
@@ -177,8 +191,15 @@ async def _verify(
     await create_read_models_schema(pool, scratch)
     try:
         policy, counter = live.policy, TokenCounter(encodings=settings.counted_encodings())  # the version's own
-        store = PostgresProjectionStore(pool, schema=scratch, codec=default_codec(), counter=counter,
-                                policy=policy, max_event_bytes=settings.max_event_bytes, skips=skips)  # fmt: skip
+        store = PostgresProjectionStore(
+            pool,
+            schema=scratch,
+            codec=default_codec(),
+            counter=counter,
+            policy=policy,
+            max_event_bytes=settings.max_event_bytes,
+            skips=skips,
+        )
         read = [0]
         bar = progress_bar(sum(until.values()), "replay")
 
@@ -186,8 +207,15 @@ async def _verify(
             return read[0]
 
         async with following(bar, done):
-            finished = await replay(event_log, store, until, None if keys is None else frozenset(keys),
-                                batch_size=batch_size, stop=stop, read=read)  # fmt: skip
+            finished = await replay(
+                event_log,
+                store,
+                until,
+                None if keys is None else frozenset(keys),
+                batch_size=batch_size,
+                stop=stop,
+                read=read,
+            )
         if not finished:
             say("verify interrupted; nothing was changed")
             return INTERRUPTED
@@ -197,8 +225,9 @@ async def _verify(
             result.differing = sorted(k for k in expected.keys() | found.keys() if expected.get(k) != found.get(k))
             if result.differing:
                 table, key = result.differing[0]
-                result.first = await first_row_difference(now, table, key, scratch, live.schema, by_value=by_value,
-                                                          uncounted=uncounted, index_from=index_from)  # fmt: skip
+                result.first = await first_row_difference(
+                    now, table, key, scratch, live.schema, by_value=by_value, uncounted=uncounted, index_from=index_from
+                )
         say(result.describe(checked=live.schema, reference="replay"))
         return 1 if result.differing else 0
     finally:
@@ -208,9 +237,13 @@ async def _verify(
 async def _live_snapshot(
     pool: PgPool, schema: str, sample: int | None, uncounted: Collection[str]
 ) -> tuple[
-    dict[int, int], dict[tuple[int, int], str], list[str] | None, dict[tuple[str, str], str], bool,
+    dict[int, int],
+    dict[tuple[int, int], str],
+    list[str] | None,
+    dict[tuple[str, str], str],
+    bool,
     dict[int, int] | None,
-]:  # fmt: skip
+]:
     """The live version's positions, skip decisions, sampled keys (None: all) and checksums,
     from one snapshot, whether they compare JSON by value (the live version stores jsonb:
     the replay's schema is made from today's read_models.sql, JSON as json), and where its

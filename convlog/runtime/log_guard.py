@@ -44,8 +44,9 @@ class LogGuard:
 
     def detail(self, partitions: Sequence[int] | None = None) -> str:
         chosen = sorted(self.behind) if partitions is None else partitions
-        return ", ".join(f"partition {p}: log ends at {self.behind[p][0]}, read models at {self.behind[p][1]}"
-                         for p in chosen)  # fmt: skip
+        return ", ".join(
+            f"partition {p}: log ends at {self.behind[p][0]}, read models at {self.behind[p][1]}" for p in chosen
+        )
 
     def check_appends(self) -> None:
         if self.behind:

@@ -50,10 +50,15 @@ def projector_session_limits(settings: Settings) -> SessionLimits:
 
 
 def build_projector(
-    settings: Settings, pool: PgPool, schema: str, event_log: EventLog | None,
-    *, on_committed: Callable[[Mapping[int, int]], None] | None = None, policy: WindowPolicy | None = None,
+    settings: Settings,
+    pool: PgPool,
+    schema: str,
+    event_log: EventLog | None,
+    *,
+    on_committed: Callable[[Mapping[int, int]], None] | None = None,
+    policy: WindowPolicy | None = None,
     database: str = "",
-) -> Projector:  # fmt: skip
+) -> Projector:
     """A projector for ``schema``: a Kafka consumer group member when Kafka is configured, else a
     reader of ``event_log`` (the embedded log, which only one process may open). ``on_committed``
     hears each committed batch's positions (``convlog serve`` wakes read-your-writes waiters).
@@ -114,9 +119,14 @@ class LiveProjector:
     """
 
     def __init__(
-        self, settings: Settings, pool: PgPool, event_log: EventLog | None, *, poll_s: float | None = None,
+        self,
+        settings: Settings,
+        pool: PgPool,
+        event_log: EventLog | None,
+        *,
+        poll_s: float | None = None,
         on_committed: Callable[[Mapping[int, int]], None] | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self._settings, self._pool, self._event_log = settings, pool, event_log
         self._on_committed = on_committed
         self._database = ""  # database_identity(pool), read once, when a Kafka group is first joined
@@ -144,9 +154,15 @@ class LiveProjector:
         version = await checked_live_version(self._pool, self._settings.topic, policy=policy)
         if self._settings.kafka_bootstrap and not self._database:
             self._database = await retrying(lambda: database_identity(self._pool), action="identifying the database")
-        self.current = build_projector(self._settings, self._pool, version.schema, self._event_log,
-                                       on_committed=self._on_committed, policy=version.policy,
-                                       database=self._database)  # fmt: skip
+        self.current = build_projector(
+            self._settings,
+            self._pool,
+            version.schema,
+            self._event_log,
+            on_committed=self._on_committed,
+            policy=version.policy,
+            database=self._database,
+        )
         self.schema, self.version = version.schema, version
         return version.schema
 
@@ -222,11 +238,12 @@ def warn_if_policy_differs(version: ProjectionVersion, settings_policy: WindowPo
     ``convlog rebuild``, which is how the window is changed (blue/green)."""
     if version.policy != settings_policy:
         log.warning(
-            "window_policy_differs", schema=version.schema,
+            "window_policy_differs",
+            schema=version.schema,
             version_policy=f"{version.policy.max_turns}->{version.policy.keep_turns}",
             settings_policy=f"{settings_policy.max_turns}->{settings_policy.keep_turns}",
             hint="the live version keeps its window policy; the settings apply to the next convlog rebuild",
-        )  # fmt: skip
+        )
 
 
 async def run_projector(settings: Settings, stop: asyncio.Event) -> LiveProjector:

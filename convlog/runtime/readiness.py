@@ -32,10 +32,19 @@ class Readiness:
     no lag (it owns no partitions then, so any figure would read as "caught up")."""
 
     def __init__(
-        self, projector: LiveProjector | None, event_log: EventLog, pool: PgPool, metrics: Metrics,
-        background: Mapping[str, asyncio.Task[None]], *, guard: LogGuard, roles: list[str],
-        reads: Callable[[], Awaitable[ReadModels]], listening: Callable[[], bool], log_timeout_s: float = 2.0,
-    ) -> None:  # fmt: skip
+        self,
+        projector: LiveProjector | None,
+        event_log: EventLog,
+        pool: PgPool,
+        metrics: Metrics,
+        background: Mapping[str, asyncio.Task[None]],
+        *,
+        guard: LogGuard,
+        roles: list[str],
+        reads: Callable[[], Awaitable[ReadModels]],
+        listening: Callable[[], bool],
+        log_timeout_s: float = 2.0,
+    ) -> None:
         self._projector, self._log, self._pool, self._metrics = projector, event_log, pool, metrics
         self._background, self._guard, self._roles = background, guard, roles
         self._reads, self._listening, self._log_timeout_s = reads, listening, log_timeout_s
@@ -80,8 +89,10 @@ class Readiness:
         except TimeoutError:
             ends = None
             report["log"] = False
-            report["log_error"] = (f"the log's end offsets did not come within {self._log_timeout_s:g} s "
-                                   "(brokers unreachable, or a partition without a leader)")  # fmt: skip
+            report["log_error"] = (
+                f"the log's end offsets did not come within {self._log_timeout_s:g} s "
+                "(brokers unreachable, or a partition without a leader)"
+            )
         except Exception as e:  # noqa: BLE001 - readiness reports any failure
             ends = None
             report["log"], report["log_error"] = False, str(e)

@@ -175,8 +175,17 @@ async def running_service(settings: Settings) -> AsyncIterator[Service]:
         appending = guard.appending(event_log)
 
         background: dict[str, asyncio.Task[None]] = {}
-        readiness = Readiness(projector, event_log, pool, metrics, background, guard=guard, roles=roles,
-                              reads=reads, listening=lambda: watch.listening)  # fmt: skip
+        readiness = Readiness(
+            projector,
+            event_log,
+            pool,
+            metrics,
+            background,
+            guard=guard,
+            roles=roles,
+            reads=reads,
+            listening=lambda: watch.listening,
+        )
 
         deps = _api_deps(
             settings,
@@ -216,10 +225,16 @@ async def _projector(
         metrics.registry.register(ProjectorCollector(projector))
     else:
         await checked_live_version(pool, settings.topic, policy=settings.window_policy())
-    elsewhere = [f"convlog {cmd}" for role, cmd in (("projector", "project"), ("summarizer", "summarize"))
-                 if role not in roles]  # fmt: skip
-    log.info("serve.roles", roles=roles, host=socket.gethostname(), port=settings.http_port,
-             **({"run_elsewhere": elsewhere} if elsewhere else {}))  # fmt: skip
+    elsewhere = [
+        f"convlog {cmd}" for role, cmd in (("projector", "project"), ("summarizer", "summarize")) if role not in roles
+    ]
+    log.info(
+        "serve.roles",
+        roles=roles,
+        host=socket.gethostname(),
+        port=settings.http_port,
+        **({"run_elsewhere": elsewhere} if elsewhere else {}),
+    )
     return projector
 
 
@@ -298,8 +313,9 @@ def _retention_task(
 
     producer = make_producer(event_log, settings, producer="convlog-retention")
     log.info("retention.scheduled", idle_days=idle_days, archive_dir=str(archive_dir), first_run_s=delay_s)
-    schedule = retention_schedule(pool, event_log, producer, stop, idle_days=idle_days, archive_dir=archive_dir,
-                                  first_delay_s=delay_s)  # fmt: skip
+    schedule = retention_schedule(
+        pool, event_log, producer, stop, idle_days=idle_days, archive_dir=archive_dir, first_delay_s=delay_s
+    )
     return [asyncio.create_task(schedule)]
 
 

@@ -82,8 +82,12 @@ def build_summarizer(
     else:
         source = LogSource(event_log)
     model = summary_model(settings)
-    log.info("summarizer.model", model=model.model, prompt_version=model.prompt_version,
-             endpoint=settings.llm_base_url or "offline")  # fmt: skip
+    log.info(
+        "summarizer.model",
+        model=model.model,
+        prompt_version=model.prompt_version,
+        endpoint=settings.llm_base_url or "offline",
+    )
     return Summarizer(
         source,
         PostgresSummaryStore(pool, consumer=consumer_name(settings)),

@@ -64,9 +64,10 @@ class Settings(BaseSettings):
         12, ge=1, le=10_000, description="partitions for a new topic / embedded log (an existing one keeps its own)"
     )
     max_event_bytes: int = Field(
-        DEFAULT_MAX_EVENT_BYTES, ge=1,
+        DEFAULT_MAX_EVENT_BYTES,
+        ge=1,
         description="largest encoded event the producer accepts (and the projector applies)",
-    )  # fmt: skip
+    )
     # -- projection
     window_max_turns: int = Field(DEFAULT_MAX_TURNS, ge=1, description="window hysteresis: at most this many turns")
     window_keep_turns: int = Field(
@@ -76,12 +77,13 @@ class Settings(BaseSettings):
         ",".join(DEFAULT_COUNTED),
         description="tiktoken encodings the projector counts and stores, comma-separated (`o200k_base`, "
         "`cl100k_base`); a context for a model on another one counts its messages when read (cached)",
-    )  # fmt: skip
+    )
     kafka_ack_timeout_s: float = Field(
-        30.0, gt=0,
+        30.0,
+        gt=0,
         description="how long an append waits for Kafka's acknowledgement before it answers 503 (retriable; it may "
         "still be written: retry with the same Idempotency-Key)",
-    )  # fmt: skip
+    )
     kafka_session_timeout_ms: int = Field(
         10_000, ge=1, description="consumer-group session timeout of the projector and the summarizer"
     )
@@ -100,10 +102,11 @@ class Settings(BaseSettings):
         60.0, ge=0, description="a projector statement running that long is cancelled and retried"
     )
     projector_idle_in_transaction_timeout_s: float = Field(
-        30.0, ge=0,
+        30.0,
+        ge=0,
         description="a projector transaction stalled on its client that long (idle, or inside a COPY) is ended, "
         "releasing its locks",
-    )  # fmt: skip
+    )
     projector: Literal["on", "off"] = Field(
         "on",
         description="`off`: `convlog serve` runs no projector (API only, needs Kafka; `convlog project` runs apart)",
@@ -118,26 +121,29 @@ class Settings(BaseSettings):
         default=False,
         description="uvicorn's log line per request; off by default: it is a measurable share of a request's "
         "cost (bench/http_path.py), and the request metrics count every request",
-    )  # fmt: skip
+    )
     http_keep_alive_s: int = Field(5, ge=1, description="a connection idle that long after a response is closed")
     http_header_timeout_s: float = Field(
-        10.0, ge=0.1,
+        10.0,
+        ge=0.1,
         description="a connection without a complete request head that long after connecting or its last response "
         "is closed",
-    )  # fmt: skip
+    )
     http_body_timeout_s: float = Field(
-        30.0, ge=0.1,
+        30.0,
+        ge=0.1,
         description="a request whose body has not wholly arrived that long after its head is answered 408 "
         "`body_timeout` and its connection closed",
-    )  # fmt: skip
+    )
     api_tokens: SecretStr | None = Field(
         None, description=f"`tenant:token` pairs, comma-separated ({TOKENS_FORMAT}); unset: every request is 401"
     )
     openai_user_id: str = Field(
-        "default", min_length=1,
+        "default",
+        min_length=1,
         description="the convlog user of an OpenAI Conversations API request (`/v1/conversations`) without a "
         "`Convlog-User-Id` header",
-    )  # fmt: skip
+    )
     window_image_turns: int = Field(2, ge=0, description="only the last N turns keep their images")
     default_encoding: str = Field(
         "o200k_base", description="tiktoken encoding for models the table does not know (counts are then an estimate)"
@@ -155,9 +161,10 @@ class Settings(BaseSettings):
         None, description="OpenAI-compatible endpoint for summaries (unset: the offline summarizer)"
     )
     llm_api_key: SecretStr | None = Field(
-        None, validation_alias=AliasChoices("CONVLOG_LLM_API_KEY", "OPENAI_API_KEY"),
+        None,
+        validation_alias=AliasChoices("CONVLOG_LLM_API_KEY", "OPENAI_API_KEY"),
         description="the endpoint's API key (else `OPENAI_API_KEY`)",
-    )  # fmt: skip
+    )
     llm_model: str = Field("gpt-4o-mini", min_length=1, description="the summary model")
     llm_timeout_s: float = Field(60.0, ge=0.1, description="per summary request")
     llm_max_retries: int = Field(2, ge=0, description="the client's own retries (exponential backoff)")

@@ -35,8 +35,11 @@ def reference(spec: dict[str, Any]) -> str:
             params = op.get("parameters", [])
             if params:
                 out += ["| parameter | in | required | type |", "|---|---|---|---|"]
-                out += [f"| `{p['name']}` | {p['in']} | {'yes' if p.get('required') else 'no'} | "
-                        f"{_type(p.get('schema', {}))} |" for p in params]  # fmt: skip
+                out += [
+                    f"| `{p['name']}` | {p['in']} | {'yes' if p.get('required') else 'no'} | "
+                    f"{_type(p.get('schema', {}))} |"
+                    for p in params
+                ]
                 out.append("")
             codes = ", ".join(f"{code} {r.get('description', '')}".strip() for code, r in op["responses"].items())
             out += [f"Answers: {codes}.", ""]

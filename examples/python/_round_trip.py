@@ -27,8 +27,9 @@ def round_trip(fmt: str, payloads: Sequence[Any], targets: Sequence[tuple[str, s
         print(f"appended {len(payloads)} {fmt} payloads (the last at offset {sent.offset})")
         for target, model in targets:
             # min_offset: wait until the last append is readable (read-your-writes)
-            context = client.context(USER, conversation, model=model, budget_tokens=8000, format=target,
-                                     min_offset=sent.offset)  # fmt: skip
+            context = client.context(
+                USER, conversation, model=model, budget_tokens=8000, format=target, min_offset=sent.offset
+            )
             dropped = [f"{d.what} ({d.reason})" for d in context.dropped] or "nothing"
             key = ITEMS[target]
             print(f"{target} for {model}: {len(context.fragment[key])} {key}; dropped: {dropped}")

@@ -31,11 +31,13 @@ def scripted_model() -> ScriptedModel:
     """What the model answers, call by call: a tool call, the answer from its output, then an
     answer to the follow-up question."""
     model = ScriptedModel()
-    model.extend([
-        [function_call("get_weather", {"city": "Paris"}, call_id="call_1")],
-        [assistant_message("It is sunny in Paris.", item_id="msg_1")],
-        [assistant_message("You asked about Paris.", item_id="msg_2")],
-    ])  # fmt: skip
+    model.extend(
+        [
+            [function_call("get_weather", {"city": "Paris"}, call_id="call_1")],
+            [assistant_message("It is sunny in Paris.", item_id="msg_1")],
+            [assistant_message("You asked about Paris.", item_id="msg_2")],
+        ]
+    )
     return model
 
 
@@ -45,8 +47,9 @@ async def main() -> None:
     agent = Agent(name="Assistant", instructions="Reply very concisely.", tools=[get_weather], model=model)
     async with AsyncConvlogClient() as client:  # CONVLOG_URL and CONVLOG_TOKEN; closed at the end of the block
         # the one line that changes: the SDK default is an SQLiteSession of the same id
-        session = ConvlogSession(f"agents-{uuid.uuid4().hex[:8]}", client=client, user_id="u1", model="gpt-4o",
-                                 budget_tokens=16_000)  # fmt: skip
+        session = ConvlogSession(
+            f"agents-{uuid.uuid4().hex[:8]}", client=client, user_id="u1", model="gpt-4o", budget_tokens=16_000
+        )
         print(f"convlog at {client.base_url}: session {session.session_id}")
         for question in ("What's the weather in Paris?", "Which city did I ask about?"):
             result = await Runner.run(agent, question, session=session)

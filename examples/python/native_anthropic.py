@@ -15,21 +15,38 @@ from _round_trip import round_trip
 CLAUDE = "claude-sonnet-4-5"
 QUESTION = {"role": "user", "content": "Weather in Paris?"}
 TOOL_USE = {  # a Message as the SDK returns it: signed thinking, then a tool call
-    "id": "msg_01", "type": "message", "role": "assistant", "model": CLAUDE, "stop_reason": "tool_use",
-    "content": [{"type": "thinking", "thinking": "The user wants the weather.", "signature": "EqQBCkYIBxgCKkA"},
-                {"type": "tool_use", "id": "toolu_01", "name": "get_weather", "input": {"city": "Paris"}}],
+    "id": "msg_01",
+    "type": "message",
+    "role": "assistant",
+    "model": CLAUDE,
+    "stop_reason": "tool_use",
+    "content": [
+        {"type": "thinking", "thinking": "The user wants the weather.", "signature": "EqQBCkYIBxgCKkA"},
+        {"type": "tool_use", "id": "toolu_01", "name": "get_weather", "input": {"city": "Paris"}},
+    ],
     "usage": {"input_tokens": 412, "output_tokens": 90},
-}  # fmt: skip
-TOOL_RESULT = {"role": "user", "content": [
-    {"type": "tool_result", "tool_use_id": "toolu_01", "content": "sunny, 21°C"}]}  # fmt: skip
+}
+TOOL_RESULT = {
+    "role": "user",
+    "content": [{"type": "tool_result", "tool_use_id": "toolu_01", "content": "sunny, 21°C"}],
+}
 ANSWER = {
-    "id": "msg_02", "type": "message", "role": "assistant", "model": CLAUDE, "stop_reason": "end_turn",
+    "id": "msg_02",
+    "type": "message",
+    "role": "assistant",
+    "model": CLAUDE,
+    "stop_reason": "end_turn",
     "content": [{"type": "text", "text": "It is sunny and 21°C in Paris."}],
     "usage": {"input_tokens": 530, "output_tokens": 12},
-}  # fmt: skip
+}
 # Each format for a model of its provider, and Claude's format for another Claude
-TARGETS = [("anthropic", CLAUDE), ("chat_completions", "gpt-4o"), ("responses", "gpt-5"),
-           ("gemini", "gemini-2.5-pro"), ("anthropic", "claude-opus-4-1")]  # fmt: skip
+TARGETS = [
+    ("anthropic", CLAUDE),
+    ("chat_completions", "gpt-4o"),
+    ("responses", "gpt-5"),
+    ("gemini", "gemini-2.5-pro"),
+    ("anthropic", "claude-opus-4-1"),
+]
 
 
 def main() -> None:

@@ -15,19 +15,39 @@ from _round_trip import round_trip
 GEMINI = "gemini-2.5-pro"
 QUESTION = {"role": "user", "parts": [{"text": "Weather in Paris?"}]}
 CALL = {  # a GenerateContentResponse: a function call with its thought signature
-    "candidates": [{"content": {"role": "model", "parts": [
-        {"functionCall": {"name": "get_weather", "args": {"city": "Paris"}}, "thoughtSignature": "CiQBcsjafQ=="}]},
-        "finishReason": "STOP"}],
-    "modelVersion": GEMINI, "responseId": "resp-gemini-01", "usageMetadata": {"promptTokenCount": 80},
-}  # fmt: skip
+    "candidates": [
+        {
+            "content": {
+                "role": "model",
+                "parts": [
+                    {
+                        "functionCall": {"name": "get_weather", "args": {"city": "Paris"}},
+                        "thoughtSignature": "CiQBcsjafQ==",
+                    }
+                ],
+            },
+            "finishReason": "STOP",
+        }
+    ],
+    "modelVersion": GEMINI,
+    "responseId": "resp-gemini-01",
+    "usageMetadata": {"promptTokenCount": 80},
+}
 # The tool's result, as the app sends it back: without it the call is never served (no call
 # goes to a model without its result).
-RESULT = {"role": "user", "parts": [
-    {"functionResponse": {"name": "get_weather", "response": {"output": "sunny, 21°C"}}}]}  # fmt: skip
+RESULT = {
+    "role": "user",
+    "parts": [{"functionResponse": {"name": "get_weather", "response": {"output": "sunny, 21°C"}}}],
+}
 ANSWER = {"role": "model", "model": GEMINI, "parts": [{"text": "It is sunny and 21°C in Paris."}]}
 # Each format for a model of its provider, and Gemini's format for another Gemini
-TARGETS = [("gemini", GEMINI), ("chat_completions", "gpt-4o"), ("anthropic", "claude-sonnet-4-5"),
-           ("responses", "gpt-5"), ("gemini", "gemini-2.5-flash")]  # fmt: skip
+TARGETS = [
+    ("gemini", GEMINI),
+    ("chat_completions", "gpt-4o"),
+    ("anthropic", "claude-sonnet-4-5"),
+    ("responses", "gpt-5"),
+    ("gemini", "gemini-2.5-flash"),
+]
 
 
 def main() -> None:

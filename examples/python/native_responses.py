@@ -17,22 +17,48 @@ from _round_trip import round_trip
 GPT = "gpt-5"
 QUESTION = {"role": "user", "content": "Weather in Paris?"}
 CALL = {  # a Response: a reasoning item (OpenAI's encrypted blob), then a function call
-    "id": "resp_01", "object": "response", "model": GPT, "status": "completed",
-    "output": [{"type": "reasoning", "id": "rs_01", "summary": [], "encrypted_content": "gAAAAABo_encrypted"},
-               {"type": "function_call", "id": "fc_01", "call_id": "call_01", "name": "get_weather",
-                "arguments": '{"city":"Paris"}', "status": "completed"}],
+    "id": "resp_01",
+    "object": "response",
+    "model": GPT,
+    "status": "completed",
+    "output": [
+        {"type": "reasoning", "id": "rs_01", "summary": [], "encrypted_content": "gAAAAABo_encrypted"},
+        {
+            "type": "function_call",
+            "id": "fc_01",
+            "call_id": "call_01",
+            "name": "get_weather",
+            "arguments": '{"city":"Paris"}',
+            "status": "completed",
+        },
+    ],
     "usage": {"input_tokens": 80, "output_tokens": 40, "total_tokens": 120},
-}  # fmt: skip
+}
 OUTPUT = {"type": "function_call_output", "call_id": "call_01", "output": "sunny, 21°C"}
 ANSWER = {
-    "id": "resp_02", "object": "response", "model": GPT, "status": "completed",
-    "output": [{"type": "message", "id": "msg_01", "role": "assistant", "status": "completed",
-                "content": [{"type": "output_text", "text": "It is sunny and 21°C in Paris.", "annotations": []}]}],
+    "id": "resp_02",
+    "object": "response",
+    "model": GPT,
+    "status": "completed",
+    "output": [
+        {
+            "type": "message",
+            "id": "msg_01",
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": "It is sunny and 21°C in Paris.", "annotations": []}],
+        }
+    ],
     "usage": {"input_tokens": 140, "output_tokens": 12, "total_tokens": 152},
-}  # fmt: skip
+}
 # Each format for a model of its provider, and the Responses format for another OpenAI model
-TARGETS = [("responses", GPT), ("chat_completions", "gpt-4o"), ("anthropic", "claude-sonnet-4-5"),
-           ("gemini", "gemini-2.5-pro"), ("responses", "gpt-4o")]  # fmt: skip
+TARGETS = [
+    ("responses", GPT),
+    ("chat_completions", "gpt-4o"),
+    ("anthropic", "claude-sonnet-4-5"),
+    ("gemini", "gemini-2.5-pro"),
+    ("responses", "gpt-4o"),
+]
 
 
 def main() -> None:

@@ -45,8 +45,9 @@ def get_weather(city: str) -> str:
 
 def main() -> None:
     with ConvlogClient() as client:  # CONVLOG_URL and CONVLOG_TOKEN; closed at the end of the block
-        history = ConvlogHistory(f"pydantic-ai-{uuid.uuid4().hex[:8]}", user_id="u1", client=client,
-                                 model="gpt-4o", budget_tokens=8000)  # fmt: skip
+        history = ConvlogHistory(
+            f"pydantic-ai-{uuid.uuid4().hex[:8]}", user_id="u1", client=client, model="gpt-4o", budget_tokens=8000
+        )
         print(f"convlog at {client.base_url}: conversation {history.conversation_id}")
         for question in ("What's the weather in Paris?", "What did I ask before?"):
             result = agent.run_sync(question, message_history=history.load())

@@ -31,8 +31,11 @@ def fake_model(messages: list[dict[str, Any]]) -> dict[str, Any]:
     last = messages[-1]
     if last["role"] == "tool":
         return {"role": "assistant", "content": f"It is {last['content']}."}
-    call = {"id": f"call_{uuid.uuid4().hex[:8]}", "type": "function",
-            "function": {"name": "get_weather", "arguments": json.dumps({"city": "Paris"})}}  # fmt: skip
+    call = {
+        "id": f"call_{uuid.uuid4().hex[:8]}",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": json.dumps({"city": "Paris"})},
+    }
     return {"role": "assistant", "content": None, "tool_calls": [call]}
 
 

@@ -50,8 +50,14 @@ def create_app(deps: ApiDeps) -> FastAPI:
     install_openapi(app, public=public)
     # Requests try the routes in the order they were added (the schema lists them so too): the
     # context, asked for every turn, first — each route tried before it cost ~4 us a request.
-    routes_in_order = (context_routes, health_routes, append_routes, audit_routes, conversation_routes,
-                       openai_conversation_routes)  # fmt: skip
+    routes_in_order = (
+        context_routes,
+        health_routes,
+        append_routes,
+        audit_routes,
+        conversation_routes,
+        openai_conversation_routes,
+    )
     for routes in routes_in_order:
         app.include_router(routes(deps))
     return app
@@ -116,8 +122,15 @@ def _read_answer(e: ConvlogError) -> JSONResponse | None:
     if isinstance(e, UnknownVersionError):
         return error_response(422, e.code, str(e), field="read_models_version")
     if isinstance(e, ConversationParkedError):
-        return error_response(409, e.code, str(e), dead_letter_id=e.dead_letter_id, partition=e.partition,
-                              offset=e.offset, error_code=e.error_code)  # fmt: skip
+        return error_response(
+            409,
+            e.code,
+            str(e),
+            dead_letter_id=e.dead_letter_id,
+            partition=e.partition,
+            offset=e.offset,
+            error_code=e.error_code,
+        )
     if isinstance(e, UnknownMessageError):  # only a before_message names a message to rebuild before
         return error_response(404, e.code, str(e), field="before_message")
     if isinstance(e, OffsetBeyondLogEndError):

@@ -74,10 +74,14 @@ def error_response(
 
 def accepted(appended: Appended) -> JSONResponse:
     return FastJSONResponse(
-        {"event_id": appended.event_id, "message_id": appended.message_id,
-         "partition": appended.partition, "offset": appended.offset},
+        {
+            "event_id": appended.event_id,
+            "message_id": appended.message_id,
+            "partition": appended.partition,
+            "offset": appended.offset,
+        },
         status_code=202,
-    )  # fmt: skip
+    )
 
 
 @dataclass(frozen=True)

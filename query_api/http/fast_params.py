@@ -50,8 +50,16 @@ class FastParamsRoute(StrictJsonRoute):
         if not fastapi_compat.AVAILABLE:
             return None
         d = self.dependant
-        special = (d.body_params, d.cookie_params, d.dependencies, d.websocket_param_name, d.http_connection_param_name,
-                   d.response_param_name, d.background_tasks_param_name, d.security_scopes_param_name)  # fmt: skip
+        special = (
+            d.body_params,
+            d.cookie_params,
+            d.dependencies,
+            d.websocket_param_name,
+            d.http_connection_param_name,
+            d.response_param_name,
+            d.background_tasks_param_name,
+            d.security_scopes_param_name,
+        )
         fields = [*d.path_params, *d.query_params, *d.header_params]
         if any(special) or not all(_plain(f) for f in fields) or not inspect.iscoroutinefunction(d.call):
             return None
@@ -64,8 +72,11 @@ class FastParamsRoute(StrictJsonRoute):
         async def handler(request: Request) -> Response:
             values: dict[str, Any] = {}
             errors: list[Any] = []
-            for params, source in ((path, request.path_params), (query, request.query_params),
-                                   (headers, request.headers)):  # fmt: skip
+            for params, source in (
+                (path, request.path_params),
+                (query, request.query_params),
+                (headers, request.headers),
+            ):
                 for param in params:
                     value, param_errors = param.validated(source.get(param.name))
                     if param_errors:

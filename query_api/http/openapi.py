@@ -162,10 +162,17 @@ def _schema(app: FastAPI, public: frozenset[str]) -> dict[str, Any]:
                     responses[status] = {"description": description, **error}
     ok = schema["paths"][CONTEXT_PATH]["get"]["responses"]["200"]
     ok["description"] = "the context to send, in the `format` asked for (the provider's own keys) with its accounting"
-    ok["content"] = {"application/json": {"schema": {
-        "oneOf": list(refs.values()),
-        "discriminator": {"propertyName": "format", "mapping": {name: ref["$ref"] for name, ref in refs.items()}},
-    }}}  # fmt: skip
+    ok["content"] = {
+        "application/json": {
+            "schema": {
+                "oneOf": list(refs.values()),
+                "discriminator": {
+                    "propertyName": "format",
+                    "mapping": {name: ref["$ref"] for name, ref in refs.items()},
+                },
+            }
+        }
+    }
     return schema
 
 

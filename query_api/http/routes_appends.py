@@ -52,9 +52,12 @@ def append_routes(deps: ApiDeps) -> APIRouter:
             calls = await (await deps.queries.reads_past_log_end(key)).open_tool_calls(key)
         orphan = first_orphan(messages, calls)
         if orphan is not None:
-            raise NativeFormatError(f"answers tool call {messages[orphan].tool_call_id!r}, which is neither in this "
-                                    "payload nor open in the conversation", field=batch.answer_path(orphan),
-                                    code="orphan_tool_result")  # fmt: skip
+            raise NativeFormatError(
+                f"answers tool call {messages[orphan].tool_call_id!r}, which is neither in this "
+                "payload nor open in the conversation",
+                field=batch.answer_path(orphan),
+                code="orphan_tool_result",
+            )
 
     @router.post(PREFIX + "/{conversation_id}/messages", status_code=202)
     async def post_message(
@@ -125,9 +128,13 @@ def append_routes(deps: ApiDeps) -> APIRouter:
 
 
 async def _redact(
-    requests: Requests, idempotent: IdempotentAppends, key: ConversationKey, message_id: str, reason: str,
+    requests: Requests,
+    idempotent: IdempotentAppends,
+    key: ConversationKey,
+    message_id: str,
+    reason: str,
     event_id: str | None,
-) -> JSONResponse:  # fmt: skip
+) -> JSONResponse:
     """Append the redaction once the log shows the conversation holds the message (404 else);
     with an ``event_id`` (the Idempotency-Key), only if no other event holds it (409)."""
     producer, queries = requests.deps.producer, requests.deps.queries
@@ -139,8 +146,9 @@ async def _redact(
         if not events:
             await queries.held_by_log(key)  # 404 for no conversation
         if not any(isinstance(e.body, MessageAppended) and e.body.message_id == message_id for _, e in events):
-            raise ApiError(404, "message_not_found", f"the conversation has no message {message_id!r}",
-                           field="message_id")  # fmt: skip
+            raise ApiError(
+                404, "message_not_found", f"the conversation has no message {message_id!r}", field="message_id"
+            )
 
     if event_id is None:
         await has_message()
@@ -154,8 +162,7 @@ async def _redact(
 
 def _key_reused(e: IdempotencyKeyReusedError) -> ApiError:
     """409: the coordinates of the event that holds the key; nothing was appended."""
-    return ApiError(409, e.code, str(e), event_id=e.first.event_id, partition=e.first.partition,
-                    offset=e.first.offset)  # fmt: skip
+    return ApiError(409, e.code, str(e), event_id=e.first.event_id, partition=e.first.partition, offset=e.first.offset)
 
 
 # The event ids convlog gives a batch's later messages: ``<first>/1``, ``<first>/2``, …
@@ -169,17 +176,23 @@ def _event_id(idempotency_key: str | None) -> str | None:
     if not idempotency_key:
         return None
     if _DERIVED_EVENT_ID.search(idempotency_key):
-        raise ApiError(422, "invalid_idempotency_key", f"Idempotency-Key {idempotency_key!r} ends in '/<number>', "
-                       "the shape of the ids convlog gives the later messages of a batch; use another key",
-                       field="Idempotency-Key")  # fmt: skip
+        raise ApiError(
+            422,
+            "invalid_idempotency_key",
+            f"Idempotency-Key {idempotency_key!r} ends in '/<number>', "
+            "the shape of the ids convlog gives the later messages of a batch; use another key",
+            field="Idempotency-Key",
+        )
     return idempotency_key
 
 
 def _answer(format: str, payload: object, appended: list[Appended]) -> JSONResponse:  # noqa: A002
     """Every stored message under ``messages``, and the last one's partition and offset (its
     ``min_offset``). One Chat Completions message object: the body it always had, plus the list."""
-    listed = [{"event_id": a.event_id, "message_id": a.message_id, "partition": a.partition, "offset": a.offset}
-              for a in appended]  # fmt: skip
+    listed = [
+        {"event_id": a.event_id, "message_id": a.message_id, "partition": a.partition, "offset": a.offset}
+        for a in appended
+    ]
     if format == "chat_completions" and isinstance(payload, dict):
         return FastJSONResponse({**listed[0], "messages": listed}, status_code=202)
     last = appended[-1]

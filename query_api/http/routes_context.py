@@ -60,15 +60,27 @@ def context_routes(deps: ApiDeps) -> APIRouter:
         except InvalidRequestError as e:
             raise ApiError(422, "invalid_request", str(e), field="model") from e
         await queries.reads()  # looked up first, as ever: without a live version, that is the answer
-        request = ContextRequest(model, budget_tokens, reserve_tokens, tools_tokens, reasoning, queries.image_turns,
-                                 format=format, cache=cache)  # fmt: skip
+        request = ContextRequest(
+            model,
+            budget_tokens,
+            reserve_tokens,
+            tools_tokens,
+            reasoning,
+            queries.image_turns,
+            format=format,
+            cache=cache,
+        )
         _refuse_no_room(request)
         if as_of is not None and before_message is not None:
             raise ApiError(422, "invalid_request", "give as_of or before_message, not both", field="before_message")
         live = as_of is None and before_message is None
         if live and read_models_version is not None:
-            raise ApiError(422, "invalid_request", "read_models_version goes with as_of or before_message",
-                           field="read_models_version")  # fmt: skip
+            raise ApiError(
+                422,
+                "invalid_request",
+                "read_models_version goes with as_of or before_message",
+                field="read_models_version",
+            )
         if live:
             served = await queries.live_context(key, spec, request, min_offset)
         else:  # rebuilt from the log, exactly as served then
@@ -79,8 +91,9 @@ def context_routes(deps: ApiDeps) -> APIRouter:
             point = as_of if as_of is not None else BeforeMessage(before_message or "")
             served = await queries.context_then(key, spec, request, point, version=read_models_version, guard=guard)
         # Plain JSON types already: skip FastAPI's encoder and response validation on the hot path.
-        response = FastJSONResponse(context_body(served.context, served.inputs, spec,
-                                                 counted=queries.counted_encodings))  # fmt: skip
+        response = FastJSONResponse(
+            context_body(served.context, served.inputs, spec, counted=queries.counted_encodings)
+        )
         # Headers, so that the body stays what as_of rebuilds byte for byte; a context rebuilt for
         # an audit is not one a model was sent again (it has neither).
         if served.version is not None:

@@ -34,13 +34,20 @@ def conversation_routes(deps: ApiDeps) -> APIRouter:
             raise ApiError(422, "invalid_request", str(e), field="before") from e
         return {
             "conversations": [
-                {"conversation_id": c.conversation_id, "title": c.title, "started_at": c.started_at.isoformat(),
-                 "last_activity_at": c.last_activity_at.isoformat() if c.last_activity_at else None,
-                 "message_count": c.message_count, "turn_count": c.turn_count, "erased": c.erased,
-                 "cleared": c.cleared, "degraded": c.parked}
+                {
+                    "conversation_id": c.conversation_id,
+                    "title": c.title,
+                    "started_at": c.started_at.isoformat(),
+                    "last_activity_at": c.last_activity_at.isoformat() if c.last_activity_at else None,
+                    "message_count": c.message_count,
+                    "turn_count": c.turn_count,
+                    "erased": c.erased,
+                    "cleared": c.cleared,
+                    "degraded": c.parked,
+                }
                 for c in items
             ],
             "next_before": next_before,
-        }  # fmt: skip
+        }
 
     return router

@@ -83,9 +83,12 @@ class _Helpers:
         messages = tuple(e.body for e in batch.events if isinstance(e.body, MessageAppended))
         orphan = first_orphan(messages, open_calls)
         if orphan is not None:
-            raise NativeFormatError(f"answers call {messages[orphan].tool_call_id!r}, which is neither among these "
-                                    "items nor open in the conversation", field=f"items.{batch.answer_path(orphan)}",
-                                    code="orphan_tool_result")  # fmt: skip
+            raise NativeFormatError(
+                f"answers call {messages[orphan].tool_call_id!r}, which is neither among these "
+                "items nor open in the conversation",
+                field=f"items.{batch.answer_path(orphan)}",
+                code="orphan_tool_result",
+            )
         return batch
 
 
@@ -94,9 +97,11 @@ def _conversation_routes(router: APIRouter, h: _Helpers) -> None:
 
     @router.post("")
     async def create(
-        items: ItemsBody = None, metadata: MetadataBody = None, authorization: AuthHeader = None,
+        items: ItemsBody = None,
+        metadata: MetadataBody = None,
+        authorization: AuthHeader = None,
         user: UserHeader = None,
-    ) -> JSONResponse:  # fmt: skip
+    ) -> JSONResponse:
         """A new conversation ``conv_…`` with its metadata and initial items (at most 20), one batch."""
         key = key_of(authorization, user, f"conv_{uuid.uuid4().hex}{uuid.uuid4().hex[:16]}")
         started = deps.producer.build(key, ConversationStarted(metadata=checked_metadata(metadata)))
@@ -111,9 +116,11 @@ def _conversation_routes(router: APIRouter, h: _Helpers) -> None:
 
     @router.post("/{conversation_id}")
     async def update(
-        conversation_id: str, metadata: MetadataBody = None, authorization: AuthHeader = None,
+        conversation_id: str,
+        metadata: MetadataBody = None,
+        authorization: AuthHeader = None,
         user: UserHeader = None,
-    ) -> JSONResponse:  # fmt: skip
+    ) -> JSONResponse:
         """The metadata, whole (as OpenAI's update): keys may be added and values changed; a key
         it leaves out cannot be removed from the log's record (400, nothing appended)."""
         key = key_of(authorization, user, conversation_id)
@@ -121,9 +128,13 @@ def _conversation_routes(router: APIRouter, h: _Helpers) -> None:
         current = await folded(key)
         dropped = sorted(set(current.metadata) - set(wanted))
         if dropped:
-            raise ApiError(400, "metadata_key_removal_unsupported", f"convlog cannot remove metadata keys {dropped}: "
-                           "its log records metadata as additions and changes only; send every key",
-                           field="metadata")  # fmt: skip
+            raise ApiError(
+                400,
+                "metadata_key_removal_unsupported",
+                f"convlog cannot remove metadata keys {dropped}: "
+                "its log records metadata as additions and changes only; send every key",
+                field="metadata",
+            )
         if dict(current.metadata) != wanted:
             await deps.producer.append(key, ConversationStarted(metadata=wanted))
         return FastJSONResponse(_conversation(key, await folded(key)))
@@ -143,10 +154,12 @@ def _item_routes(router: APIRouter, h: _Helpers) -> None:
 
     @router.post("/{conversation_id}/items")
     async def create_items(
-        conversation_id: str, items: Annotated[list[dict[str, Any]], Body(embed=True, min_length=1, max_length=20)],
+        conversation_id: str,
+        items: Annotated[list[dict[str, Any]], Body(embed=True, min_length=1, max_length=20)],
         include: Include = None,  # noqa: ARG001 - accepted, see Include
-        authorization: AuthHeader = None, user: UserHeader = None,
-    ) -> JSONResponse:  # fmt: skip
+        authorization: AuthHeader = None,
+        user: UserHeader = None,
+    ) -> JSONResponse:
         """Responses items, appended as one atomic batch (all or none); the stored items back."""
         key = key_of(authorization, user, conversation_id)
         batch = h.items_batch(key, items, (await folded(key)).open_calls)
@@ -156,12 +169,14 @@ def _item_routes(router: APIRouter, h: _Helpers) -> None:
 
     @router.get("/{conversation_id}/items")
     async def list_items(
-        conversation_id: str, after: str | None = None, limit: Annotated[int, Query(ge=1, le=100)] = 20,
+        conversation_id: str,
+        after: str | None = None,
+        limit: Annotated[int, Query(ge=1, le=100)] = 20,
         order: Literal["asc", "desc"] = "desc",
         include: Include = None,  # noqa: ARG001 - accepted, see Include
         authorization: AuthHeader = None,
         user: UserHeader = None,
-    ) -> JSONResponse:  # fmt: skip
+    ) -> JSONResponse:
         """A page of items, newest first by default; ``after`` is the last item id of the page before."""
         items = list((await folded(key_of(authorization, user, conversation_id))).items)
         if order == "desc":
@@ -175,11 +190,12 @@ def _item_routes(router: APIRouter, h: _Helpers) -> None:
 
     @router.get("/{conversation_id}/items/{item_id:path}")
     async def retrieve_item(
-        conversation_id: str, item_id: str,
+        conversation_id: str,
+        item_id: str,
         include: Include = None,  # noqa: ARG001 - accepted, see Include
         authorization: AuthHeader = None,
         user: UserHeader = None,
-    ) -> JSONResponse:  # fmt: skip
+    ) -> JSONResponse:
         conversation = await folded(key_of(authorization, user, conversation_id))
         return FastJSONResponse(_item(conversation, item_id).body)
 
@@ -194,9 +210,14 @@ def _item_routes(router: APIRouter, h: _Helpers) -> None:
         item = _item(conversation, item_id)
         if item.siblings > 1:
             others = [i.id for i in conversation.items if i.message_id == item.message_id and i.id != item_id]
-            raise ApiError(400, "item_shares_message", f"item {item_id!r} is stored in one message with items "
-                           f"{others}; convlog deletes a stored message whole, not one of its items",
-                           field="item_id", items=others)  # fmt: skip
+            raise ApiError(
+                400,
+                "item_shares_message",
+                f"item {item_id!r} is stored in one message with items "
+                f"{others}; convlog deletes a stored message whole, not one of its items",
+                field="item_id",
+                items=others,
+            )
         await deps.producer.redact(key, item.message_id, reason="deleted through the OpenAI Conversations API")
         return FastJSONResponse(_conversation(key, await folded(key)))
 
@@ -205,15 +226,21 @@ def checked_metadata(metadata: Mapping[str, Any] | None) -> dict[str, str]:
     """OpenAI's limits: at most 16 keys of at most 64 characters, string values of at most 512."""
     metadata = metadata or {}
     if len(metadata) > MAX_METADATA_KEYS:
-        raise ApiError(400, "invalid_metadata", f"at most {MAX_METADATA_KEYS} metadata keys, not {len(metadata)}",
-                       field="metadata")  # fmt: skip
+        raise ApiError(
+            400, "invalid_metadata", f"at most {MAX_METADATA_KEYS} metadata keys, not {len(metadata)}", field="metadata"
+        )
     for k, v in metadata.items():
         if len(k) > MAX_KEY_CHARS:
-            raise ApiError(400, "invalid_metadata", f"a metadata key is at most {MAX_KEY_CHARS} characters",
-                           field=f"metadata.{k}")  # fmt: skip
+            raise ApiError(
+                400, "invalid_metadata", f"a metadata key is at most {MAX_KEY_CHARS} characters", field=f"metadata.{k}"
+            )
         if not isinstance(v, str) or len(v) > MAX_VALUE_CHARS:
-            raise ApiError(400, "invalid_metadata", f"a metadata value is a string of at most {MAX_VALUE_CHARS} "
-                           "characters", field=f"metadata.{k}")  # fmt: skip
+            raise ApiError(
+                400,
+                "invalid_metadata",
+                f"a metadata value is a string of at most {MAX_VALUE_CHARS} characters",
+                field=f"metadata.{k}",
+            )
     return dict(metadata)
 
 
@@ -225,10 +252,19 @@ def _item(conversation: OpenAIConversation, item_id: str) -> ConversationItem:
 
 
 def _conversation(key: ConversationKey, conversation: OpenAIConversation) -> dict[str, Any]:
-    return {"id": key.conversation_id, "object": "conversation", "created_at": conversation.created_at,
-            "metadata": dict(conversation.metadata)}  # fmt: skip
+    return {
+        "id": key.conversation_id,
+        "object": "conversation",
+        "created_at": conversation.created_at,
+        "metadata": dict(conversation.metadata),
+    }
 
 
 def _page(items: list[ConversationItem], *, more: bool) -> dict[str, Any]:
-    return {"object": "list", "data": [i.body for i in items], "first_id": items[0].id if items else None,
-            "last_id": items[-1].id if items else None, "has_more": more}  # fmt: skip
+    return {
+        "object": "list",
+        "data": [i.body for i in items],
+        "first_id": items[0].id if items else None,
+        "last_id": items[-1].id if items else None,
+        "has_more": more,
+    }

@@ -64,9 +64,12 @@ def _content_type_refused(request: Request) -> Response | None:
         return None
     if request.headers.get("content-length", "0") == "0" and "transfer-encoding" not in request.headers:
         return None  # no body: nothing to read in the wrong type
-    return error_response(415, "unsupported_media_type",
-                          f"the body must be JSON: send it with Content-Type: application/json (not {media})",
-                          field="Content-Type")  # fmt: skip
+    return error_response(
+        415,
+        "unsupported_media_type",
+        f"the body must be JSON: send it with Content-Type: application/json (not {media})",
+        field="Content-Type",
+    )
 
 
 class StrictJsonRoute(APIRoute):

@@ -55,18 +55,33 @@ class Deployment:
     data_dir: Path
 
     def env(self, **settings: str) -> dict[str, str]:
-        env = {**os.environ, "CONVLOG_KAFKA_BOOTSTRAP": self.bootstrap, "CONVLOG_DATABASE_URL": self.database_url,
-               "CONVLOG_TOPIC": self.topic, "CONVLOG_PARTITIONS": str(self.partitions),
-               "CONVLOG_DATA_DIR": str(self.data_dir), "CONVLOG_SUMMARIZER": "off",
-               "CONVLOG_API_TOKENS": f"acme:{TOKEN}", "CONVLOG_LOG_LEVEL": "warning", **settings}  # fmt: skip
+        env = {
+            **os.environ,
+            "CONVLOG_KAFKA_BOOTSTRAP": self.bootstrap,
+            "CONVLOG_DATABASE_URL": self.database_url,
+            "CONVLOG_TOPIC": self.topic,
+            "CONVLOG_PARTITIONS": str(self.partitions),
+            "CONVLOG_DATA_DIR": str(self.data_dir),
+            "CONVLOG_SUMMARIZER": "off",
+            "CONVLOG_API_TOKENS": f"acme:{TOKEN}",
+            "CONVLOG_LOG_LEVEL": "warning",
+            **settings,
+        }
         for key in ("CONVLOG_LLM_BASE_URL", "OPENAI_BASE_URL"):  # the offline summarizer, if any
             env.pop(key, None)
         return env
 
     def run(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         """A one-shot ``convlog`` command (``verify --all``, ...) against the same log and database."""
-        return subprocess.run([sys.executable, "-m", "convlog.cli.main", *args], cwd=REPO, env=self.env(),
-                              capture_output=True, text=True, timeout=timeout, check=False)  # fmt: skip
+        return subprocess.run(
+            [sys.executable, "-m", "convlog.cli.main", *args],
+            cwd=REPO,
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
 
 
 @contextmanager
@@ -80,8 +95,13 @@ def serve_instances(deployment: Deployment, count: int, **settings: str) -> Iter
             port, errors = free_port(), deployment.data_dir / f"serve{i}.err"
             env = deployment.env(CONVLOG_HTTP_PORT=str(port), **settings)
             with errors.open("wb") as sink:
-                process = subprocess.Popen([sys.executable, "-m", "convlog.cli.main", "serve"], cwd=REPO, env=env,
-                                           stdout=subprocess.DEVNULL, stderr=sink)  # fmt: skip
+                process = subprocess.Popen(
+                    [sys.executable, "-m", "convlog.cli.main", "serve"],
+                    cwd=REPO,
+                    env=env,
+                    stdout=subprocess.DEVNULL,
+                    stderr=sink,
+                )
             processes.append((process, errors))
             deadline = time.monotonic() + 90
             while not ready(port):
@@ -194,9 +214,14 @@ class AppendLoad:
     shorter: an app that gives a try less time than a failover takes sees it fail, and retries)."""
 
     def __init__(
-        self, urls: Sequence[str], *, producers: int, readers: int = 2, pause_s: float = 0.02,
+        self,
+        urls: Sequence[str],
+        *,
+        producers: int,
+        readers: int = 2,
+        pause_s: float = 0.02,
         timeouts_s: Sequence[float] = (10.0,),
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.urls, self.producers, self.readers, self.pause_s = list(urls), producers, readers, pause_s
         self.timeouts_s = list(timeouts_s)
         self.record = LoadRecord()
@@ -267,11 +292,13 @@ class AppendLoad:
                     user, conv, model="gpt-4o", budget_tokens=4000, min_offset=ack.offset
                 )
             except ClientError as e:
-                self.record.contexts.append(ContextRead(ack.conversation, ack.partition, started,
-                                                        time.monotonic() - started, e))  # fmt: skip
+                self.record.contexts.append(
+                    ContextRead(ack.conversation, ack.partition, started, time.monotonic() - started, e)
+                )
             else:
-                self.record.contexts.append(ContextRead(ack.conversation, ack.partition, started,
-                                                        time.monotonic() - started))  # fmt: skip
+                self.record.contexts.append(
+                    ContextRead(ack.conversation, ack.partition, started, time.monotonic() - started)
+                )
             await asyncio.sleep(0.05)
 
 
@@ -325,15 +352,23 @@ class KillPartitionLeader:
         state = await asyncio.to_thread(self.cluster.partition, self.topic, partition)
         assert len(state.isr) >= 3, f"{self.topic}[{partition}] is not fully replicated before the kill: {state}"
         node = self.cluster.node(state.leader)
-        led = [s.partition for s in (await asyncio.to_thread(self.cluster.metadata, [self.topic])).partitions
-               if s.topic == self.topic and s.leader == node.node_id]  # fmt: skip
+        led = [
+            s.partition
+            for s in (await asyncio.to_thread(self.cluster.metadata, [self.topic])).partitions
+            if s.topic == self.topic and s.leader == node.node_id
+        ]
         self._figures["partitions the killed node led"] = str(sorted(led))
         self.killed, self._partition = node, partition
         began = time.monotonic()
         node.kill()
         successor = await asyncio.to_thread(self.cluster.wait_for_leader, self.topic, partition, not_on=node.node_id)
-        self._figures.update({"killed node": node.node_id, "new leader": successor.node_id,
-                              "partition leaderless s": round(time.monotonic() - began, 2)})  # fmt: skip
+        self._figures.update(
+            {
+                "killed node": node.node_id,
+                "new leader": successor.node_id,
+                "partition leaderless s": round(time.monotonic() - began, 2),
+            }
+        )
 
     async def heal(self) -> None:
         node = self.killed
@@ -387,7 +422,10 @@ def longest_gap(acks: Sequence[Ack], *, around: float) -> float:
 
 def percentiles(latencies: Sequence[float]) -> dict[str, float]:
     if len(latencies) < 2:
-        return {"p50": latencies[0] if latencies else 0.0, "p99": latencies[0] if latencies else 0.0,
-                "max": max(latencies, default=0.0)}  # fmt: skip
+        return {
+            "p50": latencies[0] if latencies else 0.0,
+            "p99": latencies[0] if latencies else 0.0,
+            "max": max(latencies, default=0.0),
+        }
     cuts = statistics.quantiles(latencies, n=100, method="inclusive")
     return {"p50": cuts[49], "p99": cuts[98], "max": max(latencies)}

@@ -99,8 +99,11 @@ async def test_acknowledged_appends_survive_the_partition_leaders_death_exactly_
     acked = Counter(a.event_id for a in record.acks)
     during = [a.latency_s for a in record.acks if killed <= a.started <= healed]
     figures = {
-        "fault": fault.name, "victim partition": victim, "acknowledged": len(record.acks),
-        "stored records": sum(stored.values()), "distinct stored ids": len(stored),
+        "fault": fault.name,
+        "victim partition": victim,
+        "acknowledged": len(record.acks),
+        "stored records": sum(stored.values()),
+        "distinct stored ids": len(stored),
         "acknowledged on victim": len(record.acks_on(victim)),
         "failed tries (retried)": dict(Counter(t.what for t in record.failed_tries)),
         "gave up": dict(Counter(f"{_partition(g.event_id, load)}: {g.error.code}" for g in record.gave_up)),
@@ -109,11 +112,14 @@ async def test_acknowledged_appends_survive_the_partition_leaders_death_exactly_
         "latency during failover s": {k: round(v, 3) for k, v in percentiles(during).items()},
         "max latency during failover by partition s": {
             p: round(max(a.latency_s for a in record.acks_on(p) if killed <= a.started <= healed), 2)
-            for p in sorted({a.partition for a in record.acks if killed <= a.started <= healed})},
+            for p in sorted({a.partition for a in record.acks if killed <= a.started <= healed})
+        },
         "latency overall s": {k: round(v, 3) for k, v in percentiles([a.latency_s for a in record.acks]).items()},
-        "contexts served/failed": (sum(c.error is None for c in record.contexts),
-                                   sum(c.error is not None for c in record.contexts)),
-    }  # fmt: skip
+        "contexts served/failed": (
+            sum(c.error is None for c in record.contexts),
+            sum(c.error is not None for c in record.contexts),
+        ),
+    }
     cluster_figure("broker failover under load: " + "; ".join(f"{k}: {v}" for k, v in figures.items()))
 
     # The producers: no failure surfaced, and every failed try was one the client retries.
@@ -177,8 +183,11 @@ async def test_a_leaderless_partition_holds_up_no_other_partitions_reads(healthy
         dead = leaders[victim]
         assert dead is not None
         alive = next(p for p, n in leaders.items() if n is not None and n.node_id != dead.node_id)
-        key = next(k for k in (ConversationKey("acme", "u", f"c{i}") for i in range(1000))
-                   if partition_for_key(k.encode(), PARTITIONS) == alive)  # fmt: skip
+        key = next(
+            k
+            for k in (ConversationKey("acme", "u", f"c{i}") for i in range(1000))
+            if partition_for_key(k.encode(), PARTITIONS) == alive
+        )
         producer = ConversationProducer(log, producer="leaderless-test")
         for i in range(3):
             await producer.append_user(key, f"message {i}", event_id=f"m{i}")

@@ -184,8 +184,9 @@ async def test_group_failover_under_load(
         b_owned = b.owned_before(a.killed_at)  # what it held before the failover began
         b.kill(time.time())
         assert b.killed_at is not None
-        await until(lambda: covers([replacement, c], all_partitions), 60, "two members sharing the partitions",
-                    everyone)  # fmt: skip
+        await until(
+            lambda: covers([replacement, c], all_partitions), 60, "two members sharing the partitions", everyone
+        )
         await asyncio.sleep(2.0)  # appends to every partition after the takeover
         appends.stop.set()
         await tasks[0]
@@ -232,9 +233,14 @@ async def test_group_failover_under_load(
     assert dict(await projection.rows("SELECT partition, next_offset FROM {s}.positions")) == ends
     # The tables equal a clean replay of the log.
     verify = subprocess.run(
-        [sys.executable, "-m", "convlog.cli.main", "verify", "--all"], cwd=REPO, env=env,
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+        [sys.executable, "-m", "convlog.cli.main", "verify", "--all"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert verify.returncode == 0, verify.stdout + verify.stderr
     print(f"convlog verify --all: {verify.stdout.strip().splitlines()[-1]}")
     if static and rejoined_in_time:

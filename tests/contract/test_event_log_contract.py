@@ -179,8 +179,10 @@ async def test_a_closed_log_refuses_work(event_log: EventLog) -> None:
 
 
 def _batch(label: str, n: int) -> list[tuple[bytes, list[tuple[str, bytes]]]]:
-    return [(f"{label}-{i}".encode(), [("convlog.event_type", b"MessageAppended"), ("i", str(i).encode())])
-            for i in range(n)]  # fmt: skip
+    return [
+        (f"{label}-{i}".encode(), [("convlog.event_type", b"MessageAppended"), ("i", str(i).encode())])
+        for i in range(n)
+    ]
 
 
 async def test_append_many_lands_contiguously_in_order_on_the_keys_partition(event_log: EventLog) -> None:

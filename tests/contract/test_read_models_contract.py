@@ -46,8 +46,9 @@ class ReadSide:
 
 def in_memory() -> ReadSide:
     tables = MemoryTables()
-    store = InMemoryProjectionStore(tables, codec=default_codec(), counter=COUNTER, policy=SEED_000_WINDOW,
-                                    max_event_bytes=1 << 20)  # fmt: skip
+    store = InMemoryProjectionStore(
+        tables, codec=default_codec(), counter=COUNTER, policy=SEED_000_WINDOW, max_event_bytes=1 << 20
+    )
     return ReadSide(store, InMemoryReadModels(tables))
 
 
@@ -71,8 +72,9 @@ def count(encoding: str, text: str) -> int:
 
 
 def summary(covers: str | None, summary_id: str = "s1", text: str = "They discussed overtime.") -> SummaryRecorded:
-    return SummaryRecorded(summary_id=summary_id, text=text, covers_through_message_id=covers or "",
-                           model="offline", prompt_version="v1")  # fmt: skip
+    return SummaryRecorded(
+        summary_id=summary_id, text=text, covers_through_message_id=covers or "", model="offline", prompt_version="v1"
+    )
 
 
 async def inputs_of(side: ReadSide, key: ConversationKey, encoding: str = "o200k_base") -> Any:
@@ -155,8 +157,9 @@ async def test_a_redaction_empties_the_message_and_withdraws_the_summaries_that_
     page = await side.reads.transcript(OA, limit=3, before=2)
     assert page is not None
     assert [(e["seq"], e["content"], e["redacted"] and e["redacted"]["reason"]) for e in page[0]] == [
-        (0, OA_SYSTEM_PROMPT, None), (1, None, "pii"),
-    ]  # fmt: skip
+        (0, OA_SYSTEM_PROMPT, None),
+        (1, None, "pii"),
+    ]
 
 
 NATIVE = ConversationKey("acme", "employee-42", "native")
@@ -182,8 +185,11 @@ async def test_a_native_message_keeps_its_blocks_its_origin_and_its_usage(
     assert (question.blocks, question.api, question.provider, question.is_error) == ((), None, None, None)
     assert stored.blocks == answer.blocks  # every block, in order, byte for byte
     assert (stored.api, stored.provider, stored.model, stored.prompt_tokens) == (
-        "anthropic", "anthropic", "claude-sonnet-4-5", 1200,
-    )  # fmt: skip
+        "anthropic",
+        "anthropic",
+        "claude-sonnet-4-5",
+        1200,
+    )
     # content and tool calls are the Chat Completions view; reasoning never enters it
     assert stored.content == "Let me check both cities."
     assert [c["id"] for c in stored.tool_calls] == ["toolu_1", "toolu_2"]
@@ -198,8 +204,12 @@ async def test_a_native_message_keeps_its_blocks_its_origin_and_its_usage(
     assert not {"blocks", "provider", "api", "is_error"} & entries[0].keys()  # a Chat Completions message
     assert entries[1]["blocks"] == blocks_to_json(answer.blocks)
     assert (entries[1]["provider"], entries[1]["api"]) == ("anthropic", "anthropic")
-    assert entries[1]["usage"] == {"prompt_tokens": 1200, "completion_tokens": 80, "cached_tokens": 1000,
-                                   "cache_write_tokens": 150}  # fmt: skip
+    assert entries[1]["usage"] == {
+        "prompt_tokens": 1200,
+        "completion_tokens": 80,
+        "cached_tokens": 1000,
+        "cache_write_tokens": 150,
+    }
     assert entries[3]["is_error"] is True
 
 
@@ -232,8 +242,14 @@ async def test_a_summary_after_a_redaction_that_leaves_it_out_stays_and_the_firs
     redacted = done[2].message_id or ""
     await producer.redact(OA, redacted, reason="pii")
     await producer.redact(OA, redacted, reason="asked again")
-    left_out = SummaryRecorded(summary_id="s1", text="Without it.", covers_through_message_id=done[5].message_id or "",
-                               model="m", prompt_version="v", excluded_message_ids=(redacted,))  # fmt: skip
+    left_out = SummaryRecorded(
+        summary_id="s1",
+        text="Without it.",
+        covers_through_message_id=done[5].message_id or "",
+        model="m",
+        prompt_version="v",
+        excluded_message_ids=(redacted,),
+    )
     await producer.append(OA, left_out)
     await project_all(log, side.store)  # one batch: the redactions come before the summary in it
     assert [e["status"] for e in await side.reads.summaries(OA) or []] == ["current"]
@@ -362,8 +378,11 @@ async def test_unknown_conversations_the_transcript_pages_and_positions(
     assert await side.reads.projection_position(99) == 0
     at = await side.reads.logged_at(OA, partition)
     assert (at.offsets, at.projected, at.first_offset, at.indexed) == (
-        tuple(d.offset for d in done), done[-1].offset + 1, done[0].offset, True,
-    )  # fmt: skip
+        tuple(d.offset for d in done),
+        done[-1].offset + 1,
+        done[0].offset,
+        True,
+    )
     one = await side.reads.logged_at(OA, partition, event_id=done[4].event_id)
     assert one.offsets == (done[4].offset,)
 
@@ -393,13 +412,17 @@ async def _mixed_history(producer: ConversationProducer, log: EmbeddedEventLog, 
             done = await producer.append_user(key, rng.choice(["hi", "and then?", "数字 42", "x" * rng.randint(1, 90)]))
         elif roll < 0.55:
             thinking = "thinking" * rng.randint(0, 3)
-            done = await producer.append_assistant(key, f"answer {step}", reasoning_content=thinking,
-                                                   finish_reason=rng.choice(["stop", "interrupted"]))  # fmt: skip
+            done = await producer.append_assistant(
+                key, f"answer {step}", reasoning_content=thinking, finish_reason=rng.choice(["stop", "interrupted"])
+            )
         elif roll < 0.62:
             call = f"call-{step}"
-            await producer.append_assistant(key, None, tool_calls=[{"id": call, "type": "function",
-                                            "function": {"name": "lookup", "arguments": '{"q": 1}'}}],
-                                            finish_reason="tool_calls")  # fmt: skip
+            await producer.append_assistant(
+                key,
+                None,
+                tool_calls=[{"id": call, "type": "function", "function": {"name": "lookup", "arguments": '{"q": 1}'}}],
+                finish_reason="tool_calls",
+            )
             done = await producer.append_tool_result(key, tool_call_id=call, content='{"found": true}')
         elif roll < 0.64:  # answers no open call: stored, flagged, never served
             done = await producer.append_tool_result(key, tool_call_id="no-such-call", content="?")
@@ -408,9 +431,17 @@ async def _mixed_history(producer: ConversationProducer, log: EmbeddedEventLog, 
             continue
         elif roll < 0.8 and ids[key]:
             excluded = tuple(rng.sample(ids[key], k=min(1, len(ids[key])))) if rng.random() < 0.5 else None
-            await producer.append(key, SummaryRecorded(summary_id=f"s{step}", text=f"summary {step}",
-                                  covers_through_message_id=rng.choice(ids[key]), model="m", prompt_version="v",
-                                  excluded_message_ids=excluded))  # fmt: skip
+            await producer.append(
+                key,
+                SummaryRecorded(
+                    summary_id=f"s{step}",
+                    text=f"summary {step}",
+                    covers_through_message_id=rng.choice(ids[key]),
+                    model="m",
+                    prompt_version="v",
+                    excluded_message_ids=excluded,
+                ),
+            )
             continue
         elif roll < 0.85:
             await producer.clear(key)
@@ -423,8 +454,9 @@ async def _mixed_history(producer: ConversationProducer, log: EmbeddedEventLog, 
             calls = (f"toolu-{step}-a", f"toolu-{step}-b")
             await producer.append(key, thinking_answer(f"native-{step}", call_ids=calls))
             await producer.append(key, tool_result(calls[0], "sunny", message_id=f"result-{step}-a"))
-            done = await producer.append(key, tool_result(calls[1], "no such city", message_id=f"result-{step}-b",
-                                                          is_error=True))  # fmt: skip
+            done = await producer.append(
+                key, tool_result(calls[1], "no such city", message_id=f"result-{step}-b", is_error=True)
+            )
         else:
             done = await producer.append_user(key, "twice", event_id=f"dup-{step % 3}-{key.conversation_id}")
         ids[key].append(done.message_id or "")

@@ -20,8 +20,12 @@ KEY = ConversationKey("acme", "employee-42", "oa")
 
 
 def job(previous: str | None = None) -> SummaryJob:
-    lines = ("User: Q1 how do I file overtime?", "Assistant: In the HR portal.", "User: Q2 who approves it?",
-             "Assistant: Your manager.")  # fmt: skip
+    lines = (
+        "User: Q1 how do I file overtime?",
+        "Assistant: In the HR portal.",
+        "User: Q2 who approves it?",
+        "Assistant: Your manager.",
+    )
     return SummaryJob(KEY, previous, lines, turns=2, covers_through_message_id="m4", covers_through_seq=4)
 
 

@@ -35,12 +35,19 @@ count = text_counter("o200k_base")
 
 # (format, model): the format a message came in and the model that made it.
 SOURCES: tuple[tuple[str | None, str], ...] = (
-    (None, "deepseek-v4"), ("anthropic", "claude-sonnet-4-5"), ("responses", "gpt-5"), ("gemini", "gemini-2.5-pro"),
-)  # fmt: skip
+    (None, "deepseek-v4"),
+    ("anthropic", "claude-sonnet-4-5"),
+    ("responses", "gpt-5"),
+    ("gemini", "gemini-2.5-pro"),
+)
 TARGETS: tuple[tuple[str, str], ...] = (
-    ("chat_completions", "gpt-4o"), ("responses", "gpt-5"), ("anthropic", "claude-sonnet-4-5"),
-    ("anthropic", "claude-opus-4-1"), ("gemini", "gemini-2.5-pro"), ("gemini", "gemini-2.5-flash"),
-)  # fmt: skip
+    ("chat_completions", "gpt-4o"),
+    ("responses", "gpt-5"),
+    ("anthropic", "claude-sonnet-4-5"),
+    ("anthropic", "claude-opus-4-1"),
+    ("gemini", "gemini-2.5-pro"),
+    ("gemini", "gemini-2.5-flash"),
+)
 
 
 def stored(msg: MessageAppended, seq: int) -> StoredMessage:
@@ -48,14 +55,26 @@ def stored(msg: MessageAppended, seq: int) -> StoredMessage:
     content, calls = content_json(msg), tuple(tool_calls_json(msg) or ())
     reasoning = msg.reasoning_content if not msg.blocks else reasoning_text(msg.blocks)
     return StoredMessage(
-        seq=seq, epoch=0, message_id=msg.message_id, role=msg.role, content=content, name=msg.name,
-        tool_calls=calls, tool_call_id=msg.tool_call_id, reasoning_content=msg.reasoning_content,
-        finish_reason=msg.finish_reason, tokens=count(countable_text(content, calls)),
-        reasoning_tokens=count(reasoning) if reasoning else 0, image_count=image_parts(content),
-        blocks=blocks_from_json(blocks_to_json(msg.blocks)), api=msg.api, provider=msg.provider, model=msg.model,
+        seq=seq,
+        epoch=0,
+        message_id=msg.message_id,
+        role=msg.role,
+        content=content,
+        name=msg.name,
+        tool_calls=calls,
+        tool_call_id=msg.tool_call_id,
+        reasoning_content=msg.reasoning_content,
+        finish_reason=msg.finish_reason,
+        tokens=count(countable_text(content, calls)),
+        reasoning_tokens=count(reasoning) if reasoning else 0,
+        image_count=image_parts(content),
+        blocks=blocks_from_json(blocks_to_json(msg.blocks)),
+        api=msg.api,
+        provider=msg.provider,
+        model=msg.model,
         is_error=msg.is_error,
         prompt_tokens=None if msg.usage is None else msg.usage.prompt_tokens,
-    )  # fmt: skip
+    )
 
 
 def _reasoning(api: str | None, n: int) -> Block:
@@ -90,30 +109,53 @@ def conversations(draw: st.DrawFn) -> list[MessageAppended]:
         for _ in range(draw(st.integers(0, 3))):
             api, model = draw(st.sampled_from(SOURCES))
             mid = next_id()
-            calls = [ToolCallBlock(f"call_{mid}_{k}", f"tool_{k}", json.dumps({"q": k}),
-                                   signature=_b64(f"SIG-{mid}-{k}#") if api == "gemini" and k == 0 else None)
-                     for k in range(draw(st.integers(0, 2)))]  # fmt: skip
+            calls = [
+                ToolCallBlock(
+                    f"call_{mid}_{k}",
+                    f"tool_{k}",
+                    json.dumps({"q": k}),
+                    signature=_b64(f"SIG-{mid}-{k}#") if api == "gemini" and k == 0 else None,
+                )
+                for k in range(draw(st.integers(0, 2)))
+            ]
             text = [TextBlock(f"answer {mid}")] if draw(st.booleans()) or not calls else []
             if api is None:
-                out.append(MessageAppended(
-                    message_id=mid, role="assistant", content=text[0].text if text else None, model=model,
-                    tool_calls=tuple(ToolCall(c.id, c.name, c.arguments) for c in calls),
-                    reasoning_content=f"DSR-{mid}#" if draw(st.booleans()) else None,
-                ))  # fmt: skip
+                out.append(
+                    MessageAppended(
+                        message_id=mid,
+                        role="assistant",
+                        content=text[0].text if text else None,
+                        model=model,
+                        tool_calls=tuple(ToolCall(c.id, c.name, c.arguments) for c in calls),
+                        reasoning_content=f"DSR-{mid}#" if draw(st.booleans()) else None,
+                    )
+                )
             else:
                 blocks: list[Block] = [_reasoning(api, int(mid[1:]))] if draw(st.booleans()) else []
-                out.append(native_message(message_id=mid, role="assistant", blocks=[*blocks, *text, *calls],
-                                          api=api, model=model))  # type: ignore[arg-type]  # fmt: skip
+                out.append(
+                    native_message(
+                        message_id=mid, role="assistant", blocks=[*blocks, *text, *calls], api=api, model=model
+                    )
+                )  # type: ignore[arg-type]
             for c in calls:
                 if draw(st.integers(0, 5)) == 0:
                     continue  # never answered
                 error = draw(st.sampled_from([None, False, True]))
                 if api is None:
-                    out.append(MessageAppended(message_id=next_id(), role="tool", content=f"result {c.id}",
-                                               tool_call_id=c.id))  # fmt: skip
+                    out.append(
+                        MessageAppended(message_id=next_id(), role="tool", content=f"result {c.id}", tool_call_id=c.id)
+                    )
                 else:
-                    out.append(native_message(message_id=next_id(), role="tool", blocks=[TextBlock(f"result {c.id}")],
-                                              api=api, tool_call_id=c.id, is_error=error))  # type: ignore[arg-type]  # fmt: skip
+                    out.append(
+                        native_message(
+                            message_id=next_id(),
+                            role="tool",
+                            blocks=[TextBlock(f"result {c.id}")],
+                            api=api,
+                            tool_call_id=c.id,
+                            is_error=error,
+                        )
+                    )  # type: ignore[arg-type]
             if draw(st.integers(0, 9)) == 0:
                 out.append(MessageAppended(message_id=next_id(), role="tool", content="orphan", tool_call_id="nope"))
     out.append(MessageAppended(message_id=next_id(), role="user", content="the question now"))
@@ -124,9 +166,11 @@ def conversations(draw: st.DrawFn) -> list[MessageAppended]:
 def _adapter(kind: str) -> TypeAdapter[Any]:
     """Built once per kind: a TypeAdapter of the SDK's unions is slow to construct."""
     kinds: dict[str, Any] = {
-        "chat": list[ChatCompletionMessageParam], "responses": ResponseInputParam,
-        "anthropic": list[MessageParam], "anthropic_system": list[TextBlockParam],
-    }  # fmt: skip
+        "chat": list[ChatCompletionMessageParam],
+        "responses": ResponseInputParam,
+        "anthropic": list[MessageParam],
+        "anthropic_system": list[TextBlockParam],
+    }
     return TypeAdapter(kinds[kind])
 
 

@@ -67,8 +67,10 @@ def test_a_message_response_keeps_its_id_model_usage_and_stop_reason() -> None:
     )
     assert msg.metadata == {"anthropic.id": "msg_01Aq9w938a90dw8q", "anthropic.stop_reason": "tool_use"}
     assert msg.usage == Usage(prompt_tokens=472, completion_tokens=122, cached_tokens=0, cache_write_tokens=0)
-    assert [c.arguments for c in msg.tool_calls] == ['{"location":"San Francisco, CA","unit":"celsius"}',
-                                                     '{"location":"New York, NY","unit":"celsius"}']  # fmt: skip
+    assert [c.arguments for c in msg.tool_calls] == [
+        '{"location":"San Francisco, CA","unit":"celsius"}',
+        '{"location":"New York, NY","unit":"celsius"}',
+    ]
     cached = parse(load("extended_thinking_tools")["payloads"][3], new_id=ids()).messages[0]
     assert cached.usage == Usage(
         prompt_tokens=12 + 1435, completion_tokens=20, cached_tokens=1435, cache_write_tokens=0
@@ -84,8 +86,11 @@ def test_a_user_message_with_tool_results_is_tool_messages_first_then_the_rest()
         ("m2", "tool", "toolu_01B09q90qw90lq917835lq9"),
         ("m3", "user", None),
     ]
-    assert [m.content for m in msgs] == ["San Francisco: 15°C, partly cloudy", "New York: 22°C, sunny",
-                                         "Thanks, and keep it short."]  # fmt: skip
+    assert [m.content for m in msgs] == [
+        "San Francisco: 15°C, partly cloudy",
+        "New York: 22°C, sunny",
+        "Thanks, and keep it short.",
+    ]
 
 
 def test_sdk_objects_are_dumped_first() -> None:
@@ -95,8 +100,9 @@ def test_sdk_objects_are_dumped_first() -> None:
 
 
 def test_a_tool_result_for_a_call_of_an_earlier_append_is_accepted() -> None:
-    msgs = parse({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_x", "content": "ok"}]},
-                 new_id=ids()).messages  # fmt: skip
+    msgs = parse(
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_x", "content": "ok"}]}, new_id=ids()
+    ).messages
     assert [(m.role, m.tool_call_id) for m in msgs] == [("tool", "toolu_x")]
 
 
@@ -177,8 +183,10 @@ def test_a_payload_that_breaks_the_format_is_refused_with_a_code_and_path(payloa
 
 
 def test_unknown_block_types_and_sources_are_opaque_and_verbatim() -> None:
-    odd = [{"type": "container_upload", "file_id": "file_1", "zz": [1, 2.5, None]},
-           {"type": "image", "source": {"type": "file", "file_id": "file_2"}}]  # fmt: skip
+    odd = [
+        {"type": "container_upload", "file_id": "file_1", "zz": [1, 2.5, None]},
+        {"type": "image", "source": {"type": "file", "file_id": "file_2"}},
+    ]
     (msg,) = parse({"role": "user", "content": [*odd, _TEXT]}, new_id=ids()).messages
     assert msg.blocks[:2] == tuple(OpaqueBlock("anthropic", compact_json(b)) for b in odd)
 
@@ -217,34 +225,57 @@ def _call(call_id: str, arguments: str) -> dict[str, Any]:
 def test_chat_completions_messages_are_served_in_anthropic_shape() -> None:
     pixel = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
     messages = [
-        cc(1, "user", [{"type": "text", "text": "look"},
-                       {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{pixel}", "detail": "low"}},
-                       {"type": "image_url", "image_url": {"url": "https://example.com/a.jpg", "detail": "auto"}}]),
-        cc(2, "assistant", None, reasoning_content="private",
-           tool_calls=(_call("call.1", '{"q":1}'), _call("c2", "[1]"))),
+        cc(
+            1,
+            "user",
+            [
+                {"type": "text", "text": "look"},
+                {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{pixel}", "detail": "low"}},
+                {"type": "image_url", "image_url": {"url": "https://example.com/a.jpg", "detail": "auto"}},
+            ],
+        ),
+        cc(
+            2,
+            "assistant",
+            None,
+            reasoning_content="private",
+            tool_calls=(_call("call.1", '{"q":1}'), _call("c2", "[1]")),
+        ),
         cc(3, "tool", "one", tool_call_id="call.1"),
         cc(4, "tool", "", tool_call_id="c2"),
         cc(5, "assistant", "done"),
-    ]  # fmt: skip
+    ]
     rendered = render_checked(messages, model="claude-sonnet-4-5", system=[cc(0, "system", "Be brief.")])
     safe = wire_id("call.1")
     assert safe != "call.1"
     assert rendered.fragment == {
         "system": [{"type": "text", "text": "Be brief."}],
         "messages": [
-            {"role": "user", "content": [
-                {"type": "text", "text": "look"},
-                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": pixel}},
-                {"type": "image", "source": {"type": "url", "url": "https://example.com/a.jpg"}}]},
-            {"role": "assistant", "content": [
-                {"type": "tool_use", "id": safe, "name": "lookup", "input": {"q": 1}},
-                {"type": "tool_use", "id": "c2", "name": "lookup", "input": {"value": [1]}}]},
-            {"role": "user", "content": [
-                {"type": "tool_result", "tool_use_id": safe, "content": "one"},
-                {"type": "tool_result", "tool_use_id": "c2"}]},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "look"},
+                    {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": pixel}},
+                    {"type": "image", "source": {"type": "url", "url": "https://example.com/a.jpg"}},
+                ],
+            },
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "tool_use", "id": safe, "name": "lookup", "input": {"q": 1}},
+                    {"type": "tool_use", "id": "c2", "name": "lookup", "input": {"value": [1]}},
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": safe, "content": "one"},
+                    {"type": "tool_result", "tool_use_id": "c2"},
+                ],
+            },
             {"role": "assistant", "content": [{"type": "text", "text": "done"}]},
         ],
-    }  # fmt: skip
+    }
     assert "private" not in json.dumps(rendered.fragment)
 
 
@@ -259,11 +290,15 @@ def test_consecutive_same_role_messages_merge_with_results_first() -> None:
     rendered = render_checked(messages, model="claude-sonnet-4-5")
     assert rendered.fragment["messages"] == [
         {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
-        {"role": "assistant", "content": [{"type": "text", "text": "c"},
-                                          {"type": "tool_use", "id": "t1", "name": "lookup", "input": {}}]},
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "r"},
-                                     {"type": "text", "text": "next"}]},
-    ]  # fmt: skip
+        {
+            "role": "assistant",
+            "content": [{"type": "text", "text": "c"}, {"type": "tool_use", "id": "t1", "name": "lookup", "input": {}}],
+        },
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "r"}, {"type": "text", "text": "next"}],
+        },
+    ]
 
 
 def test_images_beyond_image_turns_become_a_placeholder() -> None:
@@ -282,8 +317,13 @@ def test_cache_breakpoints_end_of_system_summary_and_last_stable_message() -> No
     cached = render_checked(messages, model=doc["model"], system=system, summary="Summary: earlier chat.", cache=True)
     frag = cached.fragment
     assert [b.get("cache_control") for b in frag["system"]] == [None, {"type": "ephemeral"}, {"type": "ephemeral"}]
-    marked = [(i, j) for i, m in enumerate(frag["messages"]) if isinstance(m["content"], list)
-              for j, b in enumerate(m["content"]) if "cache_control" in b]  # fmt: skip
+    marked = [
+        (i, j)
+        for i, m in enumerate(frag["messages"])
+        if isinstance(m["content"], list)
+        for j, b in enumerate(m["content"])
+        if "cache_control" in b
+    ]
     assert marked == [(len(frag["messages"]) - 2, 0)]  # the answer before the current user message
     assert _without_cache_control(frag) == plain.fragment
 
@@ -299,8 +339,11 @@ def _without_cache_control(value: Any) -> Any:
 def test_stored_cache_control_is_not_served_and_breakpoints_never_exceed_four() -> None:
     mark = {"cache_control": {"type": "ephemeral"}}
     opaque = [{"type": "search_result", "source": "s", "title": "t", "content": [_TEXT], **mark} for _ in range(3)]
-    payloads = [{"role": "user", "content": [{**_TEXT, **mark}, *opaque]}, {"role": "assistant", "content": "a"},
-                {"role": "user", "content": "b"}]  # fmt: skip
+    payloads = [
+        {"role": "user", "content": [{**_TEXT, **mark}, *opaque]},
+        {"role": "assistant", "content": "a"},
+        {"role": "user", "content": "b"},
+    ]
     rendered = render_checked(stored_all(payloads), model="m", system=[cc(0, "system", "s")], summary="sum", cache=True)
     assert "cache_control" not in rendered.fragment["messages"][0]["content"][0]
     assert json.dumps(rendered.fragment).count("cache_control") == 4
@@ -313,39 +356,72 @@ def test_violations_name_each_broken_rule() -> None:
         "only user and assistant": {"messages": [{"role": "system", "content": "x"}]},
         "first message is not a user": {"messages": [{"role": "assistant", "content": "x"}]},
         "roles alternate": {"messages": [{"role": "user", "content": "x"}, {"role": "user", "content": "y"}]},
-        "not all first": {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": [call]},
-                                       {"role": "user", "content": [_TEXT, result]}]},
+        "not all first": {
+            "messages": [
+                {"role": "user", "content": "q"},
+                {"role": "assistant", "content": [call]},
+                {"role": "user", "content": [_TEXT, result]},
+            ]
+        },
         "never answered": {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": [call]}]},
         "answers no tool_use": {"messages": [{"role": "user", "content": [result]}]},
-        "without its signature": {"messages": [{"role": "user", "content": "q"},
-                                               {"role": "assistant", "content": [{"type": "thinking", "text": "t"}]}]},
-        "thinking after a tool_use": {"messages": [{"role": "user", "content": "q"},
-                                                   {"role": "assistant", "content": [call, _THINK]},
-                                                   {"role": "user", "content": [result]}]},
+        "without its signature": {
+            "messages": [
+                {"role": "user", "content": "q"},
+                {"role": "assistant", "content": [{"type": "thinking", "text": "t"}]},
+            ]
+        },
+        "thinking after a tool_use": {
+            "messages": [
+                {"role": "user", "content": "q"},
+                {"role": "assistant", "content": [call, _THINK]},
+                {"role": "user", "content": [result]},
+            ]
+        },
         "breakpoints": {"messages": [{"role": "user", "content": [{**_TEXT, "cache_control": {}} for _ in range(5)]}]},
         "signature on a text": {"messages": [{"role": "user", "content": [{**_TEXT, "signature": "s"}]}]},
-    }  # fmt: skip
+    }
     for expected, fragment in cases.items():
         found = violations(fragment)
         assert any(expected in v for v in found), (expected, found)
 
 
 def test_what_anthropic_cannot_take_is_reported_and_the_turn_stays_valid() -> None:
-    gemini_only = StoredMessage(seq=1, epoch=0, message_id="g1", role="user", content=None, api="gemini",
-                                blocks=(OpaqueBlock("gemini", '{"executableCode":{"code":"1"}}'),))  # fmt: skip
-    thought = StoredMessage(seq=2, epoch=0, message_id="g2", role="assistant", content=None, api="gemini",
-                            model="gemini-2.5-pro", blocks=(ReasoningBlock(text="secret", signature="s"),))  # fmt: skip
+    gemini_only = StoredMessage(
+        seq=1,
+        epoch=0,
+        message_id="g1",
+        role="user",
+        content=None,
+        api="gemini",
+        blocks=(OpaqueBlock("gemini", '{"executableCode":{"code":"1"}}'),),
+    )
+    thought = StoredMessage(
+        seq=2,
+        epoch=0,
+        message_id="g2",
+        role="assistant",
+        content=None,
+        api="gemini",
+        model="gemini-2.5-pro",
+        blocks=(ReasoningBlock(text="secret", signature="s"),),
+    )
     svg = cc(
         3, "user", [{"type": "image_url", "image_url": {"url": "data:image/svg+xml;base64,PHN2Zz4=", "detail": "auto"}}]
     )
     rendered = render_checked([gemini_only, thought, svg, cc(4, "assistant", "ok")], model="claude-sonnet-4-5")
     assert rendered.fragment["messages"] == [
-        {"role": "user", "content": [{"type": "text", "text": "[content omitted]"},
-                                     {"type": "text", "text": "[file omitted]"}]},
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "[content omitted]"}, {"type": "text", "text": "[file omitted]"}],
+        },
         {"role": "assistant", "content": [{"type": "text", "text": "ok"}]},
-    ]  # fmt: skip
-    assert rendered.dropped == (Dropped("g1", "opaque", "unsupported"), Dropped("g2", "reasoning", "other_provider"),
-                                Dropped("c3", "media", "unsupported"))  # fmt: skip
+    ]
+    assert rendered.dropped == (
+        Dropped("g1", "opaque", "unsupported"),
+        Dropped("g2", "reasoning", "other_provider"),
+        Dropped("c3", "media", "unsupported"),
+    )
 
 
 def test_not_json_values_are_refused() -> None:

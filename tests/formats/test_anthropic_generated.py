@@ -22,33 +22,65 @@ _json = st.recursive(
 )
 _text_block = st.builds(lambda t: {"type": "text", "text": t}, _words)
 _cited = st.builds(
-    lambda t, c: {"type": "text", "text": t, "citations": [{"type": "char_location", "cited_text": c,
-                  "document_index": 0, "document_title": "d", "start_char_index": 0, "end_char_index": 3}]},
-    _words, _words,
-)  # fmt: skip
-_image = st.sampled_from([
-    {"type": "image", "source": {"type": "url", "url": "https://example.com/cat.png"}},
-    {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}},
-])  # fmt: skip
+    lambda t, c: {
+        "type": "text",
+        "text": t,
+        "citations": [
+            {
+                "type": "char_location",
+                "cited_text": c,
+                "document_index": 0,
+                "document_title": "d",
+                "start_char_index": 0,
+                "end_char_index": 3,
+            }
+        ],
+    },
+    _words,
+    _words,
+)
+_image = st.sampled_from(
+    [
+        {"type": "image", "source": {"type": "url", "url": "https://example.com/cat.png"}},
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}},
+    ]
+)
 _thinking = st.one_of(
     st.builds(lambda t, s: {"type": "thinking", "thinking": t, "signature": s}, _words, _words),
     st.builds(lambda d: {"type": "redacted_thinking", "data": d}, _words),
 )
 _opaque = st.builds(
     lambda i, q: {"type": "server_tool_use", "id": f"srvtoolu_{i}", "name": "web_search", "input": {"query": q}},
-    st.integers(0, 10**6), _words,
-)  # fmt: skip
+    st.integers(0, 10**6),
+    _words,
+)
 
 
-_result_bodies = st.sampled_from([
-    {"content": "ok"}, {"content": [{"type": "text", "text": "r"}]}, {}, {"content": []},
-    {"content": "failed", "is_error": True}, {"content": [{"type": "text", "text": "x"}], "is_error": False},
-    {"content": [{"type": "text", "text": "see"}, {"type": "image", "source": {"type": "url", "url": "https://e.x/a.gif"}}]},
-])  # fmt: skip
-_cc_user = st.one_of(_words, st.just([
-    {"type": "text", "text": "t"},
-    {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,/9j/4AAQ", "detail": "high"}},
-]))  # fmt: skip
+_result_bodies = st.sampled_from(
+    [
+        {"content": "ok"},
+        {"content": [{"type": "text", "text": "r"}]},
+        {},
+        {"content": []},
+        {"content": "failed", "is_error": True},
+        {"content": [{"type": "text", "text": "x"}], "is_error": False},
+        {
+            "content": [
+                {"type": "text", "text": "see"},
+                {"type": "image", "source": {"type": "url", "url": "https://e.x/a.gif"}},
+            ]
+        },
+    ]
+)
+_cc_user = st.one_of(
+    _words,
+    st.just(
+        [
+            {"type": "text", "text": "t"},
+            {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,/9j/4AAQ", "detail": "high"}},
+        ]
+    ),
+)
 
 
 @st.composite
@@ -65,8 +97,14 @@ def conversations(draw: st.DrawFn) -> list[dict[str, Any]]:
             calls = []
             for _ in range(draw(st.integers(1, 3))):
                 call_no += 1
-                calls.append({"type": "tool_use", "id": f"toolu_{call_no:04d}", "name": "lookup", "input": draw(
-                    st.dictionaries(_words, _json, max_size=3))})  # fmt: skip
+                calls.append(
+                    {
+                        "type": "tool_use",
+                        "id": f"toolu_{call_no:04d}",
+                        "name": "lookup",
+                        "input": draw(st.dictionaries(_words, _json, max_size=3)),
+                    }
+                )
             out.append({"role": "assistant", "model": MODEL, "content": [*thinking, *text, *calls]})
             results = [{"type": "tool_result", "tool_use_id": c["id"], **draw(_result_bodies)} for c in calls]
             after = draw(st.lists(_text_block, max_size=1))
@@ -115,8 +153,11 @@ def test_generated_conversations_served_to_another_model_drop_thinking_and_stay_
     text = json.dumps(rendered.fragment)
     assert '"thinking"' not in text
     assert "redacted_thinking" not in text
-    thinking_messages = {f"m{i}" for i, m in enumerate(parse_all(messages), 1) if any(
-        type(b).__name__ == "ReasoningBlock" for b in m.blocks)}  # fmt: skip
+    thinking_messages = {
+        f"m{i}"
+        for i, m in enumerate(parse_all(messages), 1)
+        if any(type(b).__name__ == "ReasoningBlock" for b in m.blocks)
+    }
     assert {d.message_id for d in rendered.dropped if d.what == "reasoning"} == thinking_messages
 
 
@@ -129,8 +170,9 @@ def chat_completions_histories(draw: st.DrawFn) -> list[StoredMessage]:
     out: list[StoredMessage] = []
 
     def add(role: str, content: Any = None, **kw: Any) -> None:
-        out.append(StoredMessage(seq=len(out) + 1, epoch=0, message_id=f"c{len(out) + 1}", role=role,
-                                 content=content, **kw))  # fmt: skip
+        out.append(
+            StoredMessage(seq=len(out) + 1, epoch=0, message_id=f"c{len(out) + 1}", role=role, content=content, **kw)
+        )
 
     for _ in range(draw(st.integers(1, 4))):
         for _ in range(draw(st.integers(1, 2))):
@@ -138,8 +180,14 @@ def chat_completions_histories(draw: st.DrawFn) -> list[StoredMessage]:
         for _ in range(draw(st.integers(0, 2))):
             call_ids = draw(st.lists(_ids, min_size=1, max_size=3, unique=True))
             prefix = f"{len(out)}-"
-            calls = tuple({"id": prefix + c, "type": "function", "function": {"name": "f", "arguments": compact_json(
-                draw(_json))}} for c in call_ids)  # fmt: skip
+            calls = tuple(
+                {
+                    "id": prefix + c,
+                    "type": "function",
+                    "function": {"name": "f", "arguments": compact_json(draw(_json))},
+                }
+                for c in call_ids
+            )
             add("assistant", draw(st.none() | _words), tool_calls=calls, reasoning_content=draw(st.none() | _words))
             for c in calls:
                 add("tool", draw(st.sampled_from(["", "ok", [{"type": "text", "text": "r"}]])), tool_call_id=c["id"])
@@ -159,12 +207,17 @@ def _turn(n: int) -> list[dict[str, Any]]:
     call = f"toolu_{n:03d}"
     return [
         {"role": "user", "content": f"question {n}"},
-        {"role": "assistant", "model": MODEL, "content": [
-            {"type": "thinking", "thinking": f"think {n}", "signature": f"sig{n}"},
-            {"type": "tool_use", "id": call, "name": "lookup", "input": {"n": n}}]},
+        {
+            "role": "assistant",
+            "model": MODEL,
+            "content": [
+                {"type": "thinking", "thinking": f"think {n}", "signature": f"sig{n}"},
+                {"type": "tool_use", "id": call, "name": "lookup", "input": {"n": n}},
+            ],
+        },
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call, "content": f"result {n}"}]},
         {"role": "assistant", "model": MODEL, "content": [{"type": "text", "text": f"answer {n}"}]},
-    ]  # fmt: skip
+    ]
 
 
 def test_fifty_turns_only_append_to_the_rendered_messages() -> None:

@@ -84,16 +84,30 @@ def _answer(turn: int) -> list[MessageAppended]:
         if turn % 2:
             return [MessageAppended(message_id=f"a{turn}", role="assistant", content=f"answer {turn}", model=model)]
         return [
-            MessageAppended(message_id=f"a{turn}", role="assistant", model=model,
-                            tool_calls=(ToolCall(call.id, call.name, call.arguments),)),
+            MessageAppended(
+                message_id=f"a{turn}",
+                role="assistant",
+                model=model,
+                tool_calls=(ToolCall(call.id, call.name, call.arguments),),
+            ),
             MessageAppended(message_id=f"t{turn}", role="tool", content="42", tool_call_id=call.id),
             MessageAppended(message_id=f"b{turn}", role="assistant", content=f"answer {turn}", model=model),
-        ]  # fmt: skip
+        ]
     blocks = [TextBlock(f"answer {turn}")] if turn % 2 else [call]
     out = [native_message(message_id=f"a{turn}", role="assistant", blocks=blocks, api=api, model=model)]  # type: ignore[arg-type]
     if not turn % 2:
-        out.append(native_message(message_id=f"t{turn}", role="tool", blocks=[TextBlock("42")], api=api,  # type: ignore[arg-type]
-                                  tool_call_id=call.id))  # fmt: skip
-        out.append(native_message(message_id=f"b{turn}", role="assistant", blocks=[TextBlock(f"answer {turn}")],
-                                  api=api, model=model))  # type: ignore[arg-type]  # fmt: skip
+        out.append(
+            native_message(
+                message_id=f"t{turn}",
+                role="tool",
+                blocks=[TextBlock("42")],
+                api=api,  # type: ignore[arg-type]
+                tool_call_id=call.id,
+            )
+        )
+        out.append(
+            native_message(
+                message_id=f"b{turn}", role="assistant", blocks=[TextBlock(f"answer {turn}")], api=api, model=model
+            )
+        )  # type: ignore[arg-type]
     return out

@@ -98,8 +98,12 @@ def fixture(name: str) -> dict[str, Any]:
     return doc
 
 
-DOC_EXAMPLES = ["parallel_function_calls.json", "sequential_function_calls.json", "inline_image.json",
-                "code_execution.json"]  # fmt: skip
+DOC_EXAMPLES = [
+    "parallel_function_calls.json",
+    "sequential_function_calls.json",
+    "inline_image.json",
+    "code_execution.json",
+]
 
 
 # --- round trip ----------------------------------------------------------------------------
@@ -143,15 +147,24 @@ def test_parallel_calls_pair_with_their_responses_by_name_and_order() -> None:
 def test_native_function_call_ids_are_kept_and_served_back() -> None:
     contents = [
         {"role": "user", "parts": [{"text": "weather?"}]},
-        {"role": "model", "parts": [
-            {"functionCall": {"id": "fc-1", "name": "weather", "args": {"city": "Oslo"}}, "thoughtSignature": "c2ln"},
-            {"functionCall": {"id": "fc-2", "name": "weather", "args": {"city": "Rome"}}},
-        ]},
-        {"role": "user", "parts": [
-            {"functionResponse": {"id": "fc-2", "name": "weather", "response": {"t": 20}}},
-            {"functionResponse": {"id": "fc-1", "name": "weather", "response": {"t": 3}}},
-        ]},
-    ]  # fmt: skip
+        {
+            "role": "model",
+            "parts": [
+                {
+                    "functionCall": {"id": "fc-1", "name": "weather", "args": {"city": "Oslo"}},
+                    "thoughtSignature": "c2ln",
+                },
+                {"functionCall": {"id": "fc-2", "name": "weather", "args": {"city": "Rome"}}},
+            ],
+        },
+        {
+            "role": "user",
+            "parts": [
+                {"functionResponse": {"id": "fc-2", "name": "weather", "response": {"t": 20}}},
+                {"functionResponse": {"id": "fc-1", "name": "weather", "response": {"t": 3}}},
+            ],
+        },
+    ]
     messages = parse_all(contents, model="gemini-3-flash-preview")
     calls = [b for b in messages[1].blocks if isinstance(b, ToolCallBlock)]
     assert [(c.id, c.item_id) for c in calls] == [("fc-1", "fc-1"), ("fc-2", "fc-2")]
@@ -202,19 +215,30 @@ def test_an_sdk_object_is_read_in_snake_case_and_served_back_in_snake_case() -> 
     assert "thought_signature" in native["parts"][1]
 
 
-FINISHES = [("STOP", "stop"), ("MAX_TOKENS", "length"), ("SAFETY", "content_filter"), ("RECITATION", "content_filter"),
-            ("OTHER", "stop")]  # fmt: skip
+FINISHES = [
+    ("STOP", "stop"),
+    ("MAX_TOKENS", "length"),
+    ("SAFETY", "content_filter"),
+    ("RECITATION", "content_filter"),
+    ("OTHER", "stop"),
+]
 
 
 @pytest.mark.parametrize(("reason", "finish"), FINISHES)
 def test_an_sdk_response_object_gives_its_usage_and_finish_reason(reason: str, finish: str) -> None:
     response = genai.GenerateContentResponse(
-        candidates=[genai.Candidate(content=genai.Content(role="model", parts=[genai.Part(text="hi")]),
-                                    finish_reason=genai.FinishReason(reason))],
+        candidates=[
+            genai.Candidate(
+                content=genai.Content(role="model", parts=[genai.Part(text="hi")]),
+                finish_reason=genai.FinishReason(reason),
+            )
+        ],
         usage_metadata=genai.GenerateContentResponseUsageMetadata(
-            prompt_token_count=50, candidates_token_count=2, cached_content_token_count=40),
-        model_version="gemini-2.5-flash", response_id="resp-1",
-    )  # fmt: skip
+            prompt_token_count=50, candidates_token_count=2, cached_content_token_count=40
+        ),
+        model_version="gemini-2.5-flash",
+        response_id="resp-1",
+    )
     parsed = parse(response, new_id=ids())
     (message,) = parsed.messages
     assert parsed.native_id == "resp-1"
@@ -232,13 +256,15 @@ def _fields(m: MessageAppended) -> dict[str, Any]:
 def test_to_another_gemini_model_thoughts_and_signatures_are_dropped_and_calls_get_the_skip_value() -> None:
     doc = fixture("sequential_function_calls.json")
     contents = copy.deepcopy(doc["contents"])
-    contents[1]["parts"].insert(0, {"text": "I should check the flight first.", "thought": True,
-                                    "thoughtSignature": "dGhvdWdodA=="})  # fmt: skip
+    contents[1]["parts"].insert(
+        0, {"text": "I should check the flight first.", "thought": True, "thoughtSignature": "dGhvdWdodA=="}
+    )
     messages = parse_all(contents, model=doc["model"])
     rendered = serve(rows(messages), model="gemini-2.5-pro")
     served = rendered.fragment["contents"]
-    assert served[1]["parts"] == [{"functionCall": {"name": "check_flight", "args": {"flight": "AA100"}},
-                                   "thoughtSignature": SKIP_SIGNATURE}]  # fmt: skip
+    assert served[1]["parts"] == [
+        {"functionCall": {"name": "check_flight", "args": {"flight": "AA100"}}, "thoughtSignature": SKIP_SIGNATURE}
+    ]
     assert served[3]["parts"][0]["thoughtSignature"] == SKIP_SIGNATURE
     assert "I should check" not in json.dumps(served)  # never as text
     assert set(rendered.dropped) == {
@@ -267,37 +293,71 @@ def call(call_id: str, name: str, arguments: str) -> dict[str, Any]:
 def test_chat_completions_and_anthropic_messages_are_converted_and_reasoning_dropped() -> None:
     system = [chat_row(0, "system", "You are terse.")]
     messages = [
-        chat_row(1, "user", [{"type": "text", "text": "Weather in Paris and Rome?"},
-                             {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}]),
-        chat_row(2, "assistant", None, reasoning_content="the user wants two cities", model="deepseek-reasoner",
-                 tool_calls=(call("call_1", "weather", '{"city":"Paris"}'), call("call_2", "weather", "not json"))),
+        chat_row(
+            1,
+            "user",
+            [
+                {"type": "text", "text": "Weather in Paris and Rome?"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}},
+            ],
+        ),
+        chat_row(
+            2,
+            "assistant",
+            None,
+            reasoning_content="the user wants two cities",
+            model="deepseek-reasoner",
+            tool_calls=(call("call_1", "weather", '{"city":"Paris"}'), call("call_2", "weather", "not json")),
+        ),
         chat_row(3, "tool", "rain", tool_call_id="call_2"),  # answered out of order
         chat_row(4, "tool", "no such city", tool_call_id="call_1", is_error=True),
-        chat_row(5, "assistant", None, api="anthropic", provider="anthropic", model="claude-sonnet-4-5", blocks=(
-            ReasoningBlock(text="both done", signature="EqQBCkgI"),
-            TextBlock("Rain in Rome.", extra='{"citations":[]}'),
-            OpaqueBlock("anthropic", '{"type":"server_tool_use","id":"srvtoolu_1","name":"web_search","input":{}}'),
-        )),
+        chat_row(
+            5,
+            "assistant",
+            None,
+            api="anthropic",
+            provider="anthropic",
+            model="claude-sonnet-4-5",
+            blocks=(
+                ReasoningBlock(text="both done", signature="EqQBCkgI"),
+                TextBlock("Rain in Rome.", extra='{"citations":[]}'),
+                OpaqueBlock("anthropic", '{"type":"server_tool_use","id":"srvtoolu_1","name":"web_search","input":{}}'),
+            ),
+        ),
         chat_row(6, "user", "thanks", tool_calls=()),
-    ]  # fmt: skip
+    ]
     rendered = serve(messages, model="gemini-3-pro-preview", system=system, summary="Summary: earlier talk")
     assert rendered.fragment == {
         "system_instruction": {"parts": [{"text": "You are terse."}, {"text": "Summary: earlier talk"}]},
         "contents": [
-            {"role": "user", "parts": [{"text": "Weather in Paris and Rome?"},
-                                       {"inlineData": {"mimeType": "image/png", "data": "iVBORw0KGgo="}}]},
-            {"role": "model", "parts": [
-                {"functionCall": {"name": "weather", "args": {"city": "Paris"}}, "thoughtSignature": SKIP_SIGNATURE},
-                {"functionCall": {"name": "weather", "args": {"arguments": "not json"}}},
-            ]},
-            {"role": "user", "parts": [
-                {"functionResponse": {"name": "weather", "response": {"error": "no such city"}}},
-                {"functionResponse": {"name": "weather", "response": {"output": "rain"}}},
-            ]},
+            {
+                "role": "user",
+                "parts": [
+                    {"text": "Weather in Paris and Rome?"},
+                    {"inlineData": {"mimeType": "image/png", "data": "iVBORw0KGgo="}},
+                ],
+            },
+            {
+                "role": "model",
+                "parts": [
+                    {
+                        "functionCall": {"name": "weather", "args": {"city": "Paris"}},
+                        "thoughtSignature": SKIP_SIGNATURE,
+                    },
+                    {"functionCall": {"name": "weather", "args": {"arguments": "not json"}}},
+                ],
+            },
+            {
+                "role": "user",
+                "parts": [
+                    {"functionResponse": {"name": "weather", "response": {"error": "no such city"}}},
+                    {"functionResponse": {"name": "weather", "response": {"output": "rain"}}},
+                ],
+            },
             {"role": "model", "parts": [{"text": "Rain in Rome."}]},
             {"role": "user", "parts": [{"text": "thanks"}]},
         ],
-    }  # fmt: skip
+    }
     assert set(rendered.dropped) == {
         Dropped("c5", "reasoning", "other_provider"),
         Dropped("c5", "opaque", "unsupported"),
@@ -309,11 +369,19 @@ def test_a_responses_call_keeps_its_item_id_on_both_sides() -> None:
     blocks = (ToolCallBlock("call_9", "search", '{"q":"x"}', item_id="fc_9"),)
     messages = [
         chat_row(1, "user", "go"),
-        chat_row(2, "assistant", api="responses", provider="openai", model="gpt-5", blocks=blocks,
-                 tool_calls=(call("call_9", "search", '{"q":"x"}'),)),
-        chat_row(3, "tool", "found", tool_call_id="call_9", api="responses", provider="openai",
-                 blocks=(TextBlock("found"),)),
-    ]  # fmt: skip
+        chat_row(
+            2,
+            "assistant",
+            api="responses",
+            provider="openai",
+            model="gpt-5",
+            blocks=blocks,
+            tool_calls=(call("call_9", "search", '{"q":"x"}'),),
+        ),
+        chat_row(
+            3, "tool", "found", tool_call_id="call_9", api="responses", provider="openai", blocks=(TextBlock("found"),)
+        ),
+    ]
     contents = serve(messages, model="gemini-3-pro-preview").fragment["contents"]
     assert contents[1]["parts"][0]["functionCall"]["id"] == "fc_9"
     response = {"name": "search", "response": {"output": "found"}, "id": "fc_9"}
@@ -355,48 +423,99 @@ RESPONSE = {"functionResponse": {"name": "f", "response": {}}}
         ({"role": "system", "parts": [TEXT]}, "unknown_role", "role"),
         ({"role": "function", "parts": [TEXT]}, "unknown_role", "role"),
         ({"parts": [TEXT]}, "missing_role", "role"),
-        ({"role": "model", "parts": [TEXT, RESPONSE]}, "function_response_in_model_content",
-         "parts[1].functionResponse"),
+        (
+            {"role": "model", "parts": [TEXT, RESPONSE]},
+            "function_response_in_model_content",
+            "parts[1].functionResponse",
+        ),
         ({"role": "user", "parts": [CALL]}, "function_call_in_user_content", "parts[0].functionCall"),
-        ({"role": "model", "parts": [{"functionCall": {"name": "f", "args": [1]}}]}, "invalid_function_args",
-         "parts[0].functionCall.args"),
-        ({"role": "model", "parts": [{"functionCall": {"args": {}}}]}, "missing_function_name",
-         "parts[0].functionCall.name"),
-        ({"role": "user", "parts": [{"functionResponse": {"response": {}}}]}, "missing_function_name",
-         "parts[0].functionResponse.name"),
-        ({"role": "user", "parts": [{"functionResponse": {"name": "f", "response": "ok"}}]},
-         "function_response_not_object", "parts[0].functionResponse.response"),
-        ({"role": "user", "parts": [{"text": "x", "thoughtSignature": "c2ln"}]}, "thought_signature_in_user_content",
-         "parts[0].thoughtSignature"),
+        (
+            {"role": "model", "parts": [{"functionCall": {"name": "f", "args": [1]}}]},
+            "invalid_function_args",
+            "parts[0].functionCall.args",
+        ),
+        (
+            {"role": "model", "parts": [{"functionCall": {"args": {}}}]},
+            "missing_function_name",
+            "parts[0].functionCall.name",
+        ),
+        (
+            {"role": "user", "parts": [{"functionResponse": {"response": {}}}]},
+            "missing_function_name",
+            "parts[0].functionResponse.name",
+        ),
+        (
+            {"role": "user", "parts": [{"functionResponse": {"name": "f", "response": "ok"}}]},
+            "function_response_not_object",
+            "parts[0].functionResponse.response",
+        ),
+        (
+            {"role": "user", "parts": [{"text": "x", "thoughtSignature": "c2ln"}]},
+            "thought_signature_in_user_content",
+            "parts[0].thoughtSignature",
+        ),
         ({"role": "user", "parts": [{"text": "x", "thought": True}]}, "thought_in_user_content", "parts[0].thought"),
-        ({"role": "model", "parts": [{"text": "x", "thoughtSignature": 7}]}, "invalid_thought_signature",
-         "parts[0].thoughtSignature"),
-        ({"role": "model", "parts": [{"text": "x", "thoughtSignature": "msg_01 not base64"}]},
-         "invalid_thought_signature", "parts[0].thoughtSignature"),
-        ({"role": "user", "parts": [{"inlineData": {"mimeType": "image/png", "data": "data:image/png;base64,AA=="}}]},
-         "invalid_inline_data", "parts[0].inlineData.data"),
-        ({"role": "model", "parts": [{"text": "x", "functionCall": {"name": "f"}}]}, "multiple_part_data",
-         "parts[0].functionCall"),
+        (
+            {"role": "model", "parts": [{"text": "x", "thoughtSignature": 7}]},
+            "invalid_thought_signature",
+            "parts[0].thoughtSignature",
+        ),
+        (
+            {"role": "model", "parts": [{"text": "x", "thoughtSignature": "msg_01 not base64"}]},
+            "invalid_thought_signature",
+            "parts[0].thoughtSignature",
+        ),
+        (
+            {
+                "role": "user",
+                "parts": [{"inlineData": {"mimeType": "image/png", "data": "data:image/png;base64,AA=="}}],
+            },
+            "invalid_inline_data",
+            "parts[0].inlineData.data",
+        ),
+        (
+            {"role": "model", "parts": [{"text": "x", "functionCall": {"name": "f"}}]},
+            "multiple_part_data",
+            "parts[0].functionCall",
+        ),
         ({"role": "model", "parts": [{"thoughtSignature": "c2ln"}]}, "empty_part", "parts[0]"),
         ({"role": "model", "parts": []}, "empty_parts", "parts"),
         ({"role": "model", "parts": [{"text": 3}]}, "invalid_text", "parts[0].text"),
-        ({"role": "user", "parts": [{"inlineData": {"data": "AA=="}}]}, "invalid_inline_data",
-         "parts[0].inlineData.mimeType"),
-        ({"role": "model", "parts": [CALL, CALL | {"functionCall": {"id": "f:0", "name": "f"}}]},
-         "duplicate_function_call_id", "parts[1].functionCall"),
-        ({"role": "model", "parts": [{"text": "a", "thoughtSignature": "c2ln", "thought_signature": "c2ln"}]},
-         "duplicate_field", "parts[0].thought_signature"),
+        (
+            {"role": "user", "parts": [{"inlineData": {"data": "AA=="}}]},
+            "invalid_inline_data",
+            "parts[0].inlineData.mimeType",
+        ),
+        (
+            {"role": "model", "parts": [CALL, CALL | {"functionCall": {"id": "f:0", "name": "f"}}]},
+            "duplicate_function_call_id",
+            "parts[1].functionCall",
+        ),
+        (
+            {"role": "model", "parts": [{"text": "a", "thoughtSignature": "c2ln", "thought_signature": "c2ln"}]},
+            "duplicate_field",
+            "parts[0].thought_signature",
+        ),
         ([], "empty_batch", ""),
         ([{"role": "user", "parts": [TEXT]}, {"role": "tool", "parts": [TEXT]}], "unknown_role", "[1].role"),
         ({"candidates": []}, "no_candidates", "candidates"),
         ({"candidates": [{"finishReason": "SAFETY"}]}, "no_content", "candidates[0].content"),
-        ({"candidates": [{"content": {"role": "model"}, "finishReason": "MAX_TOKENS"}]}, "no_content",
-         "candidates[0].content"),
-        ({"candidates": [{"content": {"role": "model", "parts": [TEXT]}}], "usageMetadata": {"promptTokenCount": -1}},
-         "invalid_usage", "usageMetadata.promptTokenCount"),
+        (
+            {"candidates": [{"content": {"role": "model"}, "finishReason": "MAX_TOKENS"}]},
+            "no_content",
+            "candidates[0].content",
+        ),
+        (
+            {
+                "candidates": [{"content": {"role": "model", "parts": [TEXT]}}],
+                "usageMetadata": {"promptTokenCount": -1},
+            },
+            "invalid_usage",
+            "usageMetadata.promptTokenCount",
+        ),
         ("hello", "invalid_payload", ""),
     ],
-)  # fmt: skip
+)
 def test_a_payload_that_breaks_the_format_is_refused_with_its_rule_and_path(
     payload: Any, code: str, field: str
 ) -> None:
@@ -408,11 +527,15 @@ def test_a_payload_that_breaks_the_format_is_refused_with_its_rule_and_path(
 def test_a_call_without_args_and_a_response_with_more_keys_come_back_as_they_were() -> None:
     contents = [
         USER,
-        {"role": "model", "parts": [{"functionCall": {"name": "now", "willContinue": False},
-                                     "thoughtSignature": "c2ln"}]},
-        {"role": "user", "parts": [{"functionResponse": {"name": "now", "response": {"t": "noon"},
-                                                         "scheduling": "SILENT"}}]},
-    ]  # fmt: skip
+        {
+            "role": "model",
+            "parts": [{"functionCall": {"name": "now", "willContinue": False}, "thoughtSignature": "c2ln"}],
+        },
+        {
+            "role": "user",
+            "parts": [{"functionResponse": {"name": "now", "response": {"t": "noon"}, "scheduling": "SILENT"}}],
+        },
+    ]
     messages = parse_all(contents, model="gemini-3-pro-preview")
     assert messages[1].tool_calls[0].arguments == "{}"
     assert serve(rows(messages), model="gemini-3-pro-preview").fragment["contents"] == contents
@@ -566,29 +689,54 @@ def mixed_turn(draw: st.DrawFn, start: int) -> list[StoredMessage]:
     seq = itertools.count(start)
     origin = st.sampled_from(["chat_completions", "anthropic", "responses", "gemini"])
     out: list[StoredMessage] = []
-    user_blocks = draw(st.sampled_from([
-        (TextBlock("hello"),),
-        (TextBlock("look"), MediaBlock("image", url="https://example.com/cat.png")),
-        (OpaqueBlock("anthropic", '{"type":"document","source":{"type":"text","data":"x"}}'),),
-    ]))  # fmt: skip
+    user_blocks = draw(
+        st.sampled_from(
+            [
+                (TextBlock("hello"),),
+                (TextBlock("look"), MediaBlock("image", url="https://example.com/cat.png")),
+                (OpaqueBlock("anthropic", '{"type":"document","source":{"type":"text","data":"x"}}'),),
+            ]
+        )
+    )
     out.append(chat_row(next(seq), "user", "hello", blocks=user_blocks, api=draw(origin)))
     for _ in range(draw(st.integers(0, 2))):
         api = draw(origin)
         names = draw(st.lists(NAMES, min_size=1, max_size=3))
         n = next(seq)
-        calls = [ToolCallBlock(f"call_{n}_{j}", name, compact_json(draw(ARGS)),
-                               item_id=f"fc_{n}_{j}" if api == "responses" else None,
-                               signature="c2ln" if api == "gemini" and j == 0 else None)
-                 for j, name in enumerate(names)]  # fmt: skip
+        calls = [
+            ToolCallBlock(
+                f"call_{n}_{j}",
+                name,
+                compact_json(draw(ARGS)),
+                item_id=f"fc_{n}_{j}" if api == "responses" else None,
+                signature="c2ln" if api == "gemini" and j == 0 else None,
+            )
+            for j, name in enumerate(names)
+        ]
         reasoning = ReasoningBlock(text=f"THINK-{n}", signature="c2ln" if api != "responses" else None)
         blocks = (reasoning, *calls) if api != "chat_completions" else tuple(calls)
         model = "gemini-3-pro-preview" if api == "gemini" else "other-model"
-        out.append(chat_row(n, "assistant", blocks=blocks, api=api, model=model, tool_calls=tuple(
-            call(c.id, c.name, c.arguments) for c in calls)))  # fmt: skip
+        out.append(
+            chat_row(
+                n,
+                "assistant",
+                blocks=blocks,
+                api=api,
+                model=model,
+                tool_calls=tuple(call(c.id, c.name, c.arguments) for c in calls),
+            )
+        )
         if draw(st.booleans()):
-            out.extend(chat_row(next(seq), "tool", f"result {j}", tool_call_id=calls[j].id,
-                                is_error=draw(st.sampled_from([None, True, False])))
-                       for j in draw(st.permutations(range(len(calls)))))  # fmt: skip
+            out.extend(
+                chat_row(
+                    next(seq),
+                    "tool",
+                    f"result {j}",
+                    tool_call_id=calls[j].id,
+                    is_error=draw(st.sampled_from([None, True, False])),
+                )
+                for j in draw(st.permutations(range(len(calls))))
+            )
         else:
             break  # interrupted: its calls are not served, the turn ends here
     if draw(st.booleans()):
@@ -597,9 +745,12 @@ def mixed_turn(draw: st.DrawFn, start: int) -> list[StoredMessage]:
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.integers(0, 0), min_size=1, max_size=3).flatmap(
-    lambda turns: st.tuples(*(mixed_turn(100 * (i + 1)) for i in range(len(turns))))),
-    st.sampled_from(["gemini-3-pro-preview", "gemini-2.5-flash"]))  # fmt: skip
+@given(
+    st.lists(st.integers(0, 0), min_size=1, max_size=3).flatmap(
+        lambda turns: st.tuples(*(mixed_turn(100 * (i + 1)) for i in range(len(turns))))
+    ),
+    st.sampled_from(["gemini-3-pro-preview", "gemini-2.5-flash"]),
+)
 def test_generated_mixed_format_conversations_are_valid_gemini_histories(
     turns: tuple[list[StoredMessage], ...], model: str
 ) -> None:

@@ -81,8 +81,9 @@ async def test_a_native_conversation_comes_back_as_it_was_and_as_of_rebuilds_it(
     rebuilt = await in_memory_client.get(f"{BASE}/c/context", params={**params, "as_of": offset}, headers=A)
     assert rebuilt.text == live.text
     # The same conversation for an OpenAI model: no reasoning blob of this provider, tool pairs kept.
-    chat = (await in_memory_client.get(f"{BASE}/c/context", params={"model": "gpt-4o", "budget_tokens": 100_000},
-                             headers=A)).json()  # fmt: skip
+    chat = (
+        await in_memory_client.get(f"{BASE}/c/context", params={"model": "gpt-4o", "budget_tokens": 100_000}, headers=A)
+    ).json()
     validate_with_sdk("chat_completions", chat)
     served = json.dumps(chat)
     for secret in _blobs(payloads):
@@ -108,15 +109,24 @@ def _blobs(payload: Any) -> list[str]:
 async def test_a_payload_that_breaks_its_format_is_refused_whole_with_its_code(
     in_memory_client: httpx.AsyncClient,
 ) -> None:
-    r = await in_memory_client.post(f"{BASE}/c/messages", params={"format": "anthropic"}, headers=A, json=[
-        {"role": "user", "content": "hi"},
-        {"role": "assistant", "content": [{"type": "text", "text": "x", "signature": "s"}]},
-    ])  # fmt: skip
+    r = await in_memory_client.post(
+        f"{BASE}/c/messages",
+        params={"format": "anthropic"},
+        headers=A,
+        json=[
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": [{"type": "text", "text": "x", "signature": "s"}]},
+        ],
+    )
     assert r.status_code == 422
     assert r.json()["error"]["code"] == "signature_on_non_thinking_block"
     assert r.json()["error"]["field"].endswith("content[0].signature")
-    orphan = await in_memory_client.post(f"{BASE}/c/messages", params={"format": "responses"}, headers=A,
-                               json={"type": "function_call_output", "call_id": "nope", "output": "x"})  # fmt: skip
+    orphan = await in_memory_client.post(
+        f"{BASE}/c/messages",
+        params={"format": "responses"},
+        headers=A,
+        json={"type": "function_call_output", "call_id": "nope", "output": "x"},
+    )
     assert orphan.status_code == 422
     assert orphan.json()["error"]["code"] == "orphan_tool_result"
     listed = await in_memory_client.get(f"{BASE}/c/events", headers=A)
@@ -130,22 +140,33 @@ _TWICE = {  # case: (format, text, the key named twice)
     "anthropic": ("anthropic", '{"role": "user", "content": "hi", "role": "assistant"}', "role"),
     "responses": ("responses", '{"type": "message", "role": "user", "content": "hi", "role": "developer"}', "role"),
     "gemini": ("gemini", '{"role": "user", "parts": [{"text": "hi"}], "role": "model"}', "role"),
-    "anthropic tool_use_id": ("anthropic", '[{"role": "assistant", "content": [{"type": "tool_use", "id": "t1", '
-                              '"name": "f", "input": {}}]}, {"role": "user", "content": [{"type": "tool_result", '
-                              '"tool_use_id": "t1", "content": "x", "tool_use_id": "t2"}]}]', "tool_use_id"),
-    "responses call_id": ("responses", '[{"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}, '
-                          '{"type": "function_call_output", "call_id": "c1", "output": "x", "call_id": "c2"}]',
-                          "call_id"),
-    "gemini name": ("gemini", '{"role": "model", "parts": [{"functionCall": {"name": "f", "args": {}, "name": "g"}}]}',
-                    "name"),
-}  # fmt: skip
+    "anthropic tool_use_id": (
+        "anthropic",
+        '[{"role": "assistant", "content": [{"type": "tool_use", "id": "t1", '
+        '"name": "f", "input": {}}]}, {"role": "user", "content": [{"type": "tool_result", '
+        '"tool_use_id": "t1", "content": "x", "tool_use_id": "t2"}]}]',
+        "tool_use_id",
+    ),
+    "responses call_id": (
+        "responses",
+        '[{"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}, '
+        '{"type": "function_call_output", "call_id": "c1", "output": "x", "call_id": "c2"}]',
+        "call_id",
+    ),
+    "gemini name": (
+        "gemini",
+        '{"role": "model", "parts": [{"functionCall": {"name": "f", "args": {}, "name": "g"}}]}',
+        "name",
+    ),
+}
 
 
 @pytest.mark.parametrize("case", _TWICE)
 async def test_a_key_named_twice_is_refused_naming_it(in_memory_client: httpx.AsyncClient, case: str) -> None:
     fmt, text, key = _TWICE[case]
-    r = await in_memory_client.post(f"{BASE}/c/messages", params={"format": fmt}, content=text,
-                          headers={**A, "Content-Type": "application/json"})  # fmt: skip
+    r = await in_memory_client.post(
+        f"{BASE}/c/messages", params={"format": fmt}, content=text, headers={**A, "Content-Type": "application/json"}
+    )
     assert r.status_code == 422, r.text
     error = r.json()["error"]
     assert (error["code"], error["field"]) == ("invalid_json", "body")
@@ -157,11 +178,15 @@ async def test_a_key_named_twice_inside_tool_arguments_is_refused(in_memory_clie
     """Arguments are JSON text inside the JSON: served parsed to Anthropic and Gemini, as text
     to OpenAI, so they too must mean one thing."""
     twice = '{"path": "/tmp/x", "path": "/etc/passwd"}'
-    chat = {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function",
-                                                 "function": {"name": "f", "arguments": twice}}]}  # fmt: skip
+    chat = {
+        "role": "assistant",
+        "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": twice}}],
+    }
     responses = {"type": "function_call", "call_id": "c1", "name": "f", "arguments": twice}
-    for fmt, payload, field in (("chat_completions", chat, "tool_calls[0].arguments"),
-                                ("responses", responses, "arguments")):  # fmt: skip
+    for fmt, payload, field in (
+        ("chat_completions", chat, "tool_calls[0].arguments"),
+        ("responses", responses, "arguments"),
+    ):
         r = await in_memory_client.post(f"{BASE}/c/messages", params={"format": fmt}, json=payload, headers=A)
         assert r.status_code == 422, r.text
         assert r.json()["error"]["field"] == field
@@ -203,8 +228,12 @@ async def test_arguments_naming_a_key_twice_in_the_log_are_served_not_dead_lette
     result = await in_memory_client.post(f"{BASE}/c/messages", json=tool_result, headers=A)
     assert result.status_code == 202, result.text
     served = {}
-    for fmt, model in (("chat_completions", "gpt-4o"), ("responses", "gpt-5"), ("anthropic", "claude-sonnet-4-5"),
-                       ("gemini", "gemini-2.5-pro")):  # fmt: skip
+    for fmt, model in (
+        ("chat_completions", "gpt-4o"),
+        ("responses", "gpt-5"),
+        ("anthropic", "claude-sonnet-4-5"),
+        ("gemini", "gemini-2.5-pro"),
+    ):
         params = {"model": model, "budget_tokens": 10_000, "format": fmt, "min_offset": result.json()["offset"]}
         r = await in_memory_client.get(f"{BASE}/c/context", params=params, headers=A)
         assert r.status_code == 200, r.text
@@ -215,8 +244,14 @@ async def test_arguments_naming_a_key_twice_in_the_log_are_served_not_dead_lette
 
 
 _OPENAI = ("gpt-5", "gpt-5-2025-08-07", "o3-mini", "openai/gpt-5-mini")
-_OTHERS = ("claude-sonnet-4-5", "claude-opus-4-1-20250805", "anthropic/claude-3-7-sonnet", "gemini-2.5-pro",
-           "gemini-2.5-flash", "google/gemini-2.0-flash")  # fmt: skip
+_OTHERS = (
+    "claude-sonnet-4-5",
+    "claude-opus-4-1-20250805",
+    "anthropic/claude-3-7-sonnet",
+    "gemini-2.5-pro",
+    "gemini-2.5-flash",
+    "google/gemini-2.0-flash",
+)
 
 
 async def test_encrypted_reasoning_appended_without_a_model_goes_to_openai_models_only(
@@ -246,19 +281,36 @@ async def test_encrypted_reasoning_appended_without_a_model_goes_to_openai_model
 @pytest.mark.parametrize(
     ("fmt", "payload", "field"),
     [
-        ("anthropic", {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "nope", "content": "x"}]},
-         "content[0].tool_use_id"),
-        ("anthropic", [{"role": "user", "content": "q"},
-                       {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "nope"}]}],
-         "[1].content[0].tool_use_id"),
-        ("responses", [{"role": "user", "content": "q"}, {"type": "function_call_output", "call_id": "nope",
-                                                          "output": "x"}], "[1].call_id"),
-        ("gemini", {"role": "user", "parts": [{"text": "q"}, {"functionResponse": {"name": "f", "response": {}}}]},
-         "parts[1].functionResponse.name"),
-        ("gemini", [{"role": "user", "parts": [{"function_response": {"id": "nope", "name": "f", "response": {}}}]}],
-         "[0].parts[0].function_response.id"),
+        (
+            "anthropic",
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "nope", "content": "x"}]},
+            "content[0].tool_use_id",
+        ),
+        (
+            "anthropic",
+            [
+                {"role": "user", "content": "q"},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "nope"}]},
+            ],
+            "[1].content[0].tool_use_id",
+        ),
+        (
+            "responses",
+            [{"role": "user", "content": "q"}, {"type": "function_call_output", "call_id": "nope", "output": "x"}],
+            "[1].call_id",
+        ),
+        (
+            "gemini",
+            {"role": "user", "parts": [{"text": "q"}, {"functionResponse": {"name": "f", "response": {}}}]},
+            "parts[1].functionResponse.name",
+        ),
+        (
+            "gemini",
+            [{"role": "user", "parts": [{"function_response": {"id": "nope", "name": "f", "response": {}}}]}],
+            "[0].parts[0].function_response.id",
+        ),
     ],
-)  # fmt: skip
+)
 async def test_a_tool_result_answering_no_call_is_refused_at_its_own_path(
     in_memory_client: httpx.AsyncClient, fmt: str, payload: object, field: str
 ) -> None:

@@ -88,15 +88,26 @@ def _payloads(draw: st.DrawFn) -> tuple[str, Any]:
 # What issue 23 found accepted and then unservable (or a 500 on the append itself).
 _FOUND = [
     ("responses", {"type": None, "role": "user", "content": "hi"}),
-    ("anthropic", [{"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f",
-                                                      "input": _deep(958)}]},
-                   {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]}]),
-    ("gemini", [{"role": "model", "parts": [{"functionCall": {"name": "f", "args": _deep(961)}}]},
-                {"role": "user", "parts": [{"functionResponse": {"name": "f", "response": {}}}]}]),
+    (
+        "anthropic",
+        [
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": _deep(958)}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]},
+        ],
+    ),
+    (
+        "gemini",
+        [
+            {"role": "model", "parts": [{"functionCall": {"name": "f", "args": _deep(961)}}]},
+            {"role": "user", "parts": [{"functionResponse": {"name": "f", "response": {}}}]},
+        ],
+    ),
     ("anthropic", {"role": "user", "content": [{"type": "image", "source": 5}]}),
-    ("responses", [{"type": "reasoning", "id": "rs_1", "summary": [5]},
-                   {"type": "message", "role": "assistant", "content": "x"}]),
-]  # fmt: skip
+    (
+        "responses",
+        [{"type": "reasoning", "id": "rs_1", "summary": [5]}, {"type": "message", "role": "assistant", "content": "x"}],
+    ),
+]
 
 
 _CONVERSATIONS = itertools.count()
@@ -114,22 +125,30 @@ def test_every_accepted_native_payload_is_servable_in_every_format(drawn: tuple[
     except InvalidEventError:
         return  # refused at the edge, with its code and path
     parsed = [e.body for e in batch.events if isinstance(e.body, MessageAppended)]
-    history = [MessageAppended(message_id="q", role="user", content="question"), *parsed,
-               MessageAppended(message_id="now", role="user", content="the question now")]  # fmt: skip
+    history = [
+        MessageAppended(message_id="q", role="user", content="question"),
+        *parsed,
+        MessageAppended(message_id="now", role="user", content="the question now"),
+    ]
     messages = [stored(m, i) for i, m in enumerate(history)]
     for target, model in TARGETS:
         request = ContextRequest(model, 1_000_000, format=target)  # type: ignore[arg-type]
         try:
-            ctx = assemble(system=[], summary=None, messages=messages, request=request, spec=model_spec(model),
-                           count=count)  # fmt: skip
+            ctx = assemble(
+                system=[], summary=None, messages=messages, request=request, spec=model_spec(model), count=count
+            )
         except ContextBudgetExceededError:
             continue
         assert not [d for d in ctx.dropped if d.reason == "unservable"], (target, payload, ctx.dropped)
         FastJSONResponse(ctx.fragment)  # the API's encoder of the body (orjson, the standard library past 64 bits)
 
 
-@settings(max_examples=60, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])  # fmt: skip
+@settings(
+    max_examples=60,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(appended=st.lists(_payloads() | st.sampled_from(_FOUND), min_size=1, max_size=6))
 async def test_a_conversation_stays_servable_whatever_is_appended_to_it(
     in_memory_client: httpx.AsyncClient, appended: list[tuple[str, Any]]
@@ -142,8 +161,12 @@ async def test_a_conversation_stays_servable_whatever_is_appended_to_it(
     offset = first.json()["offset"]
     for fmt, payload in appended:
         body = json.dumps(payload).encode()  # as a client's JSON library writes it (Infinity too: refused)
-        r = await in_memory_client.post(f"{conversation}/messages", params={"format": fmt}, content=body,
-                              headers={**A, "Content-Type": "application/json"})  # fmt: skip
+        r = await in_memory_client.post(
+            f"{conversation}/messages",
+            params={"format": fmt},
+            content=body,
+            headers={**A, "Content-Type": "application/json"},
+        )
         assert r.status_code < 500, (fmt, payload, r.text)
         if r.status_code == 202:
             offset = r.json()["offset"]

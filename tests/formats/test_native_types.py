@@ -13,17 +13,37 @@ import pytest
 from events.errors import NativeFormatError
 from events.formats.registry import FORMATS
 
-_MESSAGE = {"type": "message", "id": "msg_1", "role": "assistant", "model": "claude-sonnet-4-5",
-            "content": [{"type": "text", "text": "hi"}], "stop_reason": "end_turn",
-            "usage": {"input_tokens": 3, "output_tokens": 1}}  # fmt: skip
-_RESPONSE = {"object": "response", "id": "resp_1", "model": "gpt-5", "status": "completed",
-             "output": [{"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
-                         "content": [{"type": "output_text", "text": "hi", "annotations": []}]}],
-             "usage": {"input_tokens": 3, "output_tokens": 1}}  # fmt: skip
+_MESSAGE = {
+    "type": "message",
+    "id": "msg_1",
+    "role": "assistant",
+    "model": "claude-sonnet-4-5",
+    "content": [{"type": "text", "text": "hi"}],
+    "stop_reason": "end_turn",
+    "usage": {"input_tokens": 3, "output_tokens": 1},
+}
+_RESPONSE = {
+    "object": "response",
+    "id": "resp_1",
+    "model": "gpt-5",
+    "status": "completed",
+    "output": [
+        {
+            "type": "message",
+            "id": "msg_1",
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": "hi", "annotations": []}],
+        }
+    ],
+    "usage": {"input_tokens": 3, "output_tokens": 1},
+}
 _REASONING = {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "s"}]}
 _CALL = {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}", "id": "fc_1"}
-_CANDIDATE = {"candidates": [{"content": {"role": "model", "parts": [{"text": "hi"}]}}],
-              "usageMetadata": {"promptTokenCount": 3}}  # fmt: skip
+_CANDIDATE = {
+    "candidates": [{"content": {"role": "model", "parts": [{"text": "hi"}]}}],
+    "usageMetadata": {"promptTokenCount": 3},
+}
 
 
 def _image(source: object) -> dict[str, Any]:
@@ -56,10 +76,16 @@ REFUSED = [
     ("anthropic", _with(_MESSAGE, stop_reason=5), "stop_reason"),
     ("anthropic", _with(_MESSAGE, stop_sequence=[]), "stop_sequence"),
     ("anthropic", _with(_MESSAGE, content=[{"type": "text", "text": "x", "citations": 5}]), "content[0].citations"),
-    ("anthropic", {"role": "assistant", "content": [{"type": "future_block", "signature": "s"}]},
-     "content[0].signature"),  # kept opaque, it broke the anthropic rules (a signature on a non-thinking block)
-    ("anthropic", [{"role": "user", "content": [{"type": "text", "text": "x", "cache_control": "y"}]}],
-     "[0].content[0].cache_control"),
+    (
+        "anthropic",
+        {"role": "assistant", "content": [{"type": "future_block", "signature": "s"}]},
+        "content[0].signature",
+    ),  # kept opaque, it broke the anthropic rules (a signature on a non-thinking block)
+    (
+        "anthropic",
+        [{"role": "user", "content": [{"type": "text", "text": "x", "cache_control": "y"}]}],
+        "[0].content[0].cache_control",
+    ),
     # the Responses items
     ("responses", {"type": None, "role": "user", "content": "hi"}, "type"),
     ("responses", {"type": 5, "role": "user", "content": "hi"}, "type"),
@@ -72,8 +98,11 @@ REFUSED = [
     ("responses", _with(_REASONING, content=[{"type": "reasoning_text", "text": 5}]), "content[0].text"),
     ("responses", {"role": "user", "content": [{"type": "input_image", "image_url": 5}]}, "content[0].image_url"),
     ("responses", {"role": "user", "content": [{"type": 5, "text": "x"}]}, "content[0].type"),
-    ("responses", {"role": "assistant", "content": [{"type": "output_text", "text": "x", "annotations": 5}]},
-     "content[0].annotations"),
+    (
+        "responses",
+        {"role": "assistant", "content": [{"type": "output_text", "text": "x", "annotations": 5}]},
+        "content[0].annotations",
+    ),
     ("responses", _with(_RESPONSE, model=5), "model"),
     ("responses", _with(_RESPONSE, id=5), "id"),
     ("responses", _with(_RESPONSE, status=5), "status"),
@@ -84,10 +113,13 @@ REFUSED = [
     ("gemini", {"role": "user", "parts": [{"text": "q"}, {"k": [1]}]}, "parts[1]"),
     ("gemini", {"role": "model", "parts": [{"executableCode": 5}]}, "parts[0].executableCode"),
     ("gemini", {"role": "model", "parts": [{"executableCode": {"code": 5}}]}, "parts[0].executableCode.code"),
-    ("gemini", {"role": "model", "parts": [{"text": "x", "executable_code": {"code": "1"}}]},
-     "parts[0].executable_code"),
+    (
+        "gemini",
+        {"role": "model", "parts": [{"text": "x", "executable_code": {"code": "1"}}]},
+        "parts[0].executable_code",
+    ),
     ("gemini", {"role": "model", "parts": [{"text": "x", "videoMetadata": 5}]}, "parts[0].videoMetadata"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("fmt", "payload", "field"), REFUSED)

@@ -172,9 +172,11 @@ def test_a_reasoning_item_whose_call_is_not_served_is_dropped_with_it() -> None:
     ]
     user, assistant, tool = (stored(m, i) for i, m in enumerate(parse_items(items)))
     request = RenderRequest(
-        system=(), summary=None, target=RESPONSES,
+        system=(),
+        summary=None,
+        target=RESPONSES,
         messages=(Selected(user), Selected(assistant, call_ids=("a",)), Selected(tool)),
-    )  # fmt: skip
+    )
     rendered = checked(render(request))
     assert [i.get("id") or i.get("call_id") for i in rendered.fragment["input"]] == [None, "rs_1", "a", "a"]
     assert rendered.dropped == (Dropped(assistant.message_id, "reasoning", "unsupported"),)
@@ -186,16 +188,32 @@ def other_format_conversation() -> list[MessageAppended]:
     calls = [ToolCallBlock("toolu_01", "get_weather", '{"city":"Paris"}'), ToolCallBlock("toolu_02", "t", "{}")]
     return [
         MessageAppended("u1", "user", "Weather in Paris?"),
-        native_message(message_id="a1", role="assistant", api="anthropic", provider="anthropic", model="claude-x",
-                       blocks=[thinking, TextBlock("Checking.", extra='{"citations":null}'), *calls,
-                               OpaqueBlock("anthropic", '{"type":"server_tool_use"}')]),
-        native_message(message_id="t1", role="tool", api="anthropic", tool_call_id="toolu_01", is_error=True,
-                       blocks=[TextBlock("timeout")]),
+        native_message(
+            message_id="a1",
+            role="assistant",
+            api="anthropic",
+            provider="anthropic",
+            model="claude-x",
+            blocks=[
+                thinking,
+                TextBlock("Checking.", extra='{"citations":null}'),
+                *calls,
+                OpaqueBlock("anthropic", '{"type":"server_tool_use"}'),
+            ],
+        ),
+        native_message(
+            message_id="t1",
+            role="tool",
+            api="anthropic",
+            tool_call_id="toolu_01",
+            is_error=True,
+            blocks=[TextBlock("timeout")],
+        ),
         native_message(message_id="t2", role="tool", api="anthropic", tool_call_id="toolu_02", blocks=[]),
         MessageAppended("a2", "assistant", "It is ", tool_calls=()),
         MessageAppended("u2", "user", (TextPart("and this?"), ImagePart("data:image/png;base64,iVBORw0K", "low"))),
         MessageAppended("a3", "assistant", "A cat.", reasoning_content="deepseek thoughts"),
-    ]  # fmt: skip
+    ]
 
 
 def test_other_formats_are_served_as_responses_items_without_their_reasoning() -> None:
@@ -208,11 +226,16 @@ def test_other_formats_are_served_as_responses_items_without_their_reasoning() -
         {"type": "function_call_output", "call_id": "toolu_01", "output": "timeout"},
         {"type": "function_call_output", "call_id": "toolu_02", "output": ""},
         {"type": "message", "role": "assistant", "content": "It is "},
-        {"type": "message", "role": "user", "content": [
-            {"type": "input_text", "text": "and this?"},
-            {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0K", "detail": "low"}]},
+        {
+            "type": "message",
+            "role": "user",
+            "content": [
+                {"type": "input_text", "text": "and this?"},
+                {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0K", "detail": "low"},
+            ],
+        },
         {"type": "message", "role": "assistant", "content": "A cat."},
-    ]  # fmt: skip
+    ]
     assert rendered.dropped == (Dropped("a1", "reasoning", "other_provider"), Dropped("a1", "opaque", "unsupported"))
     served = json.dumps(rendered.fragment)
     assert "Let me look" not in served
@@ -230,9 +253,11 @@ def test_responses_reasoning_is_not_served_to_another_format_target() -> None:
 def test_a_compaction_item_without_a_model_goes_to_openai_models_only() -> None:
     """A compaction item's encrypted_content is OpenAI's, as a reasoning item's is: appended
     without the model that made it, it still goes to no other provider's model."""
-    items = [{"type": "message", "role": "user", "content": "hi"},
-             {"type": "compaction", "id": "cmp_1", "encrypted_content": "gAAAA-compacted"},
-             {"type": "message", "role": "assistant", "content": "hello"}]  # fmt: skip
+    items = [
+        {"type": "message", "role": "user", "content": "hi"},
+        {"type": "compaction", "id": "cmp_1", "encrypted_content": "gAAAA-compacted"},
+        {"type": "message", "role": "assistant", "content": "hello"},
+    ]
     messages = parse_items(items)
     assert serve(messages).fragment["input"] == items
     for model in ("claude-sonnet-4-5", "gemini-2.5-pro"):
@@ -243,8 +268,13 @@ def test_a_compaction_item_without_a_model_goes_to_openai_models_only() -> None:
 
 def test_images_outside_the_image_turns_become_placeholders() -> None:
     user = parse_items(fixture("user_parts_and_refusal")["items"][0])[0]
-    rendered = checked(render(RenderRequest(system=(), summary=None, target=RESPONSES,
-                                            messages=(Selected(stored(user, 1), keep_images=False),))))  # fmt: skip
+    rendered = checked(
+        render(
+            RenderRequest(
+                system=(), summary=None, target=RESPONSES, messages=(Selected(stored(user, 1), keep_images=False),)
+            )
+        )
+    )
     parts = rendered.fragment["input"][0]["content"]
     assert [p["type"] for p in parts] == ["input_text", "input_text", "input_text", "input_file", "input_image"]
     assert parts[1] == {"type": "input_text", "text": "[image omitted]"}

@@ -103,8 +103,14 @@ def conversation(draw: st.DrawFn) -> list[dict[str, Any]]:
                     output.append(USER_PARTS[0])
                 items.append({"type": "function_call_output", "call_id": call_id, "output": output})
         if draw(st.booleans()):
-            items.append({"type": "web_search_call", "id": f"ws_{draw(ident)}", "status": "completed",
-                          "action": {"type": "search", "query": draw(text)}})  # fmt: skip
+            items.append(
+                {
+                    "type": "web_search_call",
+                    "id": f"ws_{draw(ident)}",
+                    "status": "completed",
+                    "action": {"type": "search", "query": draw(text)},
+                }
+            )
         if draw(st.booleans()):
             if draw(st.booleans()):
                 items.append(draw(reasoning_item()))
@@ -159,12 +165,28 @@ def foreign_conversation(draw: st.DrawFn) -> list[MessageAppended]:
         blocks += [TextBlock(t) for t in draw(st.lists(text, max_size=2))] + calls
         if draw(st.booleans()):
             blocks.append(OpaqueBlock("anthropic", '{"type":"server_tool_use"}'))
-        out.append(native_message(message_id=f"a{n}", role="assistant", blocks=blocks, api="anthropic",
-                                  provider="anthropic", model="claude-x"))  # fmt: skip
+        out.append(
+            native_message(
+                message_id=f"a{n}",
+                role="assistant",
+                blocks=blocks,
+                api="anthropic",
+                provider="anthropic",
+                model="claude-x",
+            )
+        )
         for call in calls:
             result = [TextBlock(draw(text))] if draw(st.booleans()) else []
-            out.append(native_message(message_id=f"t{call.id}", role="tool", tool_call_id=call.id, blocks=result,
-                                      api="anthropic", is_error=draw(st.sampled_from([None, True]))))  # fmt: skip
+            out.append(
+                native_message(
+                    message_id=f"t{call.id}",
+                    role="tool",
+                    tool_call_id=call.id,
+                    blocks=result,
+                    api="anthropic",
+                    is_error=draw(st.sampled_from([None, True])),
+                )
+            )
         if calls and draw(st.booleans()):
             out.append(MessageAppended(f"c{n}", "assistant", draw(text), reasoning_content="thoughts"))
     return out

@@ -26,8 +26,13 @@ from tests.formats.every_format import count, stored
 
 REGISTRY = FORMATS.with_format(toy_provider.FORMAT)  # the one registry line
 KEY = ConversationKey("acme", "u1", "toy")
-MODELS = {"chat_completions": "gpt-4o", "anthropic": "claude-sonnet-4-5", "responses": "gpt-5",
-          "gemini": "gemini-2.5-pro", "mistral": "mistral-large-latest"}  # fmt: skip
+MODELS = {
+    "chat_completions": "gpt-4o",
+    "anthropic": "claude-sonnet-4-5",
+    "responses": "gpt-5",
+    "gemini": "gemini-2.5-pro",
+    "mistral": "mistral-large-latest",
+}
 CALL = {"id": "D681PevKs", "type": "function", "function": {"name": "weather", "arguments": '{"city":"Paris"}'}}
 PAYLOAD = [
     {"role": "user", "content": "What is the weather in Paris?"},

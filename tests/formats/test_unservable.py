@@ -125,8 +125,12 @@ def test_a_call_id_repeated_in_a_conversation_is_served_in_every_format(fmt: str
     assert "question 2" in _served_text(ctx)
     if fmt == "responses":
         ids = [(i["type"], i["call_id"]) for i in ctx.fragment["input"] if "call_id" in i]
-        assert ids == [("function_call", "lookup:0"), ("function_call_output", "lookup:0"),
-                       ("function_call", "lookup:0#2"), ("function_call_output", "lookup:0#2")]  # fmt: skip
+        assert ids == [
+            ("function_call", "lookup:0"),
+            ("function_call_output", "lookup:0"),
+            ("function_call", "lookup:0#2"),
+            ("function_call_output", "lookup:0#2"),
+        ]
 
 
 def test_the_limit_leaves_room_for_the_body_around_it() -> None:
@@ -146,15 +150,24 @@ def _ids() -> Any:
 @pytest.mark.parametrize(
     ("fmt", "payload", "field"),
     [
-        ("anthropic", {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f",
-                                                         "input": _nested(958)}]}, "content[0].input"),
-        ("responses", [{"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}",
-                        "x": _nested(100)}], "[0].x"),
-        ("gemini", {"role": "model", "parts": [{"functionCall": {"name": "f", "args": _nested(961)}}]},
-         "parts[0].functionCall.args"),
+        (
+            "anthropic",
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": _nested(958)}]},
+            "content[0].input",
+        ),
+        (
+            "responses",
+            [{"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}", "x": _nested(100)}],
+            "[0].x",
+        ),
+        (
+            "gemini",
+            {"role": "model", "parts": [{"functionCall": {"name": "f", "args": _nested(961)}}]},
+            "parts[0].functionCall.args",
+        ),
         ("chat_completions", {"role": "user", "content": "hi", "metadata": _nested(MAX_NESTING)}, "metadata"),
     ],
-)  # fmt: skip
+)
 def test_payloads_nested_past_the_limit_are_refused_with_the_path(fmt: str, payload: Any, field: str) -> None:
     """422 ``nested_too_deep`` at the edge, for every format (Gemini raised RecursionError: a 500)."""
     with pytest.raises(InvalidEventError) as info:
@@ -180,11 +193,15 @@ def test_units_servable_alone_but_not_together_leave_the_later_turn_out(monkeypa
         return ["a breach of two turns"] if "first" in text and "second" in text else real(fragment, target, **options)
 
     monkeypatch.setattr(query_api.unservable, "violations", together)
-    history = [_user("u1", "first"), _answer("a1", "one"), _user("u2", "second"), _answer("a2", "two"),
-               _user("u3", "now")]  # fmt: skip
+    history = [
+        _user("u1", "first"),
+        _answer("a1", "one"),
+        _user("u2", "second"),
+        _answer("a2", "two"),
+        _user("u3", "now"),
+    ]
     messages = [stored(m, i) for i, m in enumerate(history)]
     request = ContextRequest("gpt-4o", 100_000)
-    ctx = assemble(system=[], summary=None, messages=messages, request=request, spec=model_spec("gpt-4o"),
-                   count=count)  # fmt: skip
+    ctx = assemble(system=[], summary=None, messages=messages, request=request, spec=model_spec("gpt-4o"), count=count)
     assert [m["content"] for m in ctx.messages] == ["first", "one", "now"]
     assert [d.message_id for d in ctx.dropped if d.reason == "unservable"] == ["u2", "a2"]

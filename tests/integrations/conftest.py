@@ -17,8 +17,13 @@ os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "true")
 @pytest.fixture(scope="module")
 def summarising(pg_admin_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A ``convlog serve`` with the (offline) summarizer on and a window of at most 4 turns."""
-    with convlog_serve(pg_admin_url, tmp_path_factory.mktemp("serve-summaries"), CONVLOG_SUMMARIZER="on",
-                       CONVLOG_WINDOW_MAX_TURNS="4", CONVLOG_WINDOW_KEEP_TURNS="2") as url:  # fmt: skip
+    with convlog_serve(
+        pg_admin_url,
+        tmp_path_factory.mktemp("serve-summaries"),
+        CONVLOG_SUMMARIZER="on",
+        CONVLOG_WINDOW_MAX_TURNS="4",
+        CONVLOG_WINDOW_KEEP_TURNS="2",
+    ) as url:
         yield url
 
 

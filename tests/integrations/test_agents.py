@@ -116,8 +116,13 @@ async def test_pop_item_affects_only_its_session(async_convlog_client: AsyncConv
 
 async def test_get_items_with_limit(async_convlog_client: AsyncConvlogClient) -> None:
     session = session_on(async_convlog_client)
-    items = _items(*[(role, f"{'Message' if role == 'user' else 'Response'} {n}")
-                     for n in (1, 2, 3) for role in ("user", "assistant")])  # fmt: skip
+    items = _items(
+        *[
+            (role, f"{'Message' if role == 'user' else 'Response'} {n}")
+            for n in (1, 2, 3)
+            for role in ("user", "assistant")
+        ]
+    )
     await session.add_items(items)
     assert await session.get_items() == items
     assert await session.get_items(limit=2) == items[-2:]
@@ -149,8 +154,12 @@ async def test_session_input_callback_prepares_the_input(async_convlog_client: A
     model = ScriptedModel()
     model.enqueue([assistant_message("I'm gpt-4o")])
     new_turn = [{"role": "user", "content": "What your name?"}]
-    await Runner.run(Agent(name="test", model=model), new_turn, session=session,
-                     run_config=RunConfig(session_input_callback=only_user_messages))  # fmt: skip
+    await Runner.run(
+        Agent(name="test", model=model),
+        new_turn,
+        session=session,
+        run_config=RunConfig(session_input_callback=only_user_messages),
+    )
     assert model.calls[-1].input == [history[0], new_turn[0]]
 
 
@@ -163,8 +172,12 @@ async def test_a_callback_repeating_history_does_not_grow_the_session(async_conv
     model = ScriptedModel()
     for turn in range(3):
         model.enqueue([assistant_message(f"assistant {turn}")])
-        await Runner.run(Agent(name="test", model=model), f"user {turn}", session=session,
-                         run_config=RunConfig(session_input_callback=repeat_first))  # fmt: skip
+        await Runner.run(
+            Agent(name="test", model=model),
+            f"user {turn}",
+            session=session,
+            run_config=RunConfig(session_input_callback=repeat_first),
+        )
     stored = await session.get_items()
     assert [i.get("content") for i in stored if i.get("role") == "user"] == ["user 0", "user 1", "user 2"]
     assert len(stored) == 6
@@ -172,8 +185,13 @@ async def test_a_callback_repeating_history_does_not_grow_the_session(async_conv
 
 async def test_unicode_and_sql_like_content_round_trip(async_convlog_client: AsyncConvlogClient) -> None:
     session = session_on(async_convlog_client)
-    items = _items(("user", "こんにちは"), ("assistant", "😊👍"), ("user", "O'Reilly"),
-                   ("assistant", "Robert'); DROP TABLE students;--"), ("user", '"SELECT * FROM users";'))  # fmt: skip
+    items = _items(
+        ("user", "こんにちは"),
+        ("assistant", "😊👍"),
+        ("user", "O'Reilly"),
+        ("assistant", "Robert'); DROP TABLE students;--"),
+        ("user", '"SELECT * FROM users";'),
+    )
     await session.add_items(items)
     assert await session.get_items() == items
 
@@ -181,8 +199,7 @@ async def test_unicode_and_sql_like_content_round_trip(async_convlog_client: Asy
 async def test_concurrent_adds_are_all_stored(async_convlog_client: AsyncConvlogClient) -> None:
     session = session_on(async_convlog_client)
     await asyncio.gather(*(session.add_items(_items(("user", f"Message {n}"))) for n in range(10)))
-    assert sorted(str(i.get("content")) for i in await session.get_items()) == sorted(f"Message {n}"
-                                                                                       for n in range(10))  # fmt: skip
+    assert sorted(str(i.get("content")) for i in await session.get_items()) == sorted(f"Message {n}" for n in range(10))
 
 
 async def test_session_settings(async_convlog_client: AsyncConvlogClient) -> None:
@@ -205,19 +222,29 @@ async def test_the_run_config_session_settings_override_the_sessions(async_convl
     await session.add_items(_items(*[("user", f"Turn {n}") for n in range(10)]))
     model = ScriptedModel()
     model.enqueue([assistant_message("Got it")])
-    await Runner.run(Agent(name="test", model=model), "New question", session=session,
-                     run_config=RunConfig(session_settings=SessionSettings(limit=2)))  # fmt: skip
+    await Runner.run(
+        Agent(name="test", model=model),
+        "New question",
+        session=session,
+        run_config=RunConfig(session_settings=SessionSettings(limit=2)),
+    )
     history = [i for i in model.calls[-1].input if i.get("content") != "New question"]
     assert [i.get("content") for i in history] == ["Turn 8", "Turn 9"]
 
 
-TOOL_PAIR_HISTORY = cast("Items", [
-    {"role": "user", "content": "What is the weather?"},
-    {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": "{}"},
-    {"type": "function_call_output", "call_id": "call_1", "output": "sunny"},
-    {"type": "message", "role": "assistant",
-     "content": [{"type": "output_text", "text": "It is sunny.", "annotations": []}]},
-])  # fmt: skip
+TOOL_PAIR_HISTORY = cast(
+    "Items",
+    [
+        {"role": "user", "content": "What is the weather?"},
+        {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "call_1", "output": "sunny"},
+        {
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": "It is sunny.", "annotations": []}],
+        },
+    ],
+)
 
 
 async def test_a_limit_never_passes_an_output_whose_call_it_cut(async_convlog_client: AsyncConvlogClient) -> None:
@@ -229,8 +256,12 @@ async def test_a_limit_never_passes_an_output_whose_call_it_cut(async_convlog_cl
     assert await session.get_items(limit=3) == TOOL_PAIR_HISTORY[-3:]
     model = ScriptedModel()
     model.enqueue([assistant_message("Tomorrow is sunny too.")])
-    await Runner.run(Agent(name="test", model=model), "What about tomorrow?", session=session,
-                     run_config=RunConfig(session_settings=SessionSettings(limit=2)))  # fmt: skip
+    await Runner.run(
+        Agent(name="test", model=model),
+        "What about tomorrow?",
+        session=session,
+        run_config=RunConfig(session_settings=SessionSettings(limit=2)),
+    )
     assert model.calls[-1].input == [TOOL_PAIR_HISTORY[-1], {"role": "user", "content": "What about tomorrow?"}]
 
 
@@ -274,13 +305,24 @@ async def test_popping_one_item_of_a_several_item_message_keeps_the_others(
     async_convlog_client: AsyncConvlogClient,
 ) -> None:
     session = session_on(async_convlog_client)
-    items = cast("Items", [
-        {"role": "user", "content": "Tell me two things"},
-        {"type": "message", "role": "assistant", "id": "msg_1",
-         "content": [{"type": "output_text", "text": "First.", "annotations": []}]},
-        {"type": "message", "role": "assistant", "id": "msg_2",
-         "content": [{"type": "output_text", "text": "Second.", "annotations": []}]},
-    ])  # fmt: skip
+    items = cast(
+        "Items",
+        [
+            {"role": "user", "content": "Tell me two things"},
+            {
+                "type": "message",
+                "role": "assistant",
+                "id": "msg_1",
+                "content": [{"type": "output_text", "text": "First.", "annotations": []}],
+            },
+            {
+                "type": "message",
+                "role": "assistant",
+                "id": "msg_2",
+                "content": [{"type": "output_text", "text": "Second.", "annotations": []}],
+            },
+        ],
+    )
     await session.add_items(items)  # one payload: the two assistant items are one stored message
     assert await session.get_items() == items
     assert await session.pop_item() == items[2]
@@ -319,13 +361,25 @@ async def test_the_instructions_lead_the_items(async_convlog_client: AsyncConvlo
 
 async def test_reasoning_is_kept_and_never_cut_from_its_item(async_convlog_client: AsyncConvlogClient) -> None:
     session = session_on(async_convlog_client)
-    items = cast("Items", [
-        {"role": "user", "content": "Think first"},
-        {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "hmm"}],
-         "encrypted_content": "opaque-blob"},
-        {"type": "message", "role": "assistant", "id": "msg_1", "status": "completed",
-         "content": [{"type": "output_text", "text": "Done.", "annotations": []}]},
-    ])  # fmt: skip
+    items = cast(
+        "Items",
+        [
+            {"role": "user", "content": "Think first"},
+            {
+                "type": "reasoning",
+                "id": "rs_1",
+                "summary": [{"type": "summary_text", "text": "hmm"}],
+                "encrypted_content": "opaque-blob",
+            },
+            {
+                "type": "message",
+                "role": "assistant",
+                "id": "msg_1",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": "Done.", "annotations": []}],
+            },
+        ],
+    )
     await session.add_items(items)
     assert await session.get_items() == items
     assert await session.get_items(limit=2) == items[1:]
@@ -364,8 +418,12 @@ async def test_the_summary_leads_the_items_and_is_never_popped(summarising: str)
         # The window keeps turns 6 and 7 (at most 4 turns, 2 kept); the summarizer may record the
         # turns that left it in steps (0-2, then 3-5): pop only once it has caught up, or a step
         # landing mid-test changes how many items are served.
-        window = _items(("user", "My favourite number is 6."), ("assistant", "Noted: 6."),
-                        ("user", "My favourite number is 7."), ("assistant", "Noted: 7."))  # fmt: skip
+        window = _items(
+            ("user", "My favourite number is 6."),
+            ("assistant", "Noted: 6."),
+            ("user", "My favourite number is 7."),
+            ("assistant", "Noted: 7."),
+        )
         deadline = asyncio.get_running_loop().time() + 30
         while (items := await session.get_items())[0].get("role") != "system" or items[1:] != window:
             assert asyncio.get_running_loop().time() < deadline, f"the summary did not catch up: {items}"

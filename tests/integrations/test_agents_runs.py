@@ -41,23 +41,42 @@ class WeatherModel(Model):
     def __init__(self) -> None:
         self.inputs: list[list[dict[str, Any]]] = []
 
-    async def get_response(self, system_instructions: str | None, input: str | list[Any], *args: Any,  # noqa: A002
-                           **kwargs: Any) -> ModelResponse:  # fmt: skip
+    async def get_response(
+        self,
+        system_instructions: str | None,
+        input: str | list[Any],  # noqa: A002 - the SDK's signature
+        *args: Any,
+        **kwargs: Any,
+    ) -> ModelResponse:
         items = [{"role": "user", "content": input}] if isinstance(input, str) else [dict(i) for i in input]
         self.inputs.append(copy.deepcopy(items))
         n = len(self.inputs)
-        reasoning = ResponseReasoningItem(id=f"rs_{n}", type="reasoning", encrypted_content=f"blob-{n}",
-                                          summary=[Summary(text=f"thinking {n}", type="summary_text")])  # fmt: skip
+        reasoning = ResponseReasoningItem(
+            id=f"rs_{n}",
+            type="reasoning",
+            encrypted_content=f"blob-{n}",
+            summary=[Summary(text=f"thinking {n}", type="summary_text")],
+        )
         last = items[-1]
         if last.get("type") == "function_call_output":
             text = f"It is {last['output']}."
-            answer = ResponseOutputMessage(id=f"msg_{n}", type="message", role="assistant", status="completed",
-                                           content=[ResponseOutputText(text=text, type="output_text",
-                                                                       annotations=[])])  # fmt: skip
+            answer = ResponseOutputMessage(
+                id=f"msg_{n}",
+                type="message",
+                role="assistant",
+                status="completed",
+                content=[ResponseOutputText(text=text, type="output_text", annotations=[])],
+            )
             return ModelResponse(output=[reasoning, answer], usage=Usage(), response_id=None)
         city = str(last.get("content"))
-        call = ResponseFunctionToolCall(id=f"fc_{n}", call_id=f"call_{n}", name="lookup", type="function_call",
-                                        arguments=json.dumps({"city": city}), status="completed")  # fmt: skip
+        call = ResponseFunctionToolCall(
+            id=f"fc_{n}",
+            call_id=f"call_{n}",
+            name="lookup",
+            type="function_call",
+            arguments=json.dumps({"city": city}),
+            status="completed",
+        )
         return ModelResponse(output=[reasoning, call], usage=Usage(), response_id=None)
 
     def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
@@ -140,8 +159,12 @@ async def test_twenty_tool_turns_interrupted_and_resumed_never_send_an_orphan(
     assert all(i["call_id"] in answered for i in final if i.get("type") == "function_call")
     reasoning = [i for i in final if i.get("type") == "reasoning"]
     assert len(reasoning) == 2 * 16 + 1  # kept between turns (the last answer's is not sent yet)
-    assert {"id": "rs_1", "type": "reasoning", "encrypted_content": "blob-1",
-            "summary": [{"type": "summary_text", "text": "thinking 1"}]}.items() <= final[1].items()  # fmt: skip
+    assert {
+        "id": "rs_1",
+        "type": "reasoning",
+        "encrypted_content": "blob-1",
+        "summary": [{"type": "summary_text", "text": "thinking 1"}],
+    }.items() <= final[1].items()
 
 
 async def test_the_same_run_on_sqlite_sends_the_model_the_same_inputs(async_convlog_client: AsyncConvlogClient) -> None:
@@ -186,9 +209,13 @@ async def test_the_readme_example_runs(
     monkeypatch.setenv("CONVLOG_TOKEN", TOKEN)
     scripted = ScriptedModel()
     scripted.extend([[assistant_message("San Francisco")], [assistant_message("California")]])
-    code = (README_EXAMPLE
-            .replace('instructions="Reply very concisely.")', 'instructions="Reply very concisely.", model=scripted)')
-            .replace("conversation-1", new_id("readme")).replace("asyncio.run(main())", ""))  # fmt: skip
+    code = (
+        README_EXAMPLE.replace(
+            'instructions="Reply very concisely.")', 'instructions="Reply very concisely.", model=scripted)'
+        )
+        .replace("conversation-1", new_id("readme"))
+        .replace("asyncio.run(main())", "")
+    )
     namespace: dict[str, Any] = {"scripted": scripted, "__name__": "readme_example"}
     exec(compile(code, "docs/adapters.md", "exec"), namespace)  # noqa: S102 -- the docs' own code
     await namespace["main"]()

@@ -95,7 +95,8 @@ async def test_the_async_interface(served: str) -> None:
         assert _plain(await history.aget_messages()) == _plain([HumanMessage("Hello"), HumanMessage("World")])
         await history.aadd_messages([HumanMessage(content="!")])
         assert _plain(await history.aget_messages()) == _plain(
-            [HumanMessage("Hello"), HumanMessage("World"), HumanMessage("!")])  # fmt: skip
+            [HumanMessage("Hello"), HumanMessage("World"), HumanMessage("!")]
+        )
         await history.aclear()
         assert await history.aget_messages() == []
         with pytest.raises(TypeError, match="async"):
@@ -177,10 +178,12 @@ def test_a_native_tool_result_with_is_error_is_an_error_status(convlog_client: C
 
 def test_reasoning_content_blocks_are_kept_as_reasoning(convlog_client: ConvlogClient) -> None:
     history = _history(convlog_client, reasoning="all")
-    history.add_messages([
-        HumanMessage("Hi"),
-        AIMessage([{"type": "reasoning", "reasoning": "greet back"}, {"type": "text", "text": "Hello!"}]),
-    ])  # fmt: skip
+    history.add_messages(
+        [
+            HumanMessage("Hi"),
+            AIMessage([{"type": "reasoning", "reasoning": "greet back"}, {"type": "text", "text": "Hello!"}]),
+        ]
+    )
     answer = history.messages[-1]
     assert (answer.content, answer.additional_kwargs) == ("Hello!", {"reasoning_content": "greet back"})
 
@@ -221,12 +224,14 @@ def test_a_tight_budget_never_splits_a_call_from_its_results(convlog_client: Con
     session = _conversation()
     history = _history(convlog_client, session, budget_tokens=260)
     for i in range(12):
-        history.add_messages([
-            HumanMessage(f"turn {i}: look up item {i} please, with some words to cost tokens"),
-            AIMessage("", tool_calls=[{"id": f"c{i}", "name": "lookup", "args": {"item": i}}]),
-            ToolMessage(f"item {i} is a widget of some considerable length and description", tool_call_id=f"c{i}"),
-            AIMessage(f"Item {i} is a widget."),
-        ])  # fmt: skip
+        history.add_messages(
+            [
+                HumanMessage(f"turn {i}: look up item {i} please, with some words to cost tokens"),
+                AIMessage("", tool_calls=[{"id": f"c{i}", "name": "lookup", "args": {"item": i}}]),
+                ToolMessage(f"item {i} is a widget of some considerable length and description", tool_call_id=f"c{i}"),
+                AIMessage(f"Item {i} is a widget."),
+            ]
+        )
     served_back = history.messages
     assert 0 < len(served_back) < 48  # the window moved
     open_calls: set[str] = set()
@@ -270,8 +275,9 @@ def _tool_app(get_history: Factory, turns: int) -> tuple[list[str], list[list[tu
                 ToolMessage(str(c["args"]["a"] + c["args"]["b"]), tool_call_id=c["id"]) for c in reply.tool_calls
             )
 
-    app = RunnableWithMessageHistory(RunnableLambda(agent), get_history,
-                                     input_messages_key="question", history_messages_key="history")  # fmt: skip
+    app = RunnableWithMessageHistory(
+        RunnableLambda(agent), get_history, input_messages_key="question", history_messages_key="history"
+    )
     answers = []
     for t in range(turns):
         out = app.invoke({"question": f"What is {t} + 1?"}, {"configurable": {"session_id": "s"}})
@@ -305,9 +311,16 @@ async def test_the_app_runs_async_with_the_async_client(served: str) -> None:
         app = RunnableWithMessageHistory(model, history)
         for question in ("a", "b", "c"):
             await app.ainvoke([HumanMessage(question)], {"configurable": {"session_id": session}})
-        assert _plain(await history(session).aget_messages()) == _plain([
-            HumanMessage("a"), AIMessage("one"), HumanMessage("b"), AIMessage("two"), HumanMessage("c"),
-            AIMessage("three")])  # fmt: skip
+        assert _plain(await history(session).aget_messages()) == _plain(
+            [
+                HumanMessage("a"),
+                AIMessage("one"),
+                HumanMessage("b"),
+                AIMessage("two"),
+                HumanMessage("c"),
+                AIMessage("three"),
+            ]
+        )
 
 
 def test_the_same_app_switched_from_in_memory_to_convlog_by_one_line(convlog_client: ConvlogClient) -> None:

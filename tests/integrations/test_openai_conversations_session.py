@@ -62,20 +62,32 @@ class ToolModel(Model):
     def __init__(self) -> None:
         self.inputs: list[list[dict[str, Any]]] = []
 
-    async def get_response(self, system_instructions: str | None, input: str | list[Any], *args: Any,  # noqa: A002
-                           **kwargs: Any) -> ModelResponse:  # fmt: skip
+    async def get_response(
+        self,
+        system_instructions: str | None,
+        input: str | list[Any],  # noqa: A002 - the SDK's signature
+        *args: Any,
+        **kwargs: Any,
+    ) -> ModelResponse:
         items = [_user(input)] if isinstance(input, str) else [dict(i) for i in input]
         self.inputs.append(copy.deepcopy(items))
         n = len(self.inputs)
         last = items[-1]
         if last.get("type") == "function_call_output":
             text = ResponseOutputText(text=f"It is {last['output']}.", type="output_text", annotations=[])
-            answer = ResponseOutputMessage(id=f"msg_{n}", type="message", role="assistant", status="completed",
-                                           content=[text])  # fmt: skip
+            answer = ResponseOutputMessage(
+                id=f"msg_{n}", type="message", role="assistant", status="completed", content=[text]
+            )
             return ModelResponse(output=[answer], usage=Usage(), response_id=None)
         city = str(last["content"][0]["text"] if isinstance(last["content"], list) else last["content"])
-        call = ResponseFunctionToolCall(id=f"fc_{n}", call_id=f"call_{n}", name="lookup", type="function_call",
-                                        arguments=json.dumps({"city": city}), status="completed")  # fmt: skip
+        call = ResponseFunctionToolCall(
+            id=f"fc_{n}",
+            call_id=f"call_{n}",
+            name="lookup",
+            type="function_call",
+            arguments=json.dumps({"city": city}),
+            status="completed",
+        )
         return ModelResponse(output=[call], usage=Usage(), response_id=None)
 
     def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
@@ -133,5 +145,9 @@ async def test_the_switch_of_the_docs_runs_as_written(served: str) -> None:
     session, agent = scope["session"], Agent(name="weather", model=ToolModel(), tools=[lookup])
     assert (await Runner.run(agent, "Paris", session=session)).final_output == "It is sunny in Paris."
     assert [item.get("type") for item in await session.get_items()] == [
-        "message", "function_call", "function_call_output", "message"]  # fmt: skip
+        "message",
+        "function_call",
+        "function_call_output",
+        "message",
+    ]
     await scope["convlog"].close()

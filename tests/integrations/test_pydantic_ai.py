@@ -348,8 +348,9 @@ def test_openai_reasoning_items_come_back_for_the_model_that_wrote_them_only(
     def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         last = messages[-1]
         if any(isinstance(p, ToolReturnPart) for p in last.parts):
-            return ModelResponse([TextPart("Done.", id=f"msg_{next(_counter)}", provider_name="openai")],
-                                 provider_name="openai")  # fmt: skip
+            return ModelResponse(
+                [TextPart("Done.", id=f"msg_{next(_counter)}", provider_name="openai")], provider_name="openai"
+            )
         n = next(_counter)
         return ModelResponse(
             [

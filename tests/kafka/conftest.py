@@ -39,8 +39,13 @@ async def kafka_service(
     for marker in reversed(list(request.node.iter_markers("service_settings"))):
         fields |= marker.kwargs
     async with temporary_database(pg_admin_url) as url:
-        settings = Settings(kafka_bootstrap=kafka_bootstrap, topic=unique_topic("service"), database_url=url,
-                            data_dir=tmp_path, **fields)  # fmt: skip
+        settings = Settings(
+            kafka_bootstrap=kafka_bootstrap,
+            topic=unique_topic("service"),
+            database_url=url,
+            data_dir=tmp_path,
+            **fields,
+        )
         async with running_service(settings) as service:
             yield service, settings
 

@@ -43,9 +43,15 @@ async def service_on_own_topic(
 ) -> AsyncIterator[tuple[Service, Settings]]:
     """convlog's service on a topic of its own, which it creates (before any producer runs)."""
     async with temporary_database(pg_admin_url) as url:
-        settings = Settings(kafka_bootstrap=kafka_bootstrap, topic=unique_topic(prefix), partitions=PARTITIONS,
-                            database_url=url, data_dir=data_dir, api_tokens=f"acme:{TOKEN}",
-                            summarizer="off")  # fmt: skip
+        settings = Settings(
+            kafka_bootstrap=kafka_bootstrap,
+            topic=unique_topic(prefix),
+            partitions=PARTITIONS,
+            database_url=url,
+            data_dir=data_dir,
+            api_tokens=f"acme:{TOKEN}",
+            summarizer="off",
+        )
         async with running_service(settings) as svc:
             yield svc, settings
 

@@ -32,9 +32,14 @@ class Ops:
         self, *args: str, timeout: float = 120, extra_env: dict[str, str] | None = None
     ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "convlog.cli.main", *args], cwd=REPO, env={**self.env, **(extra_env or {})},
-            capture_output=True, text=True, timeout=timeout, check=False,
-        )  # fmt: skip
+            [sys.executable, "-m", "convlog.cli.main", *args],
+            cwd=REPO,
+            env={**self.env, **(extra_env or {})},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
 
 
 def ops_env(kafka_bootstrap: str, url: str, topic: str, data_dir: Path) -> dict[str, str]:
@@ -55,7 +60,12 @@ async def ops_context(kafka_bootstrap: str, projection: Projection, tmp_path: Pa
     topic = unique_topic("ops")
     log = await KafkaEventLog.connect(bootstrap=kafka_bootstrap, topic=topic, partitions=PARTITIONS)
     try:
-        yield Ops(ops_env(kafka_bootstrap, projection.url, topic, tmp_path), log,
-                  ConversationProducer(log, producer="ops-test"), projection, topic)  # fmt: skip
+        yield Ops(
+            ops_env(kafka_bootstrap, projection.url, topic, tmp_path),
+            log,
+            ConversationProducer(log, producer="ops-test"),
+            projection,
+            topic,
+        )
     finally:
         await log.close()

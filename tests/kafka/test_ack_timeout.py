@@ -23,8 +23,9 @@ def test_the_clients_default_budget_outlasts_the_services_default_ack_wait() -> 
 async def test_the_ack_wait_setting_reaches_the_log_serve_appends_through(kafka_bootstrap: str) -> None:
     # A broker that never acknowledges takes a private, stoppable broker (tests/kafka/test_broker_restart.py
     # shows the give-up itself, at the wait KafkaEventLog is given); this checks the setting is that wait.
-    settings = Settings(kafka_bootstrap=kafka_bootstrap, topic=unique_topic("ackwait"), partitions=1,
-                        kafka_ack_timeout_s=1.5)  # fmt: skip
+    settings = Settings(
+        kafka_bootstrap=kafka_bootstrap, topic=unique_topic("ackwait"), partitions=1, kafka_ack_timeout_s=1.5
+    )
     event_log = await open_event_log(settings)
     try:
         assert isinstance(event_log, KafkaEventLog)

@@ -139,9 +139,14 @@ async def test_sigkill_of_postgres_and_projector_loses_only_a_tail_reapplied_fro
     # The kills did lose acknowledged commits (what this test is about): positions went back.
     assert any(after < seen for seen, after in losses), losses
     verify = subprocess.run(
-        [sys.executable, "-m", "convlog.cli.main", "verify", "--all"], cwd=REPO, env=env,
-        capture_output=True, text=True, timeout=180, check=False,
-    )  # fmt: skip
+        [sys.executable, "-m", "convlog.cli.main", "verify", "--all"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
     assert verify.returncode == 0, verify.stdout + verify.stderr
     with psycopg.connect(url) as conn:
         row = conn.execute("SELECT schema_name FROM convlog.projection_versions WHERE status = 'live'").fetchone()

@@ -23,9 +23,12 @@ KEY = ConversationKey("t", "u", "batch").encode()
 @pytest.fixture
 async def small_request_kafka_log(kafka_bootstrap: str) -> AsyncIterator[KafkaEventLog]:
     log = await KafkaEventLog.connect(
-        bootstrap=kafka_bootstrap, topic=unique_topic(), partitions=2, max_request_size=256 * 1024,
+        bootstrap=kafka_bootstrap,
+        topic=unique_topic(),
+        partitions=2,
+        max_request_size=256 * 1024,
         append_timeout_s=20,
-    )  # fmt: skip
+    )
     yield log
     await log.close()
 

@@ -43,8 +43,13 @@ async def compressed_producer(bootstrap: str, codec: str | None) -> AIOKafkaProd
 
 
 def encoded(key: ConversationKey, text: str) -> bytes:
-    event = Event(event_id=uuid.uuid4().hex, key=key, occurred_at=datetime.now(UTC), producer="java-app",
-                  body=MessageAppended(uuid.uuid4().hex, "user", content=text))  # fmt: skip
+    event = Event(
+        event_id=uuid.uuid4().hex,
+        key=key,
+        occurred_at=datetime.now(UTC),
+        producer="java-app",
+        body=MessageAppended(uuid.uuid4().hex, "user", content=text),
+    )
     return default_codec().encode(event)
 
 
@@ -61,8 +66,13 @@ async def project_until(
     bootstrap: str, topic: str, store: PostgresProjectionStore, until: Mapping[int, int]
 ) -> Projector:
     """A projector as ``convlog project`` runs it (a consumer group member), until ``until``."""
-    source = KafkaGroupSource(bootstrap=bootstrap, topic=topic, group_id=f"codecs.{uuid.uuid4().hex[:8]}",
-                              session_timeout_ms=6000, heartbeat_interval_ms=200)  # fmt: skip
+    source = KafkaGroupSource(
+        bootstrap=bootstrap,
+        topic=topic,
+        group_id=f"codecs.{uuid.uuid4().hex[:8]}",
+        session_timeout_ms=6000,
+        heartbeat_interval_ms=200,
+    )
     projector = Projector(source, store, fetch_timeout_s=0.2)
     await asyncio.wait_for(projector.run(asyncio.Event(), until=until), 60)
     return projector
@@ -82,8 +92,9 @@ def store(ops: Ops) -> PostgresProjectionStore:
 
 
 @pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
-async def test_each_codecs_batches_project_exactly(ops: Ops, kafka_bootstrap: str, store: PostgresProjectionStore,
-                                                   codec: str) -> None:  # fmt: skip
+async def test_each_codecs_batches_project_exactly(
+    ops: Ops, kafka_bootstrap: str, store: PostgresProjectionStore, codec: str
+) -> None:
     producer = await compressed_producer(kafka_bootstrap, codec)
     try:
         messages = [(key, f"{codec} {key.conversation_id} #{n}") for n in range(5) for key in KEYS]

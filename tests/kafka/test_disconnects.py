@@ -80,8 +80,9 @@ async def serving(ops: Ops, server_of: Any) -> AsyncIterator[tuple[GatedLog, int
         return {"ready": True}
 
     queries = QueryService(log=gated, reads=reads, metrics=Metrics())  # type: ignore[arg-type]
-    deps = ApiDeps(queries=queries, producer=ops.producer, http=HttpSettings(tokens={"token-a": "acme"}),
-                   readiness=ready)  # fmt: skip
+    deps = ApiDeps(
+        queries=queries, producer=ops.producer, http=HttpSettings(tokens={"token-a": "acme"}), readiness=ready
+    )
     port = free_port()
     server = server_of(create_app(deps), port)
     task = asyncio.create_task(server.serve())

@@ -32,10 +32,16 @@ async def test_foreign_records_are_summarized_whatever_their_event_type_header(
             last: dict[int, int] = {}
             for t in range(1, 10):  # turn 9 makes turns 1-3 leave the window (8 turns, keep 6)
                 for name, header in HEADERS.items():
-                    for role, text, message_id in (("user", f"Q{t}: item {t}?", f"u{t}"),
-                                                   ("assistant", f"Answer {t}.", f"a{t}")):  # fmt: skip
-                        body = MessageAppended(message_id=message_id, role=role, content=text,
-                                               finish_reason="stop" if role == "assistant" else None)  # fmt: skip
+                    for role, text, message_id in (
+                        ("user", f"Q{t}: item {t}?", f"u{t}"),
+                        ("assistant", f"Answer {t}.", f"a{t}"),
+                    ):
+                        body = MessageAppended(
+                            message_id=message_id,
+                            role=role,
+                            content=text,
+                            finish_reason="stop" if role == "assistant" else None,
+                        )
                         _, data = s.producer.build(keys[name], body)
                         headers = [] if header is None else [("convlog.event_type", header)]
                         at = await s.log.append(key=keys[name].encode(), value=data, headers=headers)

@@ -72,11 +72,20 @@ def start_serve_member(name: str, env: dict[str, str], log_dir: Path) -> Member:
     :func:`start_member` starts ``convlog project``: its sessions are the API's pool's, with no
     limits of their own, so only the other member ends its stalled transaction."""
     log_file = log_dir / f"{name}.log"
-    serve_env = {**env, "CONVLOG_LOG_LEVEL": "info", "CONVLOG_HTTP_PORT": str(free_port()),
-                 "CONVLOG_API_TOKENS": "acme:frozen-test-token"}  # fmt: skip
+    serve_env = {
+        **env,
+        "CONVLOG_LOG_LEVEL": "info",
+        "CONVLOG_HTTP_PORT": str(free_port()),
+        "CONVLOG_API_TOKENS": "acme:frozen-test-token",
+    }
     with log_file.open("ab") as out:
-        process = subprocess.Popen([sys.executable, "-m", "convlog.cli.main", "serve", "--no-summarizer"],
-                                   cwd=REPO, env=serve_env, stdout=out, stderr=out)  # fmt: skip
+        process = subprocess.Popen(
+            [sys.executable, "-m", "convlog.cli.main", "serve", "--no-summarizer"],
+            cwd=REPO,
+            env=serve_env,
+            stdout=out,
+            stderr=out,
+        )
     return Member(name, None, process, log_file)
 
 
@@ -135,11 +144,19 @@ async def test_a_frozen_projector_does_not_block_its_successor(
         frozen_at = time.time()
         # An append to the frozen member's partition made after the freeze becomes readable: the
         # successor took the partition over and its batches got through.
-        await until(lambda: any(a.partition == frozen_partition and a.at > frozen_at for a in appends.acked), 10,
-                    "an append to the frozen partition", members)  # fmt: skip
+        await until(
+            lambda: any(a.partition == frozen_partition and a.at > frozen_at for a in appends.acked),
+            10,
+            "an append to the frozen partition",
+            members,
+        )
         after = next(a for a in appends.acked if a.partition == frozen_partition and a.at > frozen_at)
-        await until(lambda: readable.at(frozen_partition, after.offset) is not None, TAKEOVER_BOUND_S,
-                    f"partition {frozen_partition} projected by the successor", members)  # fmt: skip
+        await until(
+            lambda: readable.at(frozen_partition, after.offset) is not None,
+            TAKEOVER_BOUND_S,
+            f"partition {frozen_partition} projected by the successor",
+            members,
+        )
         takeover_s = time.time() - frozen_at
         assert successor.owned() == {0, 1}
 
@@ -162,8 +179,10 @@ async def test_a_frozen_projector_does_not_block_its_successor(
         await log.close()
 
     frozen.changes()  # its log read to the end: the fence's refusals counted
-    print(f"frozen {frozen_role} {frozen_in}: partition {frozen_partition} projected again {takeover_s:.1f} s"
-          f" after the freeze; the resumed member's batches refused by the fence: {frozen.conflicts}")  # fmt: skip
+    print(
+        f"frozen {frozen_role} {frozen_in}: partition {frozen_partition} projected again {takeover_s:.1f} s"
+        f" after the freeze; the resumed member's batches refused by the fence: {frozen.conflicts}"
+    )
     assert "ProjectionError" not in frozen_log, frozen.tail()
     assert frozen.conflicts >= 1, frozen.tail()  # it retried its batch when resumed: the positions fence refused it
     # Every acknowledged event projected exactly once, at its coordinates; nothing dead-lettered.

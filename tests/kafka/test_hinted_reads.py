@@ -27,9 +27,16 @@ async def test_a_hint_the_read_models_do_not_hold_waits_for_the_projection(
     kafka_bootstrap: str, pg_admin_url: str, tmp_path: Path
 ) -> None:
     async with temporary_database(pg_admin_url) as url:
-        settings = Settings(database_url=url, kafka_bootstrap=kafka_bootstrap, topic=unique_topic("hint"),
-                            partitions=2, api_tokens="acme:t", summarizer="off", projector="off",
-                            data_dir=tmp_path)  # fmt: skip
+        settings = Settings(
+            database_url=url,
+            kafka_bootstrap=kafka_bootstrap,
+            topic=unique_topic("hint"),
+            partitions=2,
+            api_tokens="acme:t",
+            summarizer="off",
+            projector="off",
+            data_dir=tmp_path,
+        )
         stop = asyncio.Event()
         async with running_service(settings) as service:
             watch = service.deps.queries.positions
@@ -42,8 +49,11 @@ async def test_a_hint_the_read_models_do_not_hold_waits_for_the_projection(
                 offset = posted.json()["offset"]
                 partition = partition_for_key(ConversationKey("acme", "u", "c").encode(), 2)
                 watch.committed({partition: offset + 1_000})  # a commit no projection of these read models made
-                reading = asyncio.create_task(client.get(f"{BASE}/context", params={
-                    "model": "gpt-4o", "budget_tokens": 1000, "min_offset": offset}))  # fmt: skip
+                reading = asyncio.create_task(
+                    client.get(
+                        f"{BASE}/context", params={"model": "gpt-4o", "budget_tokens": 1000, "min_offset": offset}
+                    )
+                )
                 await asyncio.sleep(0.5)
                 # Nothing projected yet: not answered (the conversation is not even known to the read models).
                 assert not reading.done()

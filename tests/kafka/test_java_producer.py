@@ -57,9 +57,19 @@ async def test_a_java_producer_that_follows_the_contract_is_served_exactly(
     svc, settings = kafka_service
     assert settings.kafka_bootstrap is not None
     sent = await asyncio.to_thread(
-        run_example, java_classpath, "--bootstrap", settings.kafka_bootstrap, "--topic", settings.topic,
-        "--tenant", KEY.tenant_id, "--user", KEY.user_id, "--conversation", KEY.conversation_id,
-    )  # fmt: skip
+        run_example,
+        java_classpath,
+        "--bootstrap",
+        settings.kafka_bootstrap,
+        "--topic",
+        settings.topic,
+        "--tenant",
+        KEY.tenant_id,
+        "--user",
+        KEY.user_id,
+        "--conversation",
+        KEY.conversation_id,
+    )
     assert [e["type"] for e in sent] == ["ConversationStarted", *["MessageAppended"] * 4]
     # The key escaped as convlog escapes it, and the Java client's default partitioner put every
     # event on the partition convlog computes: one conversation, one partition, in order.
@@ -75,12 +85,20 @@ async def test_a_java_producer_that_follows_the_contract_is_served_exactly(
         context = await get(client, f"{path}/context", model="gpt-4o", budget_tokens=4000, min_offset=offsets[-1])
         assert context["messages"] == [
             {"role": "user", "content": QUESTION},
-            {"role": "assistant", "content": None, "tool_calls": [
-                {"id": "call_1", "type": "function",
-                 "function": {"name": "search_kb", "arguments": '{"q": "overtime request"}'}}]},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "search_kb", "arguments": '{"q": "overtime request"}'},
+                    }
+                ],
+            },
             {"role": "tool", "tool_call_id": "call_1", "content": TOOL_RESULT},
             {"role": "assistant", "content": ANSWER},
-        ]  # fmt: skip
+        ]
         assert violations(context["messages"]) == []
         assert context["degraded"] is False  # nothing was dead-lettered
         assert context["position"]["offset"] == offsets[-1]

@@ -63,8 +63,18 @@ CASES = list(zip(RUNS, KEYS, strict=True))  # each run writes a conversation on 
 
 def produce(classpath: str, settings: Settings, run: Run, key: ConversationKey) -> list[dict[str, Any]]:
     assert settings.kafka_bootstrap is not None
-    args = ["--bootstrap", settings.kafka_bootstrap, "--topic", settings.topic,
-            "--tenant", key.tenant_id, "--user", key.user_id, "--conversation", key.conversation_id]  # fmt: skip
+    args = [
+        "--bootstrap",
+        settings.kafka_bootstrap,
+        "--topic",
+        settings.topic,
+        "--tenant",
+        key.tenant_id,
+        "--user",
+        key.user_id,
+        "--conversation",
+        key.conversation_id,
+    ]
     for setting in run.settings:
         args += ["--set", setting]
     return run_example(classpath, *args, *(["--abort-last"] if run.abort_last else []))
@@ -127,13 +137,21 @@ async def test_transactions_and_every_codec_from_java_are_served_exactly(
     # `convlog positions`, as an operator runs it beside the service: every partition, markers
     # at their ends included, is projected to its end.
     assert settings.database_url is not None
-    env = {**ops_env(settings.kafka_bootstrap or "", settings.database_url, settings.topic, tmp_path),
-           "CONVLOG_PARTITIONS": str(PARTITIONS)}  # fmt: skip
+    env = {
+        **ops_env(settings.kafka_bootstrap or "", settings.database_url, settings.topic, tmp_path),
+        "CONVLOG_PARTITIONS": str(PARTITIONS),
+    }
     for _ in range(30):
         positions = await asyncio.to_thread(
-            subprocess.run, [sys.executable, "-m", "convlog.cli.main", "positions"], cwd=REPO, env=env,
-            capture_output=True, text=True, timeout=60, check=False,
-        )  # fmt: skip
+            subprocess.run,
+            [sys.executable, "-m", "convlog.cli.main", "positions"],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         assert positions.returncode == 0, positions.stderr
         if "read_models v1 (live)  total lag 0" in positions.stdout:
             break

@@ -29,10 +29,14 @@ SESSION_TIMEOUT_S = 20  # long, so that a partition moving sooner was moved by t
 
 def _env(projection: Projection, bootstrap: str, topic: str, tmp_path: Path) -> dict[str, str]:
     return {
-        **os.environ, "CONVLOG_KAFKA_BOOTSTRAP": bootstrap, "CONVLOG_DATABASE_URL": projection.url,
-        "CONVLOG_TOPIC": topic, "CONVLOG_PARTITIONS": "4", "CONVLOG_DATA_DIR": str(tmp_path),
+        **os.environ,
+        "CONVLOG_KAFKA_BOOTSTRAP": bootstrap,
+        "CONVLOG_DATABASE_URL": projection.url,
+        "CONVLOG_TOPIC": topic,
+        "CONVLOG_PARTITIONS": "4",
+        "CONVLOG_DATA_DIR": str(tmp_path),
         "CONVLOG_KAFKA_SESSION_TIMEOUT_MS": str(SESSION_TIMEOUT_S * 1000),
-    }  # fmt: skip
+    }
 
 
 async def _until(condition: Callable[[], object], members: list[Member], what: str, timeout_s: float) -> float:
@@ -68,14 +72,19 @@ async def test_a_removed_static_member_gives_its_partitions_back_at_once(
     leaving = start_member("leaving", env, tmp_path, instance_id="projector-b")
     members = [staying, leaving]
     try:
-        await _until(lambda: staying.owned() and leaving.owned() and len(staying.owned() | leaving.owned()) == 4,
-                     members, "both members to own partitions", 60)  # fmt: skip
+        await _until(
+            lambda: staying.owned() and leaving.owned() and len(staying.owned() | leaving.owned()) == 4,
+            members,
+            "both members to own partitions",
+            60,
+        )
         settings = Settings(kafka_bootstrap=kafka_bootstrap, database_url=projection.url, topic=topic)
         listed = await _until_members(settings, {"projector-a", "projector-b"})
         owned = {m.instance_id: set(m.partitions) for m in listed.members}
         assert owned == {"projector-a": set(staying.owned()), "projector-b": set(leaving.owned())}
-        shown = await asyncio.to_thread(subprocess.run, [*CLI, "list", "projector"], cwd=REPO, env=env,
-                                        capture_output=True, text=True)  # fmt: skip
+        shown = await asyncio.to_thread(
+            subprocess.run, [*CLI, "list", "projector"], cwd=REPO, env=env, capture_output=True, text=True
+        )
         assert shown.returncode == 0, shown
         assert "Stable, 2 member(s)" in shown.stdout, shown.stdout
         assert "projector-b" in shown.stdout, shown.stdout
@@ -88,8 +97,10 @@ async def test_a_removed_static_member_gives_its_partitions_back_at_once(
         assert "projector-b: removed" in done.stdout, done.stdout
         assert "nobody: not a member" in done.stdout, done.stdout
         moved_s = await _until(lambda: len(staying.owned()) == 4, members, "the staying member to own everything", 15)
-        print(f"the removed member's partitions moved {moved_s:.2f} s after the command (session timeout "
-              f"{SESSION_TIMEOUT_S} s)")  # fmt: skip
+        print(
+            f"the removed member's partitions moved {moved_s:.2f} s after the command (session timeout "
+            f"{SESSION_TIMEOUT_S} s)"
+        )
         assert moved_s < SESSION_TIMEOUT_S / 2
         assert [m.instance_id for m in (await list_members(settings, "projector")).members] == ["projector-a"]
         again = await remove_members(settings, "projector", ["projector-b"])

@@ -46,8 +46,10 @@ async def test_positions_show_each_partitions_position_end_and_lag(ops: Ops) -> 
     for i in range(3):  # written after the projection ran: lag 3 on OA's partition
         await ops.producer.append_user(OA, f"later {i}")
     async with ops.projection.pool.connection() as conn:
-        await conn.execute("INSERT INTO convlog.summarizer_positions (consumer, partition, next_offset) "
-                           "VALUES ('summarizer', %s, 4)", [oa_partition])  # fmt: skip
+        await conn.execute(
+            "INSERT INTO convlog.summarizer_positions (consumer, partition, next_offset) VALUES ('summarizer', %s, 4)",
+            [oa_partition],
+        )
 
     result = ops.run("positions")
     assert result.returncode == 0, result.stderr
@@ -88,8 +90,9 @@ async def test_dead_letters_list_show_and_skip_with_a_recorded_reason(ops: Ops) 
     assert await ops.projection.rows("SELECT status, resolution FROM {s}.dead_letters") == [
         ("skipped", "broken client, ticket 42")
     ]
-    rows = await ops.projection.rows("SELECT content FROM {s}.transcript WHERE conversation_key = %s ORDER BY seq",
-                                     str(OA))  # fmt: skip
+    rows = await ops.projection.rows(
+        "SELECT content FROM {s}.transcript WHERE conversation_key = %s ORDER BY seq", str(OA)
+    )
     assert rows == [("first",), ("after it",)]
     assert ops.run("dead-letters", "list").stdout.strip() == "no dead letters"
     again = ops.run("dead-letters", "skip", letter_id, "--reason", "twice")
@@ -178,17 +181,31 @@ async def test_replay_prints_byte_for_byte_the_context_the_api_serves_as_of_that
     pairs = [pair async for pair in conversation_events(ops.log, OA)]
     deps = ApiDeps(
         queries=QueryService(log=ops.log, reads=lambda: _reads(ops.projection), metrics=Metrics()),
-        producer=ops.producer, http=HttpSettings(tokens={"token-a": "acme"}), readiness=_ready,
-    )  # fmt: skip
+        producer=ops.producer,
+        http=HttpSettings(tokens={"token-a": "acme"}),
+        readiness=_ready,
+    )
     transport = httpx.ASGITransport(app=create_app(deps))
     async with httpx.AsyncClient(transport=transport, base_url="http://convlog") as client:
         for record, _ in (pairs[3], pairs[4], pairs[-1]):  # open tool call, half its results, the end
             query = f"model=deepseek-v4&budget_tokens=4000&reasoning=tool_turns&as_of={record.offset}"
-            response = await client.get(f"/v1/users/{OA.user_id}/conversations/{OA.conversation_id}/context?{query}",
-                                        headers={"Authorization": "Bearer token-a"})  # fmt: skip
+            response = await client.get(
+                f"/v1/users/{OA.user_id}/conversations/{OA.conversation_id}/context?{query}",
+                headers={"Authorization": "Bearer token-a"},
+            )
             assert response.status_code == 200, response.text
-            result = ops.run("replay", str(OA), "--as-of", str(record.offset), "--model", "deepseek-v4",
-                             "--budget-tokens", "4000", "--reasoning", "tool_turns")  # fmt: skip
+            result = ops.run(
+                "replay",
+                str(OA),
+                "--as-of",
+                str(record.offset),
+                "--model",
+                "deepseek-v4",
+                "--budget-tokens",
+                "4000",
+                "--reasoning",
+                "tool_turns",
+            )
             assert result.returncode == 0, result.stderr
             printed = result.stdout[result.stdout.index("{", result.stdout.index(" (model deepseek-v4")) :]
             assert json.loads(printed) == response.json()
@@ -205,9 +222,13 @@ async def _ready() -> dict[str, object]:
 async def test_tail_follows_a_conversation_live_and_stops_on_ctrl_c(ops: Ops) -> None:
     await ops.producer.append_user(OA, "before the tail started")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "convlog.cli.main", "tail", str(OA)], cwd=REPO, env=ops.env,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [sys.executable, "-m", "convlog.cli.main", "tail", str(OA)],
+        cwd=REPO,
+        env=ops.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout is not None
         first = await asyncio.to_thread(proc.stdout.readline)

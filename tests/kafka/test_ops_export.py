@@ -55,8 +55,10 @@ async def test_export_writes_one_line_per_message_with_coordinates_and_honours_t
     assert len(lines) == 6  # the other tenant's message is not there
     assert "exported 6 message(s)" in result.stderr
     first = next(line for line in lines if line["event_id"] == appended[("alice", 0)].event_id)
-    assert first["coordinates"] == {"partition": appended[("alice", 0)].partition,
-                                    "offset": appended[("alice", 0)].offset}  # fmt: skip
+    assert first["coordinates"] == {
+        "partition": appended[("alice", 0)].partition,
+        "offset": appended[("alice", 0)].offset,
+    }
     assert first["content"] is None  # redacted: the audit keeps that it existed, and why
     assert first["redaction_reason"] == "pii"
     assert first["conversation_key"] == "acme:alice:c1"
@@ -67,8 +69,21 @@ async def test_export_writes_one_line_per_message_with_coordinates_and_honours_t
 
     out = tmp_path / "bob.jsonl"
     since, until = (T0 + timedelta(days=1)).isoformat(), (T0 + timedelta(days=2)).isoformat()
-    filtered = ops.run("export", "--tenant", "acme", "--user", "bob", "--since", since, "--until", until,
-                       "--format", "jsonl", "--output", str(out))  # fmt: skip
+    filtered = ops.run(
+        "export",
+        "--tenant",
+        "acme",
+        "--user",
+        "bob",
+        "--since",
+        since,
+        "--until",
+        until,
+        "--format",
+        "jsonl",
+        "--output",
+        str(out),
+    )
     assert filtered.returncode == 0, filtered.stderr
     assert filtered.stdout == ""
     assert [line["content"] for line in _lines(out.read_text())] == ["bob day 1"]  # since inclusive, until exclusive
@@ -88,9 +103,12 @@ def _export_peak_rss(ops: Ops, out: Path, *args: str) -> tuple[int, int, float]:
     started = time.monotonic()
     with out.open("w") as sink:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "convlog.cli.main", "export", "--format", "jsonl", *args], cwd=REPO, env=ops.env,
-            stdout=sink, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+            [sys.executable, "-m", "convlog.cli.main", "export", "--format", "jsonl", *args],
+            cwd=REPO,
+            env=ops.env,
+            stdout=sink,
+            stderr=subprocess.DEVNULL,
+        )
         _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
     return proc.returncode, usage.ru_maxrss // 1024, time.monotonic() - started  # ru_maxrss is in KiB on Linux
@@ -123,8 +141,10 @@ async def test_export_of_100_000_messages_runs_in_bounded_memory(ops: Ops, tmp_p
     size_mib = (tmp_path / "all.jsonl").stat().st_size / 2**20
     with (tmp_path / "all.jsonl").open() as exported:
         assert sum(1 for _ in exported) == total
-    print(f"\nproduced {total} in {produced:.1f}s, projected in {projected:.1f}s; export of {size_mib:.0f} MiB in "
-          f"{seconds:.1f}s: peak RSS {rss} MiB (an empty export: {small_rss} MiB)")  # fmt: skip
+    print(
+        f"\nproduced {total} in {produced:.1f}s, projected in {projected:.1f}s; export of {size_mib:.0f} MiB in "
+        f"{seconds:.1f}s: peak RSS {rss} MiB (an empty export: {small_rss} MiB)"
+    )
     # Constant memory: the full export needs at most a little more than an empty one, and far
     # less than the output it wrote (a fetchall of 100,000 rows alone would be hundreds of MiB).
     assert rss - small_rss < 40

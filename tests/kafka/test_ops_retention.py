@@ -86,9 +86,13 @@ async def test_retention_archives_then_erases_exactly_the_idle_conversations(ops
     assert manifest["archive"]["idle_days"] == 30
     # What an auditor can still read: the content, with the coordinates of its events.
     assert sorted((m["conversation_key"], m["content"]) for m in messages) == sorted(
-        [(str(IDLE_1), "old question of idle-1"), (str(IDLE_1), "old answer"),
-         (str(IDLE_2), "old question of idle-2"), (str(IDLE_2), "old answer")]
-    )  # fmt: skip
+        [
+            (str(IDLE_1), "old question of idle-1"),
+            (str(IDLE_1), "old answer"),
+            (str(IDLE_2), "old question of idle-2"),
+            (str(IDLE_2), "old answer"),
+        ]
+    )
     assert all(isinstance(m["coordinates"]["offset"], int) for m in messages)
 
     for key in (IDLE_1, IDLE_2):  # erased through the log, the reason in the event
@@ -101,11 +105,14 @@ async def test_retention_archives_then_erases_exactly_the_idle_conversations(ops
     assert await _erasures(ops.log, ALREADY_ERASED) == ["user asked"]
 
     await project_all(ops.log, ops.projection.store())
-    erased = await ops.projection.rows("SELECT conversation_key FROM {s}.conversations WHERE erased_at > %s "
-                                       "ORDER BY 1", NOW - timedelta(minutes=10))  # fmt: skip
+    erased = await ops.projection.rows(
+        "SELECT conversation_key FROM {s}.conversations WHERE erased_at > %s ORDER BY 1", NOW - timedelta(minutes=10)
+    )
     assert erased == sorted([(str(IDLE_1),), (str(IDLE_2),)])
-    left = await ops.projection.rows("SELECT count(*) FROM {s}.transcript WHERE content IS NOT NULL "
-                                     "AND conversation_key = ANY(%s)", [str(IDLE_1), str(IDLE_2)])  # fmt: skip
+    left = await ops.projection.rows(
+        "SELECT count(*) FROM {s}.transcript WHERE content IS NOT NULL AND conversation_key = ANY(%s)",
+        [str(IDLE_1), str(IDLE_2)],
+    )
     assert left == [(0,)]
 
     again = ops.run("retention", "--idle-days", "30", "--archive", str(archive_dir))
@@ -131,8 +138,9 @@ async def test_serve_runs_retention_when_configured(pg_admin_url: str, tmp_path:
     finally:
         await log.close()
     async with temporary_database(pg_admin_url) as url:
-        settings = Settings(database_url=url, data_dir=tmp_path, partitions=4, retention_idle_days=30,
-                            retention_first_run_s=0)  # fmt: skip
+        settings = Settings(
+            database_url=url, data_dir=tmp_path, partitions=4, retention_idle_days=30, retention_first_run_s=0
+        )
         async with running_service(settings) as service:
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:
@@ -176,31 +184,43 @@ async def test_a_conversation_written_to_after_the_last_check_keeps_everything(
 
     monkeypatch.setattr(retention, "active_since", check_then_user_returns)
     report = await retention.run_retention(
-        ops.projection.pool, ops.projection.version.schema, ops.log, ops.producer,
-        idle_days=30, archive=tmp_path, dry_run=False, progress=False,
-    )  # fmt: skip
+        ops.projection.pool,
+        ops.projection.version.schema,
+        ops.log,
+        ops.producer,
+        idle_days=30,
+        archive=tmp_path,
+        dry_run=False,
+        progress=False,
+    )
     assert report.erased == 2  # both erase events were appended ...
     await project_all(ops.log, ops.projection.store())
-    rows = await ops.projection.rows("SELECT content, erased_at FROM {s}.transcript WHERE conversation_key = %s "
-                                     "ORDER BY seq", str(IDLE_1))  # fmt: skip
+    rows = await ops.projection.rows(
+        "SELECT content, erased_at FROM {s}.transcript WHERE conversation_key = %s ORDER BY seq", str(IDLE_1)
+    )
     # ... but IDLE_1's was void: its history and the new message are all there
     assert rows == [("old question of idle-1", None), ("old answer", None), ("I am back, just now", None)]
-    [(erased_at,)] = await ops.projection.rows("SELECT erased_at FROM {s}.conversations WHERE conversation_key = %s",
-                                               str(IDLE_1))  # fmt: skip
+    [(erased_at,)] = await ops.projection.rows(
+        "SELECT erased_at FROM {s}.conversations WHERE conversation_key = %s", str(IDLE_1)
+    )
     assert erased_at is None
-    assert await ops.projection.rows("SELECT count(*) FROM {s}.transcript WHERE conversation_key = %s "
-                                     "AND content IS NOT NULL", str(IDLE_2)) == [(0,)]  # fmt: skip
+    assert await ops.projection.rows(
+        "SELECT count(*) FROM {s}.transcript WHERE conversation_key = %s AND content IS NOT NULL", str(IDLE_2)
+    ) == [(0,)]
     # as_of and the events endpoint agree: a void erase withholds nothing, not even from the past
     pairs = [pair async for pair in conversation_events(ops.log, IDLE_1)]
     first_answer = pairs[1][0].offset
-    inputs = await context_inputs_as_of(ops.log, IDLE_1, first_answer, encoding="o200k_base", policy=WindowPolicy(),
-                                        max_event_bytes=1 << 20)  # fmt: skip
+    inputs = await context_inputs_as_of(
+        ops.log, IDLE_1, first_answer, encoding="o200k_base", policy=WindowPolicy(), max_event_bytes=1 << 20
+    )
     assert inputs is not None
     assert [m.content for m in inputs.messages] == ["old question of idle-1", "old answer"]
     listed = events_json(pairs)
     assert [e["body"].get("content") for e in listed if e["event_type"] == "MessageAppended"] == [
-        "old question of idle-1", "old answer", "I am back, just now"
-    ]  # fmt: skip
+        "old question of idle-1",
+        "old answer",
+        "I am back, just now",
+    ]
     gone = [pair async for pair in conversation_events(ops.log, IDLE_2)]
     assert {e["body"].get("content") for e in events_json(gone) if e["event_type"] == "MessageAppended"} == {
         "[withheld]"

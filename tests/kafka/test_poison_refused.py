@@ -124,8 +124,10 @@ async def test_refused_records_become_dead_letters_and_the_batch_goes_on(ops: Op
         'SELECT partition, "offset", conversation_key, error_code, error, status, id FROM {s}.dead_letters ORDER BY id'
     )
     assert [row[:3] for row in letters] == [
-        (PARTITION, o_nul, str(NUL)), (PARTITION, o_refused, str(REFUSED)), (PARTITION, o_nul_text, str(NUL_TEXT)),
-    ]  # fmt: skip
+        (PARTITION, o_nul, str(NUL)),
+        (PARTITION, o_refused, str(REFUSED)),
+        (PARTITION, o_nul_text, str(NUL_TEXT)),
+    ]
     # A producer-side NUL check also run on foreign records would refuse the NULs before Postgres does.
     assert {letters[0][3], letters[2][3]} <= {"record_refused", "invalid_event"}
     assert letters[1][3] == "record_refused"
@@ -242,8 +244,9 @@ async def test_a_poison_record_whose_header_name_has_a_nul_is_kept_and_the_parti
     assert projector.stats.dead_lettered == 1
     assert await transcript(ops, NEIGHBOUR) == [(0, "n0"), (1, "n1")]
     assert o_n1 == sent.offset + 1
-    rows = await ops.projection.rows('SELECT partition, "offset", record_key, record_value, headers, record_timestamp '
-                                     "FROM {s}.dead_letters")  # fmt: skip
+    rows = await ops.projection.rows(
+        'SELECT partition, "offset", record_key, record_value, headers, record_timestamp FROM {s}.dead_letters'
+    )
     assert [row[:2] for row in rows] == [(PARTITION, sent.offset)]
     columns = ("partition", "offset", "record_key", "record_value", "headers", "record_timestamp")
     assert record_from_row(dict(zip(columns, rows[0], strict=True))).headers == tuple(headers)

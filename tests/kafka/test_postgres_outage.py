@@ -47,10 +47,21 @@ async def test_projector_waits_out_a_postgres_outage(private_postgres: PostgresH
     topic = unique_topic("outage")
     log = await KafkaEventLog.connect(bootstrap=kafka_bootstrap, topic=topic, partitions=3)
     producer = ConversationProducer(log, producer="outage-test")
-    store = PostgresProjectionStore(pool, schema=version.schema, codec=default_codec(), counter=COUNTER,
-                            policy=WindowPolicy(), max_event_bytes=1 << 20)  # fmt: skip
-    source = KafkaGroupSource(bootstrap=kafka_bootstrap, topic=topic, group_id=f"outage-{topic}",
-                              session_timeout_ms=6000, heartbeat_interval_ms=1000)  # fmt: skip
+    store = PostgresProjectionStore(
+        pool,
+        schema=version.schema,
+        codec=default_codec(),
+        counter=COUNTER,
+        policy=WindowPolicy(),
+        max_event_bytes=1 << 20,
+    )
+    source = KafkaGroupSource(
+        bootstrap=kafka_bootstrap,
+        topic=topic,
+        group_id=f"outage-{topic}",
+        session_timeout_ms=6000,
+        heartbeat_interval_ms=1000,
+    )
     projector = Projector(source, store, batch_size=200, fetch_timeout_s=0.2, retry_max_delay_s=2.0)
     stop = asyncio.Event()
     running = asyncio.create_task(projector.run(stop))

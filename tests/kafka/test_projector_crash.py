@@ -51,8 +51,13 @@ async def _produce(producer: ConversationProducer, rate_per_s: float) -> int:
             while n < EVENTS // CONVERSATIONS:
                 turn = n // 4
                 if turn % 5 == 3:
-                    calls = [{"id": f"call-{c}-{turn}", "type": "function",
-                              "function": {"name": "lookup", "arguments": '{"q": 1}'}}]  # fmt: skip
+                    calls = [
+                        {
+                            "id": f"call-{c}-{turn}",
+                            "type": "function",
+                            "function": {"name": "lookup", "arguments": '{"q": 1}'},
+                        }
+                    ]
                     await producer.append_user(key, f"turn {turn}: look something up", message_id=f"u{c}-{turn}")
                     await producer.append_assistant(key, None, tool_calls=calls, finish_reason="tool_calls")
                     await producer.append_tool_result(key, tool_call_id=f"call-{c}-{turn}", content="found")

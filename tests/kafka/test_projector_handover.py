@@ -34,14 +34,24 @@ class SlowFirstBatch(PostgresProjectionStore):
     """The real store, whose first batch takes ``SLOW_S`` longer (begun: ``started`` is set)."""
 
     def __init__(self, projection: Projection) -> None:
-        super().__init__(projection.pool, schema=projection.version.schema, codec=default_codec(), counter=COUNTER,
-                         policy=WindowPolicy(), max_event_bytes=1 << 20)  # fmt: skip
+        super().__init__(
+            projection.pool,
+            schema=projection.version.schema,
+            codec=default_codec(),
+            counter=COUNTER,
+            policy=WindowPolicy(),
+            max_event_bytes=1 << 20,
+        )
         self.started = asyncio.Event()
 
     async def apply(
-        self, records: Sequence[LogRecord], expected: Mapping[int, int], *, through: Mapping[int, int] | None = None,
+        self,
+        records: Sequence[LogRecord],
+        expected: Mapping[int, int],
+        *,
+        through: Mapping[int, int] | None = None,
         prepared: PreparedBatch | None = None,
-    ) -> BatchReport:  # fmt: skip
+    ) -> BatchReport:
         if records and not self.started.is_set():
             self.started.set()
             await asyncio.sleep(SLOW_S)
@@ -49,8 +59,9 @@ class SlowFirstBatch(PostgresProjectionStore):
 
 
 def _member(bootstrap: str, topic: str, group: str, store: PostgresProjectionStore) -> Projector:
-    source = KafkaGroupSource(bootstrap=bootstrap, topic=topic, group_id=group, session_timeout_ms=10_000,
-                              heartbeat_interval_ms=500)  # fmt: skip
+    source = KafkaGroupSource(
+        bootstrap=bootstrap, topic=topic, group_id=group, session_timeout_ms=10_000, heartbeat_interval_ms=500
+    )
     return Projector(source, store, revoke_wait_s=2 * SLOW_S)
 
 

@@ -42,8 +42,9 @@ async def test_reads_of_a_short_conversation_from_the_log_answer_well_under_the_
     path = f"/v1/users/{KEY.user_id}/conversations/{KEY.conversation_id}"
     transport = httpx.ASGITransport(app=create_app(svc.deps))
     async with httpx.AsyncClient(transport=transport, base_url="http://convlog", headers=AUTH) as client:
-        context = await client.get(f"{path}/context", params={"model": "gpt-4o", "budget_tokens": 4000,
-                                                              "min_offset": last.offset})  # fmt: skip
+        context = await client.get(
+            f"{path}/context", params={"model": "gpt-4o", "budget_tokens": 4000, "min_offset": last.offset}
+        )
         assert context.status_code == 200, context.text
         reads: dict[str, tuple[str, dict[str, Any]]] = {
             "events": (f"{path}/events", {}),

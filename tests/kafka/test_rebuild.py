@@ -49,9 +49,15 @@ def _env(projection: Projection, bootstrap: str, topic: str, tmp_path: Path) -> 
 
 async def _cli(env: dict[str, str], *args: str, timeout_s: float = 180) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "convlog.cli.main", *args, cwd=REPO, env=env,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+        sys.executable,
+        "-m",
+        "convlog.cli.main",
+        *args,
+        cwd=REPO,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     out, err = await asyncio.wait_for(proc.communicate(), timeout_s)
     assert proc.returncode is not None
     return proc.returncode, out.decode(), err.decode()
@@ -92,8 +98,9 @@ async def _write(producer: ConversationProducer, conversations: int, turns: int,
 async def _applied(projection: Projection, version: int) -> int:
     """Sum of the version's stored positions (0 while its tables do not exist yet)."""
     try:
-        rows = await projection.rows("SELECT coalesce(sum(next_offset), 0) FROM {s}.positions",
-                                     schema=schema_name("read_models", version))  # fmt: skip
+        rows = await projection.rows(
+            "SELECT coalesce(sum(next_offset), 0) FROM {s}.positions", schema=schema_name("read_models", version)
+        )
     except psycopg.errors.UndefinedTable:  # the subprocess has not created the version's tables yet
         return 0
     return int(rows[0][0])
@@ -136,8 +143,13 @@ async def test_a_forked_worker_leaves_the_connections_of_the_process_it_was_fork
     async with _fresh_topic(kafka_bootstrap, "rebuild-fork") as (topic, log, producer):
         written = await _write(producer, conversations=200, turns=40)
         await project_all(log, projection.store(), batch_size=2000)
-        settings = Settings(kafka_bootstrap=kafka_bootstrap, database_url=projection.url, topic=topic,
-                            partitions=PARTITIONS, data_dir=tmp_path)  # fmt: skip
+        settings = Settings(
+            kafka_bootstrap=kafka_bootstrap,
+            database_url=projection.url,
+            topic=topic,
+            partitions=PARTITIONS,
+            data_dir=tmp_path,
+        )
         async with await psycopg.AsyncConnection.connect(projection.url) as mine:
             await mine.execute("SELECT 1")
             code = await rebuild(settings, RebuildOptions(batch_size=20, workers=2, verify=True), asyncio.Event())
@@ -154,9 +166,12 @@ async def test_a_forked_worker_leaves_the_connections_of_the_process_it_was_fork
 
 @pytest.mark.skipif(not CAN_FORK, reason="workers are forked on Linux only")
 async def test_a_worker_that_cannot_be_forked_is_started_afresh(
-    projection: Projection, kafka_bootstrap: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    projection: Projection,
+    kafka_bootstrap: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
-) -> None:  # fmt: skip
+) -> None:
     def no_fork() -> int:
         raise BlockingIOError(11, "Resource temporarily unavailable")  # fork(2)'s EAGAIN
 
@@ -164,8 +179,13 @@ async def test_a_worker_that_cannot_be_forked_is_started_afresh(
     async with _fresh_topic(kafka_bootstrap, "rebuild-nofork") as (topic, log, producer):
         written = await _write(producer, conversations=200, turns=40)
         await project_all(log, projection.store(), batch_size=2000)
-        settings = Settings(kafka_bootstrap=kafka_bootstrap, database_url=projection.url, topic=topic,
-                            partitions=PARTITIONS, data_dir=tmp_path)  # fmt: skip
+        settings = Settings(
+            kafka_bootstrap=kafka_bootstrap,
+            database_url=projection.url,
+            topic=topic,
+            partitions=PARTITIONS,
+            data_dir=tmp_path,
+        )
         code = await rebuild(settings, RebuildOptions(batch_size=20, workers=2, verify=True), asyncio.Event())
         assert code == 0
         assert "handed over to it" in capsys.readouterr().out  # the worker started afresh took a share
@@ -184,11 +204,20 @@ async def test_rebuild_interrupted_with_ctrl_c_and_resumed_equals_an_uninterrupt
 
     # Small batches make the rebuild take long enough to be interrupted halfway.
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "convlog.cli.main", "rebuild", "read_models", "--batch-size", "200",
-        "--workers", str(workers),
-        cwd=REPO, env=env,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+        sys.executable,
+        "-m",
+        "convlog.cli.main",
+        "rebuild",
+        "read_models",
+        "--batch-size",
+        "200",
+        "--workers",
+        str(workers),
+        cwd=REPO,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     deadline = time.monotonic() + 60
     while await _applied(projection, 2) < written // 4:
         assert proc.returncode is None, await proc.communicate()
@@ -271,8 +300,9 @@ async def test_a_running_projector_follows_a_switch_at_its_commit_not_at_its_nex
         key = ConversationKey("acme", "u", "follow")
         await producer.append_user(key, "before the switch")
         with (tmp_path / "project.log").open("wb") as live_log:
-            live = await asyncio.create_subprocess_exec(sys.executable, "-m", "convlog.cli.main", "project", cwd=REPO,
-                                                        env=env, stdout=live_log, stderr=live_log)  # fmt: skip
+            live = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "convlog.cli.main", "project", cwd=REPO, env=env, stdout=live_log, stderr=live_log
+            )
             try:
                 deadline = time.monotonic() + 60
                 while await _applied(projection, 1) < 1:
@@ -362,8 +392,9 @@ async def test_a_record_skipped_in_the_live_version_is_skipped_by_rebuild_and_ve
     letters = await projection.rows('SELECT partition, "offset", status, resolution FROM {s}.dead_letters', schema=v2)
     assert letters == [(bad.partition, bad.offset, "skipped", "broken client, ticket 42")]
     assert await projection.rows("SELECT count(*) FROM {s}.parked", schema=v2) == [(0,)]
-    rows = await projection.rows("SELECT content FROM {s}.transcript WHERE conversation_key = %s ORDER BY seq",
-                                 str(key), schema=v2)  # fmt: skip
+    rows = await projection.rows(
+        "SELECT content FROM {s}.transcript WHERE conversation_key = %s ORDER BY seq", str(key), schema=v2
+    )
     assert rows[-1] == ("after the garbage",)
 
 

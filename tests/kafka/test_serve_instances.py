@@ -58,8 +58,9 @@ class Deployment:
     def start(self, name: str, *args: str, port: int | None = None) -> None:
         env = {**self.env, **({"CONVLOG_HTTP_PORT": str(port)} if port else {})}
         with (self.logs / f"{name}.log").open("ab") as out:
-            self.processes[name] = subprocess.Popen([sys.executable, "-m", "convlog.cli.main", *args], env=env,
-                                                    stdout=out, stderr=out)  # fmt: skip
+            self.processes[name] = subprocess.Popen(
+                [sys.executable, "-m", "convlog.cli.main", *args], env=env, stdout=out, stderr=out
+            )
 
     def log_lines(self, name: str) -> list[dict[str, Any]]:
         lines = (self.logs / f"{name}.log").read_text().splitlines()
@@ -102,11 +103,18 @@ def three_processes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deploy
     with psycopg.connect(admin_url, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     logs = tmp_path_factory.mktemp("instances")
-    env = {**os.environ, "CONVLOG_DATABASE_URL": make_conninfo(admin_url, dbname=name),
-           "CONVLOG_KAFKA_BOOTSTRAP": bootstrap, "CONVLOG_TOPIC": unique_topic("instances"),
-           "CONVLOG_PARTITIONS": "3", "CONVLOG_API_TOKENS": f"acme:{TOKEN}", "CONVLOG_DATA_DIR": str(logs),
-           # a killed projector's partitions move to its replacement after this long
-           "CONVLOG_KAFKA_SESSION_TIMEOUT_MS": "6000", "CONVLOG_LOG_LEVEL": "info"}  # fmt: skip
+    env = {
+        **os.environ,
+        "CONVLOG_DATABASE_URL": make_conninfo(admin_url, dbname=name),
+        "CONVLOG_KAFKA_BOOTSTRAP": bootstrap,
+        "CONVLOG_TOPIC": unique_topic("instances"),
+        "CONVLOG_PARTITIONS": "3",
+        "CONVLOG_API_TOKENS": f"acme:{TOKEN}",
+        "CONVLOG_DATA_DIR": str(logs),
+        # a killed projector's partitions move to its replacement after this long
+        "CONVLOG_KAFKA_SESSION_TIMEOUT_MS": "6000",
+        "CONVLOG_LOG_LEVEL": "info",
+    }
     for variable in ("CONVLOG_LLM_BASE_URL", "OPENAI_BASE_URL", "CONVLOG_PROJECTOR", "CONVLOG_SUMMARIZER"):
         env.pop(variable, None)
     port_a, port_b = free_port(), free_port()
@@ -130,13 +138,19 @@ def three_processes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deploy
 
 
 def _append(client: httpx.Client, conversation: str, text: str, **headers: str) -> httpx.Response:
-    return client.post(f"/v1/users/u1/conversations/{conversation}/messages", json={"role": "user", "content": text},
-                       headers={**AUTH, **headers})  # fmt: skip
+    return client.post(
+        f"/v1/users/u1/conversations/{conversation}/messages",
+        json={"role": "user", "content": text},
+        headers={**AUTH, **headers},
+    )
 
 
 def _context(client: httpx.Client, conversation: str, min_offset: int) -> httpx.Response:
-    return client.get(f"/v1/users/u1/conversations/{conversation}/context", headers=AUTH,
-                      params={"model": "gpt-4o-mini", "budget_tokens": 4000, "min_offset": min_offset})  # fmt: skip
+    return client.get(
+        f"/v1/users/u1/conversations/{conversation}/context",
+        headers=AUTH,
+        params={"model": "gpt-4o-mini", "budget_tokens": 4000, "min_offset": min_offset},
+    )
 
 
 def test_api_only_instances_say_their_roles_and_are_ready_without_a_projector_of_their_own(
@@ -229,8 +243,14 @@ def test_without_a_projector_the_api_stays_ready_and_read_your_writes_says_why_i
 def test_no_projector_on_the_embedded_log_is_refused_at_start(tmp_path: Path) -> None:
     """The embedded log is one process's: nothing else could project it."""
     env = {k: v for k, v in os.environ.items() if k != "CONVLOG_KAFKA_BOOTSTRAP"} | {"CONVLOG_DATA_DIR": str(tmp_path)}
-    refused = subprocess.run([sys.executable, "-m", "convlog.cli.main", *API_ONLY], env=env, capture_output=True,
-                             text=True, timeout=60, check=False)  # fmt: skip
+    refused = subprocess.run(
+        [sys.executable, "-m", "convlog.cli.main", *API_ONLY],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert refused.returncode == 2, refused.stderr
     assert "--no-projector (CONVLOG_PROJECTOR=off) needs Kafka" in refused.stderr
     assert list(tmp_path.iterdir()) == []  # refused before it opened (or started) anything
@@ -244,8 +264,9 @@ async def test_a_projector_started_before_the_topic_exists_projects_it(
     learns of a new topic at a metadata refresh at best) and would sit idle."""
     topic = unique_topic("project-first")
     async with temporary_database(pg_admin_url) as url:
-        settings = Settings(kafka_bootstrap=kafka_bootstrap, database_url=url, topic=topic, partitions=1,
-                            data_dir=tmp_path)  # fmt: skip
+        settings = Settings(
+            kafka_bootstrap=kafka_bootstrap, database_url=url, topic=topic, partitions=1, data_dir=tmp_path
+        )
         await migrate(url)  # the projector's own migration finds it done: its claim can be watched at once
         stop = asyncio.Event()
         projecting = asyncio.create_task(run_projector(settings, stop))

@@ -79,9 +79,14 @@ class Stack:
         reads = PostgresReadModels(self.projection.pool, schema=self.projection.version.schema)
         inputs = await reads.context_inputs(KEY, encoding="o200k_base")
         assert inputs is not None
-        return assemble(system=inputs.system, summary=inputs.summary, messages=inputs.messages,
-                        request=ContextRequest("gpt-4o", 100_000), spec=model_spec("gpt-4o"),
-                        count=cached_counter("o200k_base"))  # fmt: skip
+        return assemble(
+            system=inputs.system,
+            summary=inputs.summary,
+            messages=inputs.messages,
+            request=ContextRequest("gpt-4o", 100_000),
+            spec=model_spec("gpt-4o"),
+            count=cached_counter("o200k_base"),
+        )
 
     async def summaries(self) -> list[tuple[str, str | None]]:
         rows = await self.projection.rows("SELECT covers_through_message_id, text FROM {s}.summaries ORDER BY seq")
@@ -91,14 +96,18 @@ class Stack:
 def make_summarizer(
     topic: str, reader: KafkaEventLog, writer: KafkaEventLog, projection: Projection, fake: FakeLLM, **options: Any
 ) -> Summarizer:
-    model = OpenAISummaryModel(base_url=fake.base_url, api_key="test", model="fake-summarizer",
-                               timeout_s=1.0, max_retries=0)  # fmt: skip
+    model = OpenAISummaryModel(
+        base_url=fake.base_url, api_key="test", model="fake-summarizer", timeout_s=1.0, max_retries=0
+    )
     return Summarizer(
-        LogSource(reader), PostgresSummaryStore(projection.pool, consumer=f"summarizer.{topic}"),
-        ConversationProducer(writer, producer="summarizer"), model, codec=default_codec(),
+        LogSource(reader),
+        PostgresSummaryStore(projection.pool, consumer=f"summarizer.{topic}"),
+        ConversationProducer(writer, producer="summarizer"),
+        model,
+        codec=default_codec(),
         log_ends=reader.end_offsets,
         options=SummarizerOptions(fetch_timeout_s=0.1, retry_base_s=0.1, retry_max_delay_s=0.5, **options),
-    )  # fmt: skip
+    )
 
 
 @asynccontextmanager
@@ -106,8 +115,9 @@ async def stack(kafka_bootstrap: str, pg_admin_url: str, fake: FakeLLM | None) -
     """A topic, a projection database, a projector and (with ``fake``) a summarizer, each reading
     through a log connection of its own."""
     topic = unique_topic()
-    logs = [await KafkaEventLog.connect(bootstrap=kafka_bootstrap, topic=topic, partitions=PARTITIONS)
-            for _ in range(3)]  # fmt: skip
+    logs = [
+        await KafkaEventLog.connect(bootstrap=kafka_bootstrap, topic=topic, partitions=PARTITIONS) for _ in range(3)
+    ]
     stop = asyncio.Event()
     tasks: list[asyncio.Task[None]] = []
     try:
@@ -120,8 +130,9 @@ async def stack(kafka_bootstrap: str, pg_admin_url: str, fake: FakeLLM | None) -
                 summarizer = make_summarizer(topic, logs[2], logs[0], projection, fake)
                 tasks.append(asyncio.create_task(summarizer.run(stop)))
             try:
-                yield Stack(topic, ConversationProducer(logs[0], producer="app"), logs[0], projection, projector,
-                            summarizer)  # fmt: skip
+                yield Stack(
+                    topic, ConversationProducer(logs[0], producer="app"), logs[0], projection, projector, summarizer
+                )
             finally:
                 stop.set()
                 await asyncio.wait_for(asyncio.gather(*tasks), 30)
@@ -136,11 +147,22 @@ async def chat_turn(producer: ConversationProducer, t: int) -> tuple[int, int]:
     await producer.append_user(KEY, f"Q{t}: what about item {t}?", message_id=f"u{t}")
     if t % 3 == 2:
         calls = [{"id": f"call{t}", "type": "function", "function": {"name": "get_weather", "arguments": ARGS}}]
-        await producer.append_assistant(KEY, None, tool_calls=calls, finish_reason="tool_calls",
-                                        reasoning_content=f"private reasoning R{t}", message_id=f"c{t}")  # fmt: skip
+        await producer.append_assistant(
+            KEY,
+            None,
+            tool_calls=calls,
+            finish_reason="tool_calls",
+            reasoning_content=f"private reasoning R{t}",
+            message_id=f"c{t}",
+        )
         await producer.append_tool_result(KEY, tool_call_id=f"call{t}", content=RESULT, message_id=f"r{t}")
-    done = await producer.append_assistant(KEY, f"Answer to item {t}.", finish_reason="stop",
-                                           reasoning_content=f"private reasoning R{t}", message_id=f"a{t}")  # fmt: skip
+    done = await producer.append_assistant(
+        KEY,
+        f"Answer to item {t}.",
+        finish_reason="stop",
+        reasoning_content=f"private reasoning R{t}",
+        message_id=f"a{t}",
+    )
     return done.partition, done.offset
 
 
@@ -216,8 +238,10 @@ async def test_a_summarizer_started_at_latest_leaves_the_history_alone_until_its
                 assert [w for w, _ in await s.summaries()] == ["a6"]
                 [request] = fake.answered()
                 assert markers(request["messages"][1]["content"]) == set(range(1, 7))
-                stored = await s.projection.rows("SELECT partition, next_offset FROM convlog.summarizer_positions "
-                                                 "WHERE consumer = %s ORDER BY 1", f"summarizer.{s.topic}")  # fmt: skip
+                stored = await s.projection.rows(
+                    "SELECT partition, next_offset FROM convlog.summarizer_positions WHERE consumer = %s ORDER BY 1",
+                    f"summarizer.{s.topic}",
+                )
                 assert len(stored) == PARTITIONS  # decided once, stored at the first assignment
             finally:
                 stop.set()
@@ -279,11 +303,16 @@ async def test_sigkill_right_after_the_answer_records_exactly_one_summary(
     with FakeLLM().running() as fake:
         async with stack(kafka_bootstrap, pg_admin_url, None) as s:
             env = {
-                **os.environ, "CONVLOG_KAFKA_BOOTSTRAP": kafka_bootstrap, "CONVLOG_TOPIC": s.topic,
-                "CONVLOG_PARTITIONS": str(PARTITIONS), "CONVLOG_DATABASE_URL": s.projection.url,
-                "CONVLOG_LLM_BASE_URL": fake.base_url, "CONVLOG_LLM_MAX_RETRIES": "0",
-                "CONVLOG_SUMMARIZER_INSTANCE_ID": "summarizer-1", "CONVLOG_KAFKA_SESSION_TIMEOUT_MS": "6000",
-            }  # fmt: skip
+                **os.environ,
+                "CONVLOG_KAFKA_BOOTSTRAP": kafka_bootstrap,
+                "CONVLOG_TOPIC": s.topic,
+                "CONVLOG_PARTITIONS": str(PARTITIONS),
+                "CONVLOG_DATABASE_URL": s.projection.url,
+                "CONVLOG_LLM_BASE_URL": fake.base_url,
+                "CONVLOG_LLM_MAX_RETRIES": "0",
+                "CONVLOG_SUMMARIZER_INSTANCE_ID": "summarizer-1",
+                "CONVLOG_KAFKA_SESSION_TIMEOUT_MS": "6000",
+            }
             process = _start_summarizer(env, tmp_path / "summarizer.log")
             killed: list[int] = []
 
@@ -323,10 +352,14 @@ async def test_sigkill_right_after_the_answer_records_exactly_one_summary(
 def another_summarizer(s: Stack, fake: FakeLLM, log: KafkaEventLog) -> Summarizer:
     model = OpenAISummaryModel(base_url=fake.base_url, api_key="test", model="fake-summarizer", max_retries=0)
     return Summarizer(
-        LogSource(log), PostgresSummaryStore(s.projection.pool, consumer=f"summarizer.{s.topic}"),
-        ConversationProducer(s.log, producer="summarizer"), model, codec=default_codec(), log_ends=log.end_offsets,
+        LogSource(log),
+        PostgresSummaryStore(s.projection.pool, consumer=f"summarizer.{s.topic}"),
+        ConversationProducer(s.log, producer="summarizer"),
+        model,
+        codec=default_codec(),
+        log_ends=log.end_offsets,
         options=SummarizerOptions(fetch_timeout_s=0.1),
-    )  # fmt: skip
+    )
 
 
 async def summary_events(s: Stack) -> list[str]:

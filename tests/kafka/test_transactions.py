@@ -109,8 +109,9 @@ async def test_reads_of_the_log_finish_and_show_only_committed_events(ops: Ops, 
     assert await events_of(ops.log, C) == []
 
     async def as_of(point: int | BeforeMessage) -> list[str]:
-        reading = context_inputs_as_of(ops.log, A, point, encoding="o200k_base", policy=WindowPolicy(),
-                                       max_event_bytes=1 << 20)  # fmt: skip
+        reading = context_inputs_as_of(
+            ops.log, A, point, encoding="o200k_base", policy=WindowPolicy(), max_event_bytes=1 << 20
+        )
         inputs = await asyncio.wait_for(reading, 15)
         assert inputs is not None
         return [m.message_id for m in inputs.messages]
@@ -121,9 +122,12 @@ async def test_reads_of_the_log_finish_and_show_only_committed_events(ops: Ops, 
     since = dict.fromkeys(range(PARTITIONS), 0)
     assert await asyncio.wait_for(active_since(ops.log, since, everyone, timeout_s=10), 15) == {str(A), str(B)}
 
-    deps = ApiDeps(queries=QueryService(log=ops.log, reads=lambda: _reads(ops.projection), metrics=Metrics()),
-                   producer=ConversationProducer(ops.log), http=HttpSettings(tokens={"token-a": "acme"}),
-                   readiness=_ready)  # fmt: skip
+    deps = ApiDeps(
+        queries=QueryService(log=ops.log, reads=lambda: _reads(ops.projection), metrics=Metrics()),
+        producer=ConversationProducer(ops.log),
+        http=HttpSettings(tokens={"token-a": "acme"}),
+        readiness=_ready,
+    )
     path = f"/v1/users/{A.user_id}/conversations/{A.conversation_id}"
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(deps)), base_url="http://t") as client:
         events = await asyncio.wait_for(client.get(path + "/events", headers=HEADERS), 15)
@@ -178,8 +182,9 @@ async def test_a_read_at_a_trailing_marker_returns_at_once_with_the_position_pas
 
 async def test_summaries_are_made_and_the_summarizer_reads_to_the_end(kafka_bootstrap: str, pg_admin_url: str) -> None:
     topic = unique_topic("tx")
-    logs = [await KafkaEventLog.connect(bootstrap=kafka_bootstrap, topic=topic, partitions=PARTITIONS)
-            for _ in range(3)]  # fmt: skip
+    logs = [
+        await KafkaEventLog.connect(bootstrap=kafka_bootstrap, topic=topic, partitions=PARTITIONS) for _ in range(3)
+    ]
     partition = partition_for_key(A.encode(), PARTITIONS)
     stop = asyncio.Event()
     try:
@@ -190,10 +195,14 @@ async def test_summaries_are_made_and_the_summarizer_reads_to_the_end(kafka_boot
             store = projection.store(policy=WindowPolicy(max_turns=2, keep_turns=1))
             projector = Projector(LogSource(logs[0]), store, fetch_timeout_s=0.1)
             summarizer = Summarizer(
-                LogSource(logs[1]), PostgresSummaryStore(projection.pool, consumer="summarizer.tx"),
-                ConversationProducer(logs[2], producer="summarizer"), OfflineSummaryModel(), codec=default_codec(),
-                log_ends=logs[1].end_offsets, options=SummarizerOptions(fetch_timeout_s=0.1),
-            )  # fmt: skip
+                LogSource(logs[1]),
+                PostgresSummaryStore(projection.pool, consumer="summarizer.tx"),
+                ConversationProducer(logs[2], producer="summarizer"),
+                OfflineSummaryModel(),
+                codec=default_codec(),
+                log_ends=logs[1].end_offsets,
+                options=SummarizerOptions(fetch_timeout_s=0.1),
+            )
             tasks = [asyncio.create_task(projector.run(stop)), asyncio.create_task(summarizer.run(stop))]
             for t in range(1, 5):
                 async with kafka.transaction():
@@ -223,8 +232,9 @@ async def test_summaries_are_made_and_the_summarizer_reads_to_the_end(kafka_boot
             end = (await logs[0].end_offsets())[partition]
             stop.set()
             await asyncio.wait_for(asyncio.gather(*tasks), 30)
-            stored = await projection.rows("SELECT next_offset FROM convlog.summarizer_positions WHERE partition = %s",
-                                           partition)  # fmt: skip
+            stored = await projection.rows(
+                "SELECT next_offset FROM convlog.summarizer_positions WHERE partition = %s", partition
+            )
             assert stored == [(end,)]  # `convlog positions`: the summarizer's lag is 0 too
     finally:
         stop.set()

@@ -27,8 +27,9 @@ class TransactionalLog:
 
     async def append(self, *, key: bytes, value: bytes, headers: Sequence[tuple[str, bytes]] = ()) -> Coordinates:
         partition = partition_for_key(key, self._partition_count)
-        sent = await self.producer.send_and_wait(self._topic, value, key=key, partition=partition,
-                                                 headers=list(headers))  # fmt: skip
+        sent = await self.producer.send_and_wait(
+            self._topic, value, key=key, partition=partition, headers=list(headers)
+        )
         return Coordinates(sent.partition, sent.offset)
 
     async def read(self, positions: Mapping[int, int], *, max_records: int = 1000, timeout_s: float = 1.0) -> ReadBatch:
@@ -47,8 +48,12 @@ async def transactional_app(
 ) -> AsyncIterator[tuple[ConversationProducer, AIOKafkaProducer]]:
     """A convlog event producer whose appends join the transaction the Kafka producer beside it
     has open (``async with kafka.transaction(): ...``, or begin / abort by hand)."""
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=f"java-app-{uuid.uuid4().hex[:8]}",
-                                enable_idempotence=True, acks="all")  # fmt: skip
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap,
+        transactional_id=f"java-app-{uuid.uuid4().hex[:8]}",
+        enable_idempotence=True,
+        acks="all",
+    )
     await producer.start()
     try:
         yield ConversationProducer(TransactionalLog(producer, topic, partitions), producer="java-app"), producer

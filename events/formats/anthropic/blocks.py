@@ -39,8 +39,11 @@ def block_object(raw: object, field: str) -> Mapping[str, Any]:
     block = cast("Mapping[str, Any]", raw)
     check_fields(block, ANTHROPIC_BLOCKS.get(block["type"], {}), field, "invalid_block")
     if "signature" in block and block["type"] != "thinking":  # an unmodelled type too: served back, refused
-        raise fail(f"a {block['type']} block carries no signature (thinking blocks do)", f"{field}.signature",
-                    "signature_on_non_thinking_block")  # fmt: skip
+        raise fail(
+            f"a {block['type']} block carries no signature (thinking blocks do)",
+            f"{field}.signature",
+            "signature_on_non_thinking_block",
+        )
     return block
 
 
@@ -74,15 +77,25 @@ def content_block(block: Mapping[str, Any], field: str) -> Block:
         call_id, name = _text(block, "id", field), _text(block, "name", field)
         if not isinstance(block.get("input"), Mapping):
             raise fail("a tool_use input is a JSON object", f"{field}.input", "tool_use_input_not_object")
-        return ToolCallBlock(call_id, name, json_text(block["input"], f"{field}.input"),
-                             extra=_extra(block, ("type", "id", "name", "input"), field))  # fmt: skip
+        return ToolCallBlock(
+            call_id,
+            name,
+            json_text(block["input"], f"{field}.input"),
+            extra=_extra(block, ("type", "id", "name", "input"), field),
+        )
     if kind == "thinking":
         signature = block.get("signature")
         if not isinstance(signature, str) or not signature:
-            raise fail("a thinking block carries the signature it was returned with", f"{field}.signature",
-                        "thinking_without_signature")  # fmt: skip
-        return ReasoningBlock(text=_text(block, "thinking", field), signature=signature,
-                              extra=_extra(block, ("type", "thinking", "signature"), field))  # fmt: skip
+            raise fail(
+                "a thinking block carries the signature it was returned with",
+                f"{field}.signature",
+                "thinking_without_signature",
+            )
+        return ReasoningBlock(
+            text=_text(block, "thinking", field),
+            signature=signature,
+            extra=_extra(block, ("type", "thinking", "signature"), field),
+        )
     if kind == "redacted_thinking":
         return ReasoningBlock(redacted_data=_text(block, "data", field), extra=_extra(block, ("type", "data"), field))
     return OpaqueBlock(PROVIDER, json_text(block, field))
@@ -103,14 +116,16 @@ def _media(block: Mapping[str, Any], field: str) -> Block:
     if keys is not None and set(source) == set(keys):  # the types checked above: a modelled source
         kind: Literal["image", "file"] = "image" if block["type"] == "image" else "file"
         extra = _extra(block, ("type", "source"), field)
-        return MediaBlock(kind, url=source.get("url"), data=source.get("data"),
-                          media_type=source.get("media_type"), extra=extra)  # fmt: skip
+        return MediaBlock(
+            kind, url=source.get("url"), data=source.get("data"), media_type=source.get("media_type"), extra=extra
+        )
     return OpaqueBlock(PROVIDER, json_text(block, field))
 
 
 def result_block(raw: object, field: str) -> Block:
     block = block_object(raw, field)
     if block["type"] in _NOT_IN_TOOL_RESULT:
-        raise fail(f"a tool_result's content holds no {block['type']} block", f"{field}.type",
-                    "invalid_tool_result_content")  # fmt: skip
+        raise fail(
+            f"a tool_result's content holds no {block['type']} block", f"{field}.type", "invalid_tool_result_content"
+        )
     return content_block(block, field)

@@ -124,9 +124,16 @@ def _response(doc: Mapping[str, Any], new_id: Callable[[], str]) -> Parsed:
 
 def _with_finish(msg: MessageAppended, finish: FinishReason) -> MessageAppended:
     return native_message(
-        message_id=msg.message_id, role=msg.role, blocks=msg.blocks, api="anthropic", provider=PROVIDER,
-        model=msg.model, usage=msg.usage, finish_reason=finish, metadata=msg.metadata,
-    )  # fmt: skip
+        message_id=msg.message_id,
+        role=msg.role,
+        blocks=msg.blocks,
+        api="anthropic",
+        provider=PROVIDER,
+        model=msg.model,
+        usage=msg.usage,
+        finish_reason=finish,
+        metadata=msg.metadata,
+    )
 
 
 def _usage(raw: object) -> Usage | None:
@@ -143,8 +150,12 @@ def _usage(raw: object) -> Usage | None:
         counts.get("cache_creation_input_tokens"),
     )
     prompt = None if fresh is None else fresh + (read or 0) + (write or 0)
-    return Usage(prompt_tokens=prompt, completion_tokens=counts.get("output_tokens"), cached_tokens=read,
-                 cache_write_tokens=write)  # fmt: skip
+    return Usage(
+        prompt_tokens=prompt,
+        completion_tokens=counts.get("output_tokens"),
+        cached_tokens=read,
+        cache_write_tokens=write,
+    )
 
 
 class _Batch:
@@ -171,8 +182,11 @@ class _Batch:
             for j, block in _blocks(doc):
                 if isinstance(block, Mapping) and block.get("type") == "tool_use" and isinstance(block.get("id"), str):
                     if block["id"] in self.later_calls:
-                        raise fail(f"duplicate tool_use id {block['id']!r}", self.path(i, f"content[{j}].id"),
-                                    "duplicate_tool_use_id")  # fmt: skip
+                        raise fail(
+                            f"duplicate tool_use id {block['id']!r}",
+                            self.path(i, f"content[{j}].id"),
+                            "duplicate_tool_use_id",
+                        )
                     self.later_calls[block["id"]] = i
         out: list[MessageAppended] = []
         for i, doc in enumerate(docs):
@@ -185,8 +199,11 @@ class _Batch:
         doc = cast("Mapping[str, Any]", raw)
         role = doc.get("role")
         if role not in ("user", "assistant"):
-            raise fail(f"unknown role {role!r}: messages are user or assistant (system is a top-level parameter)",
-                        self.path(index, "role"), "unknown_role")  # fmt: skip
+            raise fail(
+                f"unknown role {role!r}: messages are user or assistant (system is a top-level parameter)",
+                self.path(index, "role"),
+                "unknown_role",
+            )
         content = doc.get("content")
         if not isinstance(content, str | list):
             raise fail("must be a string or a list of content blocks", self.path(index, "content"), "invalid_content")
@@ -221,11 +238,15 @@ class _Batch:
             kind = block["type"]
             if kind == "tool_result":
                 if role == "assistant":
-                    raise fail("tool_result blocks belong in a user message", f"{field}.type",
-                                "tool_result_in_assistant")  # fmt: skip
+                    raise fail(
+                        "tool_result blocks belong in a user message", f"{field}.type", "tool_result_in_assistant"
+                    )
                 if seen_other:
-                    raise fail("tool_result blocks come first in a user message, before any other block",
-                                field, "tool_result_not_first")  # fmt: skip
+                    raise fail(
+                        "tool_result blocks come first in a user message, before any other block",
+                        field,
+                        "tool_result_not_first",
+                    )
                 out.append(self._tool_result(index, block, field))
                 continue
             seen_other = True
@@ -249,19 +270,27 @@ class _Batch:
     ) -> MessageAppended:
         assistant = role == "assistant"
         return native_message(
-            message_id=self.new_id(), role="assistant" if assistant else "user", blocks=blocks, api="anthropic",
-            provider=PROVIDER, model=model if assistant else None, usage=usage if assistant else None,
+            message_id=self.new_id(),
+            role="assistant" if assistant else "user",
+            blocks=blocks,
+            api="anthropic",
+            provider=PROVIDER,
+            model=model if assistant else None,
+            usage=usage if assistant else None,
             finish_reason="tool_calls" if assistant and any(isinstance(b, ToolCallBlock) for b in blocks) else None,
             metadata=metadata if assistant else None,
-        )  # fmt: skip
+        )
 
     def _tool_result(self, index: int, block: Mapping[str, Any], field: str) -> MessageAppended:
         call_id = block.get("tool_use_id")
         if not isinstance(call_id, str) or not call_id:
             raise fail("must be the id of the tool_use it answers", f"{field}.tool_use_id", "invalid_block")
         if self.later_calls.get(call_id, -1) >= index:
-            raise fail(f"answers tool_use {call_id!r}, which comes later in the payload", f"{field}.tool_use_id",
-                        "tool_result_before_tool_use")  # fmt: skip
+            raise fail(
+                f"answers tool_use {call_id!r}, which comes later in the payload",
+                f"{field}.tool_use_id",
+                "tool_result_before_tool_use",
+            )
         if call_id in self.answered:
             raise fail(f"a second tool_result for {call_id!r}", f"{field}.tool_use_id", "duplicate_tool_result")
         self.answered.add(call_id)
@@ -283,10 +312,15 @@ class _Batch:
         message_id = self.new_id()
         self.answer_paths[message_id] = f"{field}.tool_use_id"
         return native_message(
-            message_id=message_id, role="tool", blocks=blocks, api="anthropic", provider=PROVIDER,
-            tool_call_id=call_id, is_error=is_error,
+            message_id=message_id,
+            role="tool",
+            blocks=blocks,
+            api="anthropic",
+            provider=PROVIDER,
+            tool_call_id=call_id,
+            is_error=is_error,
             metadata={"anthropic.tool_result": json_text(rest, field)} if rest else None,
-        )  # fmt: skip
+        )
 
 
 def _blocks(doc: Mapping[str, Any]) -> list[tuple[int, object]]:
@@ -297,8 +331,10 @@ def _blocks(doc: Mapping[str, Any]) -> list[tuple[int, object]]:
 def _check_thinking_order(blocks: Sequence[Block], field: str) -> None:
     """Thinking comes before the tool calls it led to (Anthropic refuses it after them): the
     rule's append-side strictness (:func:`~events.formats.anthropic.rules.thinking_out_of_order`)."""
-    kinds = ["tool_use" if isinstance(b, ToolCallBlock) else "thinking" if isinstance(b, ReasoningBlock) else ""
-             for b in blocks]  # fmt: skip
+    kinds = [
+        "tool_use" if isinstance(b, ToolCallBlock) else "thinking" if isinstance(b, ReasoningBlock) else ""
+        for b in blocks
+    ]
     j = thinking_out_of_order(kinds, thinking_first=False)
     if j is not None:
         raise fail("a thinking block after a tool_use block", f"{field}[{j}]", "thinking_after_tool_use")

@@ -18,23 +18,31 @@ __all__ = [
 
 # anthropic.types.Message / Usage: the keys convlog reads, and the other known ones' types.
 ANTHROPIC_MESSAGE: Final[Mapping[str, Kinds]] = {
-    "id": (str, None), "stop_reason": (str, None), "stop_sequence": (str, None),
+    "id": (str, None),
+    "stop_reason": (str, None),
+    "stop_sequence": (str, None),
     "container": (dict, None),
-}  # fmt: skip
+}
 ANTHROPIC_COUNTS: Final = ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
 ANTHROPIC_USAGE: Final[Mapping[str, Kinds]] = {
-    "cache_creation": (dict, None), "server_tool_use": (dict, None), "service_tier": (str, None),
+    "cache_creation": (dict, None),
+    "server_tool_use": (dict, None),
+    "service_tier": (str, None),
     "output_tokens_details": (dict, None),
-}  # fmt: skip
+}
 # Every block's optional keys (anthropic.types.*BlockParam): a cache breakpoint, citations.
 ANTHROPIC_BLOCKS: Final[Mapping[str, Mapping[str, Kinds]]] = {
     "text": {"cache_control": (dict, None), "citations": (list, None)},
     "image": {"cache_control": (dict, None)},
-    "document": {"cache_control": (dict, None), "citations": (dict, None), "title": (str, None),
-                 "context": (str, None)},
+    "document": {
+        "cache_control": (dict, None),
+        "citations": (dict, None),
+        "title": (str, None),
+        "context": (str, None),
+    },
     "tool_use": {"cache_control": (dict, None)},
     "tool_result": {"cache_control": (dict, None)},
-}  # fmt: skip
+}
 # A media source's keys by its type: base64 and url are modelled, file and text kept opaque.
 ANTHROPIC_SOURCES: Final[Mapping[str, Mapping[str, Kinds]]] = {
     "base64": {"media_type": str, "data": str},

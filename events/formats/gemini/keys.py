@@ -46,9 +46,11 @@ NO_ARGS_MARK: Final = "$args"  # in a call's extra: "absent" when the functionCa
 
 MODELLED_DATA: Final = ("text", "inlineData", "fileData", "functionCall", "functionResponse")
 OPAQUE_DATA: Final[Mapping[str, str]] = {
-    "executableCode": "executable_code", "codeExecutionResult": "code_execution_result",
-    "toolCall": "tool_call", "toolResponse": "tool_response",
-}  # fmt: skip
+    "executableCode": "executable_code",
+    "codeExecutionResult": "code_execution_result",
+    "toolCall": "tool_call",
+    "toolResponse": "tool_response",
+}
 """The part data convlog keeps opaque (camelCase -> snake_case): with :data:`DATA_KEYS`'s modelled
 ones, every kind of data a Part holds (google.genai.types.Part); a part with none is refused."""
 DATA_KEYS: Final = (*MODELLED_DATA, *OPAQUE_DATA)
@@ -87,8 +89,9 @@ class Keys:
         """``(json path, value)`` of ``camel`` or its snake_case spelling; value None if absent."""
         snake = SNAKE.get(camel, camel)
         if camel in self.obj and snake != camel and snake in self.obj:
-            raise NativeFormatError(f"both {camel} and {snake} are set", field=f"{self.field}.{snake}",
-                                    code="duplicate_field")  # fmt: skip
+            raise NativeFormatError(
+                f"both {camel} and {snake} are set", field=f"{self.field}.{snake}", code="duplicate_field"
+            )
         key = snake if snake in self.obj and snake != camel else camel
         if key in self.obj:
             self.used.add(key)

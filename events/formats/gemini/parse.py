@@ -68,9 +68,19 @@ __all__ = ["parse"]
 
 _ROLES: Final[Mapping[str, Role]] = {"user": "user", "model": "assistant"}
 _FILTERED: Final = frozenset(
-    {"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY",
-     "IMAGE_PROHIBITED_CONTENT", "IMAGE_RECITATION", "MODEL_ARMOR", "LANGUAGE"}
-)  # fmt: skip
+    {
+        "SAFETY",
+        "RECITATION",
+        "BLOCKLIST",
+        "PROHIBITED_CONTENT",
+        "SPII",
+        "IMAGE_SAFETY",
+        "IMAGE_PROHIBITED_CONTENT",
+        "IMAGE_RECITATION",
+        "MODEL_ARMOR",
+        "LANGUAGE",
+    }
+)
 
 
 def parse(payload: object, *, new_id: Callable[[], str]) -> Parsed:
@@ -85,8 +95,9 @@ def parse(payload: object, *, new_id: Callable[[], str]) -> Parsed:
             out.extend(_content(content, f"[{i}]", new_id=new_id, paths=paths))
         return Parsed(tuple(out), answer_paths=paths)
     if not isinstance(doc, Mapping):
-        raise NativeFormatError("must be a Content, a list of Contents or a GenerateContentResponse",
-                                field="", code="invalid_payload")  # fmt: skip
+        raise NativeFormatError(
+            "must be a Content, a list of Contents or a GenerateContentResponse", field="", code="invalid_payload"
+        )
     if "candidates" in doc:
         return _response(doc, new_id=new_id)
     return Parsed(tuple(_content(doc, "", new_id=new_id, paths=paths)), answer_paths=paths)
@@ -103,8 +114,9 @@ def _response(doc: Mapping[str, Any], *, new_id: Callable[[], str]) -> Parsed:
     top = Keys(doc, "")
     candidates = doc.get("candidates")
     if not isinstance(candidates, list) or not candidates:
-        raise NativeFormatError("the response has no candidate (a blocked prompt?)", field="candidates",
-                                code="no_candidates")  # fmt: skip
+        raise NativeFormatError(
+            "the response has no candidate (a blocked prompt?)", field="candidates", code="no_candidates"
+        )
     candidate = candidates[0]
     if not isinstance(candidate, Mapping):
         raise NativeFormatError("must be a Candidate object", field="candidates[0]", code="invalid_payload")
@@ -123,8 +135,15 @@ def _response(doc: Mapping[str, Any], *, new_id: Callable[[], str]) -> Parsed:
         if v is not None and not isinstance(v, str):
             raise NativeFormatError("must be a string", field=f, code="invalid_payload")
     usage_field, usage = _get(top, "usageMetadata", "usage_metadata")
-    messages = _content(content, "candidates[0].content", new_id=new_id, model=model, response=True,
-                        usage=_usage(usage, usage_field), finish=reason)  # fmt: skip
+    messages = _content(
+        content,
+        "candidates[0].content",
+        new_id=new_id,
+        model=model,
+        response=True,
+        usage=_usage(usage, usage_field),
+        finish=reason,
+    )
     return Parsed(tuple(messages), native_id=response_id)
 
 
@@ -145,8 +164,12 @@ def _usage(usage: Any, field: str) -> Usage | None:
     counts: dict[str, int | None] = {camel: _get(keys, camel, snake)[1] for camel, snake in GEMINI_COUNTS}
     out, thoughts = counts["candidatesTokenCount"], counts["thoughtsTokenCount"]
     completion = None if out is None and thoughts is None else (out or 0) + (thoughts or 0)
-    return Usage(prompt_tokens=counts["promptTokenCount"], completion_tokens=completion,
-                 cached_tokens=counts["cachedContentTokenCount"], reasoning_tokens=thoughts)  # fmt: skip
+    return Usage(
+        prompt_tokens=counts["promptTokenCount"],
+        completion_tokens=completion,
+        cached_tokens=counts["cachedContentTokenCount"],
+        reasoning_tokens=thoughts,
+    )
 
 
 def _content(
@@ -167,8 +190,9 @@ def _content(
     role = content.get("role")
     path = f"{field}.role".lstrip(".")
     if role is None:
-        raise NativeFormatError("a Content in a history needs its role (user or model)", field=path,
-                                code="missing_role")  # fmt: skip
+        raise NativeFormatError(
+            "a Content in a history needs its role (user or model)", field=path, code="missing_role"
+        )
     if not isinstance(role, str) or role not in _ROLES:
         raise NativeFormatError(f"unknown role {role!r} (user, model)", field=path, code="unknown_role")
     if response and role != "model":
@@ -187,9 +211,15 @@ def _content(
         blocks = _model_parts(parts, parts_at)
         calls = any(isinstance(b, ToolCallBlock) for b in blocks)
         message = native_message(
-            message_id=new_id(), role="assistant", blocks=blocks, api="gemini", provider="google", model=model,
-            usage=usage, finish_reason=_finish(finish, calls=calls) if response else None,
-        )  # fmt: skip
+            message_id=new_id(),
+            role="assistant",
+            blocks=blocks,
+            api="gemini",
+            provider="google",
+            model=model,
+            usage=usage,
+            finish_reason=_finish(finish, calls=calls) if response else None,
+        )
         return [message]
     return _user_parts(parts, parts_at, new_id=new_id, paths={} if paths is None else paths)
 
@@ -212,13 +242,19 @@ def _model_parts(parts: list[Any], field: str) -> tuple[Block, ...]:
         at = f"{field}[{i}]"
         part, kind = part_kind(raw, at)
         if kind == "functionResponse":
-            raise NativeFormatError("a functionResponse belongs in a user content", field=f"{at}.{part.used_key}",
-                                    code="function_response_in_model_content")  # fmt: skip
+            raise NativeFormatError(
+                "a functionResponse belongs in a user content",
+                field=f"{at}.{part.used_key}",
+                code="function_response_in_model_content",
+            )
         if kind == "functionCall":
             block = function_call(part, at, ordinals)
             if block.id in ids:
-                raise NativeFormatError(f"function call id {block.id!r} appears twice in this content",
-                                        field=f"{at}.{part.used_key}", code="duplicate_function_call_id")  # fmt: skip
+                raise NativeFormatError(
+                    f"function call id {block.id!r} appears twice in this content",
+                    field=f"{at}.{part.used_key}",
+                    code="duplicate_function_call_id",
+                )
             ids.add(block.id)
             blocks.append(block)
         else:
@@ -237,31 +273,50 @@ def _user_parts(
         part, kind = part_kind(raw, at)
         sig_at, signature = part.keys.get(SIGNATURE)
         if signature is not None:
-            raise NativeFormatError("thought signatures come only in the model's contents", field=sig_at,
-                                    code="thought_signature_in_user_content")  # fmt: skip
+            raise NativeFormatError(
+                "thought signatures come only in the model's contents",
+                field=sig_at,
+                code="thought_signature_in_user_content",
+            )
         if kind == "functionCall":
-            raise NativeFormatError("a functionCall belongs in a model content", field=f"{at}.{part.used_key}",
-                                    code="function_call_in_user_content")  # fmt: skip
+            raise NativeFormatError(
+                "a functionCall belongs in a model content",
+                field=f"{at}.{part.used_key}",
+                code="function_call_in_user_content",
+            )
         if kind == "functionResponse":
             call_id, block, is_error = function_response(part, at, ordinals)
             if any(t[0] == call_id for t in tools):
-                raise NativeFormatError(f"function response id {call_id!r} appears twice in this content",
-                                        field=f"{at}.{part.used_key}",
-                                        code="duplicate_function_response_id")  # fmt: skip
+                raise NativeFormatError(
+                    f"function response id {call_id!r} appears twice in this content",
+                    field=f"{at}.{part.used_key}",
+                    code="duplicate_function_response_id",
+                )
             named_by = "id" if block.item_id is not None else "name"  # Gemini pairs by id, else by name
             tools.append((call_id, block, is_error, f"{at}.{part.used_key}.{named_by}"))
             continue
         block_ = data_part(part, kind, at)
         if isinstance(block_, ReasoningBlock):
-            raise NativeFormatError("thought parts come only in the model's contents", field=f"{at}.thought",
-                                    code="thought_in_user_content")  # fmt: skip
+            raise NativeFormatError(
+                "thought parts come only in the model's contents", field=f"{at}.thought", code="thought_in_user_content"
+            )
         blocks.append(block_)
     out = []
     for call_id, block, is_error, path in tools:
-        out.append(native_message(message_id=new_id(), role="tool", blocks=(block,), api="gemini", provider="google",
-                                  tool_call_id=call_id, is_error=is_error))  # fmt: skip
+        out.append(
+            native_message(
+                message_id=new_id(),
+                role="tool",
+                blocks=(block,),
+                api="gemini",
+                provider="google",
+                tool_call_id=call_id,
+                is_error=is_error,
+            )
+        )
         paths[out[-1].message_id] = path
     if blocks:
-        out.append(native_message(message_id=new_id(), role="user", blocks=tuple(blocks), api="gemini",
-                                  provider="google"))  # fmt: skip
+        out.append(
+            native_message(message_id=new_id(), role="user", blocks=tuple(blocks), api="gemini", provider="google")
+        )
     return out

@@ -44,11 +44,15 @@ def part_kind(raw: Any, at: str) -> tuple[_Part, str]:
         path, value = keys.get(camel)
         if value is not None:
             found.append((camel, path.rsplit(".", 1)[1]))
-    found += [(camel, key) for camel, snake in OPAQUE_DATA.items() for key in (camel, snake)
-              if raw.get(key) is not None]  # fmt: skip
+    found += [
+        (camel, key) for camel, snake in OPAQUE_DATA.items() for key in (camel, snake) if raw.get(key) is not None
+    ]
     if len(found) > 1:
-        raise NativeFormatError(f"a part holds one kind of data, this one has {', '.join(k for _, k in found)}",
-                                field=f"{at}.{found[1][1]}", code="multiple_part_data")  # fmt: skip
+        raise NativeFormatError(
+            f"a part holds one kind of data, this one has {', '.join(k for _, k in found)}",
+            field=f"{at}.{found[1][1]}",
+            code="multiple_part_data",
+        )
     thought_at, thought = f"{at}.thought", raw.get("thought")
     if thought is not None and not isinstance(thought, bool):
         raise NativeFormatError("must be true or false", field=thought_at, code="invalid_thought")
@@ -56,8 +60,7 @@ def part_kind(raw: Any, at: str) -> tuple[_Part, str]:
     if signature is not None and not is_base64(signature):
         raise NativeFormatError("must be a base64 string", field=sig_at, code="invalid_thought_signature")
     if not found:  # Gemini refuses a part without data: only keys of no kind it knows
-        raise NativeFormatError(f"a part needs its data, one of {', '.join(DATA_KEYS)}",
-                                field=at, code="empty_part")  # fmt: skip
+        raise NativeFormatError(f"a part needs its data, one of {', '.join(DATA_KEYS)}", field=at, code="empty_part")
     camel, used = found[0]
     check_fields(raw, GEMINI_PART, at, "invalid_part")
     if camel in GEMINI_DATA:
@@ -90,8 +93,9 @@ def data_part(part: _Part, kind: str, at: str) -> Block:
         if not isinstance(text, str):
             raise NativeFormatError("must be a string", field=f"{at}.text", code="invalid_text")
         if raw.get("thought") is True:
-            return ReasoningBlock(text=text, signature=raw.get(sig_key),
-                                  extra=_extra(part, {"text", "thought", sig_key}))  # fmt: skip
+            return ReasoningBlock(
+                text=text, signature=raw.get(sig_key), extra=_extra(part, {"text", "thought", sig_key})
+            )
         return TextBlock(text, extra=_extra(part, {"text"}))
     obj = raw[part.used_key]
     inner_at = f"{at}.{part.used_key}"
@@ -136,10 +140,13 @@ def function_call(part: _Part, at: str, ordinals: dict[str, int]) -> ToolCallBlo
     ordinals[name] = k + 1
     sig_key = SNAKE[SIGNATURE] if SNAKE[SIGNATURE] in raw else SIGNATURE
     return ToolCallBlock(
-        id=native_id if native_id is not None else f"{name}:{k}", name=name, arguments=arguments,
-        item_id=native_id, signature=raw.get(sig_key),
+        id=native_id if native_id is not None else f"{name}:{k}",
+        name=name,
+        arguments=arguments,
+        item_id=native_id,
+        signature=raw.get(sig_key),
         extra=_extra(part, {part.used_key, sig_key}, inner.leftover(), **marks),
-    )  # fmt: skip
+    )
 
 
 def function_response(part: _Part, at: str, ordinals: dict[str, int]) -> tuple[str, TextBlock, bool | None]:
@@ -151,8 +158,11 @@ def function_response(part: _Part, at: str, ordinals: dict[str, int]) -> tuple[s
     name, native_id = _name_and_id(resp, resp_at, "invalid_function_response_id")
     body = resp.get("response")
     if not isinstance(body, Mapping):
-        raise NativeFormatError("must be an object (Gemini's response is a JSON object)", field=f"{resp_at}.response",
-                                code="function_response_not_object")  # fmt: skip
+        raise NativeFormatError(
+            "must be an object (Gemini's response is a JSON object)",
+            field=f"{resp_at}.response",
+            code="function_response_not_object",
+        )
     k = ordinals.get(name, 0)
     ordinals[name] = k + 1
     inner = {key: v for key, v in resp.items() if key not in {"response", "id"}}  # keeps name

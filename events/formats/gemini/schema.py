@@ -16,10 +16,13 @@ __all__ = [
 
 # google.genai.types.GenerateContentResponseUsageMetadata's counts (the first four are read).
 GEMINI_COUNTS: Final = (
-    ("promptTokenCount", "prompt_token_count"), ("candidatesTokenCount", "candidates_token_count"),
-    ("cachedContentTokenCount", "cached_content_token_count"), ("thoughtsTokenCount", "thoughts_token_count"),
-    ("totalTokenCount", "total_token_count"), ("toolUsePromptTokenCount", "tool_use_prompt_token_count"),
-)  # fmt: skip
+    ("promptTokenCount", "prompt_token_count"),
+    ("candidatesTokenCount", "candidates_token_count"),
+    ("cachedContentTokenCount", "cached_content_token_count"),
+    ("thoughtsTokenCount", "thoughts_token_count"),
+    ("totalTokenCount", "total_token_count"),
+    ("toolUsePromptTokenCount", "tool_use_prompt_token_count"),
+)
 
 _OPT_STR: Final = (str, None)
 # google.genai.types.Part: the data kept opaque (ExecutableCode, CodeExecutionResult, ToolCall,
@@ -29,11 +32,25 @@ GEMINI_DATA: Final[Mapping[str, Mapping[str, Kinds]]] = {
     "codeExecutionResult": {"outcome": _OPT_STR, "output": _OPT_STR, "id": _OPT_STR},
     "toolCall": {"id": _OPT_STR, "toolType": _OPT_STR, "tool_type": _OPT_STR, "args": (dict, None)},
     "toolResponse": {"id": _OPT_STR, "toolType": _OPT_STR, "tool_type": _OPT_STR, "response": (dict, None)},
-    "functionCall": {"willContinue": (bool, None), "will_continue": (bool, None), "partialArgs": (list, None),
-                     "partial_args": (list, None)},
-    "functionResponse": {"willContinue": (bool, None), "will_continue": (bool, None), "scheduling": _OPT_STR,
-                         "parts": (list, None)},
-}  # fmt: skip
-_METADATA: Final = ("videoMetadata", "video_metadata", "partMetadata", "part_metadata", "mediaResolution",
-                     "media_resolution")  # fmt: skip
+    "functionCall": {
+        "willContinue": (bool, None),
+        "will_continue": (bool, None),
+        "partialArgs": (list, None),
+        "partial_args": (list, None),
+    },
+    "functionResponse": {
+        "willContinue": (bool, None),
+        "will_continue": (bool, None),
+        "scheduling": _OPT_STR,
+        "parts": (list, None),
+    },
+}
+_METADATA: Final = (
+    "videoMetadata",
+    "video_metadata",
+    "partMetadata",
+    "part_metadata",
+    "mediaResolution",
+    "media_resolution",
+)
 GEMINI_PART: Final[Mapping[str, Kinds]] = dict.fromkeys(_METADATA, (dict, None))

@@ -73,8 +73,9 @@ def parse(payload: object, *, new_id: Callable[[], str]) -> Parsed:
     if isinstance(doc, Mapping) and (doc.get("object") == "response" or ("output" in doc and "type" not in doc)):
         response = doc
         check_fields(doc, RESPONSES_RESPONSE, "", "invalid_response")
-        check_fields(doc.get("incomplete_details") or {}, {"reason": (str, None)}, "incomplete_details",
-                     "invalid_response")  # fmt: skip
+        check_fields(
+            doc.get("incomplete_details") or {}, {"reason": (str, None)}, "incomplete_details", "invalid_response"
+        )
         items, prefix = doc.get("output"), "output"
         if not isinstance(items, list):
             raise refuse("a Response's output must be a list of items", "output", "invalid_response")
@@ -95,13 +96,23 @@ def parse(payload: object, *, new_id: Callable[[], str]) -> Parsed:
         fields = extras if role == "assistant" else {}
         if role == "assistant" and response is not None:
             fields = {**fields, "finish_reason": _finish_reason(response, blocks)}
-        messages.append(native_message(
-            message_id=new_id(), role=role, blocks=blocks, api="responses", provider="openai",
-            tool_call_id=call_id, **fields,
-        ))  # fmt: skip
+        messages.append(
+            native_message(
+                message_id=new_id(),
+                role=role,
+                blocks=blocks,
+                api="responses",
+                provider="openai",
+                tool_call_id=call_id,
+                **fields,
+            )
+        )
     native_id = response.get("id") if response is not None else None
-    outputs = {item["call_id"]: _at(path, "call_id") for item, path in zip(items, paths, strict=True)
-               if item.get("type") == "function_call_output"}  # fmt: skip
+    outputs = {
+        item["call_id"]: _at(path, "call_id")
+        for item, path in zip(items, paths, strict=True)
+        if item.get("type") == "function_call_output"
+    }
     answer_paths = {m.message_id: outputs[m.tool_call_id] for m in messages if m.tool_call_id in outputs}
     return Parsed(tuple(messages), native_id if isinstance(native_id, str) else None, answer_paths)
 
@@ -127,10 +138,14 @@ def _groups(items: Sequence[Mapping[str, Any]], paths: Sequence[str]) -> list[tu
                 assistant.extend(_message_blocks(item, path, default_part="output_text"))
                 continue
             if not isinstance(role, str) or role not in USER_SIDE_ROLES:
-                raise refuse(f"unknown role {role!r} (user, system, developer, assistant)", _at(path, "role"),
-                              "unknown_role")  # fmt: skip
+                raise refuse(
+                    f"unknown role {role!r} (user, system, developer, assistant)", _at(path, "role"), "unknown_role"
+                )
             user_side: tuple[Role, list[Block], str | None] = (
-                USER_SIDE_ROLES[role], _message_blocks(item, path, default_part="input_text"), None)  # fmt: skip
+                USER_SIDE_ROLES[role],
+                _message_blocks(item, path, default_part="input_text"),
+                None,
+            )
         elif kind == "function_call_output":
             user_side = ("tool", _output_blocks(item, path), item["call_id"])
         else:
@@ -167,9 +182,12 @@ def _function_call(item: Mapping[str, Any], path: str) -> ToolCallBlock:
             raise refuse(f"arguments are not JSON ({e})", _at(path, "arguments"), "arguments_not_json") from e
     consumed = {"type", "call_id", "name", "arguments"} | ({"id"} if isinstance(item_id, str) else set())
     return ToolCallBlock(
-        id=item["call_id"], name=name, arguments=arguments, item_id=item_id if isinstance(item_id, str) else None,
+        id=item["call_id"],
+        name=name,
+        arguments=arguments,
+        item_id=item_id if isinstance(item_id, str) else None,
         extra=_extra({k: v for k, v in item.items() if k not in consumed}),
-    )  # fmt: skip
+    )
 
 
 def _reasoning(item: Mapping[str, Any], path: str) -> ReasoningBlock:
@@ -177,8 +195,9 @@ def _reasoning(item: Mapping[str, Any], path: str) -> ReasoningBlock:
     if not isinstance(item_id, str) or not item_id:
         raise refuse("a reasoning item needs its id (rs_…)", _at(path, "id"), "reasoning_without_id")
     if "summary" not in item:
-        raise refuse("a reasoning item needs a summary (a list, even empty)", _at(path, "summary"),
-                      "reasoning_without_summary")  # fmt: skip
+        raise refuse(
+            "a reasoning item needs a summary (a list, even empty)", _at(path, "summary"), "reasoning_without_summary"
+        )
     summary = item["summary"]
     if not isinstance(summary, list):
         raise refuse("a reasoning summary must be a list", _at(path, "summary"), "invalid_summary")
@@ -202,15 +221,23 @@ def _reasoning(item: Mapping[str, Any], path: str) -> ReasoningBlock:
     if isinstance(encrypted, str):
         del rest["encrypted_content"]
     content, text = item.get("content"), None
-    if (isinstance(content, list) and len(content) == 1 and isinstance(content[0], Mapping)
-            and content[0].keys() == {"type", "text"} and content[0]["type"] == "reasoning_text"
-            and isinstance(content[0]["text"], str)):  # fmt: skip
+    if (
+        isinstance(content, list)
+        and len(content) == 1
+        and isinstance(content[0], Mapping)
+        and content[0].keys() == {"type", "text"}
+        and content[0]["type"] == "reasoning_text"
+        and isinstance(content[0]["text"], str)
+    ):
         text = content[0]["text"]
         del rest["content"]
     return ReasoningBlock(
-        text=text, summary=texts, encrypted_content=encrypted if isinstance(encrypted, str) else None,
-        item_id=item_id, extra=_extra(rest),
-    )  # fmt: skip
+        text=text,
+        summary=texts,
+        encrypted_content=encrypted if isinstance(encrypted, str) else None,
+        item_id=item_id,
+        extra=_extra(rest),
+    )
 
 
 def _message_blocks(item: Mapping[str, Any], path: str, *, default_part: str) -> list[Block]:
@@ -220,8 +247,10 @@ def _message_blocks(item: Mapping[str, Any], path: str, *, default_part: str) ->
         return [_with_record(first, item, key="content", string=True, n=1)]
     if not isinstance(content, list):
         raise refuse("content must be a string or a list of parts", _at(path, "content"), "invalid_content")
-    parts = [_part(p, f"{_at(path, 'content')}[{j}]", default_part, _str_or_none(item.get("id")))
-             for j, p in enumerate(content)]  # fmt: skip
+    parts = [
+        _part(p, f"{_at(path, 'content')}[{j}]", default_part, _str_or_none(item.get("id")))
+        for j, p in enumerate(content)
+    ]
     return _item_run(item, parts, key="content")
 
 
@@ -267,8 +296,14 @@ def _part(part: Any, path: str, default_type: str, item_id: str | None) -> Block
         consumed = {"type", "image_url"} | ({"detail"} if detail in _DETAILS else set())
         rest = {k: v for k, v in part.items() if k not in consumed}
         url, data, media_type = _split_data_url(part["image_url"])
-        return MediaBlock("image", url=url, data=data, media_type=media_type,
-                          detail=detail if detail in _DETAILS else None, extra=_extra(rest))  # fmt: skip
+        return MediaBlock(
+            "image",
+            url=url,
+            data=data,
+            media_type=media_type,
+            detail=detail if detail in _DETAILS else None,
+            extra=_extra(rest),
+        )
     if kind == "input_file" and "file_id" not in part:
         return _file(part) or OpaqueBlock(provider="responses", json=compact_json(part))
     return OpaqueBlock(provider="responses", json=compact_json(part))
@@ -315,8 +350,9 @@ def _usage(usage: Any) -> Usage | None:
     if not isinstance(usage, Mapping):
         raise refuse("usage must be an object", "usage", "invalid_usage")
     check_counts(usage, ("input_tokens", "output_tokens", "total_tokens"), "usage", "invalid_usage")
-    check_fields(usage, {"input_tokens_details": (dict, None), "output_tokens_details": (dict, None)}, "usage",
-                 "invalid_usage")  # fmt: skip
+    check_fields(
+        usage, {"input_tokens_details": (dict, None), "output_tokens_details": (dict, None)}, "usage", "invalid_usage"
+    )
     inputs, outputs = usage.get("input_tokens_details") or {}, usage.get("output_tokens_details") or {}
     check_counts(inputs, ("cached_tokens", "cache_write_tokens"), "usage.input_tokens_details", "invalid_usage")
     check_counts(outputs, ("reasoning_tokens",), "usage.output_tokens_details", "invalid_usage")

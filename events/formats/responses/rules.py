@@ -79,8 +79,9 @@ def check_pairing(items: Sequence[Any], paths: Sequence[str]) -> None:
         if not isinstance(call_id, str) or not call_id:
             raise refuse("a function_call_output needs a call_id", field, "function_call_output_without_call_id")
         if first_call.get(call_id, -1) > i:
-            raise refuse(f"the output of {call_id!r} comes before its function_call", field,
-                          "function_call_output_before_call")  # fmt: skip
+            raise refuse(
+                f"the output of {call_id!r} comes before its function_call", field, "function_call_output_before_call"
+            )
         if call_id in answered:
             raise refuse(f"call_id {call_id!r} is answered twice", field, "duplicate_call_output")
         answered.add(call_id)
@@ -108,8 +109,11 @@ def violations(fragment: Mapping[str, Any]) -> list[str]:
         if kind == "message":
             out.extend(_message_violations(i, item))
             if item.get("role") in USER_SIDE_ROLES:  # reasoning models need every call answered first
-                out.extend(f"input[{i}]: call {c!r} unanswered before a {item['role']} message"
-                           for c in calls if c not in answered)  # fmt: skip
+                out.extend(
+                    f"input[{i}]: call {c!r} unanswered before a {item['role']} message"
+                    for c in calls
+                    if c not in answered
+                )
         elif kind == "function_call":
             out.extend(_call_violations(i, item, calls))
         elif kind == "function_call_output":
@@ -159,8 +163,11 @@ def _message_violations(i: int, item: Mapping[str, Any]) -> list[str]:
     if not isinstance(content, list):
         return [f"input[{i}]: content must be a string or a list of parts"]
     wrong = _INPUT_PARTS if role == "assistant" else _ASSISTANT_PARTS
-    return [f"input[{i}].content[{j}]: a {role} message takes no {p.get('type')!r} part"
-            for j, p in enumerate(content) if not isinstance(p, Mapping) or p.get("type") in wrong]  # fmt: skip
+    return [
+        f"input[{i}].content[{j}]: a {role} message takes no {p.get('type')!r} part"
+        for j, p in enumerate(content)
+        if not isinstance(p, Mapping) or p.get("type") in wrong
+    ]
 
 
 def _reasoning_violations(i: int, item: Mapping[str, Any], rest: Sequence[Any]) -> list[str]:
@@ -173,6 +180,8 @@ def _reasoning_violations(i: int, item: Mapping[str, Any], rest: Sequence[Any]) 
     if following is None or not isinstance(following, Mapping):
         out.append(f"input[{i}]: reasoning item not followed by the item it belongs to")
     elif following.get("type") == "function_call_output" or following.get("role") in USER_SIDE_ROLES:
-        out.append(f"input[{i}]: reasoning item followed by {following.get('role') or following.get('type')!r}, "
-                   "not by an item of its own turn")  # fmt: skip
+        out.append(
+            f"input[{i}]: reasoning item followed by {following.get('role') or following.get('type')!r}, "
+            "not by an item of its own turn"
+        )
     return out

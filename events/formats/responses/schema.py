@@ -34,5 +34,9 @@ RESPONSES_PARTS: Final[Mapping[str, Mapping[str, Kinds]]] = {
     "refusal": {"refusal": str},
 }
 RESPONSES_RESPONSE: Final[Mapping[str, Kinds]] = {
-    "id": (str, None), "model": (str, None), "status": (str, None), "object": str, "incomplete_details": (dict, None),
-}  # fmt: skip
+    "id": (str, None),
+    "model": (str, None),
+    "status": (str, None),
+    "object": str,
+    "incomplete_details": (dict, None),
+}
