@@ -45,13 +45,13 @@ from pgstore.migrate import migrate
 from pgstore.pool import open_pool
 from pgstore.store import PostgresProjectionStore
 from pgstore.versions import ProjectionVersion, create_version
+from projectors.changes import TranscriptRow
 from projectors.fold import BatchInputs, decode_batch, fold_batch
 from projectors.gc_tuning import projection_gc
 from projectors.log_source import LogSource
 from projectors.row_values import countable_text
 from projectors.rows import TRANSCRIPT_COLUMNS, column_list, index_rows, transcript_copy_rows
 from projectors.runner import Projector
-from projectors.state import TranscriptRow
 from projectors.tokens import TokenCounter, text_counter
 from projectors.window import WindowPolicy
 

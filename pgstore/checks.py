@@ -13,9 +13,9 @@ from typing import Any
 
 from psycopg import AsyncConnection, sql
 
+from pgstore.parked_rows import skip_decisions
 from pgstore.pool import PgPool
 from pgstore.positions import positions_in
-from pgstore.store import skip_decisions
 from pgstore.versions import (
     CHECKED_TABLES,
     checksums,

@@ -19,7 +19,7 @@ from psycopg import AsyncConnection, AsyncCursor, sql
 from projectors.fold import Decoded
 from projectors.rows import index_rows
 
-_DDL = resources.files("projectors").joinpath("sql/event_index.sql")
+_DDL = resources.files("pgstore").joinpath("sql/event_index.sql")
 INDEX_COLUMNS = ("conversation_key", "event_id", "partition", "offset")
 
 

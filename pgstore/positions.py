@@ -3,13 +3,14 @@ stored next offsets (per partition)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from psycopg import AsyncConnection, sql
 
 from pgstore.pool import PgPool
+from pgstore.read_sql import in_schema
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +26,25 @@ class VersionPositions:
 class ReaderPositions:
     versions: list[VersionPositions]  # by projection, then version
     summarizers: dict[str, dict[int, int]]  # consumer -> partition -> next offset
+
+
+async def claim_positions(conn: AsyncConnection[Any], schema: str, partitions: Sequence[int]) -> dict[int, int]:
+    """The projection's stored next offsets of ``partitions``; a partition never seen starts at 0
+    (and gets its row now, committed with ``conn``'s autocommit or transaction)."""
+    async with conn.cursor() as cur:
+        await cur.execute(
+            in_schema(
+                schema,
+                "INSERT INTO {s}.positions (partition, next_offset) SELECT p, 0 FROM unnest(%s::int[]) p "
+                "ON CONFLICT (partition) DO NOTHING",
+            ),
+            [list(partitions)],
+        )
+        await cur.execute(
+            in_schema(schema, "SELECT partition, next_offset FROM {s}.positions WHERE partition = ANY(%s)"),
+            [list(partitions)],
+        )
+        return dict(await cur.fetchall())
 
 
 async def positions_in(conn: AsyncConnection[Any], schema: str) -> dict[int, int]:

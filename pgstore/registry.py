@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from pgstore.parked_rows import skip_decisions
 from pgstore.pool import PgPool
 from pgstore.schemas import drop_schema_in
-from pgstore.store import skip_decisions
 from pgstore.versions import (
     READ_MODELS,
     ProjectionVersion,

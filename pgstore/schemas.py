@@ -13,7 +13,7 @@ from pgstore.pool import PgPool
 
 async def create_read_models_schema(pool: PgPool, schema: str) -> None:
     """``schema`` with today's read-models tables (``pgstore/sql/read_models.sql``), unregistered."""
-    ddl = resources.files("projectors").joinpath("sql/read_models.sql").read_text(encoding="utf-8")
+    ddl = resources.files("pgstore").joinpath("sql/read_models.sql").read_text(encoding="utf-8")
     async with pool.connection() as conn:
         await conn.execute(sql.SQL(ddl).format(schema=sql.Identifier(schema)))
 

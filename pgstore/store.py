@@ -17,18 +17,20 @@ from typing import Any, LiteralString
 
 import psycopg
 import structlog
-from psycopg import AsyncConnection, AsyncCursor, sql
+from psycopg import AsyncCursor
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from events.codec import EventCodec
 from events.log import LogRecord
+from pgstore import parked_rows
 from pgstore.batch_inputs import POSITIONS_FOR_UPDATE, BatchInputReader, check_positions
 from pgstore.batch_statement import MOVE_POSITIONS, BatchStatement, is_plain, move_params, moved_rows
 from pgstore.event_index import ensure_event_index, write_event_index
 from pgstore.pool import convert_pg_error, pg_errors
+from pgstore.positions import claim_positions
 from pgstore.read_sql import in_schema
-from pgstore.writes import DEAD_LETTER_INSERT, BatchWriter
+from pgstore.writes import BatchWriter
 from projectors.errors import PositionConflictError, ProjectionError, RecordRefusedError
 from projectors.fold import BatchOutcome, Decoded, decode_batch, fold_batch, lookups
 from projectors.isolation import as_refused, first_refused
@@ -110,29 +112,18 @@ class PostgresProjectionStore:
             return await self._resolve_unconverted(dead_letter_id, skip_reason=skip_reason)
 
     async def record_unreadable(self, partition: int, offset: int, error: str) -> None:
-        """See :meth:`_record_unreadable_unconverted`."""
+        """A dead letter for a batch of the log that cannot be read from ``offset`` on (the
+        source stopped reading that partition there; its stored position stays at ``offset``)."""
         with pg_errors("recording an unreadable batch"):
-            await self._record_unreadable_unconverted(partition, offset, error)
+            await parked_rows.record_unreadable(self._pool, self.schema, partition, offset, error)
 
     def _q(self, text: LiteralString) -> bytes:
         return in_schema(self.schema, text)
 
     async def _positions_unconverted(self, partitions: Sequence[int]) -> dict[int, int]:
-        """Stored next offsets; partitions never seen start at 0 (and get their row now)."""
         await self._ensure_event_index()
-        async with self._pool.connection() as conn, conn.cursor() as cur:
-            await cur.execute(
-                self._q(
-                    "INSERT INTO {s}.positions (partition, next_offset) SELECT p, 0 FROM unnest(%s::int[]) p "
-                    "ON CONFLICT (partition) DO NOTHING"
-                ),
-                [list(partitions)],
-            )
-            await cur.execute(
-                self._q("SELECT partition, next_offset FROM {s}.positions WHERE partition = ANY(%s)"),
-                [list(partitions)],
-            )
-            return dict(await cur.fetchall())
+        async with self._pool.connection() as conn:
+            return await claim_positions(conn, self.schema, partitions)
 
     async def prepare(self, records: Sequence[LogRecord]) -> PreparedBatch:
         """Decode ``records`` and count their messages' texts, before the transaction (pure)."""
@@ -353,12 +344,12 @@ class PostgresProjectionStore:
             conn.transaction(),
             conn.cursor(row_factory=dict_row) as cur,
         ):
-            await cur.execute(self._q("SELECT * FROM {s}.dead_letters WHERE id = %s FOR UPDATE"), [dead_letter_id])
-            letter = await cur.fetchone()
+            letter = await parked_rows.letter_for_update(cur, self.schema, dead_letter_id)
             if letter is None or letter["status"] != "parked":
                 raise ProjectionError(f"dead letter {dead_letter_id} is not parked (unknown or already resolved)")
             if letter["error_code"] == UNREADABLE_BATCH:
-                return await self._resolve_unreadable(cur, dead_letter_id, skip_reason=skip_reason)
+                await parked_rows.release_unreadable(cur, self.schema, dead_letter_id, skip_reason=skip_reason)
+                return BatchReport({}, 0, 0, 0, 0)
             outcome = await self._release(cur, letter, skip_reason=skip_reason)
         return BatchReport(
             {}, len(outcome.applied_event_ids), outcome.duplicates, len(outcome.poisoned), len(outcome.held)
@@ -369,24 +360,12 @@ class PostgresProjectionStore:
     ) -> BatchOutcome:
         """:meth:`resolve`'s work on a parked dead letter (locked), in the caller's transaction."""
         dead_letter_id, key = letter["id"], letter["conversation_key"]
-        # The parked row first: a batch that is holding records behind it (FOR SHARE) commits
-        # before this goes on, so its records are among the held ones read next.
-        await cur.execute(self._q("SELECT FROM {s}.parked WHERE conversation_key = %s FOR UPDATE"), [key])
-        await cur.execute(
-            self._q('SELECT * FROM {s}.held_records WHERE conversation_key = %s ORDER BY partition, "offset"'),
-            [key],
-        )
-        held = [record_from_row(row) for row in await cur.fetchall()]
+        held = await parked_rows.take_held(cur, self.schema, key)
         first = [] if skip_reason is not None else [record_from_row(letter)]
         decoded = decode_batch([*first, *held], codec=self._codec, max_event_bytes=self._max_event_bytes)
         if first and decoded[0].poison is not None:
             raise ProjectionError(f"dead letter {dead_letter_id} still fails: {decoded[0].poison.error}")
-        await cur.execute(self._q("DELETE FROM {s}.held_records WHERE conversation_key = %s"), [key])
-        await cur.execute(self._q("DELETE FROM {s}.parked WHERE conversation_key = %s"), [key])
-        await cur.execute(
-            self._q("UPDATE {s}.dead_letters SET status = %s, resolution = %s, resolved_at = now() WHERE id = %s"),
-            ["skipped" if skip_reason is not None else "released", skip_reason, dead_letter_id],
-        )
+        await parked_rows.mark_resolved(cur, self.schema, dead_letter_id, skip_reason=skip_reason)
         # Re-parks and re-holds if a held record fails now; the released one failing undoes all.
         outcome = await self._write_isolating(cur, decoded, parked_override=key, refused=None, inserts=inserts)
         if first and outcome.poisoned and outcome.poisoned[0].record == first[0]:
@@ -401,14 +380,7 @@ class PostgresProjectionStore:
         after the records before it, so that it applies to them too. Run before the batch
         commits: a crash cannot leave it held."""
         for key, reason in outcome.superseding.items():
-            await cur.execute(
-                self._q(
-                    "SELECT d.* FROM {s}.parked p JOIN {s}.dead_letters d ON d.id = p.dead_letter_id "
-                    "WHERE p.conversation_key = %s FOR UPDATE OF d"
-                ),
-                [key],
-            )
-            letter = await cur.fetchone()
+            letter = await parked_rows.parked_letter_of(cur, self.schema, key)
             if letter is not None and letter["status"] == "parked":
                 log.warning(
                     "store.parked_record_skipped",
@@ -418,39 +390,3 @@ class PostgresProjectionStore:
                     reason=reason,
                 )
                 await self._release(cur, letter, skip_reason=reason, inserts=inserts)
-
-    async def _resolve_unreadable(self, cur: Cursor, dead_letter_id: int, *, skip_reason: str | None) -> BatchReport:
-        if skip_reason is not None:
-            raise ProjectionError(
-                f"dead letter {dead_letter_id} is an unreadable batch: where it ends is not known, so it cannot be "
-                "skipped; install the codec it needs (or, if it is corrupt, delete the records up to its end with "
-                "kafka-delete-records) and release it"
-            )
-        await cur.execute(
-            self._q("UPDATE {s}.dead_letters SET status = 'released', resolved_at = now() WHERE id = %s"),
-            [dead_letter_id],
-        )
-        return BatchReport({}, 0, 0, 0, 0)
-
-    async def _record_unreadable_unconverted(self, partition: int, offset: int, error: str) -> None:
-        """A dead letter for a batch of the log that cannot be read from ``offset`` on (the
-        source stopped reading that partition there; its stored position stays at ``offset``).
-        Seen again after a restart or a retry, it is the same dead letter, parked again."""
-        async with self._pool.connection() as conn:
-            await conn.execute(
-                self._q(
-                    DEAD_LETTER_INSERT + ") VALUES (%s, %s, NULL, '', '', '[]', now(), %s, %s) "
-                    "ON CONFLICT (partition, \"offset\") DO UPDATE SET status = 'parked', error = excluded.error, "
-                    "resolved_at = NULL, resolution = NULL WHERE dead_letters.error_code = excluded.error_code"
-                ),
-                (partition, offset, UNREADABLE_BATCH, error.replace("\x00", "\\x00")),
-            )
-            await conn.commit()
-
-
-async def skip_decisions(conn: AsyncConnection[Any], schema: str) -> dict[tuple[int, int], str]:
-    """The records an operator skipped in ``schema`` ((partition, offset) -> reason), for a
-    rebuild or a verify replay to skip too: a skip is a decision the log does not hold."""
-    query = sql.SQL("SELECT partition, \"offset\", resolution FROM {}.dead_letters WHERE status = 'skipped'")
-    cur = await conn.execute(query.format(sql.Identifier(schema)))
-    return {(partition, offset): reason or "" for partition, offset, reason in await cur.fetchall()}

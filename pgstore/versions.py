@@ -36,7 +36,7 @@ from projectors.errors import ProjectionError
 from projectors.window import WindowPolicy
 
 READ_MODELS = "read_models"
-_DDL = resources.files("projectors").joinpath("sql/read_models.sql")
+_DDL = resources.files("pgstore").joinpath("sql/read_models.sql")
 
 # Tables compared between versions: all derived from events alone (operational tables — dead
 # letters, parked and held records — describe the run, not the log).

@@ -13,6 +13,7 @@ from typing import Any, LiteralString
 from psycopg import AsyncCursor, sql
 
 from pgstore.read_sql import in_schema
+from projectors.changes import CLEARS_TO_EMPTY, ERASURE_CLEARS, REDACTION_CLEARS
 from projectors.fold import BatchOutcome
 from projectors.rows import (
     CONVERSATION_COLUMNS,
@@ -27,7 +28,6 @@ from projectors.rows import (
     summary_copy_rows,
     transcript_copy_rows,
 )
-from projectors.state import CLEARS_TO_EMPTY, ERASURE_CLEARS, REDACTION_CLEARS
 
 Cursor = AsyncCursor[Any]
 

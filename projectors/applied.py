@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from projectors.changes import CLEARS_TO_EMPTY, ERASURE_CLEARS, REDACTION_CLEARS, SummaryRow, TranscriptRow
 from projectors.fold import BatchOutcome
-from projectors.state import CLEARS_TO_EMPTY, ERASURE_CLEARS, REDACTION_CLEARS, SummaryRow, TranscriptRow
 
 _EMPTIED: dict[str, Any] = {f: {} for f in CLEARS_TO_EMPTY}
 _REDACTED: dict[str, Any] = {**dict.fromkeys(REDACTION_CLEARS), **_EMPTIED}

@@ -20,18 +20,10 @@ from events.event_types import ConversationCleared, ConversationErased, Event, M
 from events.keys import ConversationKey
 from events.log import Coordinates, LogRecord
 from events.validation import validate_event
+from projectors.changes import Erasure, Redaction, SummaryRow, SummaryWithdrawal, TranscriptRow
 from projectors.context_range import SummaryAt
 from projectors.errors import InvariantError, ProjectionError
-from projectors.state import (
-    ConversationState,
-    Erasure,
-    MessageAt,
-    Redaction,
-    SummaryRow,
-    SummaryWithdrawal,
-    TranscriptRow,
-    apply_event,
-)
+from projectors.state import ConversationState, MessageAt, apply_event
 from projectors.turns import starts_turn
 from projectors.window import WindowPolicy
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from events.codec import EventCodec
 from events.log import LogRecord
+from projectors.changes import CLEARS_TO_EMPTY, ERASURE_CLEARS, REDACTION_CLEARS
 from projectors.context_range import SummaryAt
 from projectors.errors import PositionConflictError
 from projectors.fold import BatchInputs, BatchOutcome, Lookups, decode_batch, fold_batch, lookups
@@ -38,7 +39,7 @@ from projectors.rows import (
     summary_copy_rows,
     transcript_copy_rows,
 )
-from projectors.state import CLEARS_TO_EMPTY, ERASURE_CLEARS, REDACTION_CLEARS, MessageAt
+from projectors.state import MessageAt
 from projectors.window import WindowPolicy
 
 _EMPTIED = dict.fromkeys(CLEARS_TO_EMPTY, json.dumps({}))  # JSON columns hold their text

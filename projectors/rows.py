@@ -9,10 +9,11 @@ from typing import Any, Protocol
 
 from events.keys import ConversationKey
 from events.log import LogRecord
+from projectors.changes import SummaryRow, TranscriptRow
 from projectors.context_range import SummaryAt
 from projectors.fold import Decoded
 from projectors.row_values import blocks_text, countable_reasoning, countable_text, image_count, to_json
-from projectors.state import ConversationState, MessageAt, SummaryRow, TranscriptRow
+from projectors.state import ConversationState, MessageAt
 from projectors.tokens import ENCODINGS
 from projectors.turns import starts_turn
 from projectors.window import Window

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, NamedTuple, Protocol, TypeAlias
 
-from events.blocks import Block
 from events.event_types import (
     ConversationCleared,
     ConversationErased,
@@ -27,6 +26,13 @@ from events.event_types import (
 from events.keys import ConversationKey
 from events.log import Coordinates
 from projectors import context_range
+from projectors.changes import (
+    Erasure,
+    Redaction,
+    SummaryRow,
+    SummaryWithdrawal,
+    TranscriptRow,
+)
 from projectors.context_range import SummaryAt, after_withdrawals
 from projectors.errors import InvariantError
 from projectors.row_values import content_json, tool_calls_json, usage_json
@@ -73,101 +79,6 @@ class ConversationState:
             self.window, self.summary, turn_count=self.turn_count, turns_before_epoch=self.turns_before_epoch
         )
         return context_range.usable_turns(self.turn_count, before, self.context_start, self.redacted_questions)
-
-
-@dataclass(frozen=True, slots=True)
-class TranscriptRow:
-    conversation_key: str
-    seq: int
-    partition: int
-    offset: int
-    event_id: str
-    message_id: str
-    role: str
-    content: Any  # JSON: a string, OpenAI content parts, or None
-    name: str | None
-    tool_calls: Any  # JSON: OpenAI's nested tool_calls format, or None
-    tool_call_id: str | None
-    reasoning_content: str | None
-    thinking_duration_ms: int | None
-    finish_reason: str | None
-    model: str | None
-    usage: Any  # JSON or None
-    metadata: dict[str, str]
-    occurred_at: datetime
-    epoch: int
-    turn: int  # number of user messages up to and including this message's turn
-    flag: str | None
-    # Schema v4 (events/blocks.py): a native message's lossless blocks (None: a Chat Completions
-    # message, or cleared by a redaction or an erasure), who made it, and a tool result's error.
-    blocks: tuple[Block, ...] | None = None
-    provider: str | None = None
-    api: str | None = None
-    is_error: bool | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class SummaryRow:
-    conversation_key: str
-    seq: int  # position in the conversation's event order, like a message's
-    partition: int
-    offset: int
-    event_id: str
-    summary_id: str
-    epoch: int
-    text: str | None  # as recorded; None only once a withdrawal or an erasure applied (applied.py)
-    covers_through_message_id: str
-    model: str
-    prompt_version: str
-    input_tokens: int | None
-    output_tokens: int | None
-    summary_tokens: int | None
-    occurred_at: datetime
-    excluded_message_ids: tuple[str, ...] | None = None  # not stored: checked against redactions once
-
-
-@dataclass(frozen=True, slots=True)
-class Redaction:
-    """The message's rows (every row with its id before ``before_seq``) lose what
-    :data:`REDACTION_CLEARS` names."""
-
-    conversation_key: str
-    message_id: str
-    reason: str
-    occurred_at: datetime
-    offset: int  # of the redaction
-    before_seq: int  # a row appended later with the same id is not redacted, whatever the batches
-
-
-@dataclass(frozen=True, slots=True)
-class Erasure:
-    """The conversation's rows before ``before_seq`` lose what :data:`ERASURE_CLEARS` names, and
-    its summaries before it their text."""
-
-    conversation_key: str
-    occurred_at: datetime
-    before_seq: int
-    offset: int  # of the erase event
-
-
-@dataclass(frozen=True, slots=True)
-class SummaryWithdrawal:
-    """Summary ``seq`` loses its text (``erased_at`` stays NULL: withdrawn, not erased): it may
-    carry content no read model may keep, or belongs to an epoch that is over."""
-
-    conversation_key: str
-    seq: int
-
-
-# What a redaction and an erasure take from a transcript row: the projection's UPDATEs
-# (pgstore/writes.py), the in-memory tables (projectors/memory_store.py) and the in-memory
-# application (projectors/applied.py) are all made from these.
-# blocks hold the same content losslessly, and more that must not outlive it either: reasoning
-# signatures, redacted thinking, encrypted reasoning, opaque provider blocks.
-REDACTION_CLEARS = ("content", "reasoning_content", "tool_calls", "blocks")
-ERASURE_CLEARS = ("content", "reasoning_content", "tool_calls", "blocks", "name", "usage")
-# What both empty to {} rather than NULL (a NOT NULL JSON object), whichever of the two applies.
-CLEARS_TO_EMPTY = ("metadata",)
 
 
 class MessageAt(NamedTuple):
@@ -355,33 +266,7 @@ def _apply_message(
         turn_count += 1
         last_activity = event.occurred_at
         window = on_user_message(window, seq, policy)
-    row = TranscriptRow(
-        conversation_key=str(state.key),
-        seq=seq,
-        partition=at.partition,
-        offset=at.offset,
-        event_id=event.event_id,
-        message_id=msg.message_id,
-        role=msg.role,
-        content=content_json(msg),
-        name=msg.name,
-        tool_calls=tool_calls_json(msg),
-        tool_call_id=msg.tool_call_id,
-        reasoning_content=msg.reasoning_content,
-        thinking_duration_ms=msg.thinking_duration_ms,
-        finish_reason=msg.finish_reason,
-        model=msg.model,
-        usage=usage_json(msg),
-        metadata=dict(msg.metadata),
-        occurred_at=event.occurred_at,
-        epoch=state.epoch,
-        turn=turn_count,
-        flag=flag,
-        blocks=msg.blocks or None,
-        provider=msg.provider,
-        api=msg.api,
-        is_error=msg.is_error,
-    )
+    row = _transcript_row(state, event, msg, at, seq=seq, turn=turn_count, flag=flag)
     # Spelled out rather than dataclasses.replace(): this runs once per message and replace()
     # costs twice as much (it reads every field back through getattr first).
     new_state = ConversationState(
@@ -408,3 +293,43 @@ def _apply_message(
         redacted_questions=state.redacted_questions,
     )
     return new_state, [row]
+
+
+def _transcript_row(
+    state: ConversationState,
+    event: Event,
+    msg: MessageAppended,
+    at: Coordinates,
+    *,
+    seq: int,
+    turn: int,
+    flag: str | None,
+) -> TranscriptRow:
+    """The transcript row of message ``msg`` (of ``event``, stored at ``at``) as row ``seq``."""
+    return TranscriptRow(
+        conversation_key=str(state.key),
+        seq=seq,
+        partition=at.partition,
+        offset=at.offset,
+        event_id=event.event_id,
+        message_id=msg.message_id,
+        role=msg.role,
+        content=content_json(msg),
+        name=msg.name,
+        tool_calls=tool_calls_json(msg),
+        tool_call_id=msg.tool_call_id,
+        reasoning_content=msg.reasoning_content,
+        thinking_duration_ms=msg.thinking_duration_ms,
+        finish_reason=msg.finish_reason,
+        model=msg.model,
+        usage=usage_json(msg),
+        metadata=dict(msg.metadata),
+        occurred_at=event.occurred_at,
+        epoch=state.epoch,
+        turn=turn,
+        flag=flag,
+        blocks=msg.blocks or None,
+        provider=msg.provider,
+        api=msg.api,
+        is_error=msg.is_error,
+    )

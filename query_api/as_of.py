@@ -30,10 +30,11 @@ from events.keys import ConversationKey
 from events.log import EventLog, LogRecord
 from events.reading import conversation_events
 from projectors.applied import AppliedHistory, AppliedMessage, apply_decisions
+from projectors.changes import TranscriptRow
 from projectors.context_range import SummaryAt, after_withdrawals, in_range
 from projectors.fold import BatchInputs, BatchOutcome, decode_batch, fold_batch
 from projectors.row_values import countable_reasoning, countable_text, image_count
-from projectors.state import ConversationState, TranscriptRow
+from projectors.state import ConversationState
 from projectors.tokens import text_counter
 from projectors.window import WindowPolicy
 from query_api.context_types import StoredMessage, StoredSummary

@@ -29,9 +29,12 @@ def _own_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
         if sub is not node and isinstance(sub, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             lines -= set(range(sub.lineno, (sub.end_lineno or sub.lineno) + 1))
     docstring = node.body[0] if node.body else None
-    if isinstance(docstring, ast.Expr) and isinstance(docstring.value, ast.Constant):
-        if isinstance(docstring.value.value, str):
-            lines -= set(range(docstring.lineno, (docstring.end_lineno or docstring.lineno) + 1))
+    if (
+        isinstance(docstring, ast.Expr)
+        and isinstance(docstring.value, ast.Constant)
+        and isinstance(docstring.value.value, str)
+    ):
+        lines -= set(range(docstring.lineno, (docstring.end_lineno or docstring.lineno) + 1))
     return len(lines)
 
 

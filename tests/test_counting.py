@@ -24,8 +24,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from events.errors import ConfigurationError
+from projectors.changes import TranscriptRow
 from projectors.row_values import countable_text, image_count
-from projectors.state import TranscriptRow
 from projectors.tokens import (
     ENCODINGS,
     IMAGE_PLACEHOLDER,

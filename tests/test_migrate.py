@@ -311,7 +311,7 @@ async def test_0004_gives_versions_made_before_it_the_transcript_columns_a_new_v
     """A version made before 0004 (read_models.sql without the schema v4 columns) gets them, in
     the order a version made from today's read_models.sql has them, so their rows compare alike."""
     assert await migrate(fresh_database_url, target=3) == [1, 2, 3]
-    ddl = (resources.files("projectors") / "sql/read_models.sql").read_text(encoding="utf-8")
+    ddl = (resources.files("pgstore") / "sql/read_models.sql").read_text(encoding="utf-8")
     old_ddl = _V4_COLUMN.sub("", ddl)
     assert old_ddl.count("\n") == ddl.count("\n") - 4
     async with await psycopg.AsyncConnection.connect(fresh_database_url, autocommit=True) as conn:
@@ -345,7 +345,7 @@ async def test_0005_lets_versions_made_before_it_leave_counts_of_an_uncounted_en
     """A version made before 0005 (NOT NULL token counts) takes the NULL counts of an encoding
     CONVLOG_TOKEN_ENCODINGS leaves out, keeps the counts it has, and reads like a new version."""
     assert await migrate(fresh_database_url, target=4) == [1, 2, 3, 4]
-    ddl = (resources.files("projectors") / "sql/read_models.sql").read_text(encoding="utf-8")
+    ddl = (resources.files("pgstore") / "sql/read_models.sql").read_text(encoding="utf-8")
     old_ddl, replaced = _COUNT_COLUMN.subn(r"\1 NOT NULL\2", ddl)
     assert replaced == 4
     async with await psycopg.AsyncConnection.connect(fresh_database_url, autocommit=True) as conn:

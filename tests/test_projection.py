@@ -18,7 +18,8 @@ from events.event_types import SummaryRecorded
 from events.keys import ConversationKey
 from events.producer import ConversationProducer
 from events.strict_json import compact_json
-from pgstore.store import PIPELINED_BATCH, skip_decisions
+from pgstore.parked_rows import skip_decisions
+from pgstore.store import PIPELINED_BATCH
 from pgstore.versions import compare
 from projectors.errors import PositionConflictError, ProjectionError
 from projectors.tokens import TokenCounter, get_encoding

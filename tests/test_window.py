@@ -23,9 +23,10 @@ from events.event_types import (
 )
 from events.keys import ConversationKey
 from events.log import LogRecord
+from projectors.changes import TranscriptRow
 from projectors.context_range import SummaryAt
 from projectors.fold import BatchInputs, BatchOutcome, decode_batch, fold_batch
-from projectors.state import ConversationState, MessageAt, TranscriptRow
+from projectors.state import ConversationState, MessageAt
 from projectors.tool_calls import FLAG_DUPLICATE_TOOL_RESULT, FLAG_UNKNOWN_TOOL_CALL
 from projectors.turns import starts_turn
 from projectors.window import Window, WindowPolicy, on_user_message

@@ -118,7 +118,7 @@ async def test_a_version_keeps_its_window_after_the_default_changes_and_a_rebuil
 async def _version_before_0006(url: str) -> None:
     """A database as a build before 0006 left it: migrated to 0005, with one live version."""
     assert await migrate(url, target=5) == [1, 2, 3, 4, 5]
-    ddl = (resources.files("projectors") / "sql/read_models.sql").read_text(encoding="utf-8")
+    ddl = (resources.files("pgstore") / "sql/read_models.sql").read_text(encoding="utf-8")
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
         await conn.execute(sql.SQL(ddl).format(schema=sql.Identifier("convlog_read_models_v1")))
         await conn.execute(

@@ -178,13 +178,7 @@ async def _verify(
     await claim_topic(pool, live, settings.topic)  # its positions are offsets of one topic
     uncounted = uncounted_encodings(settings)
     until, skips, keys, expected, by_value, index_from = await _live_snapshot(pool, live.schema, sample, uncounted)
-    ends = await event_log.end_offsets()
-    beyond = sorted(p for p, o in until.items() if o > ends.get(p, 0))
-    if beyond:
-        raise ConfigurationError(
-            f"the live version has read past the end of {settings.topic} on partitions {beyond}; "
-            "is CONVLOG_TOPIC the live projector's topic?"
-        )
+    await _refuse_positions_beyond_the_log(event_log, until, topic=settings.topic)
     scratch = f"convlog_verify_{uuid.uuid4().hex[:12]}"
     what = "all conversations" if keys is None else f"a sample of {len(keys)} conversations"
     say(f"verifying {live.schema} ({what}, up to {sum(until.values())} records) against a replay into {scratch}")
@@ -232,6 +226,17 @@ async def _verify(
         return 1 if result.differing else 0
     finally:
         await drop_schema(pool, scratch)
+
+
+async def _refuse_positions_beyond_the_log(event_log: EventLog, until: Mapping[int, int], *, topic: str) -> None:
+    """A live version whose positions pass the log's end was built from another topic."""
+    ends = await event_log.end_offsets()
+    beyond = sorted(p for p, o in until.items() if o > ends.get(p, 0))
+    if beyond:
+        raise ConfigurationError(
+            f"the live version has read past the end of {topic} on partitions {beyond}; "
+            "is CONVLOG_TOPIC the live projector's topic?"
+        )
 
 
 async def _live_snapshot(

@@ -71,17 +71,7 @@ def context_routes(deps: ApiDeps) -> APIRouter:
             cache=cache,
         )
         _refuse_no_room(request)
-        if as_of is not None and before_message is not None:
-            raise ApiError(422, "invalid_request", "give as_of or before_message, not both", field="before_message")
-        live = as_of is None and before_message is None
-        if live and read_models_version is not None:
-            raise ApiError(
-                422,
-                "invalid_request",
-                "read_models_version goes with as_of or before_message",
-                field="read_models_version",
-            )
-        if live:
+        if _is_live(as_of, before_message, read_models_version):
             served = await queries.live_context(key, spec, request, min_offset)
         else:  # rebuilt from the log, exactly as served then
 
@@ -103,6 +93,19 @@ def context_routes(deps: ApiDeps) -> APIRouter:
         return response
 
     return router
+
+
+def _is_live(as_of: int | None, before_message: str | None, read_models_version: int | None) -> bool:
+    """Whether the request is for the live context (not one rebuilt as served then); the
+    parameters that cannot go together refused."""
+    if as_of is not None and before_message is not None:
+        raise ApiError(422, "invalid_request", "give as_of or before_message, not both", field="before_message")
+    live = as_of is None and before_message is None
+    if live and read_models_version is not None:
+        raise ApiError(
+            422, "invalid_request", "read_models_version goes with as_of or before_message", field="read_models_version"
+        )
+    return live
 
 
 def _refuse_no_room(request: ContextRequest) -> None:
