@@ -4,8 +4,8 @@ The fold (projectors/fold.py, projectors/state.py) decides which rows and summar
 redaction, an erasure or a withdrawal changes; the store writes those decisions with UPDATEs
 (pgstore/writes.py), and this module applies the same decisions to the folded rows, so
 ``as_of`` (and any read model kept in memory) ends where the tables end. Both clear the fields
-:data:`~projectors.state.REDACTION_CLEARS` and :data:`~projectors.state.ERASURE_CLEARS` name
-(and empty :data:`~projectors.state.CLEARS_TO_EMPTY`).
+:data:`~projectors.changes.REDACTION_CLEARS` and :data:`~projectors.changes.ERASURE_CLEARS` name
+(and empty :data:`~projectors.changes.CLEARS_TO_EMPTY`).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from projectors import tokens
 
 
 class TranscriptRow(Protocol):
-    """What these functions read of a row (:class:`projectors.state.TranscriptRow` has it; a
+    """What these functions read of a row (:class:`projectors.changes.TranscriptRow` has it; a
     Protocol here so that the state module, which builds its rows with them, is not imported)."""
 
     @property
