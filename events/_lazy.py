@@ -1,7 +1,7 @@
 """Lazy re-exports for the packages' ``__init__`` (a PEP 562 module ``__getattr__``).
 
 A package's public names are exported from its ``__init__``, but several live in modules that
-import a driver (aiokafka, psycopg, fastapi, openai) or fastavro/tiktoken: importing those on
+import a driver (aiokafka, the Postgres driver, fastapi, openai) or fastavro/tiktoken: importing those on
 ``import events`` would cost tens to hundreds of milliseconds for callers that only want the
 event types. Such names are imported on first access instead, then cached in the package.
 

@@ -2,7 +2,7 @@
 
 Every error convlog raises is a :class:`ConvlogError`: it has a stable ``code`` (the one the
 HTTP API answers with) and ``retriable``, which tells a caller whether trying the same
-operation again (with the same ``event_id``) can succeed. Driver exceptions (aiokafka, psycopg,
+operation again (with the same ``event_id``) can succeed. Driver exceptions (aiokafka, the Postgres driver,
 fastavro, openai) are converted at the edge with ``raise ... from e`` so callers never have
 to know which driver sits underneath (Postgres: :func:`pgstore.pool.convert_pg_error` and
 the :func:`pgstore.pool.pg_errors` block around a read). Misuse by the calling code — an

@@ -182,7 +182,7 @@ class InMemoryReadModels:
 
 
 def _parsed(row: dict[str, Any]) -> dict[str, Any]:
-    """The row with its JSON columns as values, as psycopg hands ``jsonb`` back."""
+    """The row with its JSON columns as values, as the Postgres driver hands ``jsonb`` back."""
     return row | {c: None if row[c] is None else json.loads(row[c]) for c in _JSON_COLUMNS}
 
 

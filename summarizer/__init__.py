@@ -2,7 +2,7 @@
 written back to the log by a :class:`Summarizer` with a :class:`SummaryModel` (offline, or an
 OpenAI-compatible endpoint).
 
-The errors are imported with the package; the rest (tiktoken, openai, psycopg) on first use.
+The errors are imported with the package; the rest (tiktoken, openai, the Postgres driver) on first use.
 """
 
 from __future__ import annotations

@@ -202,7 +202,7 @@ class PostgresHandle(StoppedOnExit):
         by another process, or another Postgres, is refused with :class:`PortTakenError` (our
         child is stopped first), never used.
         """
-        from pgstore import server  # noqa: PLC0415 - keep `import devservices.cli` light (no psycopg)
+        from pgstore import server  # noqa: PLC0415 - keep `import devservices.cli` light (no Postgres driver)
         from projectors.errors import StoreUnavailableError  # noqa: PLC0415
 
         deadline = time.monotonic() + timeout
