@@ -54,7 +54,7 @@ def test_the_shipped_migrations_are_valid_and_start_with_core() -> None:
     assert migrations[0].name == "core"
     assert all(re.fullmatch(r"[0-9a-f]{64}", m.checksum) for m in migrations)
     assert MIGRATIONS_DIR.is_dir()
-    assert MIGRATIONS_DIR.parent.name == "projectors"
+    assert MIGRATIONS_DIR.parent.name == "pgstore"
     assert not (MIGRATIONS_DIR / "__init__.py").exists()
 
 
