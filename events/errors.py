@@ -29,6 +29,14 @@ list is exactly the classes the packages define, with these parents)::
         * UnknownSchemaError — events.errors
         * CorruptRecordError — events.errors
         * UndecodableRecordError — events.errors
+        * SealedRecordError — events.errors
+          * UnknownKeyError — events.errors
+          * UnauthenticSealError — events.errors
+          * MalformedSealError — events.errors
+      * KeyStoreError — events.errors
+        * KeyStoreUnavailableError — events.errors, retriable
+        * KeyDestroyedError — events.errors
+        * SubjectNotFoundError — events.errors
       * LogError — events.errors
         * LogUnavailableError — events.errors, retriable
           * LogStorageFullError — events.errors, retriable
@@ -187,6 +195,59 @@ class UndecodableRecordError(DecodeError):
         )
         self.partition = partition
         self.offset = offset
+
+
+class SealedRecordError(DecodeError):
+    """A sealed record (schema v5, ``events.sealing``) cannot be opened: the projection
+    dead-letters it; it is never served in part and never served as plaintext."""
+
+    code = "sealed_record"
+
+
+class UnknownKeyError(SealedRecordError):
+    """The record is sealed under a key id the key store has never held (a foreign producer's
+    made-up id, or a key store restored from a backup older than the record)."""
+
+    code = "unknown_key"
+
+
+class UnauthenticSealError(SealedRecordError):
+    """The ciphertext fails authentication: a flipped bit, or a record moved to another
+    conversation or event id (the associated data binds it to both)."""
+
+    code = "seal_unauthentic"
+
+
+class MalformedSealError(SealedRecordError):
+    """A sealed record breaks the envelope: a bad nonce, a plaintext that is no body of the
+    record's type, content beside the seal, or clear fields that disagree with the sealed body."""
+
+    code = "malformed_seal"
+
+
+class KeyStoreError(ConvlogError):
+    """The key store (``events.sealing``): data keys, their wrapping and their destruction."""
+
+    code = "key_store_error"
+
+
+class KeyStoreUnavailableError(KeyStoreError):
+    """The key store's backend (the keys topic, the keys file, a KMS) cannot be reached now."""
+
+    code = "key_store_unavailable"
+    retriable = True
+
+
+class KeyDestroyedError(KeyStoreError):
+    """Asked to seal with, or hand out, a key that erasure destroyed."""
+
+    code = "key_destroyed"
+
+
+class SubjectNotFoundError(KeyStoreError):
+    """Nothing is known of this subject (no key, no conversation): erasing it is a 404."""
+
+    code = "subject_not_found"
 
 
 class LogError(ConvlogError):
