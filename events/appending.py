@@ -20,6 +20,8 @@ from events.formats import at_path, registry
 from events.formats.registry import FormatRegistry
 from events.keys import ConversationKey
 from events.log import EventLog
+from events.sealing.bodies import SEALABLE, seal_event
+from events.sealing.ports import KeyStore
 from events.servable import check_servable
 from events.validation import validate_event
 
@@ -49,10 +51,14 @@ class EventAppender:
         clock: Callable[[], datetime] = _utcnow,
         new_id: Callable[[], str] = _new_id,
         formats: FormatRegistry | None = None,
+        keys: KeyStore | None = None,
     ) -> None:
         """``formats``: the provider formats :meth:`append_native` takes (None: convlog's,
-        :data:`events.formats.registry.FORMATS`); a test adds one with ``FORMATS.with_format``."""
+        :data:`events.formats.registry.FORMATS`); a test adds one with ``FORMATS.with_format``.
+        ``keys``: the key store content is sealed with before it enters the log (schema v5,
+        events/sealing/); None writes plain records, which erasure cannot shred."""
         self._formats = formats
+        self._keys = keys
         self._log = log
         self._codec = codec or default_codec()
         self._producer = producer
@@ -74,10 +80,28 @@ class EventAppender:
         validate_event(event)
         if isinstance(body, MessageAppended):
             check_servable(body)
+        if self._keys is not None and isinstance(body, SEALABLE):
+            # Sealed here when this process knows the conversation's key already (the usual
+            # case); else the append seals it, once it has made sure of the key (_sealed).
+            data_key = self._keys.current(key)
+            if data_key is not None:
+                event = seal_event(event, data_key, self._codec)
+        return event, self._encoded(event)
+
+    def _encoded(self, event: Event) -> bytes:
         data = self._codec.encode(event)
         if len(data) > self._max_event_bytes:
             raise EventTooLargeError(size=len(data), limit=self._max_event_bytes)
-        return event, data
+        return data
+
+    async def _sealed(self, event: Event, data: bytes) -> tuple[Event, bytes]:
+        """What is appended for a built event: sealed, if a key store seals and :meth:`build`
+        could not yet (the conversation's first event in this process)."""
+        body = event.body
+        if self._keys is None or not isinstance(body, SEALABLE) or body.sealed is not None:
+            return event, data
+        sealed = seal_event(event, await self._keys.ensure(event.key), self._codec)
+        return sealed, self._encoded(sealed)
 
     async def append(
         self,
@@ -88,12 +112,16 @@ class EventAppender:
         occurred_at: datetime | None = None,
     ) -> Appended:
         event, data = self.build(key, body, event_id=event_id, occurred_at=occurred_at)
+        if self._keys is not None:
+            event, data = await self._sealed(event, data)
         # append_built's body (and appended_at's), inlined: a coroutine less to make and resume per append.
         coordinates = await self._log.append(key=key.encode(), value=data, headers=type_headers(event))
         return Appended(event.event_id, coordinates, body.message_id if isinstance(body, MessageAppended) else None)
 
     async def append_built(self, event: Event, data: bytes) -> Appended:
-        """Append an event :meth:`build` (or :meth:`build_message`) made, as those bytes."""
+        """Append an event :meth:`build` (or :meth:`build_message`) made, as those bytes (sealed
+        first if :meth:`build` could not)."""
+        event, data = await self._sealed(event, data)
         coordinates = await self._log.append(key=event.key.encode(), value=data, headers=type_headers(event))
         return appended_at(event, coordinates)
 
@@ -146,7 +174,10 @@ class EventAppender:
         """Append what :meth:`build_native` built, as those bytes, as one batch."""
         if len(batch.built) == 1:
             return [await self.append_built(*batch.built[0])]
-        events = batch.events
-        values = [(data, type_headers(event)) for event, data in batch.built]
+        built = [await self._sealed(event, data) for event, data in batch.built]
+        events = [event for event, _ in built]
+        if sum(len(data) for _, data in built) > self._max_event_bytes:
+            raise EventTooLargeError(size=sum(len(data) for _, data in built), limit=self._max_event_bytes)
+        values = [(data, type_headers(event)) for event, data in built]
         coordinates = await self._log.append_many(key=events[0].key.encode(), values=values)
         return [appended_at(event, at) for event, at in zip(events, coordinates, strict=True)]

@@ -18,16 +18,15 @@ corrupt record would decode to a different, valid-looking event instead of faili
 
 from __future__ import annotations
 
-import dataclasses
+import copy
 import functools
 import io
 import json
 import re
 import struct
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Final, TypeAlias, cast
+from typing import Any, Final, cast
 
 from fastavro import parse_schema, schemaless_reader
 from fastavro.read import SchemaResolutionError
@@ -36,208 +35,23 @@ from fastavro.schema import to_parsing_canonical_form
 
 from events.avro_reader import compile_reader
 from events.avro_writer import compile_writer
-from events.blocks import chat_view
+from events.body_records import FROM_RECORD, Record, body_record
 from events.errors import ConfigurationError, CorruptRecordError, InvalidEventError, UnknownSchemaError
-from events.event_types import (
-    Block,
-    ConversationCleared,
-    ConversationErased,
-    ConversationStarted,
-    Event,
-    EventBody,
-    ImagePart,
-    MediaBlock,
-    MessageAppended,
-    MessageRedacted,
-    OpaqueBlock,
-    ReasoningBlock,
-    SummaryRecorded,
-    TextBlock,
-    TextPart,
-    ToolCall,
-    ToolCallBlock,
-    Usage,
-)
-from events.event_writer import compile_event_writer, content_value, micros, tool_call_records, usage_value
+from events.event_types import Event, EventBody
+from events.event_writer import compile_event_writer, micros
 from events.keys import ConversationKey
+from events.sealing.bodies import open_event
+from events.sealing.ports import KeyRing
 from events.slot_builder import slot_builder
 
 MAGIC: Final = b"\xc3\x01"
 HEADER_SIZE: Final = 10
 _NS: Final = "convlog.events."
-_TEXT_PART: Final = _NS + "TextPart"
 _SCHEMA_FILE: Final = re.compile(r"event\.v([1-9][0-9]*)\.avsc")
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 
-Record: TypeAlias = dict[str, Any]
-
 # Decoding builds an event per record: without a frozen __init__'s setattr per field (events/slot_builder.py).
 _new_event: Final = slot_builder(Event)
-_new_message: Final = slot_builder(MessageAppended)
-
-# ---- hand-written converters -----------------------------------------------------------------
-
-# A block's record has its dataclass's fields, same names, same order (schema v4).
-_BLOCK_NAMES: Final[dict[type[Any], str]] = {
-    cls: _NS + cls.__name__ for cls in (TextBlock, MediaBlock, ToolCallBlock, ReasoningBlock, OpaqueBlock)
-}
-
-
-def _block_record(b: Block) -> tuple[str, Record]:
-    record = {name: getattr(b, name) for name in b.__slots__}
-    if isinstance(b, ReasoningBlock) and b.summary is not None:
-        record["summary"] = list(b.summary)
-    return _BLOCK_NAMES[type(b)], record
-
-
-def _reasoning_block(r: Record) -> ReasoningBlock:
-    summary = r["summary"]
-    return ReasoningBlock(**(r | {"summary": tuple(summary)}) if summary is not None else r)
-
-
-_BLOCK_BODIES: Final[dict[str, Callable[[Record], Block]]] = {
-    _NS + "TextBlock": lambda r: TextBlock(**r),
-    _NS + "MediaBlock": lambda r: MediaBlock(**r),
-    _NS + "ToolCallBlock": lambda r: ToolCallBlock(**r),
-    _NS + "ReasoningBlock": _reasoning_block,
-    _NS + "OpaqueBlock": lambda r: OpaqueBlock(**r),
-}
-
-
-def _message_record(b: MessageAppended) -> Record:
-    if b.blocks:  # the blocks are the truth; the Chat Completions view is derived on read
-        return _native_message_record(b)
-    return {
-        "message_id": b.message_id,
-        "role": b.role,
-        "content": content_value(b.content),
-        "name": b.name,
-        "tool_calls": tool_call_records(b.tool_calls),
-        "tool_call_id": b.tool_call_id,
-        "reasoning_content": b.reasoning_content,
-        "thinking_duration_ms": b.thinking_duration_ms,
-        "model": b.model,
-        "usage": usage_value(b.usage),
-        "finish_reason": b.finish_reason,
-        "metadata": b.metadata,
-        "blocks": [],
-        "provider": b.provider,
-        "api": b.api,
-        "is_error": b.is_error,
-    }
-
-
-def _native_message_record(b: MessageAppended) -> Record:
-    record = _message_record(dataclasses.replace(b, content=None, tool_calls=(), reasoning_content=None, blocks=()))
-    record["blocks"] = [_block_record(block) for block in b.blocks]
-    return record
-
-
-def _summary_record(b: SummaryRecorded) -> Record:
-    return {
-        "summary_id": b.summary_id,
-        "text": b.text,
-        "covers_through_message_id": b.covers_through_message_id,
-        "model": b.model,
-        "prompt_version": b.prompt_version,
-        "input_tokens": b.input_tokens,
-        "output_tokens": b.output_tokens,
-        "summary_tokens": b.summary_tokens,
-        "excluded_message_ids": None if b.excluded_message_ids is None else list(b.excluded_message_ids),
-    }
-
-
-def _message_body(r: Record) -> MessageAppended:
-    blocks: tuple[Block, ...] = ()
-    tool_calls: tuple[ToolCall, ...]
-    # .get: a reader schema before v4 has none of its fields (schema evolution tests use such).
-    raw_blocks = r.get("blocks")
-    if raw_blocks:  # whatever content and tool_calls the record also has, the blocks win
-        blocks = tuple(_BLOCK_BODIES[name](v) for name, v in raw_blocks)
-        content, tool_calls = chat_view(blocks, role=r["role"])
-    else:
-        content = r["content"]
-        if isinstance(content, list):
-            content = tuple(
-                TextPart(text=v["text"]) if name == _TEXT_PART else ImagePart(url=v["url"], detail=v["detail"])
-                for name, v in content
-            )
-        calls = r["tool_calls"]  # most messages have none: no generator for them
-        tool_calls = tuple(ToolCall(t["id"], t["name"], t["arguments"]) for t in calls) if calls else ()
-    u = r["usage"]
-    return _new_message(
-        message_id=r["message_id"],
-        role=r["role"],
-        content=content,
-        name=r["name"],
-        tool_calls=tool_calls,
-        tool_call_id=r["tool_call_id"],
-        reasoning_content=r["reasoning_content"],
-        thinking_duration_ms=r["thinking_duration_ms"],
-        model=r["model"],
-        usage=None
-        if u is None
-        else Usage(
-            prompt_tokens=u["prompt_tokens"],
-            completion_tokens=u["completion_tokens"],
-            cached_tokens=u["cached_tokens"],
-            reasoning_tokens=u["reasoning_tokens"],
-            cache_write_tokens=u.get("cache_write_tokens"),
-        ),
-        finish_reason=r["finish_reason"],
-        metadata=r["metadata"],
-        blocks=blocks,
-        provider=r.get("provider"),
-        api=r.get("api"),
-        is_error=r.get("is_error"),
-    )
-
-
-def _summary_body(r: Record) -> SummaryRecorded:
-    return SummaryRecorded(
-        summary_id=r["summary_id"],
-        text=r["text"],
-        covers_through_message_id=r["covers_through_message_id"],
-        model=r["model"],
-        prompt_version=r["prompt_version"],
-        input_tokens=r["input_tokens"],
-        output_tokens=r["output_tokens"],
-        summary_tokens=r["summary_tokens"],
-        excluded_message_ids=None if r.get("excluded_message_ids") is None else tuple(r["excluded_message_ids"]),
-    )
-
-
-_TO_RECORD: Final[dict[type[Any], tuple[str, Callable[[Any], Record]]]] = {
-    ConversationStarted: (_NS + "ConversationStarted", lambda b: {"title": b.title, "metadata": b.metadata}),
-    MessageAppended: (_NS + "MessageAppended", _message_record),
-    MessageRedacted: (_NS + "MessageRedacted", lambda b: {"message_id": b.message_id, "reason": b.reason}),
-    SummaryRecorded: (_NS + "SummaryRecorded", _summary_record),
-    ConversationCleared: (_NS + "ConversationCleared", lambda b: {"reason": b.reason}),
-    ConversationErased: (
-        _NS + "ConversationErased",
-        lambda b: {"reason": b.reason, "only_if_last_offset": b.only_if_last_offset},
-    ),
-}
-_FROM_RECORD: Final[dict[str, Callable[[Record], EventBody]]] = {
-    _NS + "ConversationStarted": lambda r: ConversationStarted(title=r["title"], metadata=r["metadata"]),
-    _NS + "MessageAppended": _message_body,
-    _NS + "MessageRedacted": lambda r: MessageRedacted(message_id=r["message_id"], reason=r["reason"]),
-    _NS + "SummaryRecorded": _summary_body,
-    _NS + "ConversationCleared": lambda r: ConversationCleared(reason=r["reason"]),
-    _NS + "ConversationErased": lambda r: ConversationErased(
-        reason=r["reason"], only_if_last_offset=r.get("only_if_last_offset")
-    ),
-}
-
-
-def _body_record(body: EventBody) -> tuple[str, Record]:
-    """The body union's value: the branch's name and the body's record."""
-    converter = _TO_RECORD.get(type(body))
-    if converter is None:
-        raise InvalidEventError(f"unknown body type {type(body).__name__}", field="body")
-    name, to_record = converter
-    return name, to_record(body)
-
 
 # Keys repeat from event to event (a conversation is many events): validate each one once.
 _conversation_key: Final = functools.lru_cache(maxsize=4096)(ConversationKey)
@@ -247,7 +61,7 @@ _conversation_key: Final = functools.lru_cache(maxsize=4096)(ConversationKey)
 
 
 class _Version:
-    __slots__ = ("fingerprint", "number", "read", "schema", "write", "write_event")
+    __slots__ = ("fingerprint", "number", "read", "readers", "schema", "write", "write_event", "writers")
 
     def __init__(self, number: int, path: Path) -> None:
         try:
@@ -255,11 +69,13 @@ class _Version:
             # logicalType is not in the canonical form; the converters do the conversions (micros).
             self.schema = cast("Record", parse_schema(_strip_logical_types(raw), named_schemas={}))
             self.fingerprint = bytes.fromhex(avro_fingerprint(to_parsing_canonical_form(raw), "CRC-64-AVRO"))
-            self.read = compile_reader(self.schema, {})
+            self.readers: dict[str, Any] = {}  # every named type's reader: a seal's body record
+            self.read = compile_reader(self.schema, self.readers)
             named: dict[str, Any] = {}
             kinds: dict[str, str] = {}
             self.write = compile_writer(self.schema, named, kinds)
-            self.write_event = compile_event_writer(self.schema, named, kinds, _body_record)
+            self.write_event = compile_event_writer(self.schema, named, kinds, body_record)
+            self.writers = named
         except Exception as e:  # anything wrong with a schema file is a configuration error
             raise ConfigurationError(f"cannot load Avro schema {path}: {e!r}") from e
         self.number = number
@@ -291,11 +107,25 @@ class EventCodec:
         self._current = versions[-1]
         self._known = {v.fingerprint: v for v in versions}  # the current version last: it wins ties
         bodies: list[Any] = next((f["type"] for f in self._current.schema.get("fields", ()) if f["name"] == "body"), [])
-        unknown = {b["name"] if isinstance(b, dict) else b for b in bodies} ^ set(_FROM_RECORD)
+        unknown = {b["name"] if isinstance(b, dict) else b for b in bodies} ^ set(FROM_RECORD)
         if unknown:
             raise ConfigurationError(f"schema v{self.version} and events.event_types disagree on {sorted(unknown)}")
         self._header = MAGIC + self._current.fingerprint
+        self._keys: KeyRing | None = None
         self._content_type = f"application/vnd.apache.avro+binary; encoding=single-object; schema={_NS}Event"
+
+    def with_keys(self, keys: KeyRing) -> EventCodec:
+        """This codec (the same compiled schemas), opening the sealed records it decodes with
+        ``keys``: :meth:`decode` answers complete bodies, or erased placeholders where a key
+        was destroyed (events/sealing/bodies.py)."""
+        twin = copy.copy(self)
+        twin._keys = keys
+        return twin
+
+    @property
+    def keys(self) -> KeyRing | None:
+        """What :meth:`decode` opens sealed records with (None: it leaves them sealed)."""
+        return self._keys
 
     @property
     def version(self) -> int:
@@ -336,11 +166,55 @@ class EventCodec:
             "conversation_id": key.conversation_id,
             "occurred_at": micros(event.occurred_at),
             "producer": event.producer,
-            "body": _body_record(event.body),
+            "body": body_record(event.body),
         }
 
+    def encode_body(self, body: EventBody) -> bytes:
+        """The body's record alone — no header, no union branch — under the current schema: the
+        plaintext of a seal (docs/producers.md, Sealed records). Raises :class:`InvalidEventError`."""
+        name, record = body_record(body)
+        out = bytearray()
+        try:
+            self._current.writers[name](record, out)
+        except (KeyError, ValueError, TypeError, AttributeError, OverflowError) as e:
+            raise InvalidEventError(f"does not fit schema v{self.version}: {e!r}", field="body") from e
+        return bytes(out)
+
+    def decode_body(self, data: bytes, body_type: str, *, writer: bytes = b"") -> EventBody:
+        """Inverse of :meth:`encode_body`: a seal's plaintext, a ``body_type`` record written
+        with the schema of fingerprint ``writer`` (empty: the current one). Its converter reads a
+        record of an older schema by its own fields (the newer ones absent read as their
+        defaults). Raises :class:`CorruptRecordError` (a seal's plaintext is never resolved
+        across an unknown schema: :class:`UnknownSchemaError`)."""
+        version = self._known.get(writer) if writer else self._current
+        if version is None:
+            raise UnknownSchemaError(writer)
+        name = _NS + body_type
+        read = version.readers.get(name)
+        convert = FROM_RECORD.get(name)
+        if read is None or convert is None:
+            raise CorruptRecordError(f"schema v{version.number} has no body type {body_type!r}")
+        try:
+            record, end = read(data, 0)
+            if end != len(data):
+                raise CorruptRecordError(f"{len(data) - end} trailing byte(s) after the sealed {body_type}")
+            return convert(record, version.fingerprint)
+        except (IndexError, EOFError, struct.error) as e:
+            raise CorruptRecordError(f"truncated sealed {body_type}") from e
+        except UnicodeDecodeError as e:
+            raise CorruptRecordError(f"invalid UTF-8 in a sealed string: {e}") from e
+        except (ValueError, KeyError, TypeError) as e:
+            raise CorruptRecordError(f"not a valid sealed {body_type}: {e}") from e
+
     def decode(self, data: bytes | memoryview) -> Event:
-        """Raises :class:`UnknownSchemaError` or :class:`CorruptRecordError`, nothing else."""
+        """Raises :class:`UnknownSchemaError`, :class:`CorruptRecordError` or, with keys, a
+        :class:`~events.errors.SealedRecordError`; nothing else."""
+        event = self.decode_unopened(data)
+        return event if self._keys is None else open_event(event, self._keys, self)
+
+    def decode_unopened(self, data: bytes | memoryview) -> Event:
+        """The event as the record holds it: a sealed body stays sealed.
+        Raises :class:`UnknownSchemaError` or :class:`CorruptRecordError`, nothing else."""
         buf = bytes(data)
         if len(buf) < HEADER_SIZE:
             raise CorruptRecordError(f"{len(buf)}-byte record is shorter than the {HEADER_SIZE}-byte header")
@@ -367,7 +241,7 @@ class EventCodec:
                 key=_conversation_key(record["tenant_id"], record["user_id"], record["conversation_id"]),
                 occurred_at=_EPOCH + timedelta(0, 0, record["occurred_at"]),  # (days, seconds, microseconds)
                 producer=record["producer"],
-                body=_FROM_RECORD[name](body),
+                body=FROM_RECORD[name](body, version.fingerprint),
             )
         except (IndexError, EOFError, struct.error) as e:
             detail = "" if isinstance(e, IndexError) else f": {e}"

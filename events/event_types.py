@@ -135,9 +135,25 @@ class Usage:
 
 
 @dataclass(frozen=True, slots=True)
+class Sealed:
+    """Schema v5: a body's content, sealed under its conversation's data key (events/sealing/).
+    The body carrying it has every content field empty; the ciphertext holds the whole body.
+    A body that still carries ``sealed`` after opening (events.sealing.bodies.open_event) is an
+    erased placeholder: its key was destroyed, only its clear fields remain."""
+
+    key_id: str
+    nonce: bytes
+    ciphertext: bytes
+    # Not on the wire: the writer schema (fingerprint) of the record the seal came in, which
+    # its plaintext is encoded with; empty for a seal made by this build (the current schema).
+    writer: bytes = field(default=b"", compare=False, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
 class ConversationStarted:
     title: str | None = None
     metadata: Mapping[str, str] = field(default_factory=dict)
+    sealed: Sealed | None = None  # schema v5
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +177,7 @@ class MessageAppended:
     provider: str | None = None  # who made it: "anthropic", "openai", "google", "deepseek", ...
     api: ApiFormat | None = None  # the format it was appended in (None: chat_completions, before v4)
     is_error: bool | None = None  # a tool result that reports a failure (Anthropic is_error)
+    sealed: Sealed | None = None  # schema v5: the content above, sealed (then all empty here)
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +201,7 @@ class SummaryRecorded:
     # Redacted messages of the covered range the summary left out (schema v2; None: not recorded).
     # A summary covering a message redacted before it that it does not list is withdrawn.
     excluded_message_ids: tuple[str, ...] | None = None
+    sealed: Sealed | None = None  # schema v5: the text, sealed (then "" here)
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +223,10 @@ class ConversationErased:
 
     reason: str | None = None
     only_if_last_offset: int | None = None
+    # Schema v5: what was erased ("conversation", or "user": this erase is one of a user's) and
+    # who asked (a token id, an operator's name). Audit facts, never content.
+    subject: str | None = None
+    requested_by: str | None = None
 
 
 EventBody: TypeAlias = (

@@ -19,7 +19,7 @@ from typing import Any, Final
 
 from events.avro_writer import Writer, compile_object_writer, compile_writer
 from events.errors import InvalidEventError
-from events.event_types import Content, EventBody, MessageAppended, TextPart, ToolCall, Usage
+from events.event_types import Content, EventBody, MessageAppended, Sealed, TextPart, ToolCall, Usage
 
 NS: Final = "convlog.events."
 _TEXT_PART: Final = NS + "TextPart"
@@ -69,6 +69,13 @@ def usage_value(u: Usage | None) -> Any:
     )
 
 
+def sealed_value(sealed: Sealed | None) -> Any:
+    """A body's seal (schema v5) as the schema's union value."""
+    if sealed is None:
+        return None
+    return (NS + "Sealed", {"key_id": sealed.key_id, "nonce": sealed.nonce, "ciphertext": sealed.ciphertext})
+
+
 # Where each field's value is, as an expression over ``value`` (the event, the message).
 _ENVELOPE: Final = {
     "event_id": "value.event_id",
@@ -85,12 +92,14 @@ _MESSAGE: Final = {
     "tool_calls": "tool_call_records(value.tool_calls) if value.tool_calls else ()",
     "usage": "usage_value(value.usage)",
     "blocks": "()",  # this writer takes messages without blocks only
+    "sealed": "sealed_value(value.sealed)",
 }
 _HELPERS: Final = {
     "micros": micros,
     "content_value": content_value,
     "tool_call_records": tool_call_records,
     "usage_value": usage_value,
+    "sealed_value": sealed_value,
 }
 
 

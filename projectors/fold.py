@@ -19,6 +19,7 @@ from events.errors import ConvlogError, InvalidEventError
 from events.event_types import ConversationCleared, ConversationErased, Event, MessageRedacted, SummaryRecorded
 from events.keys import ConversationKey
 from events.log import Coordinates, LogRecord
+from events.sealing.bodies import is_erased, open_event
 from events.validation import validate_event
 from projectors.changes import Erasure, Redaction, SummaryRow, SummaryWithdrawal, TranscriptRow
 from projectors.context_range import SummaryAt
@@ -44,6 +45,7 @@ class Decoded:
     key: str | None
     event: Event | None  # None: see poison
     poison: Poison | None = None
+    key_id: str | None = None  # the data key the record was sealed with (None: a plain record)
 
 
 class PoisonRecordError(ProjectionError):
@@ -80,13 +82,20 @@ def decode_one(record: LogRecord, *, codec: EventCodec, max_event_bytes: int) ->
     if len(record.value) > max_event_bytes:
         return poison("event_too_large", f"{len(record.value)} bytes, the limit is {max_event_bytes}")
     try:
-        event = codec.decode(record.value)
-        validate_event(event, stored=True)  # foreign producers bypass convlog's producer API
+        event = codec.decode_unopened(record.value)
+        seal = getattr(event.body, "sealed", None)
+        if seal is not None:
+            keys = codec.keys
+            if keys is None:
+                return poison("unknown_key", f"the record is sealed under key {seal.key_id} and no key store is set")
+            event = open_event(event, keys, codec)
+        if not is_erased(event.body):  # a placeholder has its clear fields only: no message to validate
+            validate_event(event, stored=True)  # foreign producers bypass convlog's producer API
     except ConvlogError as e:
         return poison(e.code, str(e))
     if str(event.key) != key:
         return poison("key_mismatch", f"record key {key} but the event names {event.key}")
-    return Decoded(record, key, event)
+    return Decoded(record, key, event, key_id=None if seal is None else seal.key_id)
 
 
 def decode_batch(records: Sequence[LogRecord], *, codec: EventCodec, max_event_bytes: int) -> list[Decoded]:

@@ -111,6 +111,9 @@ class History(Protocol):
 Change: TypeAlias = TranscriptRow | SummaryRow | Redaction | Erasure | SummaryWithdrawal
 
 
+ERASED_REASON = "erased: its key was destroyed"
+
+
 def apply_event(
     state: ConversationState,
     event: Event,
@@ -131,6 +134,8 @@ def apply_event(
         raise InvariantError(f"event {event.event_id} belongs to {event.key}, not to {state.key}")
     body = event.body
     if isinstance(body, MessageAppended):  # the hot path
+        if body.sealed is not None:
+            return _apply_erased_message(state, event, body, at, policy)
         return _apply_message(state, event, body, at, policy)
     common: dict[str, Any] = {
         "exists": True,
@@ -143,6 +148,8 @@ def apply_event(
     if isinstance(body, MessageRedacted):
         return _apply_redaction(base, event, body, at, history)
     if isinstance(body, SummaryRecorded):
+        if body.sealed is not None:  # erased (its key destroyed): nothing left to serve
+            return base, []
         return _apply_summary(base, event, body, at, history)
     if isinstance(body, ConversationStarted):
         return replace(base, title=body.title or base.title, metadata={**base.metadata, **body.metadata}), []
@@ -152,6 +159,21 @@ def apply_event(
         return base, []  # void: the conversation moved on after the erase was decided (retention)
     erased = _restart(base, clear_count=base.clear_count, title=None, metadata={}, erased_at=event.occurred_at)
     return erased, [Erasure(str(state.key), event.occurred_at, base.next_seq, at.offset)]
+
+
+def _apply_erased_message(
+    state: ConversationState, event: Event, msg: MessageAppended, at: Coordinates, policy: WindowPolicy
+) -> tuple[ConversationState, list[Change]]:
+    """A message whose key erasure destroyed (an erased placeholder, events/sealing/bodies.py):
+    it keeps its place in the audit — row, turn, tool call bookkeeping — and is redacted as it
+    lands, so that a projection or an ``as_of`` that meets it before its erase event serves
+    nothing of it, exactly like one made after the erase."""
+    state, changes = _apply_message(state, event, msg, at, policy)
+    seq = state.next_seq - 1
+    redaction = Redaction(str(state.key), msg.message_id, ERASED_REASON, event.occurred_at, at.offset, seq + 1)
+    if starts_turn(msg.role):
+        state = replace(state, redacted_questions=(*state.redacted_questions, seq))
+    return state, [*changes, redaction]
 
 
 def _apply_redaction(

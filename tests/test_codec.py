@@ -201,7 +201,7 @@ def record(body_index: int, body: bytes, **envelope: bytes) -> bytes:
 def message(**fields: bytes) -> bytes:
     """A hand-written MessageAppended body: m-1, role user, everything else empty."""
     names = "message_id role content name tool_calls tool_call_id reasoning_content"
-    names += " thinking_duration_ms model usage finish_reason metadata blocks provider api is_error"
+    names += " thinking_duration_ms model usage finish_reason metadata blocks provider api is_error sealed"
     defaults = dict.fromkeys(names.split(), zz(0)) | {"message_id": s("m-1"), "role": zz(1)}
     return b"".join((defaults | fields).values())
 
@@ -209,8 +209,9 @@ def message(**fields: bytes) -> bytes:
 def test_hand_written_records_decode() -> None:
     assert CODEC.decode(record(1, message())) == Event("e-1", KEY, AT, "p", MessageAppended("m-1", "user"))
     assert CODEC.decode(record(4, zz(1) + s("x"))).body == ConversationCleared("x")
-    assert CODEC.decode(record(5, zz(0) + zz(0))).body == ConversationErased()
-    assert CODEC.decode(record(5, zz(0) + zz(1) + zz(7))).body == ConversationErased(only_if_last_offset=7)
+    assert CODEC.decode(record(5, zz(0) * 4)).body == ConversationErased()
+    erased = record(5, zz(0) + zz(1) + zz(7) + zz(1) + s("user") + zz(0))
+    assert CODEC.decode(erased).body == ConversationErased(only_if_last_offset=7, subject="user")
 
 
 def test_non_minimal_varints_decode_where_the_record_reader_reads_inline() -> None:

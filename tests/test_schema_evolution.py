@@ -178,11 +178,12 @@ def test_v2_writes_with_its_own_fingerprint_and_reads_its_own_records(tmp_path: 
 
 
 def _as_v1(event: Event) -> Event:
-    """The sample without what the real v2, v3 and v4 added (the synthetic v2 here derives from v1)."""
+    """The sample without what the real v2 to v5 added (the synthetic v2 here derives from v1)."""
     if isinstance(event.body, SummaryRecorded):
         return dataclasses.replace(event, body=dataclasses.replace(event.body, excluded_message_ids=None))
     if isinstance(event.body, ConversationErased):
-        return dataclasses.replace(event, body=dataclasses.replace(event.body, only_if_last_offset=None))
+        plain = dataclasses.replace(event.body, only_if_last_offset=None, subject=None, requested_by=None)
+        return dataclasses.replace(event, body=plain)
     if isinstance(event.body, MessageAppended):  # v4: its Chat Completions view is what v1 holds
         usage = event.body.usage and dataclasses.replace(event.body.usage, cache_write_tokens=None)
         v1 = dataclasses.replace(event.body, blocks=(), provider=None, api=None, is_error=None, usage=usage)

@@ -22,7 +22,11 @@ class KeyRing(Protocol):
 
     def lookup(self, key_id: str) -> DataKey | DestroyedKey | None:
         """The conversation key ``key_id`` (unwrapped), what is left of it if destroyed, or
-        None when this process does not know it (yet: :meth:`KeyStore.refresh`)."""
+        None when this process does not know it (yet: :meth:`refresh`)."""
+        ...
+
+    async def refresh(self) -> None:
+        """Catch up with the backend: keys other processes created or destroyed since."""
         ...
 
 
@@ -37,10 +41,6 @@ class KeyStore(KeyRing, Protocol):
 
     def current(self, conversation: ConversationKey) -> DataKey | None:
         """What :meth:`ensure` would answer, if this process knows it already (no I/O)."""
-        ...
-
-    async def refresh(self) -> None:
-        """Catch up with the backend: keys other processes created or destroyed."""
         ...
 
     async def destroy_conversation(
