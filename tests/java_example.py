@@ -22,7 +22,7 @@ from devservices.kafka_service import java_executable
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "java-producer"
 MAIN_CLASS = "example.convlog.ChatEventProducer"
-BUNDLED_SCHEMA = REPO / "schemas" / "event.v3.avsc"
+BUNDLED_SCHEMAS = (REPO / "schemas" / "event.v3.avsc", REPO / "schemas" / "event.v5.avsc")  # plain, sealed
 # The codecs the example is run with against convlog (tests/kafka/test_java_producer_settings.py):
 # docs/producers.md calls exactly these safe (tests/test_producer_contract.py).
 VERIFIED_CODECS = ("gzip", "snappy", "lz4", "zstd")
@@ -34,7 +34,7 @@ class JavaExampleError(RuntimeError):
 
 def _inputs_hash() -> str:
     digest = hashlib.sha256()
-    for path in [EXAMPLE / "pom.xml", BUNDLED_SCHEMA, *sorted((EXAMPLE / "src").rglob("*"))]:
+    for path in [EXAMPLE / "pom.xml", *BUNDLED_SCHEMAS, *sorted((EXAMPLE / "src").rglob("*"))]:
         if path.is_file():
             digest.update(str(path.relative_to(REPO)).encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()

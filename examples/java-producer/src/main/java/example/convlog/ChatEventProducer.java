@@ -36,6 +36,10 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  * ChatEventProducer --bootstrap HOST:PORT --topic T --tenant A --user U --conversation C
  *                   [--set producer.setting=value ...]     e.g. compression.type=zstd, transactional.id=app-1
  *                   [--abort-last]                          with transactional.id: then a follow-up turn, aborted
+ *                   [--key-id ck_... --key BASE64]          seal the content (schema v5) under this data key
+ *                   [--key-url API_BASE --token TOKEN]      seal it under the key convlog's HTTP API hands out
+ * ChatEventProducer --seal-vector SCHEMA.avsc KEY_ID KEY_BASE64 NONCE_HEX:RECORD_HEX ...
+ *                                                           seal v5 records with the nonces given (golden vector)
  * ChatEventProducer --print-fingerprints [SCHEMA.avsc ...]  the bundled schema, or the files named
  * ChatEventProducer --reencode SCHEMA.avsc HEX ...         decode single-object records, encode them again
  * </pre>
@@ -46,6 +50,8 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
 public final class ChatEventProducer {
     /** The schema this producer writes: event.v3.avsc (copied in by the build). convlog reads it as v4 with no blocks. */
     static final String SCHEMA_RESOURCE = "/convlog/event.v3.avsc";
+    /** The schema a sealing producer writes: event.v5.avsc, the first with {@code sealed}. */
+    static final String SEALED_SCHEMA_RESOURCE = "/convlog/event.v5.avsc";
     /** Optional; if sent, the body's short record name (Schema.getName(), not getFullName()). */
     static final String EVENT_TYPE_HEADER = "convlog.event_type";
     static final int MAX_KEY_PART_LENGTH = 256;
@@ -53,9 +59,11 @@ public final class ChatEventProducer {
     private final Schema event;
     private final Schema body;
     private final BinaryMessageEncoder<GenericRecord> encoder;
+    private final Sealer sealer; // null: content is written in clear (and cannot be shredded)
 
-    ChatEventProducer(Schema event) {
+    ChatEventProducer(Schema event, Sealer sealer) {
         this.event = event;
+        this.sealer = sealer;
         this.body = event.getField("body").schema();
         // Avro single-object encoding: C3 01, the schema's CRC-64-AVRO fingerprint, the body.
         this.encoder = new BinaryMessageEncoder<>(GenericData.get(), event);
@@ -63,13 +71,17 @@ public final class ChatEventProducer {
 
     public static void main(String[] args) throws Exception {
         Map<String, List<String>> options = parseOptions(args);
-        Schema bundled = loadBundledSchema();
+        Schema bundled = loadBundledSchema(SCHEMA_RESOURCE);
         if (options.containsKey("print-fingerprints")) {
             printFingerprints(bundled, options.get("print-fingerprints"));
             return;
         }
         if (options.containsKey("reencode")) {
             reencode(options.get("reencode"));
+            return;
+        }
+        if (options.containsKey("seal-vector")) {
+            sealVector(options.get("seal-vector"));
             return;
         }
         Conversation conversation = new Conversation(
@@ -79,7 +91,34 @@ public final class ChatEventProducer {
         if (abortLast && !settings.containsKey(ProducerConfig.TRANSACTIONAL_ID_CONFIG)) {
             throw new IllegalArgumentException("--abort-last needs --set transactional.id=...");
         }
-        new ChatEventProducer(bundled).appendTurn(settings, required(options, "topic"), conversation, abortLast);
+        Sealer sealer = sealer(options, conversation);
+        Schema schema = sealer == null ? bundled : loadBundledSchema(SEALED_SCHEMA_RESOURCE);
+        new ChatEventProducer(schema, sealer).appendTurn(settings, required(options, "topic"), conversation, abortLast);
+    }
+
+    /**
+     * The data key to seal with: given (--key-id and --key, or CONVLOG_KEY_ID and CONVLOG_KEY),
+     * fetched from convlog's HTTP API (--key-url and --token, or CONVLOG_API_URL and
+     * CONVLOG_TOKEN), or none: then the records are plain, and an erase cannot shred them.
+     */
+    private static Sealer sealer(Map<String, List<String>> options, Conversation conversation) throws Exception {
+        String keyId = optional(options, "key-id", "CONVLOG_KEY_ID");
+        String key = optional(options, "key", "CONVLOG_KEY");
+        String url = optional(options, "key-url", "CONVLOG_API_URL");
+        if (keyId != null || key != null) {
+            if (keyId == null || key == null || url != null) {
+                throw new IllegalArgumentException("--key-id and --key go together, without --key-url");
+            }
+            return new Sealer(Sealer.DataKey.ofBase64(keyId, key));
+        }
+        if (url == null) {
+            return null;
+        }
+        String token = optional(options, "token", "CONVLOG_TOKEN");
+        if (token == null) {
+            throw new IllegalArgumentException("--key-url needs --token (or CONVLOG_TOKEN): the app's API token");
+        }
+        return new Sealer(Sealer.fetch(url, token, conversation.tenant(), conversation.user(), conversation.conversation()));
     }
 
     /** Who a conversation belongs to. The envelope carries the ids as they are; the key escapes them. */
@@ -200,6 +239,10 @@ public final class ChatEventProducer {
             bodyRecord.put("message_id", eventId);
         }
         String key = conversation.key();
+        if (sealer != null && Sealer.seals(bodyRecord.getSchema())) {
+            // After the message id is set: the sealed plaintext is the complete body.
+            bodyRecord = sealer.seal(key, eventId, bodyRecord);
+        }
         GenericRecord envelope = new GenericRecordBuilder(event)
                 .set("event_id", eventId)
                 .set("tenant_id", conversation.tenant())
@@ -218,8 +261,11 @@ public final class ChatEventProducer {
         String type = bodyRecord.getSchema().getName();
         record.headers().add(EVENT_TYPE_HEADER, type.getBytes(StandardCharsets.UTF_8));
         RecordMetadata at = producer.send(record).get(60, TimeUnit.SECONDS);
+        String sealedBy = bodyRecord.getSchema().getField("sealed") == null || bodyRecord.get("sealed") == null
+                ? "null" : json(sealer.keyId());
         return "{\"type\":\"" + type + "\",\"event_id\":\"" + eventId + "\",\"key\":" + json(key)
-                + ",\"partition\":" + at.partition() + ",\"offset\":" + at.offset() + "}";
+                + ",\"partition\":" + at.partition() + ",\"offset\":" + at.offset() + ",\"sealed_by\":" + sealedBy
+                + "}";
     }
 
     private GenericRecord conversationStarted(String title) {
@@ -301,11 +347,40 @@ public final class ChatEventProducer {
         }
     }
 
-    private static Schema loadBundledSchema() throws IOException {
-        try (InputStream in = ChatEventProducer.class.getResourceAsStream(SCHEMA_RESOURCE)) {
+    /**
+     * Seals the body of each v5 single-object record ({@code NONCE_HEX:RECORD_HEX}, its body in
+     * clear) with the key and the nonce given, and prints the sealed record in hex: what
+     * schemas/vectors/sealed.json holds, byte for byte. Fixed nonces are for test vectors only.
+     */
+    static void sealVector(List<String> args) throws Exception {
+        if (args.size() < 3) {
+            throw new IllegalArgumentException("--seal-vector SCHEMA.avsc KEY_ID KEY_BASE64 NONCE_HEX:RECORD_HEX ...");
+        }
+        Schema schema = new Schema.Parser().parse(Files.readString(Path.of(args.get(0))));
+        Sealer sealer = new Sealer(Sealer.DataKey.ofBase64(args.get(1), args.get(2)));
+        org.apache.avro.message.BinaryMessageDecoder<GenericRecord> decoder =
+                new org.apache.avro.message.BinaryMessageDecoder<>(GenericData.get(), schema);
+        BinaryMessageEncoder<GenericRecord> encoder = new BinaryMessageEncoder<>(GenericData.get(), schema);
+        for (String pair : args.subList(3, args.size())) {
+            String[] parts = pair.split(":", 2);
+            GenericRecord record = decoder.decode(HexFormat.of().parseHex(parts[1]));
+            Conversation conversation = new Conversation(record.get("tenant_id").toString(),
+                    record.get("user_id").toString(), record.get("conversation_id").toString());
+            GenericRecord body = (GenericRecord) record.get("body");
+            record.put("body", sealer.seal(conversation.key(), record.get("event_id").toString(), body,
+                    HexFormat.of().parseHex(parts[0])));
+            ByteBuffer sealed = encoder.encode(record);
+            byte[] out = new byte[sealed.remaining()];
+            sealed.get(out);
+            System.out.println(HexFormat.of().formatHex(out));
+        }
+    }
+
+    private static Schema loadBundledSchema(String resource) throws IOException {
+        try (InputStream in = ChatEventProducer.class.getResourceAsStream(resource)) {
             if (in == null) {
-                throw new IOException(SCHEMA_RESOURCE + " is not on the classpath: outside the convlog repository, "
-                        + "copy schemas/event.v3.avsc into src/main/resources/convlog/");
+                throw new IOException(resource + " is not on the classpath: outside the convlog repository, "
+                        + "copy schemas/event.v3.avsc and event.v5.avsc into src/main/resources/convlog/");
             }
             return new Schema.Parser().parse(in);
         }
@@ -325,6 +400,19 @@ public final class ChatEventProducer {
             }
         }
         return options;
+    }
+
+    /** An option's one value, else the environment variable's, else null. */
+    private static String optional(Map<String, List<String>> options, String name, String env) {
+        List<String> values = options.get(name);
+        if (values == null) {
+            String fromEnv = System.getenv(env);
+            return fromEnv == null || fromEnv.isEmpty() ? null : fromEnv;
+        }
+        if (values.size() != 1) {
+            throw new IllegalArgumentException("--" + name + " takes one value");
+        }
+        return values.get(0);
     }
 
     private static String required(Map<String, List<String>> options, String name) {
