@@ -76,12 +76,16 @@ def _body(body: Any, *, withhold: bool) -> dict[str, Any]:
             for k, v in (("provider", body.provider), ("api", body.api), ("is_error", body.is_error))
             if v is not None
         )
+        if body.sealed is not None:  # an erased placeholder: its key was destroyed
+            data["erased"] = withhold = True
         if withhold:
             data.update(content=_WITHHELD, reasoning_content=None, tool_calls=None, name=None, metadata={})
             if "blocks" in data:  # signatures and encrypted reasoning are content too
                 data["blocks"] = None
         return data
     data = asdict(body)
+    if data.pop("sealed", None) is not None:  # an erased placeholder (never the ciphertext)
+        data["erased"] = withhold = True
     if withhold and isinstance(body, SummaryRecorded):
         data["text"] = _WITHHELD
     if withhold and "title" in data:

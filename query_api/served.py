@@ -10,6 +10,7 @@ import hashlib
 from collections.abc import Collection, Sequence
 from typing import Any
 
+from events.codec import EventCodec
 from events.event_types import Event
 from events.formats.registry import FORMATS
 from events.keys import ConversationKey
@@ -33,6 +34,7 @@ async def context_as_of(
     max_event_bytes: int,
     start_offset: int,
     pairs: Sequence[tuple[LogRecord, Event]] | None = None,
+    codec: EventCodec | None = None,
 ) -> tuple[Context, ContextInputs] | None:
     """The context served right after the event at offset ``point`` (or right before a message),
     rebuilt from the log; None if the conversation had no event by then. ``pairs``: the
@@ -46,6 +48,7 @@ async def context_as_of(
         max_event_bytes=max_event_bytes,
         start_offset=start_offset,
         pairs=pairs,
+        codec=codec,
     )
     if inputs is None:
         return None

@@ -40,7 +40,7 @@ FormatQuery = Annotated[
 def append_routes(deps: ApiDeps) -> APIRouter:
     router = APIRouter(route_class=StrictJsonRoute)
     requests = Requests(deps)
-    idempotent = IdempotentAppends(deps.producer, deps.queries.log, deps.queries.reads)
+    idempotent = IdempotentAppends(deps.producer, deps.queries.log, deps.queries.reads, codec=deps.queries.codec)
 
     async def refuse_orphans(key: ConversationKey, batch: NativeBatch, messages: tuple[MessageAppended, ...]) -> None:
         """422 ``orphan_tool_result`` for a result whose call is neither earlier in the payload nor

@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
+from events.codec import EventCodec, default_codec
 from events.event_types import Event
 from events.keys import ConversationKey, partition_for_key
 from events.log import EventLog, LogRecord
@@ -79,6 +80,8 @@ class QueryService:
     prefixes: PrefixMemory = field(default_factory=PrefixMemory)  # the last context served, for its cacheable prefix
     positions: PositionsWatch | None = None  # the projector's commits, when it runs in this process; else polling
     rows_needed: RowsNeeded = field(default_factory=RowsNeeded)  # how many rows a long range's next read takes
+    # What log reads decode with: with the key store's keys, sealed records open (events/sealing/).
+    codec: EventCodec = field(default_factory=default_codec)
 
     def partition_of(self, key: ConversationKey) -> int:
         return partition_for_key(key.encode(), self.log.partition_count)
@@ -92,7 +95,7 @@ class QueryService:
     async def logged_events(self, key: ConversationKey) -> list[tuple[LogRecord, Event]]:
         """The conversation's events, read from the log through the event index;
         :class:`ConversationNotFoundError` for none."""
-        pairs = await conversation_records(self.log, await self.reads(), key)
+        pairs = await conversation_records(self.log, await self.reads(), key, codec=self.codec)
         if not pairs:
             raise ConversationNotFoundError("no such conversation")
         return pairs
@@ -212,6 +215,7 @@ class QueryService:
                 max_event_bytes=self.max_event_bytes,
                 start_offset=pairs[0][0].offset,
                 pairs=pairs,
+                codec=self.codec,
             )
         )
         if served is None:
