@@ -88,6 +88,11 @@ class EventAppender:
                 event = seal_event(event, data_key, self._codec)
         return event, self._encoded(event)
 
+    @property
+    def keys(self) -> KeyStore | None:
+        """The key store this appender seals with (None: it writes plain records)."""
+        return self._keys
+
     def _encoded(self, event: Event) -> bytes:
         data = self._codec.encode(event)
         if len(data) > self._max_event_bytes:

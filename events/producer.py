@@ -14,11 +14,14 @@ append answers, in :mod:`events.appending`.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from events.appending import DEFAULT_MAX_EVENT_BYTES, EVENT_TYPE_HEADER, Appended, EventAppender, appended_at
+from events.errors import SubjectNotFoundError
 from events.event_types import (
     ConversationCleared,
     ConversationErased,
@@ -40,11 +43,29 @@ from events.openai_format import (
     tool_calls_from_openai,
     usage_from_openai,
 )
+from events.sealing.keys import UserSubject
 
-__all__ = ["DEFAULT_MAX_EVENT_BYTES", "EVENT_TYPE_HEADER", "Appended", "ConversationProducer", "appended_at"]
+__all__ = [
+    "DEFAULT_MAX_EVENT_BYTES",
+    "EVENT_TYPE_HEADER",
+    "Appended",
+    "ConversationProducer",
+    "UserErasure",
+    "appended_at",
+]
 
 # Namespace of the event ids append_completion derives from a completion's id (uuid5).
 _COMPLETION_NAMESPACE = uuid.UUID("8f0c2f4e-0d7b-4c6e-9a1d-3b5e7c9f1a24")
+
+
+@dataclass(frozen=True, slots=True)
+class UserErasure:
+    """What erasing a user did: an erase event per conversation, the keys destroyed (none:
+    ``already`` — they were destroyed before)."""
+
+    erased: tuple[Appended, ...]
+    destroyed_key_ids: tuple[str, ...]
+    already: bool
 
 
 class ConversationProducer(EventAppender):
@@ -232,11 +253,53 @@ class ConversationProducer(EventAppender):
         reason: str | None = None,
         event_id: str | None = None,
         only_if_last_offset: int | None = None,
+        requested_by: str | None = None,
     ) -> Appended:
-        """Erase the conversation's content from every read model. With ``only_if_last_offset``
-        the erase applies only if no event of the conversation was applied after that offset."""
-        erased = ConversationErased(reason=reason, only_if_last_offset=only_if_last_offset)
+        """Erase the conversation's content from every read model and, with a key store, from
+        every copy: its keys are destroyed first — before the erase event is even appended, so
+        no lagging projection or parked record holds it back (docs/erasure.md). With
+        ``only_if_last_offset`` (retention's idle erase) the erase applies only if no event of
+        the conversation was applied after that offset, and destroys no key: the fold decides
+        it, and a conversation written to since keeps everything."""
+        if self._keys is not None and only_if_last_offset is None:
+            # SubjectNotFoundError: plain records only (no key): the read models are all there is to clear
+            with contextlib.suppress(SubjectNotFoundError):
+                await self._keys.destroy_conversation(key, requested_by=requested_by, reason=reason)
+        erased = ConversationErased(
+            reason=reason,
+            only_if_last_offset=only_if_last_offset,
+            subject="conversation",
+            requested_by=requested_by,
+        )
         return await self.append(key, erased, event_id=event_id)
+
+    async def erase_user(
+        self,
+        user: UserSubject,
+        *,
+        conversations: Sequence[ConversationKey] = (),
+        reason: str | None = None,
+        requested_by: str | None = None,
+    ) -> UserErasure:
+        """Erase every conversation of ``user``: the user's keys are destroyed first (every
+        conversation key of the user unreadable at once), then each conversation gets its erase
+        event. ``conversations``: the user's conversations the read models know (plain ones
+        have no key); the key store adds those it holds keys of. Raises
+        :class:`SubjectNotFoundError` when neither knows the user."""
+        destruction = None
+        if self._keys is not None:
+            try:
+                destruction = await self._keys.destroy_user(user, requested_by=requested_by, reason=reason)
+            except SubjectNotFoundError:
+                if not conversations:
+                    raise
+        elif not conversations:
+            raise SubjectNotFoundError(f"no conversation of user {user.user_id!r}")
+        every = {str(c): c for c in (*conversations, *(destruction.conversations if destruction else ()))}
+        erased = ConversationErased(reason=reason, subject="user", requested_by=requested_by)
+        appended = [await self.append(c, erased) for _, c in sorted(every.items())]
+        key_ids = destruction.key_ids if destruction else ()
+        return UserErasure(tuple(appended), key_ids, already=destruction is not None and destruction.already)
 
     async def _message(
         self,
