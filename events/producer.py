@@ -63,7 +63,7 @@ class UserErasure:
     """What erasing a user did: an erase event per conversation, the keys destroyed (none:
     ``already`` — they were destroyed before)."""
 
-    erased: tuple[Appended, ...]
+    erased: tuple[tuple[ConversationKey, Appended], ...]
     destroyed_key_ids: tuple[str, ...]
     already: bool
 
@@ -297,7 +297,7 @@ class ConversationProducer(EventAppender):
             raise SubjectNotFoundError(f"no conversation of user {user.user_id!r}")
         every = {str(c): c for c in (*conversations, *(destruction.conversations if destruction else ()))}
         erased = ConversationErased(reason=reason, subject="user", requested_by=requested_by)
-        appended = [await self.append(c, erased) for _, c in sorted(every.items())]
+        appended = [(c, await self.append(c, erased)) for _, c in sorted(every.items())]
         key_ids = destruction.key_ids if destruction else ()
         return UserErasure(tuple(appended), key_ids, already=destruction is not None and destruction.already)
 

@@ -19,6 +19,7 @@ from query_api.http.routes_appends import append_routes
 from query_api.http.routes_audit import audit_routes
 from query_api.http.routes_context import context_routes
 from query_api.http.routes_conversations import conversation_routes
+from query_api.http.routes_erasure import erasure_routes
 from query_api.http.routes_health import PUBLIC_ROUTES, health_routes
 from query_api.http.routes_openai_conversations import openai_conversation_routes
 from query_api.http.strict_json import StrictJsonRoute
@@ -54,6 +55,7 @@ def create_app(deps: ApiDeps) -> FastAPI:
         context_routes,
         health_routes,
         append_routes,
+        erasure_routes,
         audit_routes,
         conversation_routes,
         openai_conversation_routes,

@@ -22,6 +22,7 @@ from events.keys import ConversationKey
 from events.producer import Appended
 from query_api.http.deps import PREFIX, ApiDeps, ApiError, AuthHeader, Requests, accepted
 from query_api.http.fast_json import FastJSONResponse
+from query_api.http.routes_erasure import requested_by
 from query_api.http.strict_json import StrictJsonRoute
 from query_api.idempotency import IdempotencyKeyReusedError, IdempotentAppends
 from query_api.log_reads import conversation_records
@@ -122,7 +123,10 @@ def append_routes(deps: ApiDeps) -> APIRouter:
     async def erase(user_id: str, conversation_id: str, authorization: AuthHeader = None) -> JSONResponse:
         key = requests.key_of(authorization, user_id, conversation_id)
         await deps.queries.held_by_log(key)
-        return accepted(await deps.producer.erase(key, reason="erased through the API"))
+        erased = await deps.producer.erase(
+            key, reason="erased through the API", requested_by=requested_by(authorization)
+        )
+        return accepted(erased)
 
     return router
 

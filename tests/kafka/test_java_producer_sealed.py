@@ -149,7 +149,7 @@ class KeyRoute(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         self.calls.append((unquote(self.path), self.headers.get("Authorization")))
-        wanted = f"/v1/tenants/{KEY.tenant_id}/users/{KEY.user_id}/conversations/{KEY.conversation_id}/key"
+        wanted = f"/v1/users/{KEY.user_id}/conversations/{KEY.conversation_id}/key"
         if self.headers.get("Authorization") != f"Bearer {TOKEN}":
             self._answer(401, {"error": "unauthorized"})
         elif unquote(self.path) != wanted:
@@ -189,7 +189,7 @@ async def test_the_java_example_seals_under_the_key_the_api_hands_out(
     sent = await asyncio.to_thread(
         produce, java_classpath, kafka_log, kafka_bootstrap, "--key-url", key_route, "--token", TOKEN
     )
-    path = "/v1/tenants/acme/users/employee:42/conversations/oa\\sealed/key"
+    path = "/v1/users/employee:42/conversations/oa\\sealed/key"
     assert KeyRoute.calls == [(path, f"Bearer {TOKEN}")]  # one key for the whole turn
     assert_is_the_turn(opened_turn(await read_back(kafka_log, sent), SECRET, KEY_ID))
 

@@ -164,14 +164,14 @@ final class Sealer {
 
     /**
      * Asks convlog's HTTP API for the conversation's data key:
-     * {@code POST {api}/v1/tenants/{t}/users/{u}/conversations/{c}/key} with the app's bearer
-     * token, answered {@code {"key_id": "ck_…", "key": "<base64>", "algorithm": "AES-256-GCM"}}.
+     * {@code POST {api}/v1/users/{u}/conversations/{c}/key} with the app's bearer token (the
+     * token names the tenant, which must be {@code tenant}), answered {@code {"key_id": "ck_…", "key": "<base64>", "algorithm": "AES-256-GCM"}}.
      * The same conversation gets the same key back until it is erased.
      */
     static DataKey fetch(String apiBase, String token, String tenant, String user, String conversation)
             throws IOException, InterruptedException {
-        String path = "/v1/tenants/" + segment(tenant) + "/users/" + segment(user) + "/conversations/"
-                + segment(conversation) + "/key";
+        // The token decides the tenant: a key is only ever handed out for the token's own tenant.
+        String path = "/v1/users/" + segment(user) + "/conversations/" + segment(conversation) + "/key";
         HttpRequest request = HttpRequest.newBuilder(URI.create(apiBase.replaceAll("/+$", "") + path))
                 .timeout(Duration.ofSeconds(30))
                 .header("Authorization", "Bearer " + token)
