@@ -22,7 +22,7 @@ from psycopg.rows import dict_row
 from events.errors import UnknownKeyError
 from pgstore.read_sql import in_schema
 from projectors.changes import CLEARS_TO_EMPTY, REDACTION_CLEARS, Redaction
-from projectors.sealed_rows import CONVERSATION_ROW, EMPTY_WHEN_SEALED, Opened, RowSealer
+from projectors.sealed_rows import CONVERSATION_ROW, EMPTY_WHEN_SEALED, SEALED_COLUMNS, Opened, RowSealer
 
 __all__ = ["JSON_COLUMNS", "open_dict_row", "open_sealed", "reseal_redacted"]
 
@@ -58,7 +58,8 @@ def open_dict_row(
         return row
     key = conversation_key if conversation_key is not None else row["conversation_key"]
     opened = open_sealed(sealer, table, key, event_id=row.get("event_id"), key_id=key_id, sealed=row.get("sealed"))
-    for column, text in opened.values.items():
+    for column in SEALED_COLUMNS[table]:
+        text = opened.values.get(column)
         row[column] = json.loads(text) if text is not None and column in JSON_COLUMNS else text
     for column in EMPTY_WHEN_SEALED:  # cleared (redacted, erased, a destroyed key): {} as in a plain row
         if column in row and row[column] is None:
@@ -82,7 +83,7 @@ async def reseal_redacted(
             for row in await read.fetchall():
                 key, event_id, key_id = r.conversation_key, row["event_id"], row["key_id"]
                 opened = open_sealed(sealer, "transcript", key, event_id=event_id, key_id=key_id, sealed=row["sealed"])
-                kept = {c: v for c, v in opened.values.items() if c not in dropped}
+                kept = {c: opened.values.get(c) for c in SEALED_COLUMNS["transcript"] if c not in dropped}
                 assert sealer is not None  # open_sealed raised otherwise
                 updates.append((sealer.seal("transcript", key, event_id, key_id, kept), key, row["seq"]))
         if updates:

@@ -27,6 +27,7 @@ writing a row under it stores no content at all. A key this process does not kno
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import json
@@ -36,10 +37,11 @@ from datetime import datetime
 from typing import Final
 
 import orjson
+from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from events.errors import MalformedSealError, UnknownKeyError
-from events.sealing.envelope import NONCE_BYTES, open_bytes, row_associated_data
+from events.errors import MalformedSealError, UnauthenticSealError, UnknownKeyError
+from events.sealing.envelope import NONCE_BYTES, TAG_BYTES, open_bytes, row_associated_data
 from events.sealing.keys import KEY_BYTES, DataKey, DestroyedKey
 from events.sealing.ports import KeyRing
 
@@ -50,6 +52,7 @@ __all__ = [
     "Opened",
     "RowSealer",
     "open_row_bytes",
+    "row_ad",
     "seal_row_bytes",
     "seal_row_values",
     "sealed_conversation_columns",
@@ -70,8 +73,24 @@ CONVERSATION_ROW: Final = ""
 EMPTY_WHEN_SEALED: Final = frozenset({"metadata"})
 
 
-def _nonce(secret: bytes, plaintext: bytes, associated_data: bytes) -> bytes:
-    nonce_key = hmac.new(secret, _NONCE_KEY_LABEL, hashlib.sha256).digest()
+@functools.lru_cache(maxsize=4096)
+def _row_prefix(conversation_key: str, table: str) -> bytes:
+    """The associated data of a row up to its event id: the envelope's, with the last two parts
+    empty, less its last separator (a row's is its parts joined by NUL: envelope.py)."""
+    return row_associated_data(conversation_key, table, "", "")[:-1]
+
+
+def row_ad(conversation_key: str, table: str, event_id: str, key_id: str) -> bytes:
+    """:func:`~events.sealing.envelope.row_associated_data`, its conversation's and table's
+    part made once: building the whole of it was a fifth of opening a message."""
+    return b"".join((_row_prefix(conversation_key, table), event_id.encode(), b"\x00", key_id.encode()))
+
+
+def _nonce_key(secret: bytes) -> bytes:
+    return hmac.new(secret, _NONCE_KEY_LABEL, hashlib.sha256).digest()
+
+
+def _nonce(nonce_key: bytes, plaintext: bytes, associated_data: bytes) -> bytes:
     mac = hmac.new(nonce_key, len(associated_data).to_bytes(8, "big"), hashlib.sha256)
     mac.update(associated_data)
     mac.update(plaintext)
@@ -83,8 +102,7 @@ def seal_row_bytes(secret: bytes, plaintext: bytes, associated_data: bytes) -> b
     module says why): the same inputs give the same bytes."""
     if len(secret) != KEY_BYTES:
         raise ValueError(f"a data key is {KEY_BYTES} bytes, got {len(secret)}")
-    nonce = _nonce(secret, plaintext, associated_data)
-    return nonce + AESGCM(secret).encrypt(nonce, plaintext, associated_data)
+    return _Cipher(secret).seal(plaintext, associated_data)
 
 
 def open_row_bytes(secret: bytes, sealed: bytes, associated_data: bytes) -> bytes:
@@ -95,24 +113,58 @@ def open_row_bytes(secret: bytes, sealed: bytes, associated_data: bytes) -> byte
 
 @dataclass(frozen=True, slots=True)
 class Opened:
-    """A sealed row's content columns (their stored text), or ``erased_at`` when its key is
-    destroyed (``values`` then empty: the row reads as erased, from the key's destruction on)."""
+    """A sealed row's content columns (their stored text; a NULL one absent), or ``erased_at``
+    when its key is destroyed (``values`` then empty: the row reads as erased from then on)."""
 
     values: Mapping[str, str | None]
     erased_at: datetime | None = None
 
 
+class _Cipher:
+    """One data key's AES-GCM and nonce key, made once: making them costs more than opening a
+    message (about 2.7 µs, and the first use of a new context more again)."""
+
+    __slots__ = ("_aead", "_nonce_key", "secret")
+
+    def __init__(self, secret: bytes) -> None:
+        self.secret = secret
+        self._aead = AESGCM(secret)
+        self._nonce_key = _nonce_key(secret)
+
+    def seal(self, plaintext: bytes, associated_data: bytes) -> bytes:
+        nonce = _nonce(self._nonce_key, plaintext, associated_data)
+        return nonce + self._aead.encrypt(nonce, plaintext, associated_data)
+
+    def open(self, sealed: bytes, associated_data: bytes) -> bytes:
+        if len(sealed) < NONCE_BYTES + TAG_BYTES:
+            raise MalformedSealError(f"a sealed row holds at least a nonce and a tag, got {len(sealed)} bytes")
+        try:
+            return self._aead.decrypt(sealed[:NONCE_BYTES], sealed[NONCE_BYTES:], associated_data)
+        except InvalidTag as e:
+            raise UnauthenticSealError(
+                "a sealed row fails authentication: altered, or moved from another conversation, table, event or key"
+            ) from e
+
+
 class RowSealer:
-    """Seals and opens rows with the keys a :class:`KeyRing` knows."""
+    """Seals and opens rows with the keys a :class:`KeyRing` knows (asked on every row: a key
+    destroyed meanwhile is destroyed for the next row read)."""
 
     def __init__(self, keys: KeyRing) -> None:
         self._keys = keys
+        self._ciphers: dict[str, _Cipher] = {}
 
     def _key(self, key_id: str) -> DataKey | DestroyedKey:
         key = self._keys.lookup(key_id)
         if key is None:
             raise UnknownKeyError(f"a read-model row is sealed under key {key_id!r}, which this process does not know")
         return key
+
+    def _cipher(self, key: DataKey) -> _Cipher:
+        cipher = self._ciphers.get(key.key_id)
+        if cipher is None or cipher.secret != key.secret:
+            cipher = self._ciphers[key.key_id] = _Cipher(key.secret)
+        return cipher
 
     def seal(
         self, table: str, conversation_key: str, event_id: str, key_id: str, values: Mapping[str, str | None]
@@ -123,21 +175,21 @@ class RowSealer:
         if isinstance(key, DestroyedKey):
             return None
         plaintext = orjson.dumps({c: v for c, v in values.items() if v is not None})
-        return seal_row_bytes(key.secret, plaintext, row_associated_data(conversation_key, table, event_id, key_id))
+        return self._cipher(key).seal(plaintext, row_ad(conversation_key, table, event_id, key_id))
 
     def open(self, table: str, conversation_key: str, event_id: str, key_id: str, sealed: bytes | None) -> Opened:
-        """The content columns of a sealed row (each column of :data:`SEALED_COLUMNS`, None where
-        NULL). ``sealed`` None: the row was written or cleared without content."""
+        """The content columns of a sealed row (read them with ``values.get``: a NULL one is
+        absent). ``sealed`` None: the row was written or cleared without content."""
         key = self._key(key_id)
         if isinstance(key, DestroyedKey):
             return Opened({}, erased_at=key.destroyed_at)
         if sealed is None:
-            return Opened(dict.fromkeys(SEALED_COLUMNS[table]))
-        ad = row_associated_data(conversation_key, table, event_id, key_id)
-        packed = orjson.loads(open_row_bytes(key.secret, bytes(sealed), ad))
+            return Opened({})
+        ad = row_ad(conversation_key, table, event_id, key_id)
+        packed = orjson.loads(self._cipher(key).open(sealed, ad))
         if not isinstance(packed, dict):
             raise MalformedSealError(f"a sealed {table} row of {conversation_key} holds no column object")
-        return Opened({c: packed.get(c) for c in SEALED_COLUMNS[table]})
+        return Opened(packed)
 
 
 def seal_row_values(

@@ -25,6 +25,7 @@ from events.errors import UnknownKeyError
 from events.event_types import SummaryRecorded
 from events.keys import ConversationKey
 from events.producer import ConversationProducer
+from events.sealing.envelope import row_associated_data
 from events.sealing.keys import DataKey, DestroyedKey, UserSubject, new_key_id, new_secret
 from pgstore.reads import PostgresReadModels
 from pgstore.store import PostgresProjectionStore
@@ -32,7 +33,7 @@ from pgstore.summaries import PostgresSummaryStore
 from pgstore.transcripts import ExportFilter, transcript_pages
 from pgstore.versions import compare
 from projectors.fold import BatchOutcome
-from projectors.sealed_rows import RowSealer, open_row_bytes, seal_row_bytes
+from projectors.sealed_rows import RowSealer, open_row_bytes, row_ad, seal_row_bytes
 from tests.projection_support import COUNTER, Projection, project_all
 
 pytestmark = pytest.mark.postgres
@@ -295,6 +296,8 @@ def test_the_same_row_seals_to_the_same_bytes_and_opens_only_where_it_belongs() 
     assert open_row_bytes(secret, one, b"ad-1") == b'{"content":"hi"}'
     with pytest.raises(Exception, match="fails authentication"):
         open_row_bytes(secret, one, b"ad-2")
+    for args in ((str(ALICE), "transcript", "e1", "ck_1"), ("a:b:c", "summaries", "", "ck_2")):
+        assert row_ad(*args) == row_associated_data(*args)
     ring = DictKeyRing()
     key_id = ring.create(ALICE)
     sealer = RowSealer(ring)
