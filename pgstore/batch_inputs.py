@@ -17,11 +17,13 @@ from typing import Any, LiteralString
 from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 
-from pgstore.read_sql import SUMMARY_COVERED, in_schema
+from pgstore.read_sql import KEPT_TEXT, SUMMARY_COVERED, in_schema
+from pgstore.sealed import open_dict_row
 from projectors.context_range import SummaryAt
 from projectors.errors import PositionConflictError
 from projectors.fold import BatchInputs, Lookups
 from projectors.rows import message_at, state_from_row
+from projectors.sealed_rows import RowSealer
 from projectors.state import MessageAt
 
 # The same statement turns synchronous_commit off for this transaction only (SET LOCAL; no extra
@@ -50,7 +52,7 @@ _MESSAGES_AT: LiteralString = (
 )
 _KEPT_SUMMARIES: LiteralString = (
     "SELECT x.conversation_key, x.seq, x.epoch, covered.seq AS covers, covered.turn AS covers_turn "
-    "FROM {s}.summaries x " + SUMMARY_COVERED + "WHERE x.conversation_key = ANY(%s) AND x.text IS NOT NULL"
+    "FROM {s}.summaries x " + SUMMARY_COVERED + "WHERE x.conversation_key = ANY(%s) AND " + KEPT_TEXT
 )
 _REDACTED_MESSAGES: LiteralString = (  # the partial index transcript_redacted
     "SELECT conversation_key, message_id, seq, epoch, turn, role "
@@ -61,8 +63,9 @@ _REDACTED_MESSAGES: LiteralString = (  # the partial index transcript_redacted
 class BatchInputReader:
     """Reads :class:`BatchInputs` (and, when asked, checks the positions) for one schema."""
 
-    def __init__(self, schema: str) -> None:
+    def __init__(self, schema: str, *, sealer: RowSealer | None = None) -> None:
         self._schema = schema
+        self._sealer = sealer  # opens a sealed conversation's title and metadata
 
     def _q(self, text: LiteralString) -> bytes:
         return in_schema(self._schema, text)
@@ -111,7 +114,10 @@ class BatchInputReader:
             redacted.setdefault(r["conversation_key"], []).append((r["message_id"], message_at(r)))
         parked = frozenset(r["conversation_key"] for r in rows["parked"] if r["conversation_key"])
         return BatchInputs(
-            states={r["conversation_key"]: state_from_row(r) for r in rows["states"]},
+            states={
+                r["conversation_key"]: state_from_row(open_dict_row(self._sealer, "conversations", r))
+                for r in rows["states"]
+            },
             parked=parked - {parked_override},
             seen_event_ids=frozenset((r["conversation_key"], r["event_id"]) for r in rows.get("seen", ())),
             known_messages=known,

@@ -27,6 +27,7 @@ from projectors.rows import (
     states_json,
     summary_copy_rows,
 )
+from projectors.sealed_rows import RowSealer
 
 __all__ = ["MOVE_POSITIONS", "BatchStatement", "is_plain", "move_params", "moved_rows"]
 
@@ -63,8 +64,9 @@ def is_plain(out: BatchOutcome) -> bool:
 class BatchStatement:
     """Composes the one statement of a plain batch for one schema (cached per shape)."""
 
-    def __init__(self, schema: str) -> None:
+    def __init__(self, schema: str, *, sealer: RowSealer | None = None) -> None:
         self._schema = schema
+        self._sealer = sealer
         self._cache: dict[tuple[int, ...], bytes] = {}
 
     def compose(
@@ -82,13 +84,13 @@ class BatchStatement:
         channel and payload, a ``pg_notify`` beside it, delivered at the commit)."""
         tables: list[tuple[str, Sequence[str], Sequence[Sequence[Any]]]] = [
             ("transcript", TRANSCRIPT_COLUMNS, transcript),
-            ("summaries", SUMMARY_COLUMNS, summary_copy_rows(out.summaries)),
+            ("summaries", SUMMARY_COLUMNS, summary_copy_rows(out.summaries, self._sealer)),
             ("event_ids", _EVENT_ID_COLUMNS, out.applied_event_ids),
             ("event_index", _INDEX_COLUMNS, index),
         ]
         params: list[Any] = [value for _, _, rows in tables for row in rows for value in row]
         if out.states:
-            params += states_json(list(out.states.values()))
+            params += states_json(list(out.states.values()), self._sealer)
         params += move_params(expected, new, notify)
         shape = (*(len(rows) for _, _, rows in tables), bool(out.states), notify is not None)
         statement = self._cache.get(shape)

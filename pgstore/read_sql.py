@@ -25,6 +25,10 @@ SUMMARY_COVERED = (
     "AND t.message_id = x.covers_through_message_id ORDER BY t.seq LIMIT 1) covered ON true "
 )
 
+# Whether summary row ``x`` keeps its text: in clear or sealed (a withdrawal or an erasure sets
+# both NULL; projectors/sealed_rows.py). Presence only: no reader computes on the text itself.
+KEPT_TEXT = "(x.text IS NOT NULL OR x.sealed IS NOT NULL) "
+
 # For conversation row ``c``: its window ``w`` and its current summary ``m``, the one the fold
 # chose (``c.summary_seq``; projectors/context_range.py): joined by key, no rule restated.
 WINDOW_AND_CURRENT_SUMMARY = (

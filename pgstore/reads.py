@@ -24,10 +24,13 @@ from psycopg.rows import dict_row
 from events.blocks import blocks_from_json
 from events.errors import InvalidRequestError
 from events.keys import ConversationKey
+from events.sealing.ports import KeyRing
 from events.slot_builder import slot_builder
 from events.validation import unstorable_char
 from pgstore.pool import PgPool, pg_errors
 from pgstore.read_sql import WINDOW_AND_CURRENT_SUMMARY
+from pgstore.sealed import open_dict_row, open_sealed
+from projectors.sealed_rows import RowSealer
 from projectors.tokens import ENCODINGS, cached_counter, message_counts_at_read
 from query_api.context_types import StoredMessage, StoredSummary
 from query_api.ports import (
@@ -56,7 +59,8 @@ _HEAD = (
     "SELECT c.epoch, c.last_partition, c.last_offset, "
     "CASE WHEN w.epoch = c.epoch THEN w.start_seq END AS window_start, c.context_start, c.usable_turns, "
     "EXISTS (SELECT FROM {s}.parked p WHERE p.conversation_key = c.conversation_key) AS parked, "
-    "m.summary_id, m.text, c.summary_covers_seq AS covers FROM {s}.conversations c "
+    "m.summary_id, m.text, c.summary_covers_seq AS covers, m.event_id AS summary_event, m.key_id AS summary_key, "
+    "encode(m.sealed, 'hex') AS summary_sealed FROM {s}.conversations c "
     + WINDOW_AND_CURRENT_SUMMARY
     + "WHERE c.conversation_key = %(k)s"
 )
@@ -66,13 +70,15 @@ _IN_RANGE = "AND seq >= (SELECT context_start FROM h) AND epoch = (SELECT epoch 
 _MESSAGE = (
     "NULL::text, seq, epoch, message_id, role, content::text, name, tool_calls::text, tool_call_id, "
     "reasoning_content, finish_reason, flag, redacted_at IS NOT NULL, erased_at IS NOT NULL, {tokens}, {reasoning}, "
-    "image_count, blocks::text, api, provider, model, is_error, (usage ->> 'prompt_tokens')::bigint "
+    "image_count, blocks::text, api, provider, model, is_error, (usage ->> 'prompt_tokens')::bigint, "
+    "event_id, key_id, sealed "
     "FROM {s}.transcript WHERE conversation_key = %(k)s "
 )
 # The head row's message columns are NULL (their types come from the other branches).
 _HEAD_ROW = (
     "SELECT 0 AS kind, json_build_array(h.epoch, h.last_partition, h.last_offset, h.window_start, h.usable_turns, "
-    "h.parked, h.summary_id, h.text, h.covers)::text AS head, NULL AS seq" + ", NULL" * 21 + " FROM h "
+    "h.parked, h.summary_id, h.text, h.covers, h.summary_event, h.summary_key, h.summary_sealed)::text AS head, "
+    "NULL AS seq" + ", NULL" * 24 + " FROM h "
 )
 # The newest %(n)s rows of the range (a budget rarely reaches back far; NULL is LIMIT ALL: every
 # row) by the primary key, the system messages by the partial index transcript_system_messages.
@@ -87,20 +93,21 @@ SELECT t.* FROM {s}.conversations c LEFT JOIN LATERAL (
     SELECT seq, partition, "offset", event_id, message_id, role, content, name, tool_calls, tool_call_id,
            reasoning_content, thinking_duration_ms, finish_reason, model, usage, metadata, occurred_at, epoch,
            flag, tokens_o200k, tokens_cl100k, redacted_at, redaction_reason, erased_at, blocks, provider, api,
-           is_error
+           is_error, key_id, sealed
       FROM {s}.transcript WHERE conversation_key = c.conversation_key AND seq < %s ORDER BY seq DESC LIMIT %s
 ) t ON true
 WHERE c.conversation_key = %s ORDER BY t.seq DESC"""
 _SUMMARIES = """
 SELECT c.summary_seq AS current_seq, m.seq, m.partition, m."offset", m.event_id, m.summary_id, m.epoch, m.text,
        m.covers_through_message_id, m.model, m.prompt_version, m.input_tokens, m.output_tokens, m.summary_tokens,
-       m.occurred_at, m.erased_at
+       m.occurred_at, m.erased_at, m.key_id, m.sealed
 FROM {s}.conversations c LEFT JOIN {s}.summaries m ON m.conversation_key = c.conversation_key
 WHERE c.conversation_key = %s ORDER BY m.seq"""
 
 _ITEM = """
 SELECT conversation_id, title, started_at, last_activity_at, message_count, turn_count, erased_at IS NOT NULL,
-       clear_count > 0, EXISTS (SELECT FROM {s}.parked p WHERE p.conversation_key = c.conversation_key)
+       clear_count > 0, EXISTS (SELECT FROM {s}.parked p WHERE p.conversation_key = c.conversation_key),
+       conversation_key, key_id, sealed
 FROM {s}.conversations c WHERE tenant_id = %(tenant)s AND user_id = %(user)s"""
 # The sort order mixes DESC and ASC, so "after the cursor" is no single row comparison: two
 # branches that each read conversations_by_activity in order, one for active ones (empty when
@@ -130,8 +137,11 @@ _MESSAGE_EVENT_AT = 'SELECT "offset" FROM {s}.transcript WHERE conversation_key 
 class PostgresReadModels:
     """The :class:`~query_api.ports.ReadModels` of one projection version's schema (normally the live one)."""
 
-    def __init__(self, pool: PgPool, *, schema: str, version: int | None = None) -> None:
+    def __init__(self, pool: PgPool, *, schema: str, version: int | None = None, keys: KeyRing | None = None) -> None:
+        """``keys``: the data keys sealed rows are opened with (pgstore/sealed.py); without it a
+        sealed row raises ``UnknownKeyError``."""
         self._pool = pool
+        self._sealer = None if keys is None else RowSealer(keys)
         self.schema = schema
         self.version = version
         # Composed once: psycopg would compose a Composed again on every execute.
@@ -168,13 +178,16 @@ class PostgresReadModels:
                         await conn.set_autocommit(False)  # as the pool's other users expect it
         if not rows:
             return None
-        (epoch, partition, last_offset, window_start, usable, parked, summary_id, text, covers) = orjson.loads(
+        (epoch, partition, last_offset, window_start, usable, parked, summary_id, text, covers, *sealed) = orjson.loads(
             rows[0][1]
         )
-        system = tuple(_message(r, encoding) for r in rows if r[0] == 1)
-        messages = tuple(_message(r, encoding) for r in rows if r[0] == 2)
+        k = str(key)
+        system = tuple(_message(r, encoding, k, self._sealer) for r in rows if r[0] == 1)
+        messages = tuple(_message(r, encoding, k, self._sealer) for r in rows if r[0] == 2)
+        if summary_id is not None and sealed[1] is not None:
+            text = _summary_text(self._sealer, k, sealed)
         summary = None
-        if summary_id is not None and covers is not None:
+        if summary_id is not None and covers is not None and text is not None:
             summary = StoredSummary(summary_id, text, covers, cached_counter(encoding)(text))
         if newest is None:
             return ContextInputs(key, epoch, parked, system, summary, window_start, messages, partition, last_offset)
@@ -217,7 +230,7 @@ class PostgresReadModels:
         with pg_errors(f"list the conversations of {tenant_id}/{user_id}"):
             async with self._pool.connection() as conn:
                 rows = await (await conn.execute(self._list, params)).fetchall()
-        items = [ConversationListItem(*row) for row in rows[:limit]]
+        items = [self._item(row) for row in rows[:limit]]
         more = len(rows) > limit
         return items, encode_cursor(items[-1].last_activity_at, items[-1].conversation_id) if more else None
 
@@ -237,7 +250,10 @@ class PostgresReadModels:
             return None
         page = [r for r in rows if r["seq"] is not None]  # a known conversation with no such rows: one NULL row
         next_before = page[limit - 1]["seq"] if len(page) > limit else None
-        return [transcript_entry(r) for r in reversed(page[:limit])], next_before
+        return [
+            transcript_entry(open_dict_row(self._sealer, "transcript", r, conversation_key=k))
+            for r in reversed(page[:limit])
+        ], next_before
 
     async def summaries(self, key: ConversationKey) -> list[dict[str, Any]] | None:
         """Every summary the conversation has had, oldest first, as JSON-ready dicts with a
@@ -251,7 +267,16 @@ class PostgresReadModels:
                 rows = await cur.fetchall()
         if not rows:
             return None
-        return summary_entries([r for r in rows if r["seq"] is not None], current=rows[0]["current_seq"])
+        kept = [open_dict_row(self._sealer, "summaries", r, conversation_key=k) for r in rows if r["seq"] is not None]
+        return summary_entries(kept, current=rows[0]["current_seq"])
+
+    def _item(self, row: tuple[Any, ...]) -> ConversationListItem:
+        """A list row (its title opened when sealed: the last three columns say how)."""
+        *values, key, key_id, sealed = row
+        if key_id is not None:
+            opened = open_sealed(self._sealer, "conversations", key, event_id=None, key_id=key_id, sealed=sealed)
+            values[1] = opened.values.get("title")
+        return ConversationListItem(*values)
 
     async def conversation_exists(self, key: ConversationKey) -> bool:
         return await self.first_offset(key) is not None
@@ -328,8 +353,32 @@ def _json(text: str | None) -> Any:
     return json.loads(text)
 
 
-def _message(row: tuple[Any, ...], encoding: str) -> StoredMessage:
-    values = list(row[2:])  # after the kind and the head
+def _summary_text(sealer: RowSealer | None, key: str, sealed: list[Any]) -> str | None:
+    """The current summary's text from its seal (the head's event id, key id and seal's hex)."""
+    event_id, key_id, hex_seal = sealed
+    seal = None if hex_seal is None else bytes.fromhex(hex_seal)
+    return open_sealed(sealer, "summaries", key, event_id=event_id, key_id=key_id, sealed=seal).values.get("text")
+
+
+def _open_message(values: list[Any], sealer: RowSealer | None, key: str, sealed: tuple[Any, ...]) -> None:
+    """A sealed message's content columns (their text, as the statement selects them) from its
+    seal, in place; a destroyed key: none, and the message reads as erased."""
+    event_id, key_id, seal = sealed
+    opened = open_sealed(sealer, "transcript", key, event_id=event_id, key_id=key_id, sealed=seal)
+    for column, at in _MESSAGE_CONTENT:
+        values[at] = opened.values.get(column)
+    if opened.erased_at is not None:
+        values[12] = True  # erased
+
+
+# Where the content columns are among a context message's values (after the kind and the head).
+_MESSAGE_CONTENT = (("content", 4), ("name", 5), ("tool_calls", 6), ("reasoning_content", 8), ("blocks", 16))
+
+
+def _message(row: tuple[Any, ...], encoding: str, key: str, sealer: RowSealer | None) -> StoredMessage:
+    values = list(row[2:-3])  # after the kind and the head, before the seal's columns
+    if row[-2] is not None:  # a key id: the content is sealed
+        _open_message(values, sealer, key, row[-3:])
     values[4] = _json(values[4])  # content
     values[6] = () if values[6] is None else tuple(json.loads(values[6]))  # tool_calls: a JSON list -> tuple of dicts
     values[16] = () if values[16] is None else blocks_from_json(values[16])  # NULL for a Chat Completions message

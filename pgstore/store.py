@@ -23,6 +23,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from events.codec import EventCodec
 from events.log import LogRecord
+from events.sealing.ports import KeyRing
 from pgstore import parked_rows
 from pgstore.batch_inputs import POSITIONS_FOR_UPDATE, BatchInputReader, check_positions
 from pgstore.batch_statement import MOVE_POSITIONS, BatchStatement, is_plain, move_params, moved_rows
@@ -38,6 +39,7 @@ from projectors.ports import UNREADABLE_BATCH, BatchReport
 from projectors.positions_watch import positions_channel, positions_payload
 from projectors.prepare import AheadCounter, PreparedBatch, prepare_batch
 from projectors.rows import TokenCounting, index_rows, record_from_row, transcript_copy_rows
+from projectors.sealed_rows import RowSealer
 from projectors.window import WindowPolicy
 
 Cursor = AsyncCursor[Any]
@@ -63,19 +65,23 @@ class PostgresProjectionStore:
         fail_fast: bool = False,
         skips: Mapping[tuple[int, int], str] | None = None,
         notify_positions: bool = False,
+        keys: KeyRing | None = None,
     ) -> None:
         """``skips``: (partition, offset) -> reason of poison records an operator skipped in the
         version this one rebuilds or verifies (:func:`skip_decisions`): skipped here too.
         ``notify_positions``: each batch's transaction also ``NOTIFY``s its new positions on the
         channel :func:`positions_channel` names, delivered at its commit (API processes of
-        other hosts wake their read-your-writes waits on it); the live projector sets it."""
+        other hosts wake their read-your-writes waits on it); the live projector sets it.
+        ``keys``: the data keys rows of sealed records are stored sealed under and read back
+        with (projectors/sealed_rows.py); without it, such a row raises ``UnknownKeyError``."""
         self._pool = pool
         self.schema = schema
         self._codec = codec
         self._counter = AheadCounter(counter)  # counts the next batch's texts before its transaction
-        self._writer = BatchWriter(schema, self._counter)
-        self._inputs = BatchInputReader(schema)
-        self._one_statement = BatchStatement(schema)
+        self._sealer = None if keys is None else RowSealer(keys)
+        self._writer = BatchWriter(schema, self._counter, sealer=self._sealer)
+        self._inputs = BatchInputReader(schema, sealer=self._sealer)
+        self._one_statement = BatchStatement(schema, sealer=self._sealer)
         self._policy = policy
         self._max_event_bytes = max_event_bytes
         self._fail_fast = fail_fast
@@ -223,7 +229,7 @@ class PostgresProjectionStore:
             if is_plain(outcome):  # the common batch: everything in one statement
                 statement, params = self._one_statement.compose(
                     outcome,
-                    transcript=transcript_copy_rows(outcome.transcript, counter),
+                    transcript=transcript_copy_rows(outcome.transcript, counter, self._sealer),
                     index=index_rows(decoded),
                     expected=moved,
                     new=new_positions,

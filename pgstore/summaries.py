@@ -7,16 +7,20 @@ turn them into the summary read model like any other event.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from psycopg import sql
 
 from events.keys import ConversationKey
+from events.sealing.ports import KeyRing
 from pgstore.pool import PgPool, pg_errors
-from pgstore.read_sql import WINDOW_AND_CURRENT_SUMMARY
+from pgstore.read_sql import KEPT_TEXT, WINDOW_AND_CURRENT_SUMMARY
+from pgstore.sealed import open_sealed
 from pgstore.versions import live_version
 from projectors.errors import ProjectionError
+from projectors.sealed_rows import RowSealer
 from summarizer.plan import PreviousSummary, SummaryInputs
 from summarizer.transcript import PendingMessage
 
@@ -24,11 +28,15 @@ _SNAPSHOT = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
 _HEAD = (
     "SELECT c.epoch, CASE WHEN w.epoch = c.epoch THEN w.start_seq END, m.summary_id, m.text, c.summary_covers_seq, "
     "(SELECT count(*) FROM {s}.summaries x WHERE x.conversation_key = c.conversation_key AND x.epoch = c.epoch "
-    "AND x.text IS NULL) FROM {s}.conversations c " + WINDOW_AND_CURRENT_SUMMARY + "WHERE c.conversation_key = %s"
+    "AND NOT "
+    + KEPT_TEXT
+    + "), m.event_id, m.key_id, m.sealed FROM {s}.conversations c "
+    + WINDOW_AND_CURRENT_SUMMARY
+    + "WHERE c.conversation_key = %s"
 )
 _PENDING = """
 SELECT seq, message_id, role, content, tool_calls, tool_call_id, finish_reason,
-       flag IS NULL AND redacted_at IS NULL AND erased_at IS NULL
+       flag IS NULL AND redacted_at IS NULL AND erased_at IS NULL, event_id, key_id, sealed
 FROM {s}.transcript
 WHERE conversation_key = %s AND epoch = %s AND seq > %s AND seq < %s AND role <> 'system'
 ORDER BY seq LIMIT %s"""
@@ -41,8 +49,10 @@ WHERE conversation_key = %s AND epoch = %s AND seq < %s AND redacted_at IS NOT N
 class PostgresSummaryStore:
     """The :class:`~summarizer.ports.SummaryStore` in Postgres: positions in ``convlog``, reads in a version."""
 
-    def __init__(self, pool: PgPool, *, consumer: str) -> None:
+    def __init__(self, pool: PgPool, *, consumer: str, keys: KeyRing | None = None) -> None:
+        """``keys``: the data keys sealed rows are opened with (pgstore/sealed.py)."""
         self._pool = pool
+        self._sealer = None if keys is None else RowSealer(keys)
         self.consumer = consumer
 
     async def positions(
@@ -115,9 +125,12 @@ class PostgresSummaryStore:
                 head = await cur.fetchone()
                 if head is None:
                     return None
-                epoch, window_start, summary_id, text, covers_seq, withdrawn = head
+                epoch, window_start, summary_id, text, covers_seq, withdrawn, event_id, key_id, sealed = head
+                if key_id is not None:
+                    opened = open_sealed(self._sealer, "summaries", k, event_id=event_id, key_id=key_id, sealed=sealed)
+                    text = opened.values.get("text")
                 previous = None
-                if summary_id is not None and covers_seq is not None:
+                if summary_id is not None and covers_seq is not None and text is not None:
                     previous = PreviousSummary(summary_id, text, covers_seq)
                 if window_start is None:
                     return SummaryInputs(key, epoch, None, previous, (), withdrawn=withdrawn)
@@ -126,7 +139,7 @@ class PostgresSummaryStore:
                 rows = await cur.fetchall()
                 cur = await conn.execute(sql.SQL(_REDACTED).format(s=s), [k, epoch, window_start])
                 redacted = tuple((int(seq), str(message_id)) for seq, message_id in await cur.fetchall())
-        pending = tuple(_pending(r) for r in rows)
+        pending = tuple(_pending(self._sealer, k, r) for r in rows)
         return SummaryInputs(
             key,
             epoch,
@@ -139,6 +152,16 @@ class PostgresSummaryStore:
         )
 
 
-def _pending(row: tuple[Any, ...]) -> PendingMessage:
-    seq, message_id, role, content, tool_calls, tool_call_id, finish_reason, usable = row
+def _pending(sealer: RowSealer | None, key: str, row: tuple[Any, ...]) -> PendingMessage:
+    """A pending message; a sealed one's content opened (a destroyed key: erased, not usable)."""
+    seq, message_id, role, content, tool_calls, tool_call_id, finish_reason, usable, event_id, key_id, sealed = row
+    if key_id is not None:
+        opened = open_sealed(sealer, "transcript", key, event_id=event_id, key_id=key_id, sealed=sealed)
+        content, tool_calls = (_parsed(opened.values.get(c)) for c in ("content", "tool_calls"))
+        usable = usable and opened.erased_at is None
     return PendingMessage(seq, message_id, role, content, tuple(tool_calls or ()), tool_call_id, finish_reason, usable)
+
+
+def _parsed(text: str | None) -> Any:
+    """A json column's value as the driver parses it."""
+    return None if text is None else json.loads(text)

@@ -12,14 +12,17 @@ from typing import Any
 from psycopg import sql
 from psycopg.rows import dict_row
 
+from events.sealing.ports import KeyRing
 from pgstore.pool import PgPool
+from pgstore.sealed import open_dict_row
+from projectors.sealed_rows import RowSealer
 
 # Erased and redacted content is NULL in the read models already; the export's markers say why.
 _EXPORTED = sql.SQL(
     't.conversation_key, c.tenant_id, c.user_id, c.conversation_id, t.seq, t.partition, t."offset", t.event_id, '
     "t.message_id, t.role, t.content, t.name, t.tool_calls, t.tool_call_id, t.reasoning_content, "
     "t.thinking_duration_ms, t.finish_reason, t.model, t.usage, t.metadata, t.occurred_at, t.epoch, t.turn, t.flag, "
-    "t.redacted_at, t.redaction_reason, t.erased_at, t.blocks, t.provider, t.api, t.is_error"
+    "t.redacted_at, t.redaction_reason, t.erased_at, t.blocks, t.provider, t.api, t.is_error, t.key_id, t.sealed"
 )
 _FILTERED = sql.SQL(
     "(%(tenant)s::text IS NULL OR c.tenant_id = %(tenant)s) AND (%(user)s::text IS NULL OR c.user_id = %(user)s) "
@@ -72,11 +75,13 @@ async def idle_conversations(pool: PgPool, schema: str, *, cutoff: datetime) -> 
 
 @contextlib.asynccontextmanager
 async def transcript_pages(
-    pool: PgPool, schema: str, where: ExportFilter, *, page_size: int
+    pool: PgPool, schema: str, where: ExportFilter, *, page_size: int, keys: KeyRing | None = None
 ) -> AsyncIterator[TranscriptPages]:
     """The matching messages in one read-only, repeatable-read snapshot, fetched through one
     server-side cursor in pages of ``page_size`` rows while the block reads them (memory stays
-    constant whatever the size)."""
+    constant whatever the size). Sealed rows are opened with ``keys`` (pgstore/sealed.py): the
+    pages hold the exported columns only, never the seal (a destroyed key: an erased row)."""
+    sealer = None if keys is None else RowSealer(keys)
     s = sql.Identifier(schema)
     source = sql.SQL("FROM {s}.conversations c JOIN {s}.transcript t USING (conversation_key) WHERE {w}").format(
         s=s, w=_FILTERED
@@ -91,6 +96,12 @@ async def transcript_pages(
             async def pages() -> AsyncIterator[list[dict[str, Any]]]:
                 await cur.execute(query, where.params())
                 while rows := await cur.fetchmany(page_size):
-                    yield rows
+                    yield [_opened(sealer, r) for r in rows]
 
             yield TranscriptPages(int(total_row[0]) if total_row else 0, pages())
+
+
+def _opened(sealer: RowSealer | None, row: dict[str, Any]) -> dict[str, Any]:
+    opened = open_dict_row(sealer, "transcript", row)
+    del opened["key_id"], opened["sealed"]
+    return opened

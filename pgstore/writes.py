@@ -13,6 +13,7 @@ from typing import Any, LiteralString
 from psycopg import AsyncCursor, sql
 
 from pgstore.read_sql import in_schema
+from pgstore.sealed import reseal_redacted
 from projectors.changes import CLEARS_TO_EMPTY, ERASURE_CLEARS, REDACTION_CLEARS
 from projectors.fold import BatchOutcome
 from projectors.rows import (
@@ -28,13 +29,22 @@ from projectors.rows import (
     summary_copy_rows,
     transcript_copy_rows,
 )
+from projectors.sealed_rows import SEALED_COLUMNS, RowSealer
 
 Cursor = AsyncCursor[Any]
 
 
+def _clears_seal(columns: Sequence[str]) -> bool:
+    """Whether a decision clearing ``columns`` leaves nothing of a sealed transcript row's
+    content: then its seal goes too; else the seal is opened and sealed again without them."""
+    return set(SEALED_COLUMNS["transcript"]) <= {*columns, *CLEARS_TO_EMPTY}
+
+
 def _cleared(columns: Sequence[str]) -> sql.Composed:
-    """``SET`` what a decision clears: ``columns`` to NULL, :data:`CLEARS_TO_EMPTY` to ``{}``."""
-    nulls = [sql.SQL("{} = NULL").format(sql.Identifier(c)) for c in columns]
+    """``SET`` what a decision clears: ``columns`` to NULL, :data:`CLEARS_TO_EMPTY` to ``{}``,
+    and the seal when that is all of a sealed row's content."""
+    nulled = [*columns, "sealed"] if _clears_seal(columns) else columns
+    nulls = [sql.SQL("{} = NULL").format(sql.Identifier(c)) for c in nulled]
     empties = [sql.SQL("{} = '{{}}'").format(sql.Identifier(c)) for c in CLEARS_TO_EMPTY]
     return sql.SQL(", ").join(nulls + empties)
 
@@ -65,9 +75,10 @@ def state_upsert(schema: str, table: str, columns: Sequence[str]) -> sql.Compose
 class BatchWriter:
     """Writes a :class:`~projectors.fold.BatchOutcome` into the tables of schema ``schema``."""
 
-    def __init__(self, schema: str, counter: TokenCounting) -> None:
+    def __init__(self, schema: str, counter: TokenCounting, *, sealer: RowSealer | None = None) -> None:
         self.schema = schema
         self._counter = counter
+        self._sealer = sealer
         # Statements composed once (formatting parses the template on every call).
         self._statements: dict[Any, bytes] = {}
 
@@ -116,9 +127,10 @@ class BatchWriter:
     ) -> None:
         """``counter``: instead of the writer's own (one answering from counts made ahead).
         ``inserts``: rows go as INSERTs, not COPY (for a small batch in a pipeline)."""
-        rows = transcript_copy_rows(out.transcript, counter or self._counter)
+        rows = transcript_copy_rows(out.transcript, counter or self._counter, self._sealer)
         await self._copy(cur, "transcript", TRANSCRIPT_COLUMNS, rows, inserts=inserts)
-        await self._copy(cur, "summaries", SUMMARY_COLUMNS, summary_copy_rows(out.summaries), inserts=inserts)
+        summaries = summary_copy_rows(out.summaries, self._sealer)
+        await self._copy(cur, "summaries", SUMMARY_COLUMNS, summaries, inserts=inserts)
         await self._copy(cur, "event_ids", ("conversation_key", "event_id"), out.applied_event_ids, inserts=inserts)
         # After the COPY: a decision may concern rows of this very batch. Each one names its
         # rows (projectors/state.py decided them); nothing is decided here.
@@ -132,10 +144,13 @@ class BatchWriter:
                 ),
                 [(r.occurred_at, r.reason, r.conversation_key, r.message_id, r.before_seq) for r in out.redactions],
             )
+            if not _clears_seal(REDACTION_CLEARS):
+                await reseal_redacted(cur, self.schema, self._sealer, out.redactions)
         if out.withdrawals:
             await cur.execute(
                 self._q(
-                    "UPDATE {s}.summaries x SET text = NULL FROM unnest(%s::text[], %s::bigint[]) AS v(k, seq) "
+                    "UPDATE {s}.summaries x SET text = NULL, sealed = NULL "
+                    "FROM unnest(%s::text[], %s::bigint[]) AS v(k, seq) "
                     "WHERE x.conversation_key = v.k AND x.seq = v.seq"
                 ),
                 [[w.conversation_key for w in out.withdrawals], [w.seq for w in out.withdrawals]],
@@ -148,7 +163,7 @@ class BatchWriter:
             )
             await cur.execute(
                 self._q(
-                    "UPDATE {s}.summaries SET text = NULL, erased_at = coalesce(erased_at, %s) "
+                    "UPDATE {s}.summaries SET text = NULL, sealed = NULL, erased_at = coalesce(erased_at, %s) "
                     "WHERE conversation_key = %s AND seq < %s"
                 ),
                 args,
@@ -165,7 +180,7 @@ class BatchWriter:
     async def _write_states(self, cur: Cursor, out: BatchOutcome) -> None:
         if not out.states:
             return
-        conversations, windows = states_json(list(out.states.values()))
+        conversations, windows = states_json(list(out.states.values()), self._sealer)
         for table, columns, rows in (
             ("conversations", CONVERSATION_COLUMNS, conversations),
             ("windows", WINDOW_COLUMNS, windows),

@@ -41,6 +41,10 @@ class TranscriptRow:
     provider: str | None = None
     api: str | None = None
     is_error: bool | None = None
+    # Issue 25: the conversation key the source record was sealed with (events.sealing); None for a
+    # plain record (schema v1-v4, a plain foreign producer). A row with one is stored sealed under
+    # it (projectors/sealed_rows.py): Postgres never holds its content in clear.
+    key_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +65,7 @@ class SummaryRow:
     summary_tokens: int | None
     occurred_at: datetime
     excluded_message_ids: tuple[str, ...] | None = None  # not stored: checked against redactions once
+    key_id: str | None = None  # as TranscriptRow's: the summary's text is stored sealed under it
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ from projectors.changes import SummaryRow, TranscriptRow
 from projectors.context_range import SummaryAt
 from projectors.fold import Decoded
 from projectors.row_values import blocks_text, countable_reasoning, countable_text, image_count, to_json
+from projectors.sealed_rows import RowSealer, seal_row_values, sealed_conversation_columns
 from projectors.state import ConversationState, MessageAt
 from projectors.tokens import ENCODINGS
 from projectors.turns import starts_turn
@@ -56,6 +57,8 @@ TRANSCRIPT_COLUMNS = (
     "provider",
     "api",
     "is_error",
+    "sealed",  # the content columns' values, sealed when the source record was (sealed_rows.py)
+    "key_id",
 )
 
 SUMMARY_COLUMNS = (
@@ -74,6 +77,8 @@ SUMMARY_COLUMNS = (
     "output_tokens",
     "summary_tokens",
     "occurred_at",
+    "sealed",
+    "key_id",
 )
 
 CONVERSATION_COLUMNS = (
@@ -106,6 +111,8 @@ CONVERSATION_COLUMNS = (
     "redacted_questions",
     "context_start",
     "usable_turns",
+    "sealed",
+    "key_id",
 )
 
 WINDOW_COLUMNS = ("conversation_key", "epoch", "start_seq", "turn_starts")
@@ -125,9 +132,12 @@ def column_list(columns: Sequence[str]) -> str:
     return ", ".join(f'"{c}"' for c in columns)
 
 
-def transcript_copy_rows(rows: Sequence[TranscriptRow], counter: TokenCounting) -> list[tuple[Any, ...]]:
+def transcript_copy_rows(
+    rows: Sequence[TranscriptRow], counter: TokenCounting, sealer: RowSealer | None = None
+) -> list[tuple[Any, ...]]:
     """Rows for COPY, with token counts computed here, once, for the whole batch: in the
-    encodings ``counter`` counts; NULL in the others (a context counts them when it is read)."""
+    encodings ``counter`` counts; NULL in the others (a context counts them when it is read).
+    A row with a key id is sealed with ``sealer`` (counts and image counts from the clear values)."""
     texts = [countable_text(r) for r in rows]
     reasoning = [countable_reasoning(r) for r in rows]
     unstored = [None] * len(rows)
@@ -137,7 +147,18 @@ def transcript_copy_rows(rows: Sequence[TranscriptRow], counter: TokenCounting) 
         for encoding in ENCODINGS
     )
     counts = zip(*columns, strict=True)
-    return [_transcript_row(r, c) for r, c in zip(rows, counts, strict=True)]
+    return [
+        seal_row_values(
+            sealer,
+            "transcript",
+            TRANSCRIPT_COLUMNS,
+            _transcript_row(r, c),
+            conversation_key=r.conversation_key,
+            event_id=r.event_id,
+            key_id=r.key_id,
+        )
+        for r, c in zip(rows, counts, strict=True)
+    ]
 
 
 def _transcript_row(r: TranscriptRow, counts: tuple[int | None, ...]) -> tuple[Any, ...]:
@@ -169,39 +190,56 @@ def _transcript_row(r: TranscriptRow, counts: tuple[int | None, ...]) -> tuple[A
         r.provider,
         r.api,
         r.is_error,
+        None,
+        None,
     )
 
 
-def summary_copy_rows(rows: Sequence[SummaryRow]) -> list[tuple[Any, ...]]:
+def summary_copy_rows(rows: Sequence[SummaryRow], sealer: RowSealer | None = None) -> list[tuple[Any, ...]]:
     return [
-        (
-            r.conversation_key,
-            r.seq,
-            r.partition,
-            r.offset,
-            r.event_id,
-            r.summary_id,
-            r.epoch,
-            r.text,
-            r.covers_through_message_id,
-            r.model,
-            r.prompt_version,
-            r.input_tokens,
-            r.output_tokens,
-            r.summary_tokens,
-            r.occurred_at,
+        seal_row_values(
+            sealer,
+            "summaries",
+            SUMMARY_COLUMNS,
+            _summary_row(r),
+            conversation_key=r.conversation_key,
+            event_id=r.event_id,
+            key_id=r.key_id,
         )
         for r in rows
     ]
+
+
+def _summary_row(r: SummaryRow) -> tuple[Any, ...]:
+    return (
+        r.conversation_key,
+        r.seq,
+        r.partition,
+        r.offset,
+        r.event_id,
+        r.summary_id,
+        r.epoch,
+        r.text,
+        r.covers_through_message_id,
+        r.model,
+        r.prompt_version,
+        r.input_tokens,
+        r.output_tokens,
+        r.summary_tokens,
+        r.occurred_at,
+        None,
+        None,
+    )
 
 
 def _iso(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat()
 
 
-def states_json(states: Sequence[ConversationState]) -> tuple[str, str]:
+def states_json(states: Sequence[ConversationState], sealer: RowSealer | None = None) -> tuple[str, str]:
     """Conversation and window rows as JSON arrays, for one ``jsonb_populate_recordset``
-    upsert per table instead of a statement per conversation."""
+    upsert per table instead of a statement per conversation (a state with a key id: its title
+    and metadata sealed with ``sealer``)."""
     conversations = []
     windows = []
     for state in states:
@@ -229,6 +267,7 @@ def states_json(states: Sequence[ConversationState]) -> tuple[str, str]:
                 "last_offset": state.last_at[1],
                 "first_offset": state.first_offset,
                 **_range_columns(state),
+                **sealed_conversation_columns(sealer, str(k), state.key_id, state.title, state.metadata),
             }
         )
         windows.append(
@@ -286,6 +325,7 @@ def state_from_row(row: dict[str, Any]) -> ConversationState:
         else SummaryAt(row["summary_seq"], row["epoch"], row["summary_covers_seq"], row["summary_covers_turn"]),
         turns_before_epoch=row["turns_before_epoch"],
         redacted_questions=tuple(row["redacted_questions"]),
+        key_id=row["key_id"],
     )
 
 

@@ -66,6 +66,9 @@ class ConversationState:
     summary: SummaryAt | None = None
     turns_before_epoch: int = 0
     redacted_questions: tuple[int, ...] = ()
+    # The conversation key the title and metadata are stored sealed under (projectors/sealed_rows.py;
+    # that of the latest sealed record that set them), None while they came from plain records only.
+    key_id: str | None = None
 
     @property
     def context_start(self) -> int:

@@ -293,6 +293,14 @@ async def test_migrate_command_writes_to_stdout(fresh_database_url: str, capsys:
 
 
 _V4_COLUMN = re.compile(r"^\s+(blocks|provider|api|is_error)\s.*\n", re.MULTILINE)
+_V9_COLUMN = re.compile(r"^\s+(sealed|key_id)\s.*\n", re.MULTILINE)  # 0009's, last: made after 0004's
+
+
+def _transcript_before_0004(ddl: str) -> str:
+    """read_models.sql with its transcript as before 0004: without the v4 columns, nor 0009's."""
+    head, create, rest = ddl.partition("CREATE TABLE {schema}.transcript (")
+    table, end, tail = rest.partition("\n);")
+    return head + create + _V9_COLUMN.sub("", _V4_COLUMN.sub("", table)) + end + tail
 
 
 async def _columns(conn: psycopg.AsyncConnection[tuple[object, ...]], schema: str) -> list[tuple[object, ...]]:
@@ -312,8 +320,8 @@ async def test_0004_gives_versions_made_before_it_the_transcript_columns_a_new_v
     the order a version made from today's read_models.sql has them, so their rows compare alike."""
     assert await migrate(fresh_database_url, target=3) == [1, 2, 3]
     ddl = (resources.files("pgstore") / "sql/read_models.sql").read_text(encoding="utf-8")
-    old_ddl = _V4_COLUMN.sub("", ddl)
-    assert old_ddl.count("\n") == ddl.count("\n") - 4
+    old_ddl = _transcript_before_0004(ddl)
+    assert old_ddl.count("\n") == ddl.count("\n") - 6
     async with await psycopg.AsyncConnection.connect(fresh_database_url, autocommit=True) as conn:
         await conn.execute(sql.SQL(old_ddl).format(schema=sql.Identifier("convlog_read_models_v1")))
         await conn.execute(
@@ -326,11 +334,13 @@ async def test_0004_gives_versions_made_before_it_the_transcript_columns_a_new_v
         await migrate(fresh_database_url)  # a version made today records its window policy (0006)
         new = await create_version(conn)
         assert await _columns(conn, "convlog_read_models_v1") == await _columns(conn, new.schema)
-        assert (await _columns(conn, new.schema))[-4:] == [
+        assert (await _columns(conn, new.schema))[-6:] == [
             ("blocks", "json"),
             ("provider", "text"),
             ("api", "text"),
             ("is_error", "boolean"),
+            ("sealed", "bytea"),
+            ("key_id", "text"),
         ]
         assert await compare(conn, "convlog_read_models_v1", new.schema) == []
 

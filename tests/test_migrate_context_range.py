@@ -76,14 +76,17 @@ async def test_0008_fills_the_columns_of_a_version_made_before_it_as_the_fold_do
     assert {row[1] for row in folded} != {None}  # some conversation has a current summary
     assert any(row[5] for row in folded)  # and some a redacted question
     schema = sql.Identifier(projection.version.schema)
-    drop = sql.SQL(", ").join(sql.SQL("DROP COLUMN {}").format(sql.Identifier(c)) for c in _COLUMNS)
-    migration = next(m for m in load_migrations() if m.version == 8)
+    # As before 0008: neither its columns nor 0009's (which come after them), then both migrations.
+    dropped = (*_COLUMNS, "sealed", "key_id")
+    drop = sql.SQL(", ").join(sql.SQL("DROP COLUMN {}").format(sql.Identifier(c)) for c in dropped)
+    migrations = [m for m in load_migrations() if m.version in {8, 9}]
     async with projection.pool.connection() as conn:
         order = "SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = %s "
         order += "ORDER BY ordinal_position"
         made = await (await conn.execute(order, [projection.version.schema, "conversations"])).fetchall()
-        await conn.execute(sql.SQL("ALTER TABLE {}.conversations ").format(schema) + drop)  # as before 0008
-        await conn.execute(migration.sql.encode())
+        await conn.execute(sql.SQL("ALTER TABLE {}.conversations ").format(schema) + drop)
+        for migration in migrations:
+            await conn.execute(migration.sql.encode())
         migrated = await (await conn.execute(order, [projection.version.schema, "conversations"])).fetchall()
     assert migrated == made  # the columns in read_models.sql's order
     assert await _range_columns(projection) == folded

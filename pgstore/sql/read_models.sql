@@ -39,7 +39,9 @@ CREATE TABLE {schema}.conversations (
     turns_before_epoch  integer     NOT NULL,  -- turn_count when the current epoch began
     redacted_questions  bigint[]    NOT NULL,  -- the current epoch's redacted user messages
     context_start       bigint      NOT NULL,  -- a context's non-system messages start here
-    usable_turns        integer     NOT NULL   -- the usable turns from there on
+    usable_turns        integer     NOT NULL,  -- the usable turns from there on
+    sealed              bytea,                 -- title and metadata, sealed (migration 0009)
+    key_id              text
 );
 CREATE INDEX conversations_by_activity
     ON {schema}.conversations (tenant_id, user_id, last_activity_at DESC NULLS LAST, conversation_id);
@@ -97,6 +99,11 @@ CREATE TABLE {schema}.transcript (
     provider                text,
     api                     text,
     is_error                boolean,
+    -- Issue 25 (migration 0009 adds them, last, to versions made before): a row projected from a
+    -- sealed record holds its content columns NULL and their values in `sealed`, under the
+    -- conversation key `key_id` (projectors/sealed_rows.py); both NULL for a plain record's row.
+    sealed                  bytea,
+    key_id                  text,
     PRIMARY KEY (conversation_key, seq)
 );
 CREATE INDEX transcript_by_message_id ON {schema}.transcript (conversation_key, message_id);
@@ -122,6 +129,8 @@ CREATE TABLE {schema}.summaries (
     summary_tokens            bigint,
     occurred_at               timestamptz NOT NULL,
     erased_at                 timestamptz,
+    sealed                    bytea,           -- the text, sealed (migration 0009)
+    key_id                    text,
     PRIMARY KEY (conversation_key, seq)
 );
 
