@@ -322,9 +322,8 @@ def _apply(
         return None
     state = out.states.get(key) or states.get(key) or ConversationState(event.key)
     try:
-        new_state, changes = apply_event(
-            state, event, Coordinates(d.record.partition, d.record.offset), policy=policy, history=known.of(key)
-        )
+        at = Coordinates(d.record.partition, d.record.offset)
+        new_state, changes = apply_event(state, event, at, policy=policy, history=known.of(key), key_id=d.key_id)
     except InvariantError as e:
         return Poison(d.record, key, e.code, str(e))
     seen.add((key, event.event_id))

@@ -124,6 +124,7 @@ def apply_event(
     *,
     policy: WindowPolicy,
     history: History,
+    key_id: str | None = None,
 ) -> tuple[ConversationState, list[Change]]:
     """Fold one event into its conversation: the new state and every row change it makes —
     the one place where redaction, erasure (conditional or not), clear and the withdrawal of
@@ -139,7 +140,7 @@ def apply_event(
     if isinstance(body, MessageAppended):  # the hot path
         if body.sealed is not None:
             return _apply_erased_message(state, event, body, at, policy)
-        return _apply_message(state, event, body, at, policy)
+        return _apply_message(state, event, body, at, policy, key_id=key_id)
     common: dict[str, Any] = {
         "exists": True,
         "started_at": state.started_at or event.occurred_at,
@@ -147,13 +148,15 @@ def apply_event(
         "last_at": (at.partition, at.offset),
         "first_offset": at.offset if state.first_offset < 0 else state.first_offset,
     }
+    if key_id is not None:  # the key the conversation's row (title, metadata) is sealed with
+        common["key_id"] = key_id
     base = replace(state, **common)
     if isinstance(body, MessageRedacted):
         return _apply_redaction(base, event, body, at, history)
     if isinstance(body, SummaryRecorded):
         if body.sealed is not None:  # erased (its key destroyed): nothing left to serve
             return base, []
-        return _apply_summary(base, event, body, at, history)
+        return _apply_summary(base, event, body, at, history, key_id=key_id)
     if isinstance(body, ConversationStarted):
         return replace(base, title=body.title or base.title, metadata={**base.metadata, **body.metadata}), []
     if isinstance(body, ConversationCleared):
@@ -209,7 +212,13 @@ def _apply_redaction(
 
 
 def _apply_summary(
-    base: ConversationState, event: Event, body: SummaryRecorded, at: Coordinates, history: History
+    base: ConversationState,
+    event: Event,
+    body: SummaryRecorded,
+    at: Coordinates,
+    history: History,
+    *,
+    key_id: str | None = None,
 ) -> tuple[ConversationState, list[Change]]:
     key = str(base.key)
     covered_rows = history.rows(body.covers_through_message_id)
@@ -234,6 +243,7 @@ def _apply_summary(
         summary_tokens=body.summary_tokens,
         occurred_at=event.occurred_at,
         excluded_message_ids=body.excluded_message_ids,
+        key_id=key_id,
     )
     state = replace(base, next_seq=base.next_seq + 1)
     covered = covered_rows[0]  # covers through its first row
@@ -283,6 +293,8 @@ def _apply_message(
     msg: MessageAppended,
     at: Coordinates,
     policy: WindowPolicy,
+    *,
+    key_id: str | None = None,
 ) -> tuple[ConversationState, list[Change]]:
     seq = state.next_seq
     open_calls, answered, flag = after_message(state.open_tool_calls, state.answered_tool_calls, msg)
@@ -291,7 +303,7 @@ def _apply_message(
         turn_count += 1
         last_activity = event.occurred_at
         window = on_user_message(window, seq, policy)
-    row = _transcript_row(state, event, msg, at, seq=seq, turn=turn_count, flag=flag)
+    row = _transcript_row(state, event, msg, at, seq=seq, turn=turn_count, flag=flag, key_id=key_id)
     # Spelled out rather than dataclasses.replace(): this runs once per message and replace()
     # costs twice as much (it reads every field back through getattr first).
     new_state = ConversationState(
@@ -316,6 +328,7 @@ def _apply_message(
         summary=state.summary,
         turns_before_epoch=state.turns_before_epoch,
         redacted_questions=state.redacted_questions,
+        key_id=key_id or state.key_id,
     )
     return new_state, [row]
 
@@ -329,6 +342,7 @@ def _transcript_row(
     seq: int,
     turn: int,
     flag: str | None,
+    key_id: str | None,
 ) -> TranscriptRow:
     """The transcript row of message ``msg`` (of ``event``, stored at ``at``) as row ``seq``."""
     return TranscriptRow(
@@ -357,4 +371,5 @@ def _transcript_row(
         provider=msg.provider,
         api=msg.api,
         is_error=msg.is_error,
+        key_id=key_id,
     )
