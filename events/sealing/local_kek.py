@@ -30,7 +30,7 @@ from events.errors import ConfigurationError, KeyStoreError, SealedRecordError
 from events.sealing.envelope import NONCE_BYTES, open_bytes, seal_bytes
 from events.sealing.keys import KEY_BYTES, new_secret
 
-__all__ = ["MASTER_KEY_FILE", "LocalMasterKey", "kek_id_of"]
+__all__ = ["MASTER_KEY_FILE", "LocalMasterKey", "MissingMasterKey", "kek_id_of"]
 
 MASTER_KEY_FILE: Final = "master.key"
 FORMAT: Final = "convlog-master-key-v1"
@@ -129,6 +129,28 @@ class LocalMasterKey:
         if self._path is not None and _stat(self._path) != self._seen:
             self._keks, self._current = _read(self._path)
             self._seen = _stat(self._path)
+
+
+class MissingMasterKey:
+    """What a read-only command (``convlog keys list``) uses when there is no master key file:
+    a key store without keys needs none, and one with keys fails to load them with an error
+    that names the disaster instead of creating a new, useless master key."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+
+    @property
+    def kek_id(self) -> str:
+        return "local:none"
+
+    async def wrap(self, secret: bytes, *, associated_data: bytes) -> bytes:  # noqa: ARG002 - the port's signature
+        raise KeyStoreError(f"no master key at {self._path}: opened read-only, nothing is wrapped")
+
+    async def unwrap(self, wrapped: bytes, *, kek_id: str, associated_data: bytes) -> bytes:  # noqa: ARG002
+        raise KeyStoreError(
+            f"a user key is wrapped by {kek_id}, and there is no master key at {self._path}: restore it from its "
+            "backup, or no sealed content can be opened (docs/erasure.md, Backups)"
+        )
 
 
 def _decode_kek(text: str) -> bytes:
