@@ -43,20 +43,23 @@ class FileKeyRecordLog:
         self._read_only = read_only
         self._seen: tuple[int, int, int] | None = None  # (inode, size, mtime_ns) of what _latest holds
         self._latest: dict[str, bytes] = {}
+        self._lock = asyncio.Lock()  # one worker thread at a time touches _latest and _seen
 
     @property
     def path(self) -> Path:
         return self._path
 
     async def load(self) -> Iterable[KeyRecord]:
-        await asyncio.to_thread(self._reload)
+        async with self._lock:
+            await asyncio.to_thread(self._reload)
         return [KeyRecord(key_id, value) for key_id, value in self._latest.items()]
 
     async def put(self, records: Sequence[KeyRecord]) -> None:
         if self._read_only:
             raise KeyStoreError(f"{self._path} is open read-only")
         if records:
-            await asyncio.to_thread(self._put, records)
+            async with self._lock:
+                await asyncio.to_thread(self._put, records)
 
     async def close(self) -> None:
         self._latest = {}

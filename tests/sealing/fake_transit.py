@@ -65,3 +65,8 @@ class FakeTransit:
             return open_bytes(self._versions[version], raw[:NONCE_BYTES], raw[NONCE_BYTES:], associated_data)
         except (binascii.Error, SealedRecordError) as e:
             raise KeyStoreError(f"transit decrypt failed: {e}") from e
+
+
+def transit_factory(settings: object) -> FakeTransit:
+    """What ``CONVLOG_KEK_FACTORY=tests.sealing.fake_transit:transit_factory`` calls."""
+    return FakeTransit()

@@ -11,10 +11,12 @@ import pytest
 
 from convlog.cli.main import main
 from convlog.settings import Settings
-from convlog.wiring import open_key_store
+from convlog.wiring import open_key_store, open_key_wrapper
+from events.errors import ConfigurationError
 from events.keys import ConversationKey
 from events.sealing.kafka_keys import KafkaKeyRecordLog
 from events.sealing.keys import DataKey, DestroyedKey
+from tests.sealing.fake_transit import FakeTransit
 from tests.support import unique_topic
 
 C1 = ConversationKey("acme", "alice", "c1")
@@ -137,3 +139,13 @@ def test_a_bad_master_key_setting_stops_every_command_without_showing_it(
     err = capsys.readouterr().err
     assert err.startswith("convlog: error: CONVLOG_MASTER_KEY=****: a key is 32 bytes, got 5")
     assert "c2hvcnQ" not in err
+
+
+def test_a_kek_factory_setting_puts_a_kms_in_place_of_the_master_key(tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path, kek_factory="tests.sealing.fake_transit:transit_factory")
+    wrapper = open_key_wrapper(settings)
+    assert isinstance(wrapper, FakeTransit)
+    assert wrapper.kek_id == "vault-transit:convlog:v1"
+    assert not settings.master_key_path.exists()  # no local master key is made
+    with pytest.raises(ConfigurationError, match="CONVLOG_KEK_FACTORY"):
+        open_key_wrapper(Settings(data_dir=tmp_path, kek_factory="tests.sealing.fake_transit:nothing_here"))
