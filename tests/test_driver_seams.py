@@ -38,10 +38,10 @@ def importers(drivers: frozenset[str]) -> set[str]:
 
 
 def is_kafka_adapter(module: str) -> bool:
-    """The naming rule: a Kafka adapter is a ``kafka*`` module of ``events/`` or ``projectors/``
-    (the log, its consumer groups, the projector's record source)."""
+    """The naming rule: a Kafka adapter is a ``kafka*`` module of ``events/``, ``events/sealing/``
+    or ``projectors/`` (the log, its consumer groups, the keys topic, the projector's record source)."""
     folder, _, name = module.rpartition("/")
-    return folder in {"events", "projectors"} and name.startswith("kafka")
+    return folder in {"events", "events/sealing", "projectors"} and name.startswith("kafka")
 
 
 def test_the_packages_are_scanned() -> None:

@@ -17,6 +17,7 @@ from convlog.pydantic_settings_compat import MappingSource
 from convlog.settings.tokens import TOKENS_FORMAT, parse_tokens
 from events.errors import ConfigurationError
 from events.producer import DEFAULT_MAX_EVENT_BYTES
+from events.sealing.local_kek import MASTER_KEY_FILE, LocalMasterKey
 from projectors.tokens import DEFAULT_COUNTED
 from projectors.tokens import counted_encodings as _counted_encodings
 from projectors.window import (
@@ -67,6 +68,26 @@ class Settings(BaseSettings):
         DEFAULT_MAX_EVENT_BYTES,
         ge=1,
         description="largest encoded event the producer accepts (and the projector applies)",
+    )
+    # -- keys: crypto-shredding (docs/erasure.md)
+    master_key: SecretStr | None = Field(
+        None,
+        description="the local master key: base64 of 32 bytes, or several comma-separated, the current first "
+        "(unset: DATA_DIR/master.key, created mode 0600)",
+    )
+    keys_topic: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9._-]{1,249}$", description="the compacted keys topic (unset: TOPIC.keys)"
+    )
+    keys_compaction_lag_s: int = Field(
+        3600,
+        ge=1,
+        description="a new keys topic's max.compaction.lag.ms and segment.ms: how long a destroyed key's wrapped "
+        "bytes may stay in the topic",
+    )
+    kek_factory: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$",
+        description="`module:callable` returning the KeyWrapper of a KMS (unset: the local master key)",
     )
     # -- projection
     window_max_turns: int = Field(DEFAULT_MAX_TURNS, ge=1, description="window hysteresis: at most this many turns")
@@ -240,6 +261,16 @@ class Settings(BaseSettings):
         except ConfigurationError as e:
             raise ValueError(str(e)) from None
 
+    @field_validator("master_key")
+    @classmethod
+    def _master_key_format(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            try:
+                LocalMasterKey.from_setting(value.get_secret_value())
+            except ConfigurationError as e:
+                raise ValueError(str(e).removeprefix("CONVLOG_MASTER_KEY: ")) from None
+        return value
+
     @field_validator("api_tokens")
     @classmethod
     def _tokens_format(cls, value: SecretStr | None) -> SecretStr | None:
@@ -283,6 +314,19 @@ class Settings(BaseSettings):
     def token_tenants(self) -> dict[str, str]:
         """``CONVLOG_API_TOKENS`` as {token: tenant}."""
         return parse_tokens(self.api_tokens.get_secret_value() if self.api_tokens else "")
+
+    @property
+    def keys_file_path(self) -> Path:
+        """The embedded key records, beside the embedded log."""
+        return self.data_dir / "log" / f"{self.topic}.keys"
+
+    @property
+    def master_key_path(self) -> Path:
+        return self.data_dir / MASTER_KEY_FILE
+
+    @property
+    def keys_topic_name(self) -> str:
+        return self.keys_topic or f"{self.topic}.keys"
 
     @property
     def retention_archive(self) -> Path:
