@@ -17,9 +17,11 @@ from dataclasses import dataclass
 
 from convlog.embedded.postgres import ensure_embedded_postgres
 from convlog.settings import Settings
-from convlog.wiring import open_event_log
+from convlog.wiring import open_event_log, open_key_store
+from events.codec import EventCodec, default_codec
 from events.errors import ConfigurationError
 from events.log import EventLog
+from events.sealing.ports import KeyRing, KeyStore
 from pgstore import registry
 from pgstore.migrate import migrate
 from pgstore.pool import PgPool, SessionLimits, open_pool, pg_errors, retrying
@@ -107,6 +109,25 @@ async def opened_log(settings: Settings, *, read_only: bool = False) -> AsyncIte
         yield event_log
     finally:
         await event_log.close()
+
+
+@asynccontextmanager
+async def opened_keys(settings: Settings, *, read_only: bool = False) -> AsyncIterator[KeyStore | None]:
+    """The key store content is sealed and opened with (docs/erasure.md); None when
+    ``CONVLOG_SEALING`` is off (plain records)."""
+    if not settings.sealing:
+        yield None
+        return
+    keys = await open_key_store(settings, read_only=read_only)
+    try:
+        yield keys
+    finally:
+        await keys.close()
+
+
+def keyed_codec(keys: KeyRing | None) -> EventCodec:
+    """The codec that opens sealed records with ``keys`` (the plain codec without)."""
+    return default_codec() if keys is None else default_codec().with_keys(keys)
 
 
 @asynccontextmanager

@@ -16,7 +16,7 @@ from events.sealing.file_keys import FileKeyRecordLog
 from events.sealing.kafka_keys import KafkaKeyRecordLog
 from events.sealing.key_store import SubjectKeyStore
 from events.sealing.local_kek import LocalMasterKey, MissingMasterKey
-from events.sealing.ports import KeyRecordLog, KeyWrapper
+from events.sealing.ports import KeyRecordLog, KeyStore, KeyWrapper
 
 log = structlog.get_logger(__name__)
 
@@ -37,8 +37,11 @@ async def open_event_log(settings: Settings, *, read_only: bool = False) -> Even
     return EmbeddedEventLog.open(settings.embedded_log_path, partitions=settings.partitions, read_only=read_only)
 
 
-def make_producer(event_log: EventLog, settings: Settings, *, producer: str = "convlog") -> ConversationProducer:
-    return ConversationProducer(event_log, producer=producer, max_event_bytes=settings.max_event_bytes)
+def make_producer(
+    event_log: EventLog, settings: Settings, *, producer: str = "convlog", keys: KeyStore | None = None
+) -> ConversationProducer:
+    """``keys``: the key store to seal content with (None: plain records)."""
+    return ConversationProducer(event_log, producer=producer, max_event_bytes=settings.max_event_bytes, keys=keys)
 
 
 async def ensure_kafka_topic(settings: Settings, *, client_id: str) -> None:

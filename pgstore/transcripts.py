@@ -3,6 +3,7 @@ them: where a conversation starts, which are idle, and the audit export's snapsh
 
 from __future__ import annotations
 
+import base64
 import contextlib
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -75,12 +76,20 @@ async def idle_conversations(pool: PgPool, schema: str, *, cutoff: datetime) -> 
 
 @contextlib.asynccontextmanager
 async def transcript_pages(
-    pool: PgPool, schema: str, where: ExportFilter, *, page_size: int, keys: KeyRing | None = None
+    pool: PgPool,
+    schema: str,
+    where: ExportFilter,
+    *,
+    page_size: int,
+    keys: KeyRing | None = None,
+    keep_sealed: bool = False,
 ) -> AsyncIterator[TranscriptPages]:
     """The matching messages in one read-only, repeatable-read snapshot, fetched through one
     server-side cursor in pages of ``page_size`` rows while the block reads them (memory stays
     constant whatever the size). Sealed rows are opened with ``keys`` (pgstore/sealed.py): the
-    pages hold the exported columns only, never the seal (a destroyed key: an erased row)."""
+    pages hold the exported columns only, never the seal (a destroyed key: an erased row).
+    ``keep_sealed`` (retention's archives): sealed rows stay sealed — ``key_id`` and ``sealed``
+    (base64) instead of their content — so that erasing the subject later shreds the archive too."""
     sealer = None if keys is None else RowSealer(keys)
     s = sql.Identifier(schema)
     source = sql.SQL("FROM {s}.conversations c JOIN {s}.transcript t USING (conversation_key) WHERE {w}").format(
@@ -96,9 +105,17 @@ async def transcript_pages(
             async def pages() -> AsyncIterator[list[dict[str, Any]]]:
                 await cur.execute(query, where.params())
                 while rows := await cur.fetchmany(page_size):
-                    yield [_opened(sealer, r) for r in rows]
+                    yield [_as_sealed(r) if keep_sealed else _opened(sealer, r) for r in rows]
 
             yield TranscriptPages(int(total_row[0]) if total_row else 0, pages())
+
+
+def _as_sealed(row: dict[str, Any]) -> dict[str, Any]:
+    if row["sealed"] is None:
+        del row["key_id"], row["sealed"]
+    else:
+        row["sealed"] = base64.b64encode(bytes(row["sealed"])).decode("ascii")
+    return row
 
 
 def _opened(sealer: RowSealer | None, row: dict[str, Any]) -> dict[str, Any]:

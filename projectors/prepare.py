@@ -22,7 +22,7 @@ from events.codec import EventCodec
 from events.event_types import MessageAppended
 from events.log import LogRecord
 from projectors import tokens
-from projectors.fold import Decoded, decode_batch
+from projectors.fold import Decoded, decode_batch, decode_one
 from projectors.row_values import content_json, tool_calls_json
 from projectors.rows import TokenCounting
 
@@ -113,6 +113,23 @@ def message_texts(decoded: Sequence[Decoded]) -> list[str]:
     return texts
 
 
+async def with_new_keys(decoded: list[Decoded], *, codec: EventCodec, max_event_bytes: int) -> list[Decoded]:
+    """``decoded`` with the records sealed under a key this process did not know yet decoded
+    again after one refresh of the key store: another process (an API instance, a foreign
+    producer through the key route) creates a key before it appends the first record sealed
+    with it, so a refresh finds it; still unknown after it, a record is a dead letter."""
+    keys = codec.keys
+    if keys is None or not any(d.poison is not None and d.poison.code == "unknown_key" for d in decoded):
+        return decoded
+    await keys.refresh()
+    return [
+        decode_one(d.record, codec=codec, max_event_bytes=max_event_bytes)
+        if d.poison is not None and d.poison.code == "unknown_key"
+        else d
+        for d in decoded
+    ]
+
+
 async def prepare_batch(
     records: Sequence[LogRecord], *, codec: EventCodec, max_event_bytes: int, counter: AheadCounter
 ) -> PreparedBatch:
@@ -120,4 +137,5 @@ async def prepare_batch(
     for start in range(0, len(records), CHUNK):
         decoded.extend(decode_batch(records[start : start + CHUNK], codec=codec, max_event_bytes=max_event_bytes))
         await asyncio.sleep(0)
+    decoded = await with_new_keys(decoded, codec=codec, max_event_bytes=max_event_bytes)
     return PreparedBatch(decoded, await counter.count_ahead(message_texts(decoded)))

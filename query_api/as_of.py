@@ -33,6 +33,7 @@ from projectors.applied import AppliedHistory, AppliedMessage, apply_decisions
 from projectors.changes import TranscriptRow
 from projectors.context_range import SummaryAt, after_withdrawals, in_range
 from projectors.fold import BatchInputs, BatchOutcome, decode_batch, fold_batch
+from projectors.prepare import with_new_keys
 from projectors.row_values import countable_reasoning, countable_text, image_count
 from projectors.state import ConversationState
 from projectors.tokens import text_counter
@@ -113,6 +114,7 @@ async def context_inputs_as_of(
     if not isinstance(policy, WindowPolicy):  # the version that served it: live when its last event was projected
         policy = await policy(before[-1].partition, before[-1].offset)
     decoded = decode_batch([r for r, _ in pairs], codec=codec, max_event_bytes=max_event_bytes)
+    decoded = await with_new_keys(decoded, codec=codec, max_event_bytes=max_event_bytes)
     # The rows as of ``as_of``, with the decisions of the whole history applied: a redaction or
     # an erase recorded later still applies (content is never served again, even for the past),
     # a void conditional erase does not — the projection's own fold and decisions, so the

@@ -211,7 +211,7 @@ def _replay(settings: Settings, args: argparse.Namespace) -> int:
 
 def _tail(settings: Settings, args: argparse.Namespace) -> int:
     from convlog.ops.replay import first_offset, follow  # noqa: PLC0415
-    from convlog.resources import live_read_models, opened_log  # noqa: PLC0415
+    from convlog.resources import keyed_codec, live_read_models, opened_keys, opened_log  # noqa: PLC0415
 
     key = ConversationKey.parse(args.key)
 
@@ -226,8 +226,8 @@ def _tail(settings: Settings, args: argparse.Namespace) -> int:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, stop.set)
-        async with opened_log(settings, read_only=True) as event_log:
-            await follow(event_log, key, start_offset=start, stop=stop, out=out)
+        async with opened_log(settings, read_only=True) as event_log, opened_keys(settings, read_only=True) as keys:
+            await follow(event_log, key, start_offset=start, stop=stop, out=out, codec=keyed_codec(keys))
 
     asyncio.run(run())  # Ctrl-C: the front door prints "interrupted" and exits 130
     return 0
@@ -248,17 +248,17 @@ def _positions(settings: Settings, args: argparse.Namespace) -> int:
 
 def _dead_letters(settings: Settings, args: argparse.Namespace) -> int:
     from convlog.ops import dead_letters as ops  # noqa: PLC0415
-    from convlog.resources import live_read_models  # noqa: PLC0415
+    from convlog.resources import live_read_models, opened_keys  # noqa: PLC0415
 
     async def run() -> str:
-        async with live_read_models(settings) as handle:
+        async with live_read_models(settings) as handle, opened_keys(settings, read_only=True) as keys:
             if args.action == "list":
                 status = None if args.status == "all" else args.status
                 return ops.render_list(await ops.list_dead_letters(handle.pool, handle.schema, status=status))
             if args.action == "show":
                 return await ops.show_dead_letter(handle.pool, handle.schema, args.id)
             skip_reason = args.reason if args.action == "skip" else None
-            store = ops.store_for(handle.pool, handle.schema, settings, policy=handle.live.policy)
+            store = ops.store_for(handle.pool, handle.schema, settings, policy=handle.live.policy, keys=keys)
             report = await ops.resolve(store, args.id, skip_reason=skip_reason)
             verb = "skipped" if skip_reason is not None else "released"
             return ops.describe_report(report, verb=verb, dead_letter_id=args.id)
@@ -269,15 +269,15 @@ def _dead_letters(settings: Settings, args: argparse.Namespace) -> int:
 
 def _export(settings: Settings, args: argparse.Namespace) -> int:
     from convlog.jobs.export import ExportFilter, export_transcripts  # noqa: PLC0415
-    from convlog.resources import live_read_models  # noqa: PLC0415
+    from convlog.resources import live_read_models, opened_keys  # noqa: PLC0415
     from events.errors import ConfigurationError  # noqa: PLC0415
 
     where = ExportFilter(tenant=args.tenant, user=args.user, since=args.since, until=args.until)
 
     async def run() -> int:
-        async with live_read_models(settings) as handle:
+        async with live_read_models(settings) as handle, opened_keys(settings, read_only=True) as keys:
             if args.output is None:
-                return await export_transcripts(handle.pool, handle.schema, where, sys.stdout)
+                return await export_transcripts(handle.pool, handle.schema, where, sys.stdout, keys=keys)
             # Written beside the target and renamed into place when complete: a failed or
             # interrupted export never leaves a file that looks like a whole one.
             partial = args.output.with_name(args.output.name + ".partial")
@@ -287,7 +287,7 @@ def _export(settings: Settings, args: argparse.Namespace) -> int:
                 raise ConfigurationError(f"cannot write {args.output}: {e.strerror}") from e
             try:
                 with out:
-                    written = await export_transcripts(handle.pool, handle.schema, where, out)
+                    written = await export_transcripts(handle.pool, handle.schema, where, out, keys=keys)
                 partial.replace(args.output)
             except BaseException:
                 partial.unlink(missing_ok=True)

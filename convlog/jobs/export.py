@@ -14,6 +14,7 @@ from typing import Any, TextIO
 
 from tqdm import tqdm
 
+from events.sealing.ports import KeyRing
 from pgstore.errors import driver_errors
 from pgstore.pool import PgPool
 from pgstore.transcripts import ExportFilter, transcript_pages
@@ -49,12 +50,16 @@ async def export_transcripts(
     *,
     page_size: int = 2000,
     progress: bool = True,
+    keys: KeyRing | None = None,
+    keep_sealed: bool = False,
 ) -> int:
     """Write the matching messages to ``out``, ordered by conversation and sequence number;
-    returns how many were written."""
+    returns how many were written. Sealed content is opened with ``keys``, or with
+    ``keep_sealed`` written sealed (an archive an erase shreds too)."""
     written = 0
     with driver_errors("export the transcripts"):
-        async with transcript_pages(pool, schema, where, page_size=page_size) as found:
+        pages = transcript_pages(pool, schema, where, page_size=page_size, keys=keys, keep_sealed=keep_sealed)
+        async with pages as found:
             bar = tqdm(total=found.total, unit="msg", unit_scale=True, desc="export", disable=not progress, leave=False)
             try:
                 async for rows in found.pages:

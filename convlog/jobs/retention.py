@@ -130,7 +130,12 @@ async def _write_archive(
         with partial.open("x", encoding="utf-8") as out:
             out.write(json.dumps({"archive": manifest, "conversations": [c.key for c in idle]}, default=str) + "\n")
             written = await export_transcripts(
-                pool, schema, ExportFilter(tenant=None, conversation_keys=[c.key for c in idle]), out, progress=progress
+                pool,
+                schema,
+                ExportFilter(tenant=None, conversation_keys=[c.key for c in idle]),
+                out,
+                progress=progress,
+                keep_sealed=True,  # the archive holds ciphertext only: erasing the subject shreds it too
             )
             out.flush()
             os.fsync(out.fileno())

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 
+from convlog.resources import keyed_codec
 from convlog.settings import Settings
 from events.codec import default_codec
 from events.errors import DecodeError
+from events.sealing.ports import KeyRing
 from pgstore.dead_letters import DeadLetterSummary, dead_letter_row, dead_letter_summaries
 from pgstore.pool import PgPool, pg_errors
 from pgstore.store import PostgresProjectionStore
@@ -91,16 +93,19 @@ def _hex(data: bytes) -> str:
     return "\n".join(lines)
 
 
-def store_for(pool: PgPool, schema: str, settings: Settings, *, policy: WindowPolicy) -> PostgresProjectionStore:
+def store_for(
+    pool: PgPool, schema: str, settings: Settings, *, policy: WindowPolicy, keys: KeyRing | None = None
+) -> PostgresProjectionStore:
     """The store the projector itself uses (same codec, size limit and ``policy``, the window
     policy of the version ``schema`` holds)."""
     return PostgresProjectionStore(
         pool,
         schema=schema,
-        codec=default_codec(),
+        codec=keyed_codec(keys),
         counter=TokenCounter(encodings=settings.counted_encodings()),
         policy=policy,
         max_event_bytes=settings.max_event_bytes,
+        keys=keys,
     )
 
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import asyncio
 
+from convlog.resources import keyed_codec
 from convlog.settings import Settings
-from events.codec import default_codec
+from events.sealing.ports import KeyRing
 from pgstore import registry
 from pgstore.pool import PgPool
 from pgstore.store import PostgresProjectionStore
@@ -38,7 +39,13 @@ def load_counter(settings: Settings) -> asyncio.Task[TokenCounter]:
 
 
 async def make_store(
-    settings: Settings, pool: PgPool, schema: str, counter: TokenCounter, *, park_poison: bool
+    settings: Settings,
+    pool: PgPool,
+    schema: str,
+    counter: TokenCounter,
+    *,
+    park_poison: bool,
+    keys: KeyRing | None = None,
 ) -> PostgresProjectionStore:
     """The store a rebuild writes ``schema`` with. Poison records an operator skipped in the live
     version are skipped here too (with the same reason): the log does not hold that decision,
@@ -47,10 +54,11 @@ async def make_store(
     return PostgresProjectionStore(
         pool,
         schema=schema,
-        codec=default_codec(),
+        codec=keyed_codec(keys),
         counter=counter,
         policy=inputs.policy,
         max_event_bytes=settings.max_event_bytes,
         fail_fast=not park_poison,
         skips=inputs.skips,
+        keys=keys,
     )

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 
 from convlog.interruptible import INTERRUPTED, run_interruptibly
 from convlog.ops.rebuild_protocol import READY, RETRIABLE, load_counter, make_store, poison_stop
-from convlog.resources import ops_resources
+from convlog.resources import opened_keys, ops_resources
 from convlog.settings import Settings
 from events.errors import ConvlogError
 from projectors.fold import PoisonRecordError
@@ -31,8 +31,11 @@ from projectors.runner import Projector
 
 async def work(settings: Settings, args: argparse.Namespace, stop: asyncio.Event) -> int:
     counter = load_counter(settings)
-    async with ops_resources(settings, name="convlog-rebuild-worker", migrated=True) as (pool, event_log):
-        store = await make_store(settings, pool, args.schema, await counter, park_poison=args.park_poison)
+    async with (
+        ops_resources(settings, name="convlog-rebuild-worker", migrated=True) as (pool, event_log),
+        opened_keys(settings, read_only=True) as keys,
+    ):
+        store = await make_store(settings, pool, args.schema, await counter, park_poison=args.park_poison, keys=keys)
         text = args.until if args.until != "-" else await assignment(stop)
         if text is None:
             return INTERRUPTED

@@ -35,7 +35,7 @@ from convlog.ops.common import following, progress_bar, say
 from convlog.ops.rebuild_protocol import load_counter, make_store, poison_stop
 from convlog.ops.rebuild_sharing import build_sharing
 from convlog.ops.verifying import compare_settled, uncounted_encodings
-from convlog.resources import ops_resources, resolved_database_url
+from convlog.resources import opened_keys, ops_resources, resolved_database_url
 from convlog.settings import Settings
 from events.errors import ConfigurationError
 from events.log import EventLog
@@ -81,12 +81,15 @@ def check_projection(projection: str) -> None:
 async def rebuild(settings: Settings, opts: RebuildOptions, stop: asyncio.Event) -> int:
     check_projection(opts.projection)
     counter = load_counter(settings)
-    async with ops_resources(settings, name="convlog-rebuild", read_only=True) as (pool, event_log):
+    async with (
+        ops_resources(settings, name="convlog-rebuild", read_only=True) as (pool, event_log),
+        opened_keys(settings, read_only=True) as keys,
+    ):
         target = await choose_version(pool, opts, settings_policy=settings.window_policy())
         await claim_topic(pool, target, settings.topic)  # a version resumed on another topic is refused
         tokens = await counter
         async with building(pool, target):
-            store = await make_store(settings, pool, target.schema, tokens, park_poison=opts.park_poison)
+            store = await make_store(settings, pool, target.schema, tokens, park_poison=opts.park_poison, keys=keys)
             if store.skips:
                 say(f"skipping the {len(store.skips)} record(s) an operator skipped in the live version, as it did")
             if not await build(settings, event_log, store, stop, opts=opts, desc=f"rebuild v{target.version}"):
@@ -111,7 +114,7 @@ async def rebuild(settings: Settings, opts: RebuildOptions, stop: asyncio.Event)
             # Catch up to the log's end once more so that reads of the new version start fresh; what
             # arrives after this the live projector applies once it followed the switch. (A new store:
             # it takes the skips an operator made in the live version meanwhile.)
-            store = await make_store(settings, pool, target.schema, tokens, park_poison=opts.park_poison)
+            store = await make_store(settings, pool, target.schema, tokens, park_poison=opts.park_poison, keys=keys)
             if not await build(settings, event_log, store, stop, opts=opts, desc="catch up"):
                 say(f"interrupted before the switch: version {target.version} is still building")
                 return INTERRUPTED

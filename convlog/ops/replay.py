@@ -15,7 +15,7 @@ from tqdm import tqdm
 
 from convlog.render import format_line
 from convlog.resources import ReadModelsHandle
-from events.codec import default_codec
+from events.codec import EventCodec, default_codec
 from events.errors import ConvlogError, DecodeError
 from events.event_types import Event
 from events.keys import ConversationKey, partition_for_key
@@ -105,13 +105,14 @@ async def follow(
     stop: asyncio.Event,
     out: Callable[[str], None],
     poll_s: float = 1.0,
+    codec: EventCodec | None = None,
 ) -> int:
     """Print the conversation's events as they arrive until ``stop`` is set; from
     ``start_offset`` on, or only new ones when it is None. Returns how many were printed."""
     raw_key = key.encode()
     partition = partition_for_key(raw_key, event_log.partition_count)
     position = (await event_log.end_offsets())[partition] if start_offset is None else start_offset
-    codec = default_codec()
+    codec = codec or default_codec()
     printed = 0
     out(f"following {key} on partition {partition} from offset {position} (Ctrl-C to stop)")
     while not stop.is_set():

@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 
 from convlog.interruptible import INTERRUPTED
 from convlog.ops.common import following, progress_bar, say
-from convlog.resources import ops_resources
+from convlog.resources import keyed_codec, opened_keys, ops_resources
 from convlog.settings import Settings
-from events.codec import default_codec
 from events.errors import ConfigurationError
 from events.log import EventLog
+from events.sealing.ports import KeyRing
 from pgstore import registry
 from pgstore.checks import VersionReads, reads, snapshot
 from pgstore.pool import PgPool
@@ -165,12 +165,24 @@ async def replay(
 
 
 async def verify(settings: Settings, *, sample: int | None, batch_size: int, stop: asyncio.Event) -> int:
-    async with ops_resources(settings, name="convlog-verify", read_only=True) as (pool, event_log):
-        return await _verify(settings, pool, event_log, sample=sample, batch_size=batch_size, stop=stop)
+    async with (
+        ops_resources(settings, name="convlog-verify", read_only=True) as (pool, event_log),
+        opened_keys(settings, read_only=True) as key_ring,
+    ):
+        return await _verify(
+            settings, pool, event_log, sample=sample, batch_size=batch_size, stop=stop, key_ring=key_ring
+        )
 
 
 async def _verify(
-    settings: Settings, pool: PgPool, event_log: EventLog, *, sample: int | None, batch_size: int, stop: asyncio.Event
+    settings: Settings,
+    pool: PgPool,
+    event_log: EventLog,
+    *,
+    sample: int | None,
+    batch_size: int,
+    stop: asyncio.Event,
+    key_ring: KeyRing | None = None,
 ) -> int:
     live = await registry.live(pool)
     if live is None:
@@ -188,11 +200,12 @@ async def _verify(
         store = PostgresProjectionStore(
             pool,
             schema=scratch,
-            codec=default_codec(),
+            codec=keyed_codec(key_ring),
             counter=counter,
             policy=policy,
             max_event_bytes=settings.max_event_bytes,
             skips=skips,
+            keys=key_ring,
         )
         read = [0]
         bar = progress_bar(sum(until.values()), "replay")

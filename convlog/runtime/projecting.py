@@ -10,12 +10,12 @@ import structlog
 from prometheus_client import CollectorRegistry
 
 from convlog.interruptible import run_interruptibly
-from convlog.resources import migrated_database_url, projector_group, service_pool
+from convlog.resources import keyed_codec, migrated_database_url, opened_keys, projector_group, service_pool
 from convlog.runtime.metrics_server import ProjectorCollector, start_metrics_endpoint
 from convlog.settings import Settings
 from convlog.wiring import ensure_kafka_topic, open_event_log
-from events.codec import default_codec
 from events.log import EventLog
+from events.sealing.ports import KeyRing
 from pgstore.pool import PgPool, SessionLimits, database_identity, retrying
 from pgstore.positions_listener import PositionsListener
 from pgstore.stalled_sessions import watch_stalled_blockers
@@ -58,6 +58,7 @@ def build_projector(
     on_committed: Callable[[Mapping[int, int]], None] | None = None,
     policy: WindowPolicy | None = None,
     database: str = "",
+    keys: KeyRing | None = None,
 ) -> Projector:
     """A projector for ``schema``: a Kafka consumer group member when Kafka is configured, else a
     reader of ``event_log`` (the embedded log, which only one process may open). ``on_committed``
@@ -85,11 +86,12 @@ def build_projector(
     store = PostgresProjectionStore(
         pool,
         schema=schema,
-        codec=default_codec(),
+        codec=keyed_codec(keys),
         counter=TokenCounter(encodings=settings.counted_encodings()),
         policy=policy or settings.window_policy(),
         max_event_bytes=settings.max_event_bytes,
         notify_positions=True,  # API processes elsewhere wake read-your-writes waits on it
+        keys=keys,
     )
     # A revocation waits for the batch in flight, but well within the rebalance timeout (aiokafka:
     # the session timeout), or the broker would drop this member from the group.
@@ -126,8 +128,10 @@ class LiveProjector:
         *,
         poll_s: float | None = None,
         on_committed: Callable[[Mapping[int, int]], None] | None = None,
+        keys: KeyRing | None = None,
     ) -> None:
         self._settings, self._pool, self._event_log = settings, pool, event_log
+        self._keys = keys
         self._on_committed = on_committed
         self._database = ""  # database_identity(pool), read once, when a Kafka group is first joined
         self._poll_s = poll_s if poll_s is not None else settings.version_poll_s
@@ -162,6 +166,7 @@ class LiveProjector:
             on_committed=self._on_committed,
             policy=version.policy,
             database=self._database,
+            keys=self._keys,
         )
         self.schema, self.version = version.schema, version
         return version.schema
@@ -258,10 +263,12 @@ async def run_projector(settings: Settings, stop: asyncio.Event) -> LiveProjecto
     limits = projector_session_limits(settings)
     pool = await service_pool(url, name=POOL_NAME, limits=limits)
     event_log = None
+    stack = contextlib.AsyncExitStack()  # the key store
     try:
         if not settings.kafka_bootstrap:
             event_log = await open_event_log(settings)
-        projector = LiveProjector(settings, pool, event_log)
+        keys = await stack.enter_async_context(opened_keys(settings))
+        projector = LiveProjector(settings, pool, event_log, keys=keys)
         registry = CollectorRegistry()
         registry.register(ProjectorCollector(projector))
         start_metrics_endpoint(registry, settings)
@@ -276,6 +283,7 @@ async def run_projector(settings: Settings, stop: asyncio.Event) -> LiveProjecto
                 await switches
         return projector
     finally:
+        await stack.aclose()
         if event_log is not None:
             await event_log.close()
         await pool.close()

@@ -22,7 +22,7 @@ import structlog
 import uvicorn
 import uvloop
 
-from convlog.resources import migrated_database_url, service_pool
+from convlog.resources import keyed_codec, migrated_database_url, opened_keys, service_pool
 from convlog.runtime.http_server import listening_socket, server_config
 from convlog.runtime.log_guard import LogGuard
 from convlog.runtime.metrics_server import ProjectorCollector
@@ -33,6 +33,7 @@ from convlog.settings import Settings
 from convlog.wiring import make_producer, open_event_log
 from events.errors import ConfigurationError
 from events.log import EventLog
+from events.sealing.ports import KeyRing, KeyStore
 from pgstore.pool import PgPool, database_identity, retrying
 from pgstore.positions_listener import PositionsListener
 from pgstore.reads import PostgresReadModels
@@ -63,8 +64,8 @@ class _LiveReads:
     """The live version's reads: looked up again at once when a switch is heard (the positions
     listener's ``on_switch``), and every few seconds anyway (a listener that is down hears none)."""
 
-    def __init__(self, pool: PgPool, ttl_s: float = 5.0) -> None:
-        self._pool, self._ttl_s = pool, ttl_s
+    def __init__(self, pool: PgPool, ttl_s: float = 5.0, *, keys: KeyRing | None = None) -> None:
+        self._pool, self._ttl_s, self._keys = pool, ttl_s, keys
         self._reads: PostgresReadModels | None = None
         self._at = 0.0
 
@@ -75,7 +76,7 @@ class _LiveReads:
             if live is None:
                 raise ConfigurationError("no live read-models version (run convlog migrate / convlog project)")
             if self._reads is None or self._reads.schema != live.schema:
-                self._reads = PostgresReadModels(self._pool, schema=live.schema, version=live.version)
+                self._reads = PostgresReadModels(self._pool, schema=live.schema, version=live.version, keys=self._keys)
             self._at = time.monotonic()
         return self._reads
 
@@ -123,6 +124,7 @@ def _api_deps(
     guard: LogGuard,
     watch: PositionsWatch,
     readiness: Readiness,
+    keys: KeyStore | None,
 ) -> ApiDeps:
     """The API's query service (over ``event_log``), its producer (appending to ``appending``)
     and its HTTP settings."""
@@ -141,6 +143,7 @@ def _api_deps(
         max_event_bytes=settings.max_event_bytes,
         log_behind=guard.check_read,
         positions=watch,
+        codec=keyed_codec(keys),
     )
     http = HttpSettings(
         tokens=settings.token_tenants(),
@@ -148,7 +151,7 @@ def _api_deps(
         body_timeout_s=settings.http_body_timeout_s,
         openai_user_id=settings.openai_user_id,
     )
-    producer = make_producer(appending, settings, producer="convlog-api")
+    producer = make_producer(appending, settings, producer="convlog-api", keys=keys)
     return ApiDeps(queries=queries, producer=producer, http=http, readiness=readiness, alive=readiness.alive)
 
 
@@ -162,14 +165,16 @@ async def running_service(settings: Settings) -> AsyncIterator[Service]:
     pool = await service_pool(url, name="convlog-serve", limits=limits)
     event_log = await open_event_log(settings)
     stop = asyncio.Event()
+    stack = contextlib.AsyncExitStack()  # the key store
     try:
+        keys = await stack.enter_async_context(opened_keys(settings))
         # Kafka: a group member of its own; embedded: the log this process already opened.
         # It follows ``convlog rebuild --switch`` to the new live version.
         # The projector's commits wake read-your-writes requests of this process (no polling).
         watch = PositionsWatch()
         metrics = Metrics()
-        projector = await _projector(settings, roles, pool, event_log, watch=watch, metrics=metrics)
-        reads = _LiveReads(pool)
+        projector = await _projector(settings, roles, pool, event_log, watch=watch, metrics=metrics, keys=keys)
+        reads = _LiveReads(pool, keys=keys)
         # Read models ahead of the log (records lost from it): writers get a log that refuses appends.
         guard = await retrying(lambda: LogGuard.measure(event_log, reads), action="comparing the log and read models")
         appending = guard.appending(event_log)
@@ -197,8 +202,9 @@ async def running_service(settings: Settings) -> AsyncIterator[Service]:
             guard=guard,
             watch=watch,
             readiness=readiness,
+            keys=keys,
         )
-        summarizer = await _summarizer(settings, roles, pool, appending, metrics)
+        summarizer = await _summarizer(settings, roles, pool, appending, metrics, keys=keys)
         background.update(
             _background(settings, projector=projector, summarizer=summarizer, pool=pool, appending=appending, stop=stop)
         )
@@ -208,19 +214,27 @@ async def running_service(settings: Settings) -> AsyncIterator[Service]:
         finally:
             await _stopped(stop, listening, background)
     finally:
+        await stack.aclose()
         await event_log.close()
         await pool.close()
 
 
 async def _projector(
-    settings: Settings, roles: list[str], pool: PgPool, event_log: EventLog, *, watch: PositionsWatch, metrics: Metrics
+    settings: Settings,
+    roles: list[str],
+    pool: PgPool,
+    event_log: EventLog,
+    *,
+    watch: PositionsWatch,
+    metrics: Metrics,
+    keys: KeyRing | None,
 ) -> LiveProjector | None:
     """This process's projector, started on the live version; None for an API-only instance,
     which checks the live version as projectors do (so that it reads what they write). Either
     way the startup log says which roles this process runs, and which run elsewhere."""
     projector = None
     if "projector" in roles:
-        projector = LiveProjector(settings, pool, event_log, on_committed=watch.committed)
+        projector = LiveProjector(settings, pool, event_log, on_committed=watch.committed, keys=keys)
         await projector.start_version()
         metrics.registry.register(ProjectorCollector(projector))
     else:
@@ -248,7 +262,7 @@ def _listening(
 
 
 async def _summarizer(
-    settings: Settings, roles: list[str], pool: PgPool, appending: EventLog, metrics: Metrics
+    settings: Settings, roles: list[str], pool: PgPool, appending: EventLog, metrics: Metrics, *, keys: KeyStore | None
 ) -> Summarizer | None:
     """This process's summarizer, or None when it runs elsewhere (``--no-summarizer``)."""
     if "summarizer" not in roles:
@@ -256,7 +270,7 @@ async def _summarizer(
     database = ""
     if settings.kafka_bootstrap:
         database = await retrying(lambda: database_identity(pool), action="identifying the database")
-    return build_summarizer(settings, pool, appending, registry=metrics.registry, database=database)
+    return build_summarizer(settings, pool, appending, registry=metrics.registry, database=database, keys=keys)
 
 
 def _background(

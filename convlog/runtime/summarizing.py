@@ -9,18 +9,19 @@ a summary's size limit, ``CONVLOG_SUMMARIZER=off`` keeps ``serve`` from running 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import structlog
 from prometheus_client import CollectorRegistry
 
 from convlog.interruptible import run_interruptibly
-from convlog.resources import migrated_database_url, service_pool, summarizer_group
+from convlog.resources import keyed_codec, migrated_database_url, opened_keys, service_pool, summarizer_group
 from convlog.runtime.metrics_server import start_metrics_endpoint
 from convlog.settings import Settings
 from convlog.wiring import make_producer, open_event_log
-from events.codec import default_codec
 from events.errors import ConfigurationError
 from events.log import EventLog
+from events.sealing.ports import KeyStore
 from pgstore.pool import PgPool, database_identity, retrying
 from pgstore.summaries import PostgresSummaryStore
 from projectors.kafka_source import KafkaGroupSource
@@ -62,6 +63,7 @@ def build_summarizer(
     *,
     registry: CollectorRegistry | None = None,
     database: str = "",
+    keys: KeyStore | None = None,
 ) -> Summarizer:
     """A summarizer appending through ``event_log``: a Kafka consumer group member when Kafka is
     configured, else a reader of ``event_log`` itself (the embedded log). ``database``: the
@@ -90,10 +92,10 @@ def build_summarizer(
     )
     return Summarizer(
         source,
-        PostgresSummaryStore(pool, consumer=consumer_name(settings)),
-        make_producer(event_log, settings, producer="convlog-summarizer"),
+        PostgresSummaryStore(pool, consumer=consumer_name(settings), keys=keys),
+        make_producer(event_log, settings, producer="convlog-summarizer", keys=keys),
         model,
-        codec=default_codec(),
+        codec=keyed_codec(keys),
         log_ends=event_log.end_offsets,
         metrics=SummarizerMetrics(registry),
         options=SummarizerOptions(max_tokens=settings.summary_max_tokens, start=settings.summarizer_start),
@@ -111,14 +113,17 @@ async def run_summarizer(settings: Settings, stop: asyncio.Event) -> Summarizer:
     url = await migrated_database_url(settings)
     pool = await service_pool(url, name="convlog-summarizer", max_size=6)
     event_log = await open_event_log(settings)
+    stack = contextlib.AsyncExitStack()  # the key store
     try:
+        keys = await stack.enter_async_context(opened_keys(settings))
         registry = CollectorRegistry()
         database = await retrying(lambda: database_identity(pool), action="identifying the database")
-        summarizer = build_summarizer(settings, pool, event_log, registry=registry, database=database)
+        summarizer = build_summarizer(settings, pool, event_log, registry=registry, database=database, keys=keys)
         start_metrics_endpoint(registry, settings)
         await summarizer.run(stop)
         return summarizer
     finally:
+        await stack.aclose()
         await event_log.close()
         await pool.close()
 

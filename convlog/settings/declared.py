@@ -78,6 +78,11 @@ class Settings(BaseSettings):
     keys_topic: str | None = Field(
         None, pattern=r"^[A-Za-z0-9._-]{1,249}$", description="the compacted keys topic (unset: TOPIC.keys)"
     )
+    sealing: bool = Field(
+        default=True,
+        description="seal content under per-conversation keys before it enters the log (docs/erasure.md); off: "
+        "plain records, which an erase cannot shred",
+    )
     keys_compaction_lag_s: int = Field(
         3600,
         ge=1,
