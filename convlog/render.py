@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from events.codec import EventCodec
 from events.event_types import (
     ConversationCleared,
     ConversationStarted,
@@ -59,10 +60,12 @@ def format_line(record: LogRecord, event: Event) -> str:
     return f"  p{record.partition}@{record.offset:<6} {describe(event)}"
 
 
-async def print_conversation_events(log: EventLog, key: ConversationKey, *, start_offset: int = 0) -> int:
+async def print_conversation_events(
+    log: EventLog, key: ConversationKey, *, start_offset: int = 0, codec: EventCodec | None = None
+) -> int:
     print(f"conversation {key}")
     count = 0
-    async for record, event in conversation_events(log, key, start_offset=start_offset):
+    async for record, event in conversation_events(log, key, start_offset=start_offset, codec=codec):
         print(format_line(record, event))
         count += 1
     print(f"  ({count} events)\n")

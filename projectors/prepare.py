@@ -119,12 +119,12 @@ async def with_new_keys(decoded: list[Decoded], *, codec: EventCodec, max_event_
     producer through the key route) creates a key before it appends the first record sealed
     with it, so a refresh finds it; still unknown after it, a record is a dead letter."""
     keys = codec.keys
-    if keys is None or not any(d.poison is not None and d.poison.code == "unknown_key" for d in decoded):
+    if keys is None or not any(d.poison is not None and d.poison.error_code == "unknown_key" for d in decoded):
         return decoded
     await keys.refresh()
     return [
         decode_one(d.record, codec=codec, max_event_bytes=max_event_bytes)
-        if d.poison is not None and d.poison.code == "unknown_key"
+        if d.poison is not None and d.poison.error_code == "unknown_key"
         else d
         for d in decoded
     ]

@@ -84,8 +84,8 @@ def _events(settings: Settings, args: argparse.Namespace) -> int:
 
 async def _print_events(settings: Settings, key: ConversationKey) -> None:
     from convlog.render import print_conversation_events  # noqa: PLC0415
-    from convlog.resources import opened_log  # noqa: PLC0415
+    from convlog.resources import keyed_codec, opened_keys, opened_log  # noqa: PLC0415
 
     # Read-only, like replay and tail: the embedded log has one writer, usually `convlog serve`.
-    async with opened_log(settings, read_only=True) as event_log:
-        await print_conversation_events(event_log, key)
+    async with opened_log(settings, read_only=True) as event_log, opened_keys(settings, read_only=True) as keys:
+        await print_conversation_events(event_log, key, codec=keyed_codec(keys))

@@ -170,7 +170,7 @@ def _timestamp(text: str) -> Any:
 
 def _replay(settings: Settings, args: argparse.Namespace) -> int:
     from convlog.ops.replay import first_offset, replay  # noqa: PLC0415
-    from convlog.resources import live_read_models, opened_log  # noqa: PLC0415
+    from convlog.resources import keyed_codec, live_read_models, opened_keys, opened_log  # noqa: PLC0415
     from events.errors import InvalidRequestError  # noqa: PLC0415
     from pgstore.registry import served_policy  # noqa: PLC0415
     from pgstore.versions import served_policies  # noqa: PLC0415
@@ -184,7 +184,11 @@ def _replay(settings: Settings, args: argparse.Namespace) -> int:
     )
 
     async def run() -> None:
-        async with live_read_models(settings) as handle, opened_log(settings, read_only=True) as event_log:
+        async with (
+            live_read_models(settings) as handle,
+            opened_log(settings, read_only=True) as event_log,
+            opened_keys(settings, read_only=True) as keys,
+        ):
             start = await first_offset(handle, key)
             point = BeforeMessage(args.before_message) if args.before_message is not None else args.as_of
             policy: WindowPolicy | PolicyAt | None = served_policies(handle.pool, handle.live.policy)
@@ -203,6 +207,7 @@ def _replay(settings: Settings, args: argparse.Namespace) -> int:
                 policy=policy,
                 default_encoding=settings.default_encoding,
                 counted=settings.counted_encodings(),
+                codec=keyed_codec(keys),
             )
 
     asyncio.run(run())

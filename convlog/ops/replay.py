@@ -49,6 +49,7 @@ async def replay(
     default_encoding: str,
     counted: Collection[str] = DEFAULT_COUNTED,
     out: Callable[[str], None] = print,
+    codec: EventCodec | None = None,
 ) -> int:
     """Print the conversation's events and the context served right after ``as_of`` (default:
     its last event; a :class:`BeforeMessage`: right before that message was appended). Returns
@@ -57,7 +58,7 @@ async def replay(
     request.refuse_no_room()
     if isinstance(as_of, int):  # as the API's as_of: no context "after" an event the log does not hold
         await refuse_beyond_log_end(event_log, partition_for_key(key.encode(), event_log.partition_count), as_of)
-    pairs = await _read_with_progress(event_log, key, start_offset)
+    pairs = await _read_with_progress(event_log, key, start_offset, codec)
     if not pairs:
         raise ConvlogError(f"the log has no events of {key}")
     point = pairs[-1][0].offset if as_of is None else as_of_offset(pairs, as_of)
@@ -78,6 +79,7 @@ async def replay(
         policy=policy,
         max_event_bytes=max_event_bytes,
         start_offset=start_offset,
+        codec=codec,
     )
     if served is None:
         raise ConvlogError(f"{key} had no event by offset {point}")
@@ -86,12 +88,14 @@ async def replay(
     return len(pairs)
 
 
-async def _read_with_progress(event_log: EventLog, key: ConversationKey, start: int) -> list[tuple[LogRecord, Event]]:
+async def _read_with_progress(
+    event_log: EventLog, key: ConversationKey, start: int, codec: EventCodec | None
+) -> list[tuple[LogRecord, Event]]:
     """The conversation's events; a long partition shows a bar (offsets scanned, rate, ETA)."""
     end = (await event_log.end_offsets())[partition_for_key(key.encode(), event_log.partition_count)]
     pairs = []
     with tqdm(total=max(0, end - start), unit="offset", unit_scale=True, desc="reading", leave=False, delay=1) as bar:
-        async for record, event in conversation_events(event_log, key, start_offset=start):
+        async for record, event in conversation_events(event_log, key, start_offset=start, codec=codec):
             bar.update(record.offset + 1 - start - bar.n)
             pairs.append((record, event))
     return pairs
