@@ -126,8 +126,9 @@ def turn_bodies() -> list[tuple[str, EventBody]]:
 
 def more_bodies() -> list[tuple[str, EventBody]]:
     """Records beyond the turn, for a producer's encoder to be tested on every shape: a content of
-    parts (text and image), the other body types, and native blocks of every kind with their
-    optional fields. Not one conversation's story: each is checked on its own."""
+    parts (text and image), the other body types (an erase with schema v5's subject and
+    requested_by among them), and native blocks of every kind with their optional fields. Not
+    one conversation's story: each is checked on its own."""
     return [
         (
             "user_message_with_image_parts",
@@ -198,6 +199,10 @@ def more_bodies() -> list[tuple[str, EventBody]]:
         ("message_redacted", MessageRedacted(message_id="vec-2", reason="personal data")),
         ("conversation_cleared", ConversationCleared(reason="new chat")),
         ("conversation_erased", ConversationErased(reason="user request", only_if_last_offset=41)),
+        (
+            "user_erased",  # schema v5: one of a user's erases, and who asked for it
+            ConversationErased(reason="user request", subject="user", requested_by="tok_support_7"),
+        ),
     ]
 
 
