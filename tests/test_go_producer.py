@@ -1,8 +1,9 @@
 """examples/go-producer against the golden vectors, offline: its ``go test`` encodes the vectors'
 events to their exact bytes and partitions every key as they say, and its traps (a CRC32 or
 FNV partitioner, a big-endian fingerprint, Confluent framing, settings that are not safe) each
-have a Go test that fails with the wrong setting. The run against Kafka is
-tests/kafka/test_go_producer.py."""
+have a Go test that fails with the wrong setting; its sealer writes schemas/vectors/sealed.json
+byte for byte. The runs against Kafka are tests/kafka/test_go_producer.py and
+tests/kafka/test_go_producer_sealed.py."""
 
 from __future__ import annotations
 
@@ -34,4 +35,7 @@ def test_go_test_passes_on_the_golden_vectors() -> None:
         "TestTrapOtherHashersPutKeysOnOtherPartitions",
         "TestTheClientHasTheSafeSettings",
         "TestTrapABigEndianFingerprintIsNotTheWireForm",
+        "TestTheSealerWritesTheSealedVectorsByteForByte",
+        "TestTheVectorsCiphertextsOpenOnlyWithTheirAssociatedData",
+        "TestTheTurnSealedCarriesNoContentInClear",
     } <= passed, out
