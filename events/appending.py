@@ -158,7 +158,9 @@ class EventAppender:
         size = sum(len(data) for _, data in built)
         if len(built) > 1 and size > self._max_event_bytes:
             raise EventTooLargeError(size=size, limit=self._max_event_bytes)
-        return NativeBatch(tuple(built), ids.deterministic, ids.next_event_id, ids.answer_paths)
+        return NativeBatch(
+            tuple(built), ids.deterministic, ids.next_event_id, ids.answer_paths, plain=tuple(ids.messages)
+        )
 
     async def append_native(
         self,

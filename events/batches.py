@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from events.errors import NativeFormatError
-from events.event_types import Event, MessageAppended
+from events.event_types import Event, EventBody, MessageAppended
 from events.formats import registry
 from events.formats.registry import FormatRegistry
 
@@ -107,6 +107,9 @@ class NativeBatch:
     deterministic: bool
     next_event_id: str | None = None
     answer_paths: Mapping[str, str] = field(default_factory=dict)  # as Parsed's
+    # The bodies as the payload gave them, when ``built`` holds them sealed (events/sealing/):
+    # what checks of the payload's content (orphan tool results) read.
+    plain: tuple[EventBody, ...] | None = None
 
     def answer_path(self, index: int) -> str:
         """Where the payload names the call its ``index``-th message answers (else ``messages[i]``)."""
@@ -116,4 +119,7 @@ class NativeBatch:
 
     @property
     def events(self) -> tuple[Event, ...]:
-        return tuple(event for event, _ in self.built)
+        """The payload's events, with their content (never their sealed copies)."""
+        if self.plain is None:
+            return tuple(event for event, _ in self.built)
+        return tuple(replace(event, body=body) for (event, _), body in zip(self.built, self.plain, strict=True))
