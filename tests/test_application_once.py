@@ -289,7 +289,13 @@ async def test_live_context_equals_the_as_of_context_byte_for_byte(
     for encoding in ("o200k_base", "cl100k_base"):
         stored = await (await queries.reads()).context_inputs(key, encoding=encoding)
         as_of = await context_inputs_as_of(
-            queries.log, key, last, encoding=encoding, policy=queries.policy, max_event_bytes=queries.max_event_bytes
+            queries.log,
+            key,
+            last,
+            encoding=encoding,
+            policy=queries.policy,
+            max_event_bytes=queries.max_event_bytes,
+            codec=queries.codec,  # the service's: it opens sealed records
         )
         if encoding in queries.counted_encodings:
             assert stored == as_of, encoding

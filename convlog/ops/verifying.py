@@ -34,6 +34,7 @@ from pgstore.schemas import create_read_models_schema, drop_schema
 from pgstore.store import PostgresProjectionStore
 from pgstore.topics import claim_topic
 from projectors.tokens import ENCODINGS, TokenCounter
+from projectors.window import WindowPolicy
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,17 +197,7 @@ async def _verify(
     say(f"verifying {live.schema} ({what}, up to {sum(until.values())} records) against a replay into {scratch}")
     await create_read_models_schema(pool, scratch)
     try:
-        policy, counter = live.policy, TokenCounter(encodings=settings.counted_encodings())  # the version's own
-        store = PostgresProjectionStore(
-            pool,
-            schema=scratch,
-            codec=keyed_codec(key_ring),
-            counter=counter,
-            policy=policy,
-            max_event_bytes=settings.max_event_bytes,
-            skips=skips,
-            keys=key_ring,
-        )
+        store = _replay_store(settings, pool, scratch, policy=live.policy, skips=skips, key_ring=key_ring)
         read = [0]
         bar = progress_bar(sum(until.values()), "replay")
 
@@ -239,6 +230,28 @@ async def _verify(
         return 1 if result.differing else 0
     finally:
         await drop_schema(pool, scratch)
+
+
+def _replay_store(
+    settings: Settings,
+    pool: PgPool,
+    scratch: str,
+    *,
+    policy: WindowPolicy,
+    skips: Mapping[tuple[int, int], str],
+    key_ring: KeyRing | None,
+) -> PostgresProjectionStore:
+    """The store the replay writes ``scratch`` with: the live version's own policy and skips."""
+    return PostgresProjectionStore(
+        pool,
+        schema=scratch,
+        codec=keyed_codec(key_ring),
+        counter=TokenCounter(encodings=settings.counted_encodings()),
+        policy=policy,
+        max_event_bytes=settings.max_event_bytes,
+        skips=skips,
+        keys=key_ring,
+    )
 
 
 async def _refuse_positions_beyond_the_log(event_log: EventLog, until: Mapping[int, int], *, topic: str) -> None:

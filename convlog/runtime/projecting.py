@@ -255,19 +255,31 @@ async def run_projector(settings: Settings, stop: asyncio.Event) -> LiveProjecto
     """Project into the live read-models version until ``stop`` is set, following switches."""
     # The topic must exist before the group subscribes (it would not see it created later);
     # made sure of beside the migration, so that a restarted projector waits for neither twice.
+    # The key store (its topic and records) loads beside both: a restart waits for it once.
+    stack = contextlib.AsyncExitStack()
     topic = asyncio.create_task(ensure_kafka_topic(settings, client_id="convlog-projector"))
+    opening = asyncio.create_task(stack.enter_async_context(opened_keys(settings)))
     try:
         url = await migrated_database_url(settings)  # may start the embedded Postgres; waits out an outage
+        keys = await opening
+    except BaseException:
+        opening.cancel()
+        with contextlib.suppress(BaseException):
+            await opening
+        await stack.aclose()
+        raise
     finally:
         await topic
     limits = projector_session_limits(settings)
-    pool = await service_pool(url, name=POOL_NAME, limits=limits)
     event_log = None
-    stack = contextlib.AsyncExitStack()  # the key store
+    try:
+        pool = await service_pool(url, name=POOL_NAME, limits=limits)
+    except BaseException:
+        await stack.aclose()
+        raise
     try:
         if not settings.kafka_bootstrap:
             event_log = await open_event_log(settings)
-        keys = await stack.enter_async_context(opened_keys(settings))
         projector = LiveProjector(settings, pool, event_log, keys=keys)
         registry = CollectorRegistry()
         registry.register(ProjectorCollector(projector))

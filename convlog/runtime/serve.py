@@ -157,6 +157,13 @@ def _api_deps(
 
 @asynccontextmanager
 async def running_service(settings: Settings) -> AsyncIterator[Service]:
+    # The key store first and closed last: every role seals or opens with it.
+    async with opened_keys(settings) as keys, _running(settings, keys) as service:
+        yield service
+
+
+@asynccontextmanager
+async def _running(settings: Settings, keys: KeyStore | None) -> AsyncIterator[Service]:
     roles = serve_roles(settings)
     url = await migrated_database_url(settings)
     # A projecting serve's sessions get the projector's bounds (a frozen one must not hold its
@@ -165,9 +172,7 @@ async def running_service(settings: Settings) -> AsyncIterator[Service]:
     pool = await service_pool(url, name="convlog-serve", limits=limits)
     event_log = await open_event_log(settings)
     stop = asyncio.Event()
-    stack = contextlib.AsyncExitStack()  # the key store
     try:
-        keys = await stack.enter_async_context(opened_keys(settings))
         # Kafka: a group member of its own; embedded: the log this process already opened.
         # It follows ``convlog rebuild --switch`` to the new live version.
         # The projector's commits wake read-your-writes requests of this process (no polling).
@@ -214,7 +219,6 @@ async def running_service(settings: Settings) -> AsyncIterator[Service]:
         finally:
             await _stopped(stop, listening, background)
     finally:
-        await stack.aclose()
         await event_log.close()
         await pool.close()
 
