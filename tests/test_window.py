@@ -406,6 +406,7 @@ def test_a_message_changes_only_the_fields_a_message_moves(role: str) -> None:
         summary=SummaryAt(5, 3, 3, 1),
         turns_before_epoch=1,
         redacted_questions=(4,),
+        key_id="ck_00000000000000000000000000000001",
     )
     assert all(getattr(state, f.name) != f.default for f in fields(state) if f.name not in ("key", "metadata"))
     body = MessageAppended(
