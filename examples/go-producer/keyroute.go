@@ -36,11 +36,12 @@ func sealerFor(conv Conversation, keyID, keyB64, keyURL, token string) (*Sealer,
 }
 
 // FetchKey asks convlog's key route for the conversation's data key:
-// POST {api}/v1/tenants/{t}/users/{u}/conversations/{c}/key with the app's bearer token, the
-// ids percent-encoded as path segments. The key is kept in memory only.
+// POST {api}/v1/users/{u}/conversations/{c}/key with the app's bearer token, the ids
+// percent-encoded as path segments. The token names the tenant (no tenant in the path): it must
+// be the token of conv.Tenant, or the key is another tenant's conversation's and convlog refuses
+// the records (unknown_key). The key is kept in memory only.
 func FetchKey(conv Conversation, api, token string) (keyID, keyB64 string, err error) {
-	path := fmt.Sprintf("/v1/tenants/%s/users/%s/conversations/%s/key",
-		url.PathEscape(conv.Tenant), url.PathEscape(conv.User), url.PathEscape(conv.ID))
+	path := fmt.Sprintf("/v1/users/%s/conversations/%s/key", url.PathEscape(conv.User), url.PathEscape(conv.ID))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(api, "/")+path, nil)

@@ -137,7 +137,7 @@ async def test_the_go_example_seals_under_the_key_the_api_hands_out(
     sent = await asyncio.to_thread(
         produce, binary, kafka_log, kafka_bootstrap, "--key-url", key_route, "--token", TOKEN
     )
-    path = "/v1/tenants/acme/users/employee:42/conversations/oa\\sealed/key"
+    path = "/v1/users/employee:42/conversations/oa\\sealed/key"  # the token names the tenant
     assert KeyRoute.calls == [(path, f"Bearer {TOKEN}")]  # one key for the whole turn
     assert_is_the_go_turn(opened(await read_back(kafka_log, sent)))
 

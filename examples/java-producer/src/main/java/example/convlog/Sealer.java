@@ -178,7 +178,11 @@ final class Sealer {
                 .header("Accept", "application/json")
                 .POST(HttpRequest.BodyPublishers.noBody())
                 .build();
-        HttpClient client = HttpClient.newBuilder().connectTimeout(Duration.ofSeconds(10)).build();
+        // HTTP/1.1: on a cleartext URL the JDK's default (HTTP/2) sends an h2c upgrade convlog's server refuses.
+        HttpClient client = HttpClient.newBuilder()
+                .version(HttpClient.Version.HTTP_1_1)
+                .connectTimeout(Duration.ofSeconds(10))
+                .build();
         HttpResponse<String> response = client.send(request, HttpResponse.BodyHandlers.ofString());
         if (response.statusCode() != 200) {
             throw new IOException("POST " + path + " answered " + response.statusCode() + ": " + response.body());
