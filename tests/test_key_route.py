@@ -14,7 +14,7 @@ import pytest
 
 from tests.test_api import BASE, A, caught_up, post
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.service_settings(sealing=True)]
 B = {"Authorization": "Bearer token-b"}  # tenant globex's token
 ROUTE = f"{BASE}/employee%3A42/key"  # the ids percent-encoded as path segments
 

@@ -39,7 +39,7 @@ PATH = f"/v1/users/{quote(KEY.user_id, safe='')}/conversations/{quote(KEY.conver
 pytestmark = [
     pytest.mark.kafka,
     pytest.mark.postgres,
-    pytest.mark.service_settings(partitions=PARTITIONS, api_tokens=f"acme:{TOKEN}", version_poll_s=0.5),
+    pytest.mark.service_settings(partitions=PARTITIONS, api_tokens=f"acme:{TOKEN}", version_poll_s=0.5, sealing=True),
 ]
 
 
