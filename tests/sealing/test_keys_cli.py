@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import structlog
 
 from convlog.cli.main import main
 from convlog.settings import Settings
@@ -21,6 +24,24 @@ from tests.support import unique_topic
 
 C1 = ConversationKey("acme", "alice", "c1")
 C2 = ConversationKey("acme", "bob", "c2")
+
+
+@pytest.fixture(autouse=True)
+def _logging_restored(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The CLI, run in process, binds structlog to this test's captured stderr, which is closed
+    after it: with loggers cached on first use, every later test's log line would fail
+    (test_embedded_log's did). So nothing is cached meanwhile, and the configuration is restored."""
+    import convlog.cli.main as cli  # noqa: PLC0415
+
+    before, configure = structlog.get_config(), cli.configure_logging
+
+    def uncached(*args: Any, **kwargs: Any) -> None:
+        configure(*args, **kwargs)
+        structlog.configure(cache_logger_on_first_use=False)
+
+    monkeypatch.setattr(cli, "configure_logging", uncached)
+    yield
+    structlog.configure(**before)
 
 
 @pytest.fixture
