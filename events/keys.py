@@ -35,7 +35,7 @@ class ConversationKey:
 
     def __post_init__(self) -> None:
         for name in ("tenant_id", "user_id", "conversation_id"):
-            _check_part(name, getattr(self, name))
+            check_key_part(name, getattr(self, name))
         text = _SEPARATOR.join(_escape(p) for p in (self.tenant_id, self.user_id, self.conversation_id))
         object.__setattr__(self, "_text", text)
 
@@ -62,7 +62,8 @@ class ConversationKey:
         return cls(parts[0], parts[1], parts[2])
 
 
-def _check_part(field: str, value: object) -> None:
+def check_key_part(field: str, value: object) -> None:
+    """Refuse a tenant, user or conversation id a record key cannot carry (:class:`InvalidKeyError`)."""
     if not isinstance(value, str):
         raise InvalidKeyError(f"must be a string, got {type(value).__name__}", field=field)
     if not value or not value.strip():

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final, Literal, TypeAlias
 
-from events.keys import ConversationKey
+from events.keys import ConversationKey, check_key_part
 
 __all__ = [
     "CONVERSATION_KEY_PREFIX",
@@ -49,6 +49,10 @@ class UserSubject:
 
     tenant_id: str
     user_id: str
+
+    def __post_init__(self) -> None:
+        check_key_part("tenant_id", self.tenant_id)
+        check_key_part("user_id", self.user_id)
 
     @classmethod
     def of(cls, conversation: ConversationKey) -> UserSubject:
