@@ -79,7 +79,7 @@ class Settings(BaseSettings):
         None, pattern=r"^[A-Za-z0-9._-]{1,249}$", description="the compacted keys topic (unset: TOPIC.keys)"
     )
     sealing: bool = Field(
-        default=False,
+        default=True,
         description="seal content under per-conversation keys before it enters the log (docs/erasure.md); off: "
         "plain records, which an erase cannot shred",
     )
