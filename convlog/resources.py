@@ -112,12 +112,9 @@ async def opened_log(settings: Settings, *, read_only: bool = False) -> AsyncIte
 
 
 @asynccontextmanager
-async def opened_keys(settings: Settings, *, read_only: bool = False) -> AsyncIterator[KeyStore | None]:
-    """The key store content is sealed and opened with (docs/erasure.md); None when
-    ``CONVLOG_SEALING`` is off (plain records)."""
-    if not settings.sealing:
-        yield None
-        return
+async def opened_keys(settings: Settings, *, read_only: bool = False) -> AsyncIterator[KeyStore]:
+    """The key store content is sealed and opened with (docs/erasure.md). Opened with
+    ``CONVLOG_SEALING`` off too: what was sealed before stays readable, and erasable."""
     keys = await open_key_store(settings, read_only=read_only)
     try:
         yield keys

@@ -40,8 +40,11 @@ async def open_event_log(settings: Settings, *, read_only: bool = False) -> Even
 def make_producer(
     event_log: EventLog, settings: Settings, *, producer: str = "convlog", keys: KeyStore | None = None
 ) -> ConversationProducer:
-    """``keys``: the key store to seal content with (None: plain records)."""
-    return ConversationProducer(event_log, producer=producer, max_event_bytes=settings.max_event_bytes, keys=keys)
+    """``keys``: the key store content is sealed with (unless ``CONVLOG_SEALING`` is off) and
+    erasure destroys keys in (None: plain records, no keys)."""
+    return ConversationProducer(
+        event_log, producer=producer, max_event_bytes=settings.max_event_bytes, keys=keys, seal=settings.sealing
+    )
 
 
 async def ensure_kafka_topic(settings: Settings, *, client_id: str) -> None:

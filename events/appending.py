@@ -52,13 +52,17 @@ class EventAppender:
         new_id: Callable[[], str] = _new_id,
         formats: FormatRegistry | None = None,
         keys: KeyStore | None = None,
+        seal: bool = True,
     ) -> None:
         """``formats``: the provider formats :meth:`append_native` takes (None: convlog's,
         :data:`events.formats.registry.FORMATS`); a test adds one with ``FORMATS.with_format``.
         ``keys``: the key store content is sealed with before it enters the log (schema v5,
-        events/sealing/); None writes plain records, which erasure cannot shred."""
+        events/sealing/); None writes plain records, which erasure cannot shred. ``seal=False``
+        (``CONVLOG_SEALING=false``) writes plain records too, but keeps the store: the keys of
+        what was sealed before are still destroyed by an erase."""
         self._formats = formats
         self._keys = keys
+        self._seal_with = keys if seal else None
         self._log = log
         self._codec = codec or default_codec()
         self._producer = producer
@@ -80,18 +84,23 @@ class EventAppender:
         validate_event(event)
         if isinstance(body, MessageAppended):
             check_servable(body)
-        if self._keys is not None and isinstance(body, SEALABLE):
+        if self._seal_with is not None and isinstance(body, SEALABLE):
             # Sealed here when this process knows the conversation's key already (the usual
             # case); else the append seals it, once it has made sure of the key (_sealed).
-            data_key = self._keys.current(key)
+            data_key = self._seal_with.current(key)
             if data_key is not None:
                 event = seal_event(event, data_key, self._codec)
         return event, self._encoded(event)
 
     @property
     def keys(self) -> KeyStore | None:
-        """The key store this appender seals with (None: it writes plain records)."""
+        """The key store this appender seals with and erasure destroys keys in (None: none)."""
         return self._keys
+
+    @property
+    def seals(self) -> bool:
+        """Whether new content is sealed (else it enters the log plain)."""
+        return self._seal_with is not None
 
     def _encoded(self, event: Event) -> bytes:
         data = self._codec.encode(event)
@@ -103,9 +112,9 @@ class EventAppender:
         """What is appended for a built event: sealed, if a key store seals and :meth:`build`
         could not yet (the conversation's first event in this process)."""
         body = event.body
-        if self._keys is None or not isinstance(body, SEALABLE) or body.sealed is not None:
+        if self._seal_with is None or not isinstance(body, SEALABLE) or body.sealed is not None:
             return event, data
-        sealed = seal_event(event, await self._keys.ensure(event.key), self._codec)
+        sealed = seal_event(event, await self._seal_with.ensure(event.key), self._codec)
         return sealed, self._encoded(sealed)
 
     async def append(
@@ -117,7 +126,7 @@ class EventAppender:
         occurred_at: datetime | None = None,
     ) -> Appended:
         event, data = self.build(key, body, event_id=event_id, occurred_at=occurred_at)
-        if self._keys is not None:
+        if self._seal_with is not None:
             event, data = await self._sealed(event, data)
         # append_built's body (and appended_at's), inlined: a coroutine less to make and resume per append.
         coordinates = await self._log.append(key=key.encode(), value=data, headers=type_headers(event))

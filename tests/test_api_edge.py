@@ -395,6 +395,20 @@ async def test_ids_that_are_not_utf8_are_422_never_one_conversation(no_wait_http
     assert len(events.json()["events"]) == 1  # only the message sent to it
 
 
+@pytest.mark.postgres
+async def test_a_user_id_a_record_key_cannot_carry_is_refused_by_the_user_erase_too(
+    no_wait_http_client: httpx.AsyncClient,
+) -> None:
+    """``DELETE /v1/users/%00`` reached Postgres with the NUL (a 500): refused as an append is."""
+    for user_id in ("%00", "%20", "u%0A"):
+        appended = await no_wait_http_client.post(
+            f"/v1/users/{user_id}/conversations/c/messages", json={"role": "user", "content": "x"}, headers=A
+        )
+        erased = await no_wait_http_client.delete(f"/v1/users/{user_id}", headers=A)
+        assert erased.status_code == appended.status_code == 422, (user_id, erased.text)
+        assert erased.json()["error"]["field"] == appended.json()["error"]["field"] == "user_id"
+
+
 # --- authentication comes first ------------------------------------------------------------------
 
 PUBLIC = ("/healthz", "/readyz", "/metrics", "/openapi.json")

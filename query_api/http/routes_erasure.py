@@ -42,7 +42,7 @@ def erasure_routes(deps: ApiDeps) -> APIRouter:
         Keep it in memory only. 409 ``sealing_off`` when this service seals nothing."""
         key = requests.key_of(authorization, user_id, conversation_id)
         keys = deps.producer.keys
-        if keys is None:
+        if keys is None or not deps.producer.seals:
             raise ApiError(409, "sealing_off", "this service writes plain records: it has no key store")
         data_key = await keys.ensure(key)
         return JSONResponse(
