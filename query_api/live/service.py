@@ -26,6 +26,7 @@ from query_api.live.errors import (
     NotCaughtUpError,
     UnknownVersionError,
 )
+from query_api.live.key_refresh import refreshing_keys
 from query_api.live.ranges import RowsNeeded, assemble_live
 from query_api.live.wait import held, reflects, wait_for_projection
 from query_api.log_reads import conversation_records, log_holds
@@ -95,7 +96,8 @@ class QueryService:
     async def logged_events(self, key: ConversationKey) -> list[tuple[LogRecord, Event]]:
         """The conversation's events, read from the log through the event index;
         :class:`ConversationNotFoundError` for none."""
-        pairs = await conversation_records(self.log, await self.reads(), key, codec=self.codec)
+        reads = await self.reads()
+        pairs = await refreshing_keys(self.codec, lambda: conversation_records(self.log, reads, key, codec=self.codec))
         if not pairs:
             raise ConversationNotFoundError("no such conversation")
         return pairs
@@ -124,7 +126,7 @@ class QueryService:
     ) -> ServedContext:
         """The live context; with ``min_offset``, once the read models hold it (read-your-writes).
         Counted as served, with the prefix it shares with the one served before it."""
-        ctx, inputs, reads = await self._read_live(key, spec, request, min_offset)
+        ctx, inputs, reads = await refreshing_keys(self.codec, lambda: self._read_live(key, spec, request, min_offset))
         self.metrics.context_served(ctx.token_count)
         prefix = self.prefixes.served((str(key), request.format, request.model), ctx.units)
         if prefix is not None:
