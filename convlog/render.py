@@ -53,7 +53,10 @@ def describe(event: Event) -> str:
         return f"summary   through {body.covers_through_message_id}: {preview(body.text)}"
     if isinstance(body, ConversationCleared):
         return f"cleared   {body.reason or ''}"
-    return f"erased    {body.reason or ''}"
+    # The audit record of an erasure: what subject, who asked, when (never content).
+    audit = [f"{name}={value}" for name, value in (("subject", body.subject), ("by", body.requested_by)) if value]
+    audit.append(f"at={event.occurred_at.isoformat(timespec='seconds')}")
+    return f"erased    {body.reason or ''}  [{'; '.join(audit)}]"
 
 
 def format_line(record: LogRecord, event: Event) -> str:

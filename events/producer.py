@@ -49,6 +49,7 @@ __all__ = [
     "DEFAULT_MAX_EVENT_BYTES",
     "EVENT_TYPE_HEADER",
     "Appended",
+    "ConversationErasure",
     "ConversationProducer",
     "UserErasure",
     "appended_at",
@@ -56,6 +57,16 @@ __all__ = [
 
 # Namespace of the event ids append_completion derives from a completion's id (uuid5).
 _COMPLETION_NAMESPACE = uuid.UUID("8f0c2f4e-0d7b-4c6e-9a1d-3b5e7c9f1a24")
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationErasure:
+    """What erasing a conversation did: its erase event, the keys destroyed (none: plain
+    records only, or ``already`` — they were destroyed before)."""
+
+    appended: Appended
+    destroyed_key_ids: tuple[str, ...]
+    already: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,15 +267,13 @@ class ConversationProducer(EventAppender):
         requested_by: str | None = None,
     ) -> Appended:
         """Erase the conversation's content from every read model and, with a key store, from
-        every copy: its keys are destroyed first — before the erase event is even appended, so
-        no lagging projection or parked record holds it back (docs/erasure.md). With
+        every copy (:meth:`erase_conversation`, which also says which keys went). With
         ``only_if_last_offset`` (retention's idle erase) the erase applies only if no event of
         the conversation was applied after that offset, and destroys no key: the fold decides
         it, and a conversation written to since keeps everything."""
-        if self._keys is not None and only_if_last_offset is None:
-            # SubjectNotFoundError: plain records only (no key): the read models are all there is to clear
-            with contextlib.suppress(SubjectNotFoundError):
-                await self._keys.destroy_conversation(key, requested_by=requested_by, reason=reason)
+        if only_if_last_offset is None:
+            erasure = await self.erase_conversation(key, reason=reason, event_id=event_id, requested_by=requested_by)
+            return erasure.appended
         erased = ConversationErased(
             reason=reason,
             only_if_last_offset=only_if_last_offset,
@@ -272,6 +281,27 @@ class ConversationProducer(EventAppender):
             requested_by=requested_by,
         )
         return await self.append(key, erased, event_id=event_id)
+
+    async def erase_conversation(
+        self,
+        key: ConversationKey,
+        *,
+        reason: str | None = None,
+        event_id: str | None = None,
+        requested_by: str | None = None,
+    ) -> ConversationErasure:
+        """Erase one conversation: with a key store its keys are destroyed first — before the
+        erase event is even appended, so no lagging projection or parked record holds it back
+        (docs/erasure.md) — then the erase event. ``already``: its keys were destroyed before."""
+        destruction = None
+        if self._keys is not None:
+            # SubjectNotFoundError: plain records only (no key): the read models are all there is to clear
+            with contextlib.suppress(SubjectNotFoundError):
+                destruction = await self._keys.destroy_conversation(key, requested_by=requested_by, reason=reason)
+        erased = ConversationErased(reason=reason, subject="conversation", requested_by=requested_by)
+        appended = await self.append(key, erased, event_id=event_id)
+        key_ids = destruction.key_ids if destruction else ()
+        return ConversationErasure(appended, key_ids, already=destruction is not None and destruction.already)
 
     async def erase_user(
         self,

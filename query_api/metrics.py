@@ -7,6 +7,30 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 
+class ErasureMetrics:
+    """Erasures and the keys they destroyed, counted where they are made: the API's routes and
+    ``convlog erase`` (each process its own registry; docs/erasure.md, Metrics). An erase that
+    finds its subject erased already (``already``) is not counted: it erased nothing."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._erasures = Counter(
+            "convlog_erasures_total", "Erasures made, by subject (user or conversation)", ["subject"], registry=registry
+        )
+        self._keys = Counter("convlog_keys_destroyed_total", "Data keys destroyed by erasures", registry=registry)
+        for subject in ("user", "conversation"):
+            self._erasures.labels(subject)  # both series exist from the start, at 0
+
+    def erased(self, subject: str, *, destroyed_keys: int, already: bool = False) -> None:
+        if not already:
+            self._erasures.labels(subject).inc()
+        self._keys.inc(destroyed_keys)
+
+    def add(self, subject: str, erasures: float, destroyed_keys: float) -> None:
+        """Counts carried over from an earlier process (``convlog erase --metrics-file``)."""
+        self._erasures.labels(subject).inc(erasures)
+        self._keys.inc(destroyed_keys)
+
+
 class Metrics:
     """One registry per process (tests create their own)."""
 
@@ -52,6 +76,7 @@ class Metrics:
         self.dead_letters = Gauge(
             "convlog_dead_letters", "Records dead-lettered by this process", registry=self.registry
         )
+        self.erasures = ErasureMetrics(self.registry)
         self.content_type = CONTENT_TYPE_LATEST
         # Each request's labelled children, looked up once: labels() takes a lock and checks the
         # values every time (~3 us each, twice a request). Bounded: route templates x methods x statuses.

@@ -15,13 +15,29 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from convlog.cli import commands_config, commands_core, commands_keys, commands_log, commands_ops, commands_rebuild
+from convlog.cli import (
+    commands_config,
+    commands_core,
+    commands_erase,
+    commands_keys,
+    commands_log,
+    commands_ops,
+    commands_rebuild,
+)
 from convlog.runtime.logs import configure_logging
 from convlog.settings import Settings
 from events.errors import ConvlogError
 
 # Command modules, in the order their subcommands appear in --help.
-COMMAND_MODULES = (commands_core, commands_ops, commands_rebuild, commands_log, commands_keys, commands_config)
+COMMAND_MODULES = (
+    commands_core,
+    commands_ops,
+    commands_erase,
+    commands_rebuild,
+    commands_log,
+    commands_keys,
+    commands_config,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -72,16 +72,17 @@ def error_response(
     return JSONResponse({"error": {"code": code, "message": message, **extra}}, status_code=status, headers=headers)
 
 
+def appended_json(appended: Appended) -> dict[str, Any]:
+    return {
+        "event_id": appended.event_id,
+        "message_id": appended.message_id,
+        "partition": appended.partition,
+        "offset": appended.offset,
+    }
+
+
 def accepted(appended: Appended) -> JSONResponse:
-    return FastJSONResponse(
-        {
-            "event_id": appended.event_id,
-            "message_id": appended.message_id,
-            "partition": appended.partition,
-            "offset": appended.offset,
-        },
-        status_code=202,
-    )
+    return FastJSONResponse(appended_json(appended), status_code=202)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from events.event_types import MessageAppended, MessageRedacted
 from events.formats.registry import APPEND_FORMATS, NATIVE_FORMATS
 from events.keys import ConversationKey
 from events.producer import Appended
-from query_api.http.deps import PREFIX, ApiDeps, ApiError, AuthHeader, Requests, accepted
+from query_api.http.deps import PREFIX, ApiDeps, ApiError, AuthHeader, Requests, accepted, appended_json
 from query_api.http.fast_json import FastJSONResponse
 from query_api.http.routes_erasure import requested_by
 from query_api.http.strict_json import StrictJsonRoute
@@ -123,10 +123,13 @@ def append_routes(deps: ApiDeps) -> APIRouter:
     async def erase(user_id: str, conversation_id: str, authorization: AuthHeader = None) -> JSONResponse:
         key = requests.key_of(authorization, user_id, conversation_id)
         await deps.queries.held_by_log(key)
-        erased = await deps.producer.erase(
+        erasure = await deps.producer.erase_conversation(
             key, reason="erased through the API", requested_by=requested_by(authorization)
         )
-        return accepted(erased)
+        destroyed = len(erasure.destroyed_key_ids)
+        deps.queries.metrics.erasures.erased("conversation", destroyed_keys=destroyed, already=erasure.already)
+        answer = appended_json(erasure.appended)
+        return FastJSONResponse({**answer, "destroyed_keys": destroyed, "already": erasure.already}, status_code=202)
 
     return router
 

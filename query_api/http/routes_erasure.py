@@ -69,6 +69,8 @@ def erasure_routes(deps: ApiDeps) -> APIRouter:
             )
         except SubjectNotFoundError as e:
             raise ApiError(404, "not_found", "no such user") from e
+        destroyed = len(erasure.destroyed_key_ids)
+        deps.queries.metrics.erasures.erased("user", destroyed_keys=destroyed, already=erasure.already)
         return JSONResponse(
             {
                 "user_id": user_id,
@@ -76,7 +78,7 @@ def erasure_routes(deps: ApiDeps) -> APIRouter:
                     {"conversation_id": c.conversation_id, "partition": a.partition, "offset": a.offset}
                     for c, a in erasure.erased
                 ],
-                "destroyed_keys": len(erasure.destroyed_key_ids),
+                "destroyed_keys": destroyed,
                 "already": erasure.already,
             },
             status_code=202,
