@@ -38,7 +38,8 @@ async def post(client: httpx.AsyncClient, token: str, key: ConversationKey, body
 
 
 def chat_turn(m: Markers, n: int) -> list[dict[str, Any]]:
-    call = {"id": f"call_{n}", "type": "function", "function": {"name": "lookup", "arguments": json.dumps({"q": m("ar")})}}
+    arguments = json.dumps({"q": m("ar")})
+    call = {"id": f"call_{n}", "type": "function", "function": {"name": "lookup", "arguments": arguments}}
     return [
         {"role": "user", "content": f"q{n} {m('ct')}", "name": f"n{m('nm')}", "metadata": {"k": m("mv")}},
         {"role": "assistant", "content": None, "tool_calls": [call], "reasoning_content": m("rc"), "model": "gpt-4o"},

@@ -74,7 +74,8 @@ async def service(
 ) -> AsyncIterator[tuple[Service, Settings, httpx.AsyncClient]]:
     """A whole service (API, projector, maybe the summarizer) on a fresh database and its own
     topic or data directory, with an in-process client of its API."""
-    fields = {"partitions": 2, "api_tokens": f"acme:{TOKEN}", "summarizer": "off", "version_poll_s": 0.2} | fields
+    defaults: dict[str, Any] = {"partitions": 2, "api_tokens": f"acme:{TOKEN}", "summarizer": "off"}
+    fields = defaults | {"version_poll_s": 0.2} | fields
     if bootstrap is not None:
         fields |= {"kafka_bootstrap": bootstrap, "topic": unique_topic("erased")}
     async with temporary_database(pg_admin_url) as url:
@@ -141,7 +142,8 @@ async def opened_export(svc: Service) -> str:
     assert svc.projector.schema is not None
     out = io.StringIO()
     keys = svc.deps.producer.keys
-    await export_transcripts(svc.pool, svc.projector.schema, ExportFilter(tenant="acme"), out, progress=False, keys=keys)
+    where = ExportFilter(tenant="acme")
+    await export_transcripts(svc.pool, svc.projector.schema, where, out, progress=False, keys=keys)
     return out.getvalue()
 
 
@@ -154,9 +156,7 @@ async def write_control(pg_admin_url: str, tmp_path: Path, bootstrap: str | None
         return [*await log_copies(settings), await archive(svc, tmp_path / "control-archive.jsonl")]
 
 
-async def test_erased_everywhere(
-    backend: str | None, pg_admin_url: str, tmp_path: Path, fake_llm: FakeLLM
-) -> None:
+async def test_erased_everywhere(backend: str | None, pg_admin_url: str, tmp_path: Path, fake_llm: FakeLLM) -> None:
     alice, bob, carol = Markers("alice"), Markers("bob"), Markers("carol")
     control_copies = await write_control(pg_admin_url, tmp_path, backend, carol)
     turns.summarize_with_markers(fake_llm, alice, bob)
