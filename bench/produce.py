@@ -18,13 +18,22 @@ of the garbage collector's view and each run starts after a collection, so neith
 the other's garbage or for the bench's own data. Each run also reports this process's CPU time
 per event, which the machine's load moves far less than the throughput.
 
+Sealing (issue 25, on by default in a deployment): with ``--sealing both`` (the default) each
+round runs a third side, the producer API sealing every event under its conversation's data
+key (``events/sealing/``; the key store's records in memory: a conversation's key is created
+once, in the warm-up run, and every timed append finds it in this process, as a deployment's
+appends do), and each API side's ratio is taken against the same round's raw run.
+``--sealing on`` or ``off`` runs only one API side.
+
     CONVLOG_KAFKA_BOOTSTRAP=127.0.0.1:19092 python bench/produce.py [--events N] [--rounds R] [--workers W]
+        [--sealing both|on|off]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import gc
 import os
 import statistics
@@ -43,6 +52,10 @@ from events.event_types import Event, EventBody, MessageAppended
 from events.kafka_log import KafkaEventLog
 from events.keys import ConversationKey, partition_for_key
 from events.producer import EVENT_TYPE_HEADER, ConversationProducer
+from events.sealing.key_store import SubjectKeyStore
+from events.sealing.local_kek import LocalMasterKey
+from events.sealing.memory_keys import MemoryKeyRecordLog
+from events.sealing.ports import KeyStore
 
 TEXT = "提交之后审批流程是怎样的？外包员工需要驻场负责人先确认，再由直属主管和供应商管理员审批。" * 3
 
@@ -102,14 +115,19 @@ async def _timed(workers: list[Coroutine[Any, Any, None]], count: int) -> Run:
 class ConvlogSide:
     """The producer API on its own topic, connected once for the whole bench."""
 
-    def __init__(self, log: KafkaEventLog) -> None:
+    def __init__(self, log: KafkaEventLog, keys: KeyStore | None) -> None:
         self._log = log
-        self._producer = ConversationProducer(log, producer="bench")
+        self._producer = ConversationProducer(log, producer="bench", keys=keys)
 
     @classmethod
-    async def connect(cls, bootstrap: str, topic: str, body: EventBody) -> ConvlogSide:
+    async def connect(cls, bootstrap: str, topic: str, body: EventBody, *, sealing: bool = False) -> ConvlogSide:
+        """``sealing``: every event sealed under its conversation's key (an in-memory key store)."""
+        keys = None
+        if sealing:
+            kek = LocalMasterKey.from_setting(base64.b64encode(os.urandom(32)).decode())
+            keys = await SubjectKeyStore.open(MemoryKeyRecordLog(), kek)
         log = await KafkaEventLog.connect(bootstrap=bootstrap, topic=topic, partitions=PARTITIONS)
-        side = cls(log)
+        side = cls(log, keys)
         # Every partition has a leader and the connection is up before any clock starts.
         await asyncio.gather(*(side._producer.append(key, body) for key in _warm_keys(log.partition_count)))
         return side
@@ -193,12 +211,69 @@ def _summary(runs: list[Run]) -> str:
     return f"{rate:,.0f} events/s, {cpu:.1f} µs of client CPU an event"
 
 
+def _median_us(runs: list[Run]) -> float:
+    return statistics.median(r.cpu_us for r in runs)
+
+
+@dataclass
+class ApiRuns:
+    """One producer-API side's runs, and its ratio to the raw run of the same round."""
+
+    name: str
+    side: ConvlogSide
+    runs: list[Run]
+    ratios: list[float]
+
+    def rows(self, raws: list[Run]) -> list[Row]:
+        ratio = statistics.median(self.ratios)
+        quartiles = statistics.quantiles(self.ratios, n=4) if len(self.ratios) > 1 else [ratio, ratio, ratio]
+        return [
+            Row(f"convlog producer API, {self.name} (median)", _summary(self.runs)),
+            Row(
+                f"ratio convlog {self.name} / raw (median of {len(self.ratios)} pairs)",
+                f"{ratio:.2f} (middle half {quartiles[0]:.2f}–{quartiles[2]:.2f})",
+                ">= 0.60",
+                ratio >= 0.6,
+            ),
+            Row(
+                f"client CPU an event, raw / convlog {self.name} (medians)",
+                f"{_median_us(raws) / _median_us(self.runs):.2f}",
+            ),
+        ]
+
+
+async def _round(
+    i: int, raw_side: RawSide, apis: list[ApiRuns], events: list[Event], encoded: list[Any], *, workers: int
+) -> Run:
+    """One round: the raw side and every API side, in an order that rotates with ``i``."""
+    order: list[ApiRuns | None] = [None, *apis]
+    shift = i % len(order)
+    order = order[shift:] + order[:shift]
+    raw: Run | None = None
+    runs: dict[str, Run] = {}
+    for side in order if i % 2 == 0 else reversed(order):
+        if side is None:
+            raw = await raw_side.run(encoded, workers)
+        else:
+            runs[side.name] = await side.side.run(events, workers)
+    assert raw is not None
+    line = f"  run {i + 1}: raw {raw.rate:>9,.0f}/s ({raw.cpu_us:4.1f} µs CPU/event)"
+    for api in apis:
+        run = runs[api.name]
+        api.runs.append(run)
+        api.ratios.append(run.rate / raw.rate)
+        line += f"  {api.name} {run.rate:>9,.0f}/s ({run.cpu_us:4.1f} µs) ratio {api.ratios[-1]:.2f}"
+    print(line)
+    return raw
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--events", type=int, default=5_000, help="events per run")
     parser.add_argument("--workers", type=int, default=256)
     parser.add_argument("--conversations", type=int, default=500)
     parser.add_argument("--rounds", type=int, default=15, help="paired raw/convlog runs after a warm-up pair")
+    parser.add_argument("--sealing", choices=("both", "on", "off"), default="both", help="which API sides run")
     args = parser.parse_args()
     bootstrap = os.environ.get("CONVLOG_KAFKA_BOOTSTRAP")
     if not bootstrap:
@@ -216,50 +291,33 @@ async def main() -> None:
         f"{args.workers} concurrent appenders, acks=all, idempotent, linger_ms=2"
     )
     raw_side = await RawSide.connect(bootstrap, await _topic(bootstrap, "raw"))
-    api_side = await ConvlogSide.connect(bootstrap, await _topic(bootstrap, "api"), events[0].body)
-    # The broker warms up (JIT) as it goes: a discarded warm-up pair first.
-    await raw_side.run(encoded, args.workers)
-    await api_side.run(events, args.workers)
-    raws: list[Run] = []
-    apis: list[Run] = []
-    ratios: list[float] = []
-    for i in range(args.rounds):
-        if i % 2 == 0:
-            raw = await raw_side.run(encoded, args.workers)
-            api = await api_side.run(events, args.workers)
-        else:
-            api = await api_side.run(events, args.workers)
-            raw = await raw_side.run(encoded, args.workers)
-        raws.append(raw)
-        apis.append(api)
-        ratios.append(api.rate / raw.rate)
-        print(
-            f"  run {i + 1}: raw {raw.rate:>9,.0f}/s ({raw.cpu_us:4.1f} µs CPU/event)"
-            f"  convlog {api.rate:>9,.0f}/s ({api.cpu_us:4.1f} µs)  ratio {ratios[-1]:.2f}"
+    apis = [
+        ApiRuns(
+            name,
+            await ConvlogSide.connect(bootstrap, await _topic(bootstrap, name), events[0].body, sealing=on),
+            [],
+            [],
         )
+        for name, on in (("plain", False), ("sealed", True))
+        if args.sealing == "both" or (args.sealing == "on") == on
+    ]
+    # The broker warms up (JIT) as it goes, and the sealed side makes its keys: a discarded warm-up round first.
+    await raw_side.run(encoded, args.workers)
+    for api in apis:
+        await api.side.run(events, args.workers)
+    raws = [await _round(i, raw_side, apis, events, encoded, workers=args.workers) for i in range(args.rounds)]
     ceiling = await raw_side.run_pipelined(encoded)
-    await api_side.close()
+    for api in apis:
+        await api.side.close()
     await raw_side.close()
-    ratio = statistics.median(ratios)
-    quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratio, ratio, ratio]
-    print_table(
-        "Producer API next to raw aiokafka (bench/produce.py)",
-        [
-            Row("raw aiokafka, same shape (median)", _summary(raws)),
-            Row("convlog producer API (median)", _summary(apis)),
-            Row(
-                f"ratio convlog / raw (median of {len(ratios)} pairs)",
-                f"{ratio:.2f} (middle half {quartiles[0]:.2f}–{quartiles[2]:.2f})",
-                ">= 0.60",
-                ratio >= 0.6,
-            ),
-            Row(
-                "client CPU an event, raw / convlog (medians)",
-                f"{statistics.median(r.cpu_us for r in raws) / statistics.median(r.cpu_us for r in apis):.2f}",
-            ),
-            Row("raw aiokafka, all in flight (the ceiling)", f"{ceiling:,.0f} events/s"),
-        ],
-    )
+    rows = [Row("raw aiokafka, same shape (median)", _summary(raws))]
+    for api in apis:
+        rows += api.rows(raws)
+    if len(apis) == 2:
+        added = _median_us(apis[1].runs) - _median_us(apis[0].runs)
+        rows.append(Row("client CPU sealing adds an event (medians, sealed - plain)", f"{added:+.1f} µs"))
+    rows.append(Row("raw aiokafka, all in flight (the ceiling)", f"{ceiling:,.0f} events/s"))
+    print_table("Producer API next to raw aiokafka (bench/produce.py)", rows)
 
 
 if __name__ == "__main__":

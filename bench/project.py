@@ -14,13 +14,22 @@
 
 Ends with one markdown table ``| figure | value | target | met |`` (docs/performance.md).
 
-    CONVLOG_KAFKA_BOOTSTRAP=... CONVLOG_DATABASE_URL=... python bench/project.py [--events N]
+Sealing (issue 25, on by default): with ``--sealing both`` (the default) all of it runs twice,
+plain records then sealed ones (written by the producer API with a key store; the projector
+opens them with the same keys and stores sealed rows). For sealed records the ceiling adds the
+steps the design cannot skip, each timed alone with cryptography's ``AESGCM`` (one object per
+key, made beforehand): decrypting each record's ciphertext, reading the plaintext body
+(fastavro), and encrypting each row's content columns for Postgres (the read models hold
+content only sealed: docs/erasure.md). The COPY is of the sealed rows the projector writes.
+
+    CONVLOG_KAFKA_BOOTSTRAP=... CONVLOG_DATABASE_URL=... python bench/project.py [--events N] [--sealing both|on|off]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import io
 import json
 import os
@@ -32,14 +41,22 @@ from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from fastavro import parse_schema, schemaless_reader
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
-from events.codec import HEADER_SIZE, default_codec
+from events.codec import HEADER_SIZE, EventCodec, default_codec
 from events.kafka_log import KafkaEventLog, to_log_record
 from events.keys import ConversationKey
+from events.log import LogRecord
 from events.producer import ConversationProducer
+from events.sealing.envelope import record_associated_data
+from events.sealing.key_store import SubjectKeyStore
+from events.sealing.keys import DataKey
+from events.sealing.local_kek import LocalMasterKey
+from events.sealing.memory_keys import MemoryKeyRecordLog
+from events.sealing.ports import KeyRing, KeyStore
 from pgstore.event_index import INDEX_COLUMNS
 from pgstore.migrate import migrate
 from pgstore.pool import open_pool
@@ -52,11 +69,17 @@ from projectors.log_source import LogSource
 from projectors.row_values import countable_text
 from projectors.rows import TRANSCRIPT_COLUMNS, column_list, index_rows, transcript_copy_rows
 from projectors.runner import Projector
+from projectors.sealed_rows import RowSealer, row_ad
 from projectors.tokens import TokenCounter, text_counter
 from projectors.window import WindowPolicy
 
 TEXT = "提交之后审批流程是怎样的？外包员工需要驻场负责人先确认，再由直属主管和供应商管理员审批。"
 SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
+
+
+def keyed_codec(keys: KeyRing | None) -> EventCodec:
+    """The codec that opens sealed records with ``keys`` (as convlog.resources makes it)."""
+    return default_codec() if keys is None else default_codec().with_keys(keys)
 
 
 def services_from_env() -> tuple[str, str]:
@@ -67,17 +90,24 @@ def services_from_env() -> tuple[str, str]:
     return bootstrap, url
 
 
-async def fresh_topic(bootstrap: str, bench: str, events: int, conversations: int) -> str:
-    """A new topic holding ``events`` message events over ``conversations`` (written untimed)."""
+async def fresh_topic(bootstrap: str, bench: str, events: int, conversations: int, keys: KeyStore | None = None) -> str:
+    """A new topic holding ``events`` message events over ``conversations`` (written untimed),
+    sealed under ``keys`` when given."""
     topic = f"bench.{bench}.{uuid.uuid4().hex[:8]}"
-    print(f"writing {events} events over {conversations} conversations to {topic} ...")
-    await write_events(bootstrap, topic, events, conversations)
+    print(f"writing {events} {'sealed' if keys else 'plain'} events over {conversations} conversations to {topic} ...")
+    await write_events(bootstrap, topic, events, conversations, keys)
     return topic
 
 
-async def write_events(bootstrap: str, topic: str, n: int, conversations: int) -> None:
+async def memory_key_store() -> SubjectKeyStore:
+    """A key store with its records in memory and a fresh master key (the bench's own)."""
+    kek = LocalMasterKey.from_setting(base64.b64encode(os.urandom(32)).decode())
+    return await SubjectKeyStore.open(MemoryKeyRecordLog(), kek)
+
+
+async def write_events(bootstrap: str, topic: str, n: int, conversations: int, keys: KeyStore | None = None) -> None:
     log = await KafkaEventLog.connect(bootstrap=bootstrap, topic=topic, partitions=12)
-    producer = ConversationProducer(log, producer="bench")
+    producer = ConversationProducer(log, producer="bench", keys=keys)
 
     async def writer(w: int) -> None:
         for i in range(w, n, 64):
@@ -149,6 +179,71 @@ def fastavro_decode_s(raw_records: Sequence[Any]) -> float:
     return time.perf_counter() - started
 
 
+def body_schema(name: str) -> Any:
+    """The newest schema's ``name`` record (``MessageAppended``) alone, parsed for fastavro: what
+    a seal's plaintext is (events.codec.EventCodec.encode_body), its named types inlined."""
+    newest = max(SCHEMAS.glob("event.v*.avsc"), key=lambda p: int(p.name.split(".")[1][1:]))
+    named: dict[str, Any] = {}
+    parse_schema(json.loads(newest.read_text(encoding="utf-8")), named_schemas=named)
+    seen: set[str] = set()
+
+    def inline(schema: Any) -> Any:
+        if isinstance(schema, str):
+            return inline(named[schema]) if schema in named and schema not in seen else schema
+        if isinstance(schema, list):
+            return [inline(s) for s in schema]
+        if not isinstance(schema, dict):
+            return schema
+        if schema.get("name") in named:
+            seen.add(schema["name"])
+        out = dict(schema)
+        if "fields" in schema:
+            out["fields"] = [{**f, "type": inline(f["type"])} for f in schema["fields"]]
+        for k in ("items", "values"):
+            if k in schema:
+                out[k] = inline(schema[k])
+        return out
+
+    return parse_schema(inline(f"convlog.events.{name}"))
+
+
+def sealed_crypto_s(records: Sequence[LogRecord], rows: Sequence[tuple[Any, ...]], keys: KeyRing) -> float:
+    """Seconds of what sealed records add to the ceiling, each with cryptography's ``AESGCM``
+    made once per key beforehand: decrypting every record's ciphertext, reading its plaintext
+    body with fastavro, and encrypting every sealed row's content columns (their packed
+    plaintext, as the projector stores it). Everything else is prepared untimed."""
+    codec, aeads = default_codec(), dict[str, AESGCM]()
+
+    def aead(key_id: str) -> AESGCM:
+        key = keys.lookup(key_id)
+        assert isinstance(key, DataKey)
+        return aeads.setdefault(key_id, AESGCM(key.secret))
+
+    opens = []
+    for record in records:
+        event = codec.decode_unopened(record.value)
+        seal = getattr(event.body, "sealed", None)
+        assert seal is not None
+        ad = record_associated_data(str(event.key), event.event_id, event.event_type, seal.key_id)
+        opens.append((aead(seal.key_id), seal.nonce, seal.ciphertext, ad))
+    plaintexts = [a.decrypt(nonce, ct, ad) for a, nonce, ct, ad in opens]
+    seals = []
+    for row in rows:  # conversation_key, seq, partition, offset, event_id, ..., sealed, key_id
+        sealed, key_id = row[-2], row[-1]
+        ad = row_ad(row[0], "transcript", row[4], key_id)
+        packed = aead(key_id).decrypt(sealed[:12], sealed[12:], ad)
+        seals.append((aead(key_id), sealed[:12], packed, ad))
+    schema = body_schema("MessageAppended")
+    started = time.perf_counter()
+    for a, nonce, ct, ad in opens:
+        a.decrypt(nonce, ct, ad)
+    for plaintext in plaintexts:
+        schemaless_reader(io.BytesIO(plaintext), schema, None)
+    for a, nonce, packed, ad in seals:
+        a.encrypt(nonce, packed, ad)
+    return time.perf_counter() - started
+
+
 def o200k_count_s(rows: Sequence[TranscriptRow]) -> float:
     """Seconds of one ``o200k_base`` count per message text (uncached, as tiktoken counts)."""
     count = text_counter("o200k_base")
@@ -159,12 +254,12 @@ def o200k_count_s(rows: Sequence[TranscriptRow]) -> float:
     return time.perf_counter() - started
 
 
-def transcript_rows(raw_records: Sequence[object]) -> tuple[list[TranscriptRow], float]:
+def transcript_rows(raw_records: Sequence[object], keys: KeyRing | None) -> tuple[list[TranscriptRow], float]:
     """The transcript rows the projector writes for these aiokafka records, and the seconds the
-    pure core took to decode, validate and fold them (one core, no I/O)."""
+    pure core took to decode (and open), validate and fold them (one core, no I/O)."""
     records = [to_log_record(r) for r in raw_records]
     started = time.perf_counter()
-    decoded = decode_batch(records, codec=default_codec(), max_event_bytes=1 << 20)
+    decoded = decode_batch(records, codec=keyed_codec(keys), max_event_bytes=1 << 20)
     transcript = fold_batch(decoded, BatchInputs({}), policy=WindowPolicy()).transcript
     return transcript, time.perf_counter() - started
 
@@ -190,7 +285,8 @@ class Ceiling:
     count_s: float
     copy_s: float
     raw_copy_s: float  # the old baseline's COPY: transcript only, into an unindexed copy
-    cpu_s: float  # CPU seconds of the four steps: this process's, and Postgres' for the COPY
+    cpu_s: float  # CPU seconds of the steps: this process's, and Postgres' for the COPY
+    crypto_s: float = 0.0  # sealed records: AES-GCM open, plaintext read, row seal (sealed_crypto_s)
 
     @property
     def cpu_rate(self) -> float:
@@ -198,7 +294,7 @@ class Ceiling:
 
     @property
     def rate(self) -> float:
-        return self.events / (self.consume_s + self.decode_s + self.count_s + self.copy_s)
+        return self.events / (self.consume_s + self.decode_s + self.count_s + self.copy_s + self.crypto_s)
 
     @property
     def raw_rate(self) -> float:
@@ -210,7 +306,7 @@ class Ceiling:
             "fastavro decode": self.decode_s,
             "one o200k_base count": self.count_s,
             "indexed COPY": self.copy_s,
-        }
+        } | ({"AES-GCM open + body read + row seal": self.crypto_s} if self.crypto_s else {})
 
     def print(self) -> None:
         n = self.events
@@ -218,19 +314,26 @@ class Ceiling:
         print(f"fastavro decode             {n / self.decode_s:>10,.0f} events/s  ({self.decode_s:.2f} s)")
         print(f"one o200k_base count        {n / self.count_s:>10,.0f} texts/s   ({self.count_s:.2f} s)")
         print(f"COPY, 3 tables, indexed     {n / self.copy_s:>10,.0f} events/s  ({self.copy_s:.2f} s)")
+        if self.crypto_s:
+            print(f"AES-GCM open, read, seal    {n / self.crypto_s:>10,.0f} events/s  ({self.crypto_s:.2f} s)")
         print(f"necessary-work ceiling      {self.rate:>10,.0f} events/s")
         print(f"(old raw consume + raw COPY {self.raw_rate:>10,.0f} events/s)")
 
 
 async def necessary_work(
-    pool: AsyncConnectionPool[Any], raw_records: Sequence[Any], consume_s: float, consume_cpu_s: float
+    pool: AsyncConnectionPool[Any],
+    raw_records: Sequence[Any],
+    consume: tuple[float, float],
+    keys: KeyRing | None,
 ) -> Ceiling:
-    """The ceiling of ``raw_records`` (read in ``consume_s``): decode, count and COPY timed alone;
-    the rows COPYed are the projector's own, computed beforehand (untimed)."""
+    """The ceiling of ``raw_records`` (read in ``consume``: wall and CPU seconds): decode, count,
+    COPY and (sealed records, ``keys``) the crypto timed alone; the rows COPYed are the
+    projector's own, computed beforehand (untimed)."""
+    consume_s, consume_cpu_s = consume
     records = [to_log_record(r) for r in raw_records]
-    decoded = decode_batch(records, codec=default_codec(), max_event_bytes=1 << 20)
+    decoded = decode_batch(records, codec=keyed_codec(keys), max_event_bytes=1 << 20)
     out = fold_batch(decoded, BatchInputs({}), policy=WindowPolicy())
-    rows = transcript_copy_rows(out.transcript, TokenCounter())
+    rows = transcript_copy_rows(out.transcript, TokenCounter(), None if keys is None else RowSealer(keys))
     tables: list[tuple[str, Sequence[str], Sequence[tuple[Any, ...]]]] = [
         ("transcript", TRANSCRIPT_COLUMNS, rows),
         ("event_ids", ("conversation_key", "event_id"), out.applied_event_ids),
@@ -239,12 +342,13 @@ async def necessary_work(
     cpu = time.process_time()
     decode_s = fastavro_decode_s(raw_records)
     count_s = o200k_count_s(out.transcript)
+    crypto_s = 0.0 if keys is None else sealed_crypto_s(records, rows, keys)
     cpu_s = consume_cpu_s + time.process_time() - cpu
     version, raw_copy_s = await raw_copy(pool, rows)
     cpu, server = time.process_time(), await postgres_cpu_s(pool)
     copy_s = await indexed_copy(pool, version, tables)
     cpu_s += time.process_time() - cpu + await postgres_cpu_s(pool) - server
-    return Ceiling(len(raw_records), consume_s, decode_s, count_s, copy_s, raw_copy_s, cpu_s)
+    return Ceiling(len(raw_records), consume_s, decode_s, count_s, copy_s, raw_copy_s, cpu_s, crypto_s)
 
 
 async def indexed_copy(
@@ -322,21 +426,28 @@ async def raw_copy(pool: AsyncConnectionPool[Any], rows: Sequence[tuple[Any, ...
     return version, copy_s
 
 
-async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--events", type=int, default=50_000)
-    parser.add_argument("--conversations", type=int, default=1000)
-    parser.add_argument("--batch-size", type=int, default=2000)
-    args = parser.parse_args()
-    bootstrap, url = services_from_env()
-    topic = await fresh_topic(bootstrap, "project", args.events, args.conversations)
-    await migrate(url)
+@dataclass(frozen=True, slots=True)
+class Measured:
+    """One mode's run: the ceiling, the projector's wall seconds and CPU (with Postgres')."""
+
+    ceiling: Ceiling
+    project_s: float
+    project_cpu_s: float
+
+    @property
+    def rate(self) -> float:
+        return self.ceiling.events / self.project_s
+
+
+async def measure(bootstrap: str, url: str, args: argparse.Namespace, keys: KeyStore | None) -> Measured:
+    """The ceiling and the projector of a fresh topic, its records sealed under ``keys`` if given."""
+    topic = await fresh_topic(bootstrap, "project", args.events, args.conversations, keys)
     pool = await open_pool(url, name="bench")
     counter = TokenCounter()
 
     consume_s, consume_cpu_s, raw_records = await raw_consume(bootstrap, topic, args.events)
-    ceiling = await necessary_work(pool, raw_records, consume_s, consume_cpu_s)
-    transcript, core_s = transcript_rows(raw_records)
+    ceiling = await necessary_work(pool, raw_records, (consume_s, consume_cpu_s), keys)
+    transcript, core_s = transcript_rows(raw_records, keys)
     tokens_s = token_counting_s(transcript, counter)
     del raw_records, transcript
     async with pool.connection() as conn:
@@ -346,10 +457,11 @@ async def main() -> None:
     store = PostgresProjectionStore(
         pool,
         schema=version.schema,
-        codec=default_codec(),
+        codec=keyed_codec(keys),
         counter=counter,
         policy=WindowPolicy(),
         max_event_bytes=1 << 20,
+        keys=keys,
     )
     projector = Projector(LogSource(log), store, batch_size=args.batch_size, fetch_timeout_s=0.2)
     until = await log.end_offsets()
@@ -364,6 +476,7 @@ async def main() -> None:
 
     n = args.events
     rate = n / project_s
+    print(f"-- sealing {'on' if keys else 'off'}")
     ceiling.print()
     print(f"convlog projector           {rate:>10,.0f} events/s  ({project_s:.2f} s, batch {args.batch_size})")
     print(f"ratio projector / ceiling   {rate / ceiling.rate:>10.2f}   (target >= 0.50)")
@@ -371,20 +484,67 @@ async def main() -> None:
     print(f"  decode+validate+fold      {core_s / n * 1e6:>8.1f} us/event")
     print(f"  token counting ({len(counter.encodings)} enc.)   {tokens_s / n * 1e6:>8.1f} us/event")
     print_cpu_budget(n, ceiling.parts(), ("convlog projector", project_s))
-    cpu_rate = n / project_cpu_s
     print(
         f"CPU per event (this process + its Postgres backends): ceiling {1e6 / ceiling.cpu_rate:.1f} us, "
-        f"projector {1e6 / cpu_rate:.1f} us"
+        f"projector {project_cpu_s / n * 1e6:.1f} us"
     )
-    print_table(
-        [
-            ("necessary-work ceiling", f"{ceiling.rate:,.0f} events/s", "", None),
-            ("convlog projector", f"{rate:,.0f} events/s", "", None),
-            ("projector / ceiling", f"{rate / ceiling.rate:.2f}", ">= 0.50", rate / ceiling.rate >= 0.5),
-            ("CPU per event: ceiling / projector (Python + Postgres)", f"{cpu_rate / ceiling.cpu_rate:.2f}", "", None),
-            ("projector / old raw baseline (consume + unindexed COPY)", f"{rate / ceiling.raw_rate:.2f}", "", None),
+    return Measured(ceiling, project_s, project_cpu_s)
+
+
+def mode_rows(m: Measured, mode: str) -> list[tuple[str, str, str, bool | None]]:
+    ceiling, rate, cpu_rate = m.ceiling, m.rate, m.ceiling.events / m.project_cpu_s
+    return [
+        (f"{mode}: necessary-work ceiling", f"{ceiling.rate:,.0f} events/s", "", None),
+        (f"{mode}: convlog projector", f"{rate:,.0f} events/s", "", None),
+        (f"{mode}: projector / ceiling", f"{rate / ceiling.rate:.2f}", ">= 0.50", rate / ceiling.rate >= 0.5),
+        (
+            f"{mode}: CPU per event: ceiling / projector (Python + Postgres)",
+            f"{cpu_rate / ceiling.cpu_rate:.2f}",
+            "",
+            None,
+        ),
+        (
+            f"{mode}: projector / old raw baseline (consume + unindexed COPY)",
+            f"{rate / ceiling.raw_rate:.2f}",
+            "",
+            None,
+        ),
+    ]
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--events", type=int, default=50_000)
+    parser.add_argument("--conversations", type=int, default=1000)
+    parser.add_argument("--batch-size", type=int, default=2000)
+    parser.add_argument("--sealing", choices=("both", "on", "off"), default="both")
+    args = parser.parse_args()
+    bootstrap, url = services_from_env()
+    await migrate(url)
+    runs: dict[str, Measured] = {}
+    for mode in ("plain", "sealed"):
+        if args.sealing == "both" or (args.sealing == "on") == (mode == "sealed"):
+            runs[mode] = await measure(bootstrap, url, args, await memory_key_store() if mode == "sealed" else None)
+    rows = [row for mode, m in runs.items() for row in mode_rows(m, mode)]
+    if len(runs) == 2:
+        plain, sealed = runs["plain"], runs["sealed"]
+        n = args.events
+        rows += [
+            ("sealed projector / plain projector (events/s)", f"{sealed.rate / plain.rate:.2f}", "", None),
+            (
+                "CPU sealing adds an event, projector (Python + Postgres)",
+                f"{(sealed.project_cpu_s - plain.project_cpu_s) / n * 1e6:+.1f} µs",
+                "",
+                None,
+            ),
+            (
+                "of which the ceiling's crypto (AES-GCM open, body read, row seal)",
+                f"{sealed.ceiling.crypto_s / n * 1e6:.1f} µs",
+                "",
+                None,
+            ),
         ]
-    )
+    print_table(rows)
 
 
 if __name__ == "__main__":

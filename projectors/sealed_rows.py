@@ -158,6 +158,8 @@ class RowSealer:
         key = self._keys.lookup(key_id)
         if key is None:
             raise UnknownKeyError(f"a read-model row is sealed under key {key_id!r}, which this process does not know")
+        if isinstance(key, DestroyedKey):
+            self._ciphers.pop(key_id, None)  # destroyed: its cipher is not kept for later
         return key
 
     def _cipher(self, key: DataKey) -> _Cipher:

@@ -379,3 +379,18 @@ async def test_no_content_of_a_sealed_conversation_reaches_postgres_files_or_wal
         assert _hits(root, _forms(mark)) == []
     finally:
         await log.close()
+
+
+def test_a_row_sealer_that_opened_a_key_reads_erased_the_moment_it_is_destroyed() -> None:
+    # RowSealer keeps one cipher per key: a key destroyed after rows were opened with it must
+    # read erased on the very next row, never from what was kept.
+    ring = DictKeyRing()
+    conversation = ConversationKey("t", "u", "c")
+    key_id = ring.create(conversation)
+    sealer = RowSealer(ring)
+    sealed = sealer.seal("transcript", str(conversation), "e1", key_id, {"content": '"MARKER"'})
+    assert sealer.open("transcript", str(conversation), "e1", key_id, sealed).values == {"content": '"MARKER"'}
+    destroyed_at = ring.destroy(key_id)
+    opened = sealer.open("transcript", str(conversation), "e1", key_id, sealed)
+    assert (opened.values, opened.erased_at) == ({}, destroyed_at)
+    assert key_id not in sealer._ciphers

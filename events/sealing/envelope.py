@@ -31,11 +31,14 @@ from events.sealing.keys import KEY_BYTES
 __all__ = [
     "NONCE_BYTES",
     "TAG_BYTES",
+    "AeadCache",
     "key_associated_data",
     "open_bytes",
+    "open_with",
     "record_associated_data",
     "row_associated_data",
     "seal_bytes",
+    "seal_with",
 ]
 
 NONCE_BYTES: Final = 12
@@ -65,23 +68,69 @@ def key_associated_data(key_id: str, subject: str) -> bytes:
     return _join(_KEY, key_id, subject)
 
 
+class AeadCache:
+    """One ``AESGCM`` per data key id, made once: making one (its key schedule) costs about
+    1 µs, more than sealing or opening a message with it (about 0.6 µs). Bounded: the least
+    recently used goes first. An entry serves only the secret it was made with (a caller always
+    presents the key it got from its key ring, which answers a destroyed key without a
+    secret), and :meth:`forget` drops a key the ring reports destroyed, so that its schedule
+    does not stay in memory until it ages out."""
+
+    __slots__ = ("_aeads", "_size")
+
+    def __init__(self, size: int = 4096) -> None:
+        self._size = size
+        self._aeads: dict[str, tuple[bytes, AESGCM]] = {}
+
+    def get(self, key_id: str, secret: bytes) -> AESGCM:
+        aeads = self._aeads
+        found = aeads.pop(key_id, None)
+        if found is None or found[0] != secret:
+            if len(secret) != KEY_BYTES:
+                raise ValueError(f"a data key is {KEY_BYTES} bytes, got {len(secret)}")
+            found = (secret, AESGCM(secret))
+            if len(aeads) >= self._size:
+                del aeads[next(iter(aeads))]
+        aeads[key_id] = found  # the newest last: the first is the least recently used
+        return found[1]
+
+    def forget(self, key_id: str) -> None:
+        self._aeads.pop(key_id, None)
+
+    def __contains__(self, key_id: object) -> bool:
+        return key_id in self._aeads
+
+    def __len__(self) -> int:
+        return len(self._aeads)
+
+
 def seal_bytes(secret: bytes, plaintext: bytes, associated_data: bytes) -> tuple[bytes, bytes]:
     """``(nonce, ciphertext_with_tag)`` under the 32-byte ``secret``."""
     if len(secret) != KEY_BYTES:
         raise ValueError(f"a data key is {KEY_BYTES} bytes, got {len(secret)}")
+    return seal_with(AESGCM(secret), plaintext, associated_data)
+
+
+def seal_with(aead: AESGCM, plaintext: bytes, associated_data: bytes) -> tuple[bytes, bytes]:
+    """:func:`seal_bytes` with the key's ``AESGCM`` made already (:class:`AeadCache`)."""
     nonce = os.urandom(NONCE_BYTES)
-    return nonce, AESGCM(secret).encrypt(nonce, plaintext, associated_data)
+    return nonce, aead.encrypt(nonce, plaintext, associated_data)
 
 
 def open_bytes(secret: bytes, nonce: bytes, ciphertext: bytes, associated_data: bytes) -> bytes:
     """The plaintext; :class:`UnauthenticSealError` when it fails authentication,
     :class:`MalformedSealError` when the nonce or ciphertext cannot be one of ours."""
+    return open_with(AESGCM(secret), nonce, ciphertext, associated_data)
+
+
+def open_with(aead: AESGCM, nonce: bytes, ciphertext: bytes, associated_data: bytes) -> bytes:
+    """:func:`open_bytes` with the key's ``AESGCM`` made already (:class:`AeadCache`)."""
     if len(nonce) != NONCE_BYTES:
         raise MalformedSealError(f"a nonce is {NONCE_BYTES} bytes, got {len(nonce)}")
     if len(ciphertext) < TAG_BYTES:
         raise MalformedSealError(f"a ciphertext holds at least its {TAG_BYTES}-byte tag, got {len(ciphertext)} bytes")
     try:
-        return AESGCM(secret).decrypt(nonce, ciphertext, associated_data)
+        return aead.decrypt(nonce, ciphertext, associated_data)
     except InvalidTag as e:
         raise UnauthenticSealError(
             "the ciphertext fails authentication: altered, or moved from another conversation, event or key"

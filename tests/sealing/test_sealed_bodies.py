@@ -15,7 +15,10 @@ from events.event_types import ConversationStarted, Event, MessageAppended, Summ
 from events.keys import ConversationKey
 from events.producer import ConversationProducer
 from events.reading import conversation_events
+from events.sealing import bodies as bodies_module
 from events.sealing.bodies import SEALABLE, clear_copy, is_erased, open_event, seal_event
+from events.sealing.envelope import AeadCache, open_with, seal_bytes
+from events.sealing.keys import new_secret
 from tests.fixtures.events import make_fixtures
 from tests.fixtures.events.expected import FIXTURES_DIR, event_from_json
 from tests.sealing.rings import DictKeys
@@ -120,6 +123,40 @@ def test_a_destroyed_key_opens_as_an_erased_placeholder() -> None:
         "gpt-4o-2024-08-06",
         event.body.usage,
     )  # type: ignore[union-attr]
+
+
+def test_a_key_opened_before_is_erased_the_moment_it_is_destroyed() -> None:
+    # Opening keeps one AES-GCM per key (events/sealing/envelope.py, AeadCache): a key that
+    # opened records a moment ago must not open the next one once it is destroyed.
+    keys = DictKeys()
+    event = make_fixtures.SAMPLES["message_user_text"]
+    sealed = _sealed(event, keys)
+    assert open_event(sealed, keys, CODEC) == event
+    key_id = sealed.body.sealed.key_id  # type: ignore[union-attr]
+    assert key_id in bodies_module._AEADS
+    keys.destroy(event.key)
+    opened = open_event(sealed, keys, CODEC)
+    assert is_erased(opened.body)
+    assert opened.body == sealed.body
+    assert key_id not in bodies_module._AEADS  # nothing of the destroyed key is kept
+
+
+def test_the_aead_cache_serves_only_the_secret_it_was_made_with_and_stays_bounded() -> None:
+    cache = AeadCache(size=2)
+    first, second = new_secret(), new_secret()
+    ad = b"ad"
+    nonce, ciphertext = seal_bytes(second, b"plain", ad)
+    cache.get("k1", first)
+    # the same id with another secret (a key id reused by a buggy store): never the old schedule
+    assert open_with(cache.get("k1", second), nonce, ciphertext, ad) == b"plain"
+    with pytest.raises(UnauthenticSealError):
+        open_with(cache.get("k1", first), nonce, ciphertext, ad)
+    cache.get("k2", first)
+    cache.get("k1", first)  # k1 used last: k2 is the least recently used
+    cache.get("k3", first)
+    assert ("k1" in cache, "k2" in cache, "k3" in cache, len(cache)) == (True, False, True, 2)
+    cache.forget("k1")
+    assert "k1" not in cache
 
 
 def test_content_beside_a_seal_or_clear_fields_that_disagree_are_malformed() -> None:
