@@ -25,9 +25,9 @@ export const EMPTIED: Readonly<Record<string, () => Fields>> = {
   SummaryRecorded: () => ({ text: "" }),
 };
 
+const bodyUnion = (eventType as avro.types.RecordType).field("body").type as avro.types.WrappedUnionType;
 /** The body records of the schema, each on its own, by short name: the plaintext is one body
  * record's Avro binary, schemaless (no C3 01, no fingerprint, no union branch index). */
-const bodyUnion = (eventType as avro.types.RecordType).field("body").type as avro.types.WrappedUnionType;
 export const bodyTypes: ReadonlyMap<string, avro.Type> = new Map(
   bodyUnion.types.map((t) => [(t as { name?: string }).name!.slice(NS.length), t] as const),
 );
