@@ -1,11 +1,11 @@
 """A foreign producer's sealed records, end to end (issue 25: "the Java example's encrypted
 records project"): convlog's service runs on a Kafka topic of its own and Postgres, served over
-HTTP on a real port; the Java example (and the Go one) fetches the conversation's data key from
-the service's key route with the app's token, seals its turn and writes it to the service's
-topic. The turn projects — no dead letter — and is served through the HTTP API; the log and the
-read models hold none of it in clear; after ``DELETE …/conversations/{c}`` nothing of it is
-served, and a rebuild from offset 0 (made live) serves nothing of it either, only its
-placeholders."""
+HTTP on a real port; the Java example (and the Go and TypeScript ones) fetches the
+conversation's data key from the service's key route with the app's token, seals its turn and
+writes it to the service's topic. The turn projects — no dead letter — and is served through
+the HTTP API; the log and the read models hold none of it in clear; after
+``DELETE …/conversations/{c}`` nothing of it is served, and a rebuild from offset 0 (made live)
+serves nothing of it either, only its placeholders."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from convlog.settings import Settings
 from events.keys import ConversationKey, partition_for_key
 from query_api.http import create_app
 from query_api.http.routes_context import VERSION_HEADER
-from tests.example_producers import GO_EXAMPLE, build_go, go_or_skip, run_producer
+from tests.example_producers import GO_EXAMPLE, TS_EXAMPLE, build_go, build_ts, go_or_skip, node_or_skip, run_producer
 from tests.java_example import run_example
 from tests.kafka import test_go_producer_sealed, test_java_producer_sealed
 from tests.support import free_port
@@ -52,11 +52,17 @@ class Example:
     messages: int  # its MessageAppended records
 
 
-@pytest.fixture(params=["java", "go"])
+@pytest.fixture(params=["java", "go", "ts"])
 def example(request: pytest.FixtureRequest) -> Example:
     if request.param == "java":
         classpath: str = request.getfixturevalue("java_classpath")
         return Example(lambda args: run_example(classpath, *args), test_java_producer_sealed.TURN_TEXTS, 4)
+    if request.param == "ts":  # the same turn as the Go example's
+        node, npm = node_or_skip()
+        main = build_ts(node, npm)
+        return Example(
+            lambda args: run_producer([node, str(main), *args], cwd=TS_EXAMPLE), test_go_producer_sealed.TURN_TEXTS, 6
+        )
     binary = build_go(go_or_skip())
     return Example(
         lambda args: run_producer([str(binary), *args], cwd=GO_EXAMPLE), test_go_producer_sealed.TURN_TEXTS, 6
