@@ -7,7 +7,9 @@ settings bound how long its earlier records (with the wrapped bytes) may stay on
 ``segment.ms`` both ``CONVLOG_KEYS_COMPACTION_LAG_S`` (one hour by default): the segment that
 holds the earlier record is rolled and becomes due for cleaning within that lag, and the
 cleaner cleans it at its next pass (``log.cleaner.backoff.ms``, 15 s by default) — on each
-replica (docs/erasure.md, The compaction bound). A topic that exists keeps its settings; ones
+replica — once a record arrives after the lag (Kafka rolls the active segment only on an
+append); the replaced files go after ``file.delete.delay.ms`` (at most a minute, or the lag)
+(docs/erasure.md, The compaction bound). A topic that exists keeps its settings; ones
 that break the bound are logged as warnings at start.
 
 :meth:`~KafkaKeyRecordLog.load` reads from where it stopped (the beginning, first) to the end
@@ -41,13 +43,16 @@ _TOPIC_ALREADY_EXISTS: Final = 36
 
 
 def keys_topic_configs(compaction_lag_s: float, replicas: int) -> dict[str, str]:
-    """The settings of a new keys topic: compacted within the lag, never deleted by age."""
-    lag_ms = str(int(compaction_lag_s * 1000))
+    """The settings of a new keys topic: compacted within the lag, never deleted by age; the
+    segment files a cleaning replaced are deleted after at most a minute (Kafka's default), or
+    the lag when it is shorter."""
+    lag_ms = int(compaction_lag_s * 1000)
     return {
         "cleanup.policy": "compact",
         "min.compaction.lag.ms": "0",
-        "max.compaction.lag.ms": lag_ms,
-        "segment.ms": lag_ms,
+        "max.compaction.lag.ms": str(lag_ms),
+        "segment.ms": str(lag_ms),
+        "file.delete.delay.ms": str(min(lag_ms, 60_000)),
         "min.insync.replicas": str(min(2, replicas)),
     }
 

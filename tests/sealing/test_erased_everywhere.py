@@ -215,7 +215,7 @@ async def wrapped_keys_gone(
     its cleaner compacted the segment that held them — which Kafka rolls only when a record is
     appended after ``segment.ms`` (here 1 s): a key created after that (a new conversation's)
     rolls it, the cleaner (``log.cleaner.backoff.ms``, 15 s) compacts it, and the old segment
-    files are deleted ``file.delete.delay.ms`` (60 s) later."""
+    files are deleted ``file.delete.delay.ms`` (the 1 s lag, as convlog sets it) later."""
     needles = wrapped_needles(wrapped)
     if settings.kafka_bootstrap is None:
         hits = scan(key_store, needles)

@@ -62,6 +62,7 @@ async def test_the_keys_topic_is_compacted_within_the_lag(kafka_bootstrap: str) 
     assert configs["min.compaction.lag.ms"] == "0"
     assert configs["max.compaction.lag.ms"] == "600000"
     assert configs["segment.ms"] == "600000"
+    assert configs["file.delete.delay.ms"] == "60000"  # replaced segment files: gone within a minute
 
 
 async def test_an_unreachable_kafka_is_retriable() -> None:
