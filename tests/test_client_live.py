@@ -11,7 +11,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from convlog.client import AsyncConvlogClient, ConvlogClient, NotFoundError, RejectedEventError, UnauthorizedError
+from convlog.client import (
+    AsyncConvlogClient,
+    ConvlogClient,
+    NotFoundError,
+    RejectedEventError,
+    UnauthorizedError,
+    UserErasure,
+)
 from tests.live_server import TOKEN
 
 CLIENT_PAGE = Path(__file__).resolve().parent.parent / "docs" / "client.md"
@@ -137,6 +144,35 @@ async def test_the_async_client_serves_a_chat_turn(served: str) -> None:
         ]
         assert [e.event_type for e in await client.events("u2", conversation)] == ["MessageAppended"]
         assert (await client.erase("u2", conversation)).offset > asked.offset
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+async def test_erasing_a_user_through_the_client(served: str, flavour: str) -> None:
+    """Every conversation of the user erased, their keys destroyed; again: ``already``; a
+    user nothing is known of: :class:`NotFoundError`."""
+    user = f"gone-{uuid.uuid4().hex[:8]}"
+    async with AsyncConvlogClient(served, token=TOKEN) as client:
+        for conversation in ("a", "b"):
+            written = await client.append(user, conversation, {"role": "user", "content": "forget me"})
+            await client.context(user, conversation, model=MODEL, budget_tokens=500, min_offset=written.offset)
+
+        async def erase_user(user_id: str) -> UserErasure:
+            if flavour == "async":
+                return await client.erase_user(user_id)
+            with ConvlogClient(served, token=TOKEN) as sync_client:
+                return sync_client.erase_user(user_id)
+
+        erased = await erase_user(user)
+        assert erased.user_id == user
+        assert sorted(c for c, _, _ in erased.erased_conversations) == ["a", "b"]
+        assert erased.destroyed_keys >= 3  # the user's key and each conversation's
+        assert not erased.already
+        assert [e.event_type for e in await client.events(user, "a")][-1] == "ConversationErased"
+        again = await erase_user(user)
+        assert again.already
+        assert again.destroyed_keys == 0
+        with pytest.raises(NotFoundError):
+            await erase_user(f"never-{uuid.uuid4().hex[:8]}")
 
 
 def test_the_client_page_example_runs(

@@ -45,6 +45,7 @@ from convlog.client.types import (
     SummaryEntry,
     TranscriptMessage,
     TranscriptPage,
+    UserErasure,
 )
 
 __all__ = [
@@ -78,4 +79,5 @@ __all__ = [
     "UnauthorizedError",
     "UnexpectedResponseError",
     "UnreachableError",
+    "UserErasure",
 ]

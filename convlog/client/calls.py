@@ -39,6 +39,7 @@ from convlog.client.types import (
     SummaryEntry,
     TranscriptMessage,
     TranscriptPage,
+    UserErasure,
 )
 
 T = TypeVar("T")
@@ -211,6 +212,10 @@ def clear(user_id: str, conversation_id: str) -> Call[AppendResult]:
 
 def erase(user_id: str, conversation_id: str) -> Call[AppendResult]:
     return Call("DELETE", _conversation(user_id, conversation_id), _reader(AppendResult.from_json))
+
+
+def erase_user(user_id: str) -> Call[UserErasure]:
+    return Call("DELETE", f"/v1/users/{quote(user_id, safe='')}", _reader(UserErasure.from_json))
 
 
 def healthz() -> Call[bool]:

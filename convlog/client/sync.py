@@ -22,6 +22,7 @@ from convlog.client.types import (
     Readiness,
     SummaryEntry,
     TranscriptPage,
+    UserErasure,
 )
 
 T = TypeVar("T")
@@ -191,6 +192,12 @@ class ConvlogClient:
     def erase(self, user_id: str, conversation_id: str) -> AppendResult:
         """Right to be forgotten: the content leaves every read model."""
         return self._run(calls.erase(user_id, conversation_id))
+
+    def erase_user(self, user_id: str) -> UserErasure:
+        """Erase every conversation of the user (GDPR art. 17): the user's keys are destroyed
+        before the answer, so no copy of their sealed content can be read again. Erasing again
+        answers ``already``; a user the service knows nothing of is :class:`NotFoundError`."""
+        return self._run(calls.erase_user(user_id))
 
     def healthz(self) -> bool:
         return self._run(calls.healthz())

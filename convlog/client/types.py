@@ -53,6 +53,23 @@ class Appended:
 
 
 @dataclass(frozen=True, slots=True)
+class UserErasure:
+    """What ``DELETE /v1/users/{user_id}`` did: the user's keys destroyed (``destroyed_keys``:
+    how many), then an erase event appended to each conversation, ``(conversation_id,
+    partition, offset)``; ``already`` when the user was erased before (nothing more done)."""
+
+    user_id: str
+    erased_conversations: tuple[tuple[str, int, int], ...]
+    destroyed_keys: int
+    already: bool
+
+    @classmethod
+    def from_json(cls, body: Mapping[str, Any]) -> UserErasure:
+        erased = tuple((c["conversation_id"], c["partition"], c["offset"]) for c in body["erased_conversations"])
+        return cls(body["user_id"], erased, body["destroyed_keys"], body["already"])
+
+
+@dataclass(frozen=True, slots=True)
 class AppendResult:
     """What an append stored: one :class:`Appended` per message, in log order (a native payload
     can hold several messages; a Chat Completions message is one). ``offset`` is the last one's:
