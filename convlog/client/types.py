@@ -62,11 +62,12 @@ class UserErasure:
     erased_conversations: tuple[tuple[str, int, int], ...]
     destroyed_keys: int
     already: bool
+    raw: Mapping[str, Any] = field(repr=False)
 
     @classmethod
     def from_json(cls, body: Mapping[str, Any]) -> UserErasure:
         erased = tuple((c["conversation_id"], c["partition"], c["offset"]) for c in body["erased_conversations"])
-        return cls(body["user_id"], erased, body["destroyed_keys"], body["already"])
+        return cls(body["user_id"], erased, body["destroyed_keys"], body["already"], body)
 
 
 @dataclass(frozen=True, slots=True)
