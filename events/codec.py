@@ -122,6 +122,13 @@ class EventCodec:
         twin._keys = keys
         return twin
 
+    def without_keys(self) -> EventCodec:
+        """This codec leaving sealed records sealed (their clear fields — ids, roles — read as
+        they are, for a scan that opens only the records it picks)."""
+        twin = copy.copy(self)
+        twin._keys = None
+        return twin
+
     @property
     def keys(self) -> KeyRing | None:
         """What :meth:`decode` opens sealed records with (None: it leaves them sealed)."""

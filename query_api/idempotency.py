@@ -47,6 +47,7 @@ from events.keys import ConversationKey, partition_for_key
 from events.log import Coordinates, EventLog, LogRecord
 from events.producer import Appended, ConversationProducer, appended_at
 from events.reading import conversation_events
+from query_api.key_refresh import decoded_fresh
 from query_api.log_reads import conversation_records, indexed_events, read_range
 from query_api.ports import ReadModels
 
@@ -211,7 +212,7 @@ class IdempotentAppends:
         rest = await read_range(self._log, p, record.offset + 1, last) if last > record.offset else []
         for i, r in enumerate(rest, start=1):
             try:
-                following = self._codec.decode(r.value)
+                following = await decoded_fresh(self._codec, r.value)
             except DecodeError:
                 break  # no batch of ours holds it: the digests differ
             if i < n or (r.key == record.key and following.event_id == next_id):
@@ -223,16 +224,19 @@ class IdempotentAppends:
         """The first record with ``event_id``, and the log end up to which it was looked for."""
         partition = partition_for_key(key.encode(), self._log.partition_count)
         at = await (await self._reads()).logged_at(key, partition, event_id=event_id)
+        # Ids are clear: records are matched unopened, and only the match is opened — with the
+        # key store refreshed if another instance sealed it under a key this one has not loaded.
+        unopened = self._codec.without_keys()
         if at.offsets:  # projected: read that record back from the log and compare with it
-            for record, event in await indexed_events(self._log, key, at, codec=self._codec):
+            for record, event in await indexed_events(self._log, key, at, codec=unopened):
                 if event.event_id == event_id:
-                    return await self._first(record, event, count), 0
+                    return await self._first(record, await decoded_fresh(self._codec, record.value), count), 0
         end = (await self._log.end_offsets([partition]))[partition]
         # A record this build cannot decode carries no event id it could match: passed over.
-        tail = conversation_events(self._log, key, start_offset=at.projected, codec=self._codec, skip_undecodable=True)
+        tail = conversation_events(self._log, key, start_offset=at.projected, codec=unopened, skip_undecodable=True)
         async for record, event in tail:
             if event.event_id == event_id:  # appended, not projected yet
-                return await self._first(record, event, count), 0
+                return await self._first(record, await decoded_fresh(self._codec, record.value), count), 0
         return None, end
 
     async def _earlier(
@@ -246,9 +250,9 @@ class IdempotentAppends:
         for record in await read_range(self._log, mine.partition, start, mine.offset - 1):
             if record.key == raw:
                 try:
-                    event = self._codec.decode(record.value)
+                    event = self._codec.without_keys().decode(record.value)
                 except DecodeError:
                     continue  # carries no event id it could match
                 if event.event_id == event_id:
-                    return await self._first(record, event, count)
+                    return await self._first(record, await decoded_fresh(self._codec, record.value), count)
         return None

@@ -18,6 +18,7 @@ from events.event_types import Event
 from events.keys import ConversationKey, partition_for_key
 from events.log import EventLog, LogRecord
 from events.reading import conversation_events, decode_logged
+from query_api.key_refresh import refreshing_keys
 from query_api.ports import LoggedAt, ReadModels
 
 # Records of other conversations read through rather than given a fetch of their own: a fetch
@@ -79,8 +80,25 @@ async def conversation_records(
 ) -> list[tuple[LogRecord, Event]]:
     """Every event of the conversation in the log (with ``after``, past that offset), in log
     order (empty: the log has none). A record this build cannot decode raises
-    :class:`~events.errors.UndecodableRecordError`, or is passed over with ``skip_undecodable``."""
-    codec = codec or default_codec()
+    :class:`~events.errors.UndecodableRecordError`, or is passed over with ``skip_undecodable``;
+    one sealed under a key this process has not loaded yet is read again once the key store is
+    refreshed (query_api/key_refresh.py)."""
+    keyed = codec or default_codec()
+    return await refreshing_keys(
+        keyed,
+        lambda: _conversation_records(log, reads, key, codec=keyed, after=after, skip_undecodable=skip_undecodable),
+    )
+
+
+async def _conversation_records(
+    log: EventLog,
+    reads: ReadModels,
+    key: ConversationKey,
+    *,
+    codec: EventCodec,
+    after: int,
+    skip_undecodable: bool,
+) -> list[tuple[LogRecord, Event]]:
     partition = partition_for_key(key.encode(), log.partition_count)
     at = await reads.logged_at(key, partition)
     if not at.indexed:  # a version older than the index: scan, from the conversation's first event

@@ -157,6 +157,7 @@ def _api_deps(
 
 @asynccontextmanager
 async def running_service(settings: Settings) -> AsyncIterator[Service]:
+    serve_roles(settings)  # refused before anything is created (a master key, a keys file)
     # The key store first and closed last: every role seals or opens with it.
     async with opened_keys(settings) as keys, _running(settings, keys) as service:
         yield service

@@ -37,7 +37,6 @@ from query_api.http.fast_json import FastJSONResponse
 from query_api.http.openai_errors import OPENAI_PREFIX
 from query_api.http.routes_erasure import requested_by
 from query_api.http.strict_json import StrictJsonRoute
-from query_api.live.key_refresh import refreshing_keys
 from query_api.log_reads import conversation_records
 from query_api.openai_conversations import ConversationItem, OpenAIConversation, fold_conversation
 from query_api.orphans import first_orphan
@@ -73,9 +72,7 @@ class _Helpers:
     async def folded(self, key: ConversationKey) -> OpenAIConversation:
         queries = self.deps.queries
         reads = await queries.reads()
-        pairs = await refreshing_keys(
-            queries.codec, lambda: conversation_records(queries.log, reads, key, codec=queries.codec)
-        )
+        pairs = await conversation_records(queries.log, reads, key, codec=queries.codec)
         conversation = fold_conversation(pairs, max_event_bytes=queries.max_event_bytes, codec=queries.codec)
         if conversation is None:
             raise ApiError(404, "not_found", f"no conversation {key.conversation_id!r}", field="conversation_id")

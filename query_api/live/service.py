@@ -20,13 +20,13 @@ from projectors.window import WindowPolicy
 from query_api.as_of import BeforeMessage, PolicyAt
 from query_api.cache_prefix import PrefixMemory
 from query_api.context_types import Context, ContextRequest, ModelSpec
+from query_api.key_refresh import refreshing_keys
 from query_api.live.errors import (
     ConversationNotFoundError,
     ConversationParkedError,
     NotCaughtUpError,
     UnknownVersionError,
 )
-from query_api.live.key_refresh import refreshing_keys
 from query_api.live.ranges import RowsNeeded, assemble_live
 from query_api.live.wait import held, reflects, wait_for_projection
 from query_api.log_reads import conversation_records, log_holds

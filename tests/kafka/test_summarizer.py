@@ -311,6 +311,8 @@ async def test_sigkill_right_after_the_answer_records_exactly_one_summary(
                 "CONVLOG_LLM_BASE_URL": fake.base_url,
                 "CONVLOG_LLM_MAX_RETRIES": "0",
                 "CONVLOG_SUMMARIZER_INSTANCE_ID": "summarizer-1",
+                # The stack's projector and producer here are plain (no key ring): so is the summarizer.
+                "CONVLOG_SEALING": "false",
                 "CONVLOG_KAFKA_SESSION_TIMEOUT_MS": "6000",
             }
             process = _start_summarizer(env, tmp_path / "summarizer.log")

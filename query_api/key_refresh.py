@@ -10,6 +10,7 @@ from typing import TypeVar
 
 from events.codec import EventCodec
 from events.errors import UndecodableRecordError, UnknownKeyError
+from events.event_types import Event
 
 T = TypeVar("T")
 
@@ -28,3 +29,15 @@ async def refreshing_keys(codec: EventCodec, read: Callable[[], Awaitable[T]]) -
             raise
     await codec.keys.refresh()
     return await read()
+
+
+async def decoded_fresh(codec: EventCodec, data: bytes) -> Event:
+    """``codec.decode(data)``; once more after one refresh of the key store when the record is
+    sealed under a key it does not hold yet."""
+    try:
+        return codec.decode(data)
+    except UnknownKeyError:
+        if codec.keys is None:
+            raise
+    await codec.keys.refresh()
+    return codec.decode(data)
