@@ -12,7 +12,6 @@ from convlog.ops.rebuild_sharing import _share_for, shares
 from convlog.ops.rebuilding import DEFAULT_WORKERS, RebuildOptions, building, worker_count
 from convlog.runtime.serve import running_service
 from convlog.settings import Settings
-from events.codec import default_codec
 from events.keys import ConversationKey
 from pgstore.pool import open_pool
 from pgstore.store import PostgresProjectionStore
@@ -65,11 +64,12 @@ async def test_serve_follows_a_switch_and_continues_the_new_version_from_its_pos
             store = PostgresProjectionStore(
                 service.pool,
                 schema=v2.schema,
-                codec=default_codec(),
+                codec=service.deps.queries.codec,  # the service's keys: its records are sealed
                 counter=COUNTER,
                 policy=WindowPolicy(),
                 max_event_bytes=1 << 20,
                 fail_fast=True,
+                keys=producer.keys,
             )
             await project_all(log, store)  # the rebuild, beside the running projector
             async with service.pool.connection() as conn:
