@@ -44,6 +44,7 @@ from projectors.tokens import model_spec
 from query_api.http import ApiDeps, HttpSettings, create_app
 from query_api.live import QueryService
 from query_api.metrics import Metrics
+from query_api.token_file import ApiTokens
 from summarizer.runner import Summarizer
 
 log = structlog.get_logger(__name__)
@@ -146,10 +147,16 @@ def _api_deps(
         codec=keyed_codec(keys),
     )
     http = HttpSettings(
-        tokens=settings.token_tenants(),
+        tokens=ApiTokens(  # a token file that cannot be read, or a token listed twice: not started
+            settings.token_tenants(),
+            file=settings.api_tokens_file,
+            reload_s=settings.api_tokens_reload_s,
+            app_erase=settings.app_tokens_erase,
+        ),
         max_body_bytes=settings.max_event_bytes * 2,
         body_timeout_s=settings.http_body_timeout_s,
         openai_user_id=settings.openai_user_id,
+        request_log=settings.http_access_log,
     )
     producer = make_producer(appending, settings, producer="convlog-api", keys=keys)
     return ApiDeps(queries=queries, producer=producer, http=http, readiness=readiness, alive=readiness.alive)
@@ -348,7 +355,10 @@ def main(settings: Settings) -> None:
     async def run() -> None:
         async with running_service(settings) as service:
             if not service.deps.http.tokens:
-                log.warning("serve.no_tokens", hint="set CONVLOG_API_TOKENS=tenant:token,... — every request is 401")
+                log.warning(
+                    "serve.no_tokens",
+                    hint="set CONVLOG_API_TOKENS=tenant:token,... or CONVLOG_API_TOKENS_FILE — every request is 401",
+                )
             server = http_server(create_app(service.deps), settings)
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGINT, signal.SIGTERM):

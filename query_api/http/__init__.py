@@ -12,6 +12,6 @@ offset), ``audit`` (transcript, summaries, raw events) and ``conversations`` (th
 from __future__ import annotations
 
 from query_api.http.app import create_app
-from query_api.http.deps import ApiDeps, ApiError, HttpSettings, tenant_of
+from query_api.http.deps import ApiDeps, ApiError, HttpSettings
 
-__all__ = ["ApiDeps", "ApiError", "HttpSettings", "create_app", "tenant_of"]
+__all__ = ["ApiDeps", "ApiError", "HttpSettings", "create_app"]
