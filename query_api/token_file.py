@@ -66,7 +66,7 @@ def _entry(path: Path, number: int, table: object) -> TokenEntry:
     try:
         check_key_part("tenant", tenant)
     except InvalidKeyError as e:
-        raise ConfigurationError(f"{where}: tenant {e}") from None
+        raise ConfigurationError(f"{where}: {e}") from None
     if role is None:
         role = "app"
     if role not in ROLES:

@@ -126,6 +126,7 @@ def _api_deps(
     watch: PositionsWatch,
     readiness: Readiness,
     keys: KeyStore | None,
+    tokens: ApiTokens,
 ) -> ApiDeps:
     """The API's query service (over ``event_log``), its producer (appending to ``appending``)
     and its HTTP settings."""
@@ -147,12 +148,7 @@ def _api_deps(
         codec=keyed_codec(keys),
     )
     http = HttpSettings(
-        tokens=ApiTokens(  # a token file that cannot be read, or a token listed twice: not started
-            settings.token_tenants(),
-            file=settings.api_tokens_file,
-            reload_s=settings.api_tokens_reload_s,
-            app_erase=settings.app_tokens_erase,
-        ),
+        tokens=tokens,
         max_body_bytes=settings.max_event_bytes * 2,
         body_timeout_s=settings.http_body_timeout_s,
         openai_user_id=settings.openai_user_id,
@@ -164,13 +160,25 @@ def _api_deps(
 
 @asynccontextmanager
 async def running_service(settings: Settings) -> AsyncIterator[Service]:
-    # The key store first and closed last: every role seals or opens with it.
-    async with opened_keys(settings) as keys, _running(settings, keys) as service:
+    # The tokens before anything starts: a token file that cannot be read, or a token listed
+    # twice, is a ConfigurationError. The key store next and closed last: every role seals or opens with it.
+    tokens = api_tokens(settings)
+    async with opened_keys(settings) as keys, _running(settings, keys, tokens) as service:
         yield service
 
 
+def api_tokens(settings: Settings) -> ApiTokens:
+    """``CONVLOG_API_TOKENS`` (app tokens) and ``CONVLOG_API_TOKENS_FILE``, as the API authenticates them."""
+    return ApiTokens(
+        settings.token_tenants(),
+        file=settings.api_tokens_file,
+        reload_s=settings.api_tokens_reload_s,
+        app_erase=settings.app_tokens_erase,
+    )
+
+
 @asynccontextmanager
-async def _running(settings: Settings, keys: KeyStore | None) -> AsyncIterator[Service]:
+async def _running(settings: Settings, keys: KeyStore | None, tokens: ApiTokens) -> AsyncIterator[Service]:
     roles = serve_roles(settings)
     url = await migrated_database_url(settings)
     # A projecting serve's sessions get the projector's bounds (a frozen one must not hold its
@@ -215,6 +223,7 @@ async def _running(settings: Settings, keys: KeyStore | None) -> AsyncIterator[S
             watch=watch,
             readiness=readiness,
             keys=keys,
+            tokens=tokens,
         )
         summarizer = await _summarizer(settings, roles, pool, appending, metrics, keys=keys)
         background.update(

@@ -15,7 +15,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from events.errors import ConvlogError
 from query_api.auth import Caller
 from query_api.http.deps import ApiDeps, error_response
-from query_api.http.roles import CALLER
+from query_api.http.roles import AUDIT_READ, CALLER, log_audit_read
 
 log = structlog.get_logger(__name__)
 
@@ -105,6 +105,8 @@ class LimitsAndMetrics:
         self.deps.queries.metrics.request(route, scope["method"], status, elapsed)
         if self.deps.http.request_log:
             _log_request(scope, route, status, elapsed)
+        if scope.get(AUDIT_READ):
+            log_audit_read(scope, scope[CALLER], route, status)
 
     async def _refused(self, scope: Scope, receive: Receive, send: Send) -> bool:
         """Answers 401 without a valid token (on a non-public path) and 413 for a declared

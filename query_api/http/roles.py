@@ -19,16 +19,18 @@ from typing import Any, Literal
 import structlog
 from fastapi import Request, Response
 from fastapi.routing import APIRoute
+from starlette.datastructures import Headers
 from starlette.routing import BaseRoute
+from starlette.types import Scope
 
-from events.errors import ConvlogError
 from query_api.auth import ROLE_ACTIONS, ROLES, Action, Caller
-from query_api.http.deps import PREFIX, ApiError, error_response
+from query_api.http.deps import PREFIX, error_response
 from query_api.http.openai_errors import OPENAI_PREFIX
 
 log = structlog.get_logger(__name__)
 
 CALLER = "convlog.caller"  # the scope key the middleware puts the authenticated Caller under
+AUDIT_READ = "convlog.audit_read"  # set on a read the middleware records
 Needs = Action | Literal["public"]
 _C = PREFIX + "/{conversation_id}"
 _O = OPENAI_PREFIX + "/{conversation_id}"
@@ -92,21 +94,9 @@ def role_checked(route: APIRoute, handler: Handler) -> Handler:
             return await handler(request)
         if needs is None or needs == "public" or needs not in caller.actions:
             return _forbidden(caller, needs)
-        if not recorded or caller.role == "app":
-            return await handler(request)
-        status: int | str = "error"
-        try:
-            response = await handler(request)
-            status = response.status_code
-        except ApiError as e:
-            status = e.status
-            raise
-        except ConvlogError as e:
-            status = e.code
-            raise
-        finally:
-            _audit_read(request, route, caller, status)
-        return response
+        if recorded and caller.role != "app":
+            request.scope[AUDIT_READ] = True  # the middleware logs it with the answer's status
+        return await handler(request)
 
     return checked
 
@@ -126,16 +116,17 @@ def _forbidden(caller: Caller, needs: Needs | None) -> Response:
     )
 
 
-def _audit_read(request: Request, route: APIRoute, caller: Caller, status: int | str) -> None:
-    params = request.path_params
+def log_audit_read(scope: Scope, caller: Caller, route: str, status: int) -> None:
+    """``audit.read``: who read which conversation through which route, and the answer's status."""
+    params: dict[str, Any] = scope.get("path_params", {})
     log.info(
         "audit.read",
         token=caller.token_id,
         role=caller.role,
         tenant=caller.tenant_id,
-        user_id=params.get("user_id") or request.headers.get("convlog-user-id"),
+        user_id=params.get("user_id") or Headers(scope=scope).get("convlog-user-id"),
         conversation_id=params.get("conversation_id"),
-        method=request.method,
-        route=route.path_format,
+        method=scope["method"],
+        route=route,
         status=status,
     )
