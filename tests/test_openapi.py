@@ -42,7 +42,7 @@ async def test_the_schema_is_valid_openapi_with_the_bearer_scheme_on_every_priva
     assert spec["components"]["securitySchemes"]["bearer"] == {
         "type": "http",
         "scheme": "bearer",
-        "description": "an API token (CONVLOG_API_TOKENS): it names the tenant",
+        "description": "an API token (CONVLOG_API_TOKENS, or a token file): its tenant and role",
     }
     for path, operations in spec["paths"].items():
         for method, operation in operations.items():

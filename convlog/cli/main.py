@@ -23,6 +23,7 @@ from convlog.cli import (
     commands_log,
     commands_ops,
     commands_rebuild,
+    commands_tokens,
 )
 from convlog.runtime.logs import configure_logging
 from convlog.settings import Settings
@@ -36,6 +37,7 @@ COMMAND_MODULES = (
     commands_rebuild,
     commands_log,
     commands_keys,
+    commands_tokens,
     commands_config,
 )
 

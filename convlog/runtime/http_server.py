@@ -212,7 +212,7 @@ def server_config(app: Any, settings: Settings) -> uvicorn.Config:
         host=settings.http_host,
         port=settings.http_port,
         log_level="info",
-        access_log=settings.http_access_log,
+        access_log=False,  # CONVLOG_HTTP_ACCESS_LOG is the API's own line (`http.request`): the token's id, no path
         http=protocol,
         timeout_keep_alive=settings.http_keep_alive_s,
         timeout_graceful_shutdown=settings.shutdown_grace_s,

@@ -44,6 +44,7 @@ from projectors.tokens import model_spec
 from query_api.http import ApiDeps, HttpSettings, create_app
 from query_api.live import QueryService
 from query_api.metrics import Metrics
+from query_api.token_file import ApiTokens
 from summarizer.runner import Summarizer
 
 log = structlog.get_logger(__name__)
@@ -125,6 +126,7 @@ def _api_deps(
     watch: PositionsWatch,
     readiness: Readiness,
     keys: KeyStore | None,
+    tokens: ApiTokens,
 ) -> ApiDeps:
     """The API's query service (over ``event_log``), its producer (appending to ``appending``)
     and its HTTP settings."""
@@ -146,10 +148,11 @@ def _api_deps(
         codec=keyed_codec(keys),
     )
     http = HttpSettings(
-        tokens=settings.token_tenants(),
+        tokens=tokens,
         max_body_bytes=settings.max_event_bytes * 2,
         body_timeout_s=settings.http_body_timeout_s,
         openai_user_id=settings.openai_user_id,
+        request_log=settings.http_access_log,
     )
     producer = make_producer(appending, settings, producer="convlog-api", keys=keys)
     return ApiDeps(queries=queries, producer=producer, http=http, readiness=readiness, alive=readiness.alive)
@@ -158,13 +161,25 @@ def _api_deps(
 @asynccontextmanager
 async def running_service(settings: Settings) -> AsyncIterator[Service]:
     serve_roles(settings)  # refused before anything is created (a master key, a keys file)
-    # The key store first and closed last: every role seals or opens with it.
-    async with opened_keys(settings) as keys, _running(settings, keys) as service:
+    # The tokens before anything starts: a token file that cannot be read, or a token listed
+    # twice, is a ConfigurationError. The key store next and closed last: every role seals or opens with it.
+    tokens = api_tokens(settings)
+    async with opened_keys(settings) as keys, _running(settings, keys, tokens) as service:
         yield service
 
 
+def api_tokens(settings: Settings) -> ApiTokens:
+    """``CONVLOG_API_TOKENS`` (app tokens) and ``CONVLOG_API_TOKENS_FILE``, as the API authenticates them."""
+    return ApiTokens(
+        settings.token_tenants(),
+        file=settings.api_tokens_file,
+        reload_s=settings.api_tokens_reload_s,
+        app_erase=settings.app_tokens_erase,
+    )
+
+
 @asynccontextmanager
-async def _running(settings: Settings, keys: KeyStore | None) -> AsyncIterator[Service]:
+async def _running(settings: Settings, keys: KeyStore | None, tokens: ApiTokens) -> AsyncIterator[Service]:
     roles = serve_roles(settings)
     url = await migrated_database_url(settings)
     # A projecting serve's sessions get the projector's bounds (a frozen one must not hold its
@@ -209,6 +224,7 @@ async def _running(settings: Settings, keys: KeyStore | None) -> AsyncIterator[S
             watch=watch,
             readiness=readiness,
             keys=keys,
+            tokens=tokens,
         )
         summarizer = await _summarizer(settings, roles, pool, appending, metrics, keys=keys)
         background.update(
@@ -349,7 +365,10 @@ def main(settings: Settings) -> None:
     async def run() -> None:
         async with running_service(settings) as service:
             if not service.deps.http.tokens:
-                log.warning("serve.no_tokens", hint="set CONVLOG_API_TOKENS=tenant:token,... — every request is 401")
+                log.warning(
+                    "serve.no_tokens",
+                    hint="set CONVLOG_API_TOKENS=tenant:token,... or CONVLOG_API_TOKENS_FILE — every request is 401",
+                )
             server = http_server(create_app(service.deps), settings)
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGINT, signal.SIGTERM):

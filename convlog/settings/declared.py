@@ -145,8 +145,8 @@ class Settings(BaseSettings):
     )
     http_access_log: bool = Field(
         default=False,
-        description="uvicorn's log line per request; off by default: it is a measurable share of a request's "
-        "cost (bench/http_path.py), and the request metrics count every request",
+        description="a log line per request (`http.request`: route template, status, duration, tenant, token id); "
+        "off by default: it is a measurable share of a request's cost, and the request metrics count every request",
     )
     http_keep_alive_s: int = Field(5, ge=1, description="a connection idle that long after a response is closed")
     http_header_timeout_s: float = Field(
@@ -162,8 +162,11 @@ class Settings(BaseSettings):
         "`body_timeout` and its connection closed",
     )
     api_tokens: SecretStr | None = Field(
-        None, description=f"`tenant:token` pairs, comma-separated ({TOKENS_FORMAT}); unset: every request is 401"
+        None, description=f"`tenant:token` pairs, comma-separated ({TOKENS_FORMAT}), `app` tokens; unset: none"
     )
+    api_tokens_file: Path | None = Field(None, description="a TOML file of hashed tokens with roles (docs/http-api.md)")
+    api_tokens_reload_s: float = Field(5.0, gt=0, description="how often a changed token file is read again")
+    app_tokens_erase: bool = Field(default=True, description="`false`: app tokens may not erase (403 forbidden_role)")
     openai_user_id: str = Field(
         "default",
         min_length=1,

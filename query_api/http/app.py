@@ -15,6 +15,7 @@ from query_api.http.disconnects import ClientDisconnectedError
 from query_api.http.middleware import LimitsAndMetrics
 from query_api.http.openai_errors import OpenAIErrors
 from query_api.http.openapi import install_openapi
+from query_api.http.roles import refuse_undeclared
 from query_api.http.routes_appends import append_routes
 from query_api.http.routes_audit import audit_routes
 from query_api.http.routes_context import context_routes
@@ -61,7 +62,9 @@ def create_app(deps: ApiDeps) -> FastAPI:
         openai_conversation_routes,
     )
     for routes in routes_in_order:
-        app.include_router(routes(deps))
+        router = routes(deps)
+        refuse_undeclared(router.routes)  # each route's role is declared, or there is no app
+        app.include_router(router)
     return app
 
 

@@ -1,12 +1,11 @@
 """What the routes share: the API's dependencies (the query service, the producer, the HTTP
-settings), its error, the tenant a token belongs to, and the per-request helpers (the caller's
+settings), its error, the caller a token is, and the per-request helpers (the caller's
 conversation key, the ``202 Accepted`` body of an append)."""
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 from fastapi import Header
@@ -15,8 +14,10 @@ from fastapi.responses import JSONResponse
 from events.errors import ConvlogError
 from events.keys import ConversationKey
 from events.producer import Appended, ConversationProducer
+from query_api.auth import Caller
 from query_api.http.fast_json import FastJSONResponse
 from query_api.live import QueryService
+from query_api.token_file import ApiTokens
 
 PREFIX = "/v1/users/{user_id}/conversations"
 AuthHeader = Annotated[str | None, Header()]
@@ -38,10 +39,16 @@ class ApiError(ConvlogError):
 class HttpSettings:
     """What only the HTTP API needs: who may call it, and how much of a request it takes."""
 
-    tokens: Mapping[str, str]  # bearer token -> tenant id
+    tokens: ApiTokens | Mapping[str, str]  # the tokens; a {bearer token: tenant id} mapping is app tokens
     max_body_bytes: int = 2 * 1024 * 1024
     body_timeout_s: float = 30.0  # from the request's start until its body has wholly arrived: else 408
     openai_user_id: str = "default"  # the user of an OpenAI Conversations API request without Convlog-User-Id
+    request_log: bool = False  # an `http.request` log line per request (CONVLOG_HTTP_ACCESS_LOG)
+    auth: ApiTokens = field(init=False, repr=False)  # ``tokens`` as ApiTokens
+
+    def __post_init__(self) -> None:
+        tokens = self.tokens
+        object.__setattr__(self, "auth", tokens if isinstance(tokens, ApiTokens) else ApiTokens(tokens))
 
 
 @dataclass
@@ -54,16 +61,6 @@ class ApiDeps:
     http: HttpSettings
     readiness: Callable[[], Awaitable[dict[str, Any]]]
     alive: Callable[[], str | None] = lambda: None  # /healthz: why only a restart helps now (None: healthy)
-
-
-def tenant_of(tokens: Mapping[str, str], authorization: str | None) -> str | None:
-    """The tenant a ``Bearer`` token belongs to; None for a missing or unknown token."""
-    scheme, _, token = (authorization or "").partition(" ")
-    if scheme.lower() == "bearer" and token:
-        for known, tenant_id in tokens.items():
-            if hmac.compare_digest(known.encode(), token.encode()):
-                return tenant_id
-    return None
 
 
 def error_response(
@@ -91,11 +88,14 @@ class Requests:
 
     deps: ApiDeps
 
-    def tenant(self, authorization: str | None) -> str:
-        tenant_id = tenant_of(self.deps.http.tokens, authorization)  # the middleware let only these in
-        if tenant_id is None:
+    def caller(self, authorization: str | None) -> Caller:
+        caller = self.deps.http.auth.caller(authorization)  # the middleware let only these in
+        if caller is None:  # (a token removed from the token file a moment ago)
             raise ApiError(401, "unauthorized", "a valid bearer token is required")
-        return tenant_id
+        return caller
+
+    def tenant(self, authorization: str | None) -> str:
+        return self.caller(authorization).tenant_id
 
     def key_of(self, authorization: str | None, user_id: str, conversation_id: str) -> ConversationKey:
         return ConversationKey(self.tenant(authorization), user_id, conversation_id)

@@ -30,6 +30,7 @@ from fastapi.exceptions import RequestValidationError
 
 from query_api.http import fastapi_compat
 from query_api.http.fastapi_compat import ModelField
+from query_api.http.roles import role_checked
 from query_api.http.strict_json import StrictJsonRoute
 
 _Handler = Callable[[Request], Coroutine[Any, Any, Response]]
@@ -42,9 +43,10 @@ class FastParamsRoute(StrictJsonRoute):
 
     def get_route_handler(self) -> _Handler:
         try:
-            return self._fast_handler() or super().get_route_handler()
+            fast = self._fast_handler()
         except AttributeError:  # a FastAPI whose dependant or fields look otherwise: FastAPI's own handler
-            return super().get_route_handler()
+            fast = None
+        return super().get_route_handler() if fast is None else role_checked(self, fast)
 
     def _fast_handler(self) -> _Handler | None:
         if not fastapi_compat.AVAILABLE:

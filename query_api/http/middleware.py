@@ -1,17 +1,23 @@
-"""The middleware in front of every route: authentication, body limits and request metrics."""
+"""The middleware in front of every route: authentication, body limits, request metrics, and
+(``CONVLOG_HTTP_ACCESS_LOG``) a log line per request naming the token by its id, never itself."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 
+import structlog
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from events.errors import ConvlogError
-from query_api.http.deps import ApiDeps, error_response, tenant_of
+from query_api.auth import Caller
+from query_api.http.deps import ApiDeps, error_response
+from query_api.http.roles import AUDIT_READ, CALLER, log_audit_read
+
+log = structlog.get_logger(__name__)
 
 # A request refused before its body was read closes its connection: the server then reads and
 # discards the rest of the body (bounded, convlog/runtime/http_server.py) so that the client,
@@ -95,7 +101,12 @@ class LimitsAndMetrics:
             status = e.status_code
             await e.response()(scope, receive, send)
         route = getattr(scope.get("route"), "path", "unmatched")
-        self.deps.queries.metrics.request(route, scope["method"], status, time.perf_counter() - started)
+        elapsed = time.perf_counter() - started
+        self.deps.queries.metrics.request(route, scope["method"], status, elapsed)
+        if self.deps.http.request_log:
+            _log_request(scope, route, status, elapsed)
+        if scope.get(AUDIT_READ):
+            log_audit_read(scope, scope[CALLER], route, status)
 
     async def _refused(self, scope: Scope, receive: Receive, send: Send) -> bool:
         """Answers 401 without a valid token (on a non-public path) and 413 for a declared
@@ -103,14 +114,33 @@ class LimitsAndMetrics:
         path = scope["path"].removeprefix(scope.get("root_path", ""))  # as the router matches it
         if path not in self.public:
             authorization = Headers(scope=scope).get("authorization")  # the first one, as routes read it
-            if tenant_of(self.deps.http.tokens, authorization) is None:
+            caller = self.deps.http.auth.caller(authorization)
+            if caller is None:
                 started = time.perf_counter()
                 await error_response(401, "unauthorized", "a valid bearer token is required")(scope, receive, send)
                 elapsed = time.perf_counter() - started
                 self.deps.queries.metrics.request("unauthenticated", scope["method"], 401, elapsed)
+                if self.deps.http.request_log:
+                    _log_request(scope, "unauthenticated", 401, elapsed)
                 return True
+            scope[CALLER] = caller  # the route checks its role (roles.py)
         length = dict(scope["headers"]).get(b"content-length")
         if length is not None and (not length.isdigit() or int(length) > self.deps.http.max_body_bytes):
             await _BodyTooLargeError(self.deps.http.max_body_bytes).response()(scope, receive, send)
             return True
         return False
+
+
+def _log_request(scope: Scope, route: str, status: int, elapsed: float) -> None:
+    """``http.request``: the route's template (never the path: no ids, no query), the status,
+    and who — the token's id (its name, or its hash's first digits), never the token."""
+    caller: Caller | None = scope.get(CALLER)
+    log.info(
+        "http.request",
+        method=scope["method"],
+        route=route,
+        status=status,
+        duration_ms=round(elapsed * 1000, 3),
+        token=caller.token_id if caller else None,
+        tenant=caller.tenant_id if caller else None,
+    )

@@ -110,6 +110,7 @@ CONTEXTS: dict[str, type[BaseModel]] = {
 
 _ERRORS = {
     "401": "no valid `Authorization: Bearer` token (`unauthorized`); checked before anything else",
+    "403": "the token's role may not do what the route does (`forbidden_role`, with `role` and `needs`); checked next",
     "422": "invalid input, naming the `field` (invalid_json, invalid_event, invalid_request, ...)",
     "503": "retriable: the log or Postgres unreachable, the projection not caught up (`Retry-After`)",
 }
@@ -145,7 +146,7 @@ def _schema(app: FastAPI, public: frozenset[str]) -> dict[str, Any]:
         BEARER: {
             "type": "http",
             "scheme": "bearer",
-            "description": "an API token (CONVLOG_API_TOKENS): it names the tenant",
+            "description": "an API token (CONVLOG_API_TOKENS, or a token file): its tenant and role",
         }
     }
     for path, operations in schema["paths"].items():

@@ -22,7 +22,6 @@ from events.keys import ConversationKey
 from events.producer import Appended
 from query_api.http.deps import PREFIX, ApiDeps, ApiError, AuthHeader, Requests, accepted, appended_json
 from query_api.http.fast_json import FastJSONResponse
-from query_api.http.routes_erasure import requested_by
 from query_api.http.strict_json import StrictJsonRoute
 from query_api.idempotency import IdempotencyKeyReusedError, IdempotentAppends
 from query_api.log_reads import conversation_records
@@ -124,7 +123,7 @@ def append_routes(deps: ApiDeps) -> APIRouter:
         key = requests.key_of(authorization, user_id, conversation_id)
         await deps.queries.held_by_log(key)
         erasure = await deps.producer.erase_conversation(
-            key, reason="erased through the API", requested_by=requested_by(authorization)
+            key, reason="erased through the API", requested_by=requests.caller(authorization).requested_by
         )
         destroyed = len(erasure.destroyed_key_ids)
         deps.queries.metrics.erasures.erased("conversation", destroyed_keys=destroyed, already=erasure.already)

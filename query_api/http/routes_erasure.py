@@ -11,7 +11,6 @@ nothing is known of; erasing again is a no-op answer (``already``).
 from __future__ import annotations
 
 import base64
-import hashlib
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
@@ -23,12 +22,6 @@ from query_api.http.deps import PREFIX, ApiDeps, ApiError, AuthHeader, Requests
 from query_api.http.strict_json import StrictJsonRoute
 
 _PAGE = 200
-
-
-def requested_by(authorization: str | None) -> str:
-    """Who asked, for the audit record: the token's digest, never the token."""
-    _, _, token = (authorization or "").partition(" ")
-    return "token:sha256:" + hashlib.sha256(token.encode()).hexdigest()[:16]
 
 
 def erasure_routes(deps: ApiDeps) -> APIRouter:
@@ -65,7 +58,7 @@ def erasure_routes(deps: ApiDeps) -> APIRouter:
                 user,
                 conversations=known,
                 reason="user erased through the API",
-                requested_by=requested_by(authorization),
+                requested_by=requests.caller(authorization).requested_by,
             )
         except SubjectNotFoundError as e:
             raise ApiError(404, "not_found", "no such user") from e

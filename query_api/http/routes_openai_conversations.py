@@ -35,7 +35,6 @@ from events.keys import ConversationKey
 from query_api.http.deps import ApiDeps, ApiError, AuthHeader, Requests
 from query_api.http.fast_json import FastJSONResponse
 from query_api.http.openai_errors import OPENAI_PREFIX
-from query_api.http.routes_erasure import requested_by
 from query_api.http.strict_json import StrictJsonRoute
 from query_api.log_reads import conversation_records
 from query_api.openai_conversations import ConversationItem, OpenAIConversation, fold_conversation
@@ -149,7 +148,9 @@ def _conversation_routes(router: APIRouter, h: _Helpers) -> None:
         key = key_of(authorization, user, conversation_id)
         await folded(key)
         erasure = await deps.producer.erase_conversation(
-            key, reason="deleted through the OpenAI Conversations API", requested_by=requested_by(authorization)
+            key,
+            reason="deleted through the OpenAI Conversations API",
+            requested_by=h.requests.caller(authorization).requested_by,
         )
         destroyed = len(erasure.destroyed_key_ids)
         deps.queries.metrics.erasures.erased("conversation", destroyed_keys=destroyed, already=erasure.already)

@@ -17,6 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from events.errors import ConvlogError
 from events.strict_json import NotJsonError, parse_json
 from query_api.http.deps import error_response
+from query_api.http.roles import role_checked
 
 
 class _BodyNotJsonError(StarletteHTTPException, ConvlogError):
@@ -73,7 +74,8 @@ def _content_type_refused(request: Request) -> Response | None:
 
 
 class StrictJsonRoute(APIRoute):
-    """FastAPI's documented hook for a custom Request class: every route reads JSON strictly."""
+    """FastAPI's documented hook for a custom Request class: every route reads JSON strictly,
+    once its caller's role was checked (query_api/http/roles.py)."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
@@ -87,4 +89,4 @@ class StrictJsonRoute(APIRoute):
             except _BodyNotJsonError as e:
                 return error_response(422, "invalid_json", f"the body is not JSON: {e.detail}", field="body")
 
-        return strict
+        return role_checked(self, strict)
