@@ -119,7 +119,7 @@ def assemble(
         dropped=rendered.dropped + tuple(Dropped(m, "message", "unservable") for m in unservable),
         estimate=None if estimate is None else replace(estimate, raw_tokens=total),
         units=_units(head, summary, costs, fixed, served),
-        edits=edits_of(served),
+        edits=edits_of(served, estimate),
     )
 
 

@@ -32,6 +32,7 @@ from events.blocks import ReasoningBlock, ToolCallBlock
 from events.errors import InvalidRequestError
 from events.formats.rendering import Selected
 from query_api.context_types import NO_EDITING, ContextEdit, EditingPolicy
+from query_api.estimates import Estimate
 from query_api.selection import Costs, Served, Turn
 
 __all__ = [
@@ -65,6 +66,7 @@ class _Fold:
 
     policy: EditingPolicy
     running: int
+    scale: float  # the policy's tokens per counted token: 1, or an estimated model's uncalibrated factor
     uses: dict[str, tuple[int, str]] = field(default_factory=dict)  # call id -> (tool use index, tool name)
     results: list[_Candidate] = field(default_factory=list)  # not cleared yet, in log order
     thinking: list[_Candidate] = field(default_factory=list)
@@ -80,7 +82,7 @@ class _Fold:
                 self.thinking, turns_seen - keep_turns, self.policy.thinking_at_least, self.unthought
             )
         trigger = self.policy.tool_results_trigger
-        if trigger is not None and self.running > trigger:
+        if trigger is not None and self.running * self.scale > trigger:
             self.results = self._step(
                 self.results,
                 self.n_uses - self.policy.tool_results_keep,
@@ -93,7 +95,7 @@ class _Fold:
         ``at_least`` tokens (and any); the candidates left."""
         due = [c for c in pending if c.at < before]
         saved = sum(c.saved for c in due)
-        if not due or saved <= 0 or saved < at_least:
+        if not due or saved <= 0 or saved * self.scale < at_least:
             return pending
         done.update(c.seq for c in due)
         self.running -= saved
@@ -101,10 +103,14 @@ class _Fold:
 
 
 def edit_turns(turns: Sequence[Turn], fixed: int, policy: EditingPolicy, costs: Costs) -> list[Turn]:
-    """``turns`` as ``policy`` edits them (``fixed``: what the context costs besides them)."""
+    """``turns`` as ``policy`` edits them (``fixed``: what the context costs besides them). For
+    a model whose tokens are estimated, the policy's token figures are compared with the counts
+    times the format's uncalibrated factor (query_api/estimates.py): a constant, where the
+    calibrated factor moves with each answer — and with it, were it used, edits already made."""
     if not policy.active:
         return list(turns)
-    fold = _Fold(policy, fixed)
+    scale = costs.traits.estimate_factor if costs.spec.estimated else 1.0
+    fold = _Fold(policy, fixed, scale)
     for index, turn in enumerate(turns):
         for s in turn.messages():
             fold.running += s.cost
@@ -181,15 +187,17 @@ def _unthought(s: Selected) -> Selected:
     return replace(s, message=m, include_reasoning=False)
 
 
-def edits_of(served: Sequence[Served]) -> tuple[ContextEdit, ...]:
+def edits_of(served: Sequence[Served], estimate: Estimate | None = None) -> tuple[ContextEdit, ...]:
     """The edits of the served messages, by kind (thinking first, as Anthropic lists its own):
-    what each saved and the messages it changed."""
+    what each saved (in the context's ``token_count`` units: scaled by ``estimate``) and the
+    messages it changed."""
     out = []
     for kind in _KINDS:
         changed = [s for s in served if s.edit == kind]
         if changed:
             ids = tuple(s.selected.message.message_id for s in changed)
-            out.append(ContextEdit(kind, sum(s.saved for s in changed), ids))
+            saved = sum(s.saved for s in changed)
+            out.append(ContextEdit(kind, saved if estimate is None else estimate.scaled(saved, margin=False), ids))
     return tuple(out)
 
 
