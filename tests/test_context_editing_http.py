@@ -60,7 +60,7 @@ async def test_the_edits_are_reported_and_the_parameters_checked(
         }
     ]
     assert [m["content"] for m in edited["messages"] if m["role"] == "tool"][:4] == [PLACEHOLDER] * 4
-    for wrong, field in (
+    wrongs: list[tuple[dict[str, Any], str]] = [
         ({"clear_thinking_keep_turns": 0}, "clear_thinking_keep_turns"),
         ({"clear_tool_results_trigger": -1}, "clear_tool_results_trigger"),
         ({"clear_tool_results_keep": 2}, "clear_tool_results_trigger"),  # no trigger given, none configured
@@ -69,7 +69,8 @@ async def test_the_edits_are_reported_and_the_parameters_checked(
             {"clear_tool_results_trigger": 1, "clear_tool_results_exclude": ",".join(["t"] * 101)},
             "clear_tool_results_exclude",
         ),
-    ):
+    ]
+    for wrong, field in wrongs:
         response = await http_client.get(_url("agent"), params=params | wrong, headers=A)
         assert response.status_code == 422, (wrong, response.text)
         assert field in response.text, (wrong, response.text)
