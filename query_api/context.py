@@ -78,9 +78,7 @@ def assemble(
     summary_text = None if summary is None else SUMMARY_HEADER + summary.text
     if summary_text is not None:
         fixed += text_message_cost("system", summary_text, spec, count)
-    if not complete and request.editing.active:
-        raise NeedOlderMessagesError  # the edits are a fold over the whole range (query_api/context_editing.py)
-    turns = edit_turns(_turns(messages, costs, request), fixed, request.editing, costs)
+    turns = _edited_turns(messages, costs, request, fixed, complete=complete)
     budget = request.message_budget
     recent = {m.message_id for m in messages[-CALIBRATION_MESSAGES:]}
     estimate = estimate_for(
@@ -133,6 +131,15 @@ def _turns(messages: Sequence[StoredMessage], costs: Costs, request: ContextRequ
         if turn is not None:
             turns.append(turn)
     return turns
+
+
+def _edited_turns(
+    messages: Sequence[StoredMessage], costs: Costs, request: ContextRequest, fixed: int, *, complete: bool
+) -> list[Turn]:
+    """:func:`_turns` as the request's context editing serves them (query_api/context_editing.py)."""
+    if not complete and request.editing.active:
+        raise NeedOlderMessagesError  # the edits are a fold over the whole range
+    return edit_turns(_turns(messages, costs, request), fixed, request.editing, costs)
 
 
 def _fit_estimated(

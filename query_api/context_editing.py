@@ -205,7 +205,7 @@ class EditingParameterError(InvalidRequestError):
     """A context-editing parameter out of its range, or one without what it goes with (HTTP 422
     naming ``field``)."""
 
-    code = "invalid_request"
+    code = "invalid_context_editing"
 
     def __init__(self, message: str, *, field: str) -> None:
         super().__init__(message)

@@ -65,10 +65,7 @@ def context_routes(deps: ApiDeps) -> APIRouter:
         authorization: AuthHeader = None,
     ) -> FastJSONResponse:
         key = requests.key_of(authorization, user_id, conversation_id)
-        try:
-            spec = model_spec(model, default_encoding=queries.default_encoding)
-        except InvalidRequestError as e:
-            raise ApiError(422, "invalid_request", str(e), field="model") from e
+        spec = _model_spec(model, queries.default_encoding)
         editing = _editing(
             queries.editing if editing_defaults == "apply" else NO_EDITING,
             EditingParameters(
@@ -107,6 +104,13 @@ def context_routes(deps: ApiDeps) -> APIRouter:
     return router
 
 
+def _model_spec(model: str, default_encoding: str) -> ModelSpec:
+    try:
+        return model_spec(model, default_encoding=default_encoding)
+    except InvalidRequestError as e:
+        raise ApiError(422, "invalid_request", str(e), field="model") from e
+
+
 def _response(served: ServedContext, spec: ModelSpec, counted: tuple[str, ...]) -> FastJSONResponse:
     # Plain JSON types already: skip FastAPI's encoder and response validation on the hot path.
     response = FastJSONResponse(context_body(served.context, served.inputs, spec, counted=counted))
@@ -123,7 +127,7 @@ def _editing(default: EditingPolicy, given: EditingParameters) -> EditingPolicy:
     try:
         return given.policy(default)
     except EditingParameterError as e:
-        raise ApiError(422, "invalid_request", str(e), field=e.field) from e
+        raise ApiError(422, e.code, str(e), field=e.field) from e
 
 
 def _is_live(as_of: int | None, before_message: str | None, read_models_version: int | None) -> bool:
