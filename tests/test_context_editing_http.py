@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from convlog.client import Context, ContextEdit
 from convlog.runtime.serve import Service
 from events.event_types import MessageAppended
 from events.keys import ConversationKey
@@ -60,6 +61,11 @@ async def test_the_edits_are_reported_and_the_parameters_checked(
         }
     ]
     assert [m["content"] for m in edited["messages"] if m["role"] == "tool"][:4] == [PLACEHOLDER] * 4
+    read = Context.from_json(edited, cacheable_prefix=None)  # the Python client's reading of the body
+    assert read.edits == (
+        ContextEdit("clear_tool_results", edited["edits"][0]["cleared_tokens"], ("t0", "t1", "t2", "t3")),
+    )
+    assert set(read.fragment) == {"messages"}  # edits is accounting, not the request fragment
     wrongs: list[tuple[dict[str, Any], str]] = [
         ({"clear_thinking_keep_turns": 0}, "clear_thinking_keep_turns"),
         ({"clear_tool_results_trigger": -1}, "clear_tool_results_trigger"),
