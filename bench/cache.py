@@ -18,6 +18,17 @@ Anthropic reads, OpenAI's newer models) or 0.5 (OpenAI's gpt-4o family) of it, a
 naive window's at the same prices.
 
     CONVLOG_DATABASE_URL=... python bench/cache.py [--turns N] [--max-turns M --keep-turns K]
+
+``--editing``: context editing instead (docs/http-api.md, Context editing). A 100-turn agent
+conversation — each turn a question, a tool call, a large tool result (~1,500 tokens, a file
+read) and an answer, no summarizer — is run twice in the same service, turn by turn
+interleaved (the machine's load falls on both alike): once without editing, once with
+``clear_tool_results_trigger=30000&clear_tool_results_keep=3&clear_tool_results_at_least=10000``.
+For each, the prompt tokens of the contexts read (one per turn, read-your-writes after the tool
+result, in ``--format``), their cacheable-prefix fraction (the header) and the turn's p50 (the
+four appends and the context read).
+
+    CONVLOG_DATABASE_URL=... python bench/cache.py --editing [--turns 100] [--format anthropic]
 """
 
 from __future__ import annotations
@@ -31,6 +42,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psycopg
@@ -167,15 +179,117 @@ def table(ours: Served, naive: Served, policy: str) -> str:
     return "\n".join(lines)
 
 
+EDITING = {"clear_tool_results_trigger": 30_000, "clear_tool_results_keep": 3, "clear_tool_results_at_least": 10_000}
+TOOL_RESULT = "".join(f"{k:04d}    def handler_{k}(request):  return respond(request, code={k})\n" for k in range(80))
+FORMAT_MODELS = {
+    "chat_completions": "gpt-4o",
+    "anthropic": "claude-sonnet-4-5",
+    "responses": "gpt-5",
+    "gemini": "gemini-2.5-pro",
+}
+
+
+@dataclass
+class AgentRun:
+    """One conversation of the editing bench: per turn its context's tokens, cacheable prefix, turn time."""
+
+    params: dict[str, Any]
+    served: Served = field(default_factory=Served)
+    total_tokens: int = 0
+    turn_s: list[float] = field(default_factory=list)
+    edits: int = 0
+
+
+async def _agent_turn(client: httpx.AsyncClient, base: str, run: AgentRun, i: int, fmt: str) -> None:
+    started = time.perf_counter()
+    call = {
+        "id": f"call_{i}",
+        "type": "function",
+        "function": {"name": "read_file", "arguments": f'{{"path": "src/m{i}.py"}}'},
+    }
+    await client.post(f"{base}/messages", json={"role": "user", "content": f"step {i}: what does src/m{i}.py do?"})
+    await client.post(f"{base}/messages", json={"role": "assistant", "content": None, "tool_calls": [call]})
+    result = f"src/m{i}.py\n" + TOOL_RESULT
+    last = (
+        await client.post(f"{base}/messages", json={"role": "tool", "tool_call_id": call["id"], "content": result})
+    ).json()
+    params = {"model": FORMAT_MODELS[fmt], "format": fmt, "budget_tokens": 400_000, "min_offset": last["offset"]}
+    r = await client.get(f"{base}/context", params=params | run.params)
+    assert r.status_code == 200, r.text
+    await client.post(f"{base}/messages", json={"role": "assistant", "content": f"src/m{i}.py defines 80 handlers."})
+    run.turn_s.append(time.perf_counter() - started)
+    body = r.json()
+    run.total_tokens += body["token_count"]
+    run.edits += bool(body["edits"])
+    if CACHEABLE_PREFIX_HEADER in r.headers:
+        run.served.add(body["token_count"], int(r.headers[CACHEABLE_PREFIX_HEADER]))
+
+
+async def run_editing(admin_url: str, turns: int, fmt: str) -> tuple[AgentRun, AgentRun]:
+    name = f"convlog_bench_{uuid.uuid4().hex[:8]}"
+    async with await psycopg.AsyncConnection.connect(admin_url, autocommit=True) as conn:
+        await conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    plain, edited = AgentRun({}), AgentRun(dict(EDITING))
+    fields: dict[str, Any] = {"partitions": 4, "api_tokens": f"bench:{TOKEN}", "summarizer": "off"}
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            settings = Settings(database_url=make_conninfo(admin_url, dbname=name), data_dir=Path(tmp), **fields)
+            async with running_service(settings) as service:
+                transport = httpx.ASGITransport(app=create_app(service.deps))
+                async with httpx.AsyncClient(
+                    transport=transport, base_url="http://bench", headers={"Authorization": f"Bearer {TOKEN}"}
+                ) as client:
+                    for i in range(turns):
+                        for run in (plain, edited) if i % 2 else (edited, plain):
+                            await _agent_turn(
+                                client, f"/v1/users/u/conversations/agent-{bool(run.params)}", run, i, fmt
+                            )
+    finally:
+        async with await psycopg.AsyncConnection.connect(admin_url, autocommit=True) as conn:
+            await conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+    return plain, edited
+
+
+def editing_table(plain: AgentRun, edited: AgentRun, fmt: str) -> str:
+    tokens = edited.total_tokens / plain.total_tokens
+    fraction = edited.served.fraction()
+    p50_edited, p50_plain = statistics.median(edited.turn_s) * 1000, statistics.median(plain.turn_s) * 1000
+    p50 = p50_edited / p50_plain
+    met = {"tokens": tokens <= 0.5, "fraction": fraction >= 0.75, "p50": p50 <= 1.1}
+    yes = {k: "yes" if v else "NO" for k, v in met.items()}
+    return "\n".join(
+        [
+            "| figure | value | target | met |",
+            "|---|---|---|---|",
+            f"| prompt tokens over the run ({fmt}), with editing / without | {edited.total_tokens:,} / "
+            f"{plain.total_tokens:,} ({tokens:.2f} x) | <= 0.5 x | {yes['tokens']} |",
+            f"| mean cacheable-prefix fraction, with editing (without) | {fraction:.3f} "
+            f"({plain.served.fraction():.3f}) | >= 0.75 | {yes['fraction']} |",
+            f"| turn p50 (4 appends + context), with editing / without | {p50_edited:.1f} / {p50_plain:.1f} ms "
+            f"({p50:.2f} x) | <= 1.1 x | {yes['p50']} |",
+            f"| contexts with edits | {edited.edits} of {len(edited.turn_s)} | | |",
+        ]
+    )
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--turns", type=int, default=200)
     parser.add_argument("--max-turns", type=int, help="CONVLOG_WINDOW_MAX_TURNS (default: the settings' default)")
     parser.add_argument("--keep-turns", type=int, help="CONVLOG_WINDOW_KEEP_TURNS (default: the settings' default)")
+    parser.add_argument("--editing", action="store_true", help="the context-editing bench (see above)")
+    parser.add_argument("--format", default="chat_completions", choices=sorted(FORMAT_MODELS))
     args = parser.parse_args()
     admin = os.environ.get("CONVLOG_DATABASE_URL")
     if not admin:
         raise SystemExit("set CONVLOG_DATABASE_URL (make services-up)")
+    if args.editing:
+        turns = 100 if args.turns == 200 else args.turns  # the default, made this bench's
+        started = time.perf_counter()
+        plain, edited = await run_editing(admin, turns, args.format)
+        print(f"\nagent turns: {turns}, {time.perf_counter() - started:.1f} s\n")
+        print(editing_table(plain, edited, args.format))
+        return
     policy = {k: v for k, v in (("window_max_turns", args.max_turns), ("window_keep_turns", args.keep_turns)) if v}
     ours, naive, took = await run(admin, args.turns, policy)
     used = Settings(**policy).window_policy()  # type: ignore[arg-type]

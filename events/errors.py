@@ -25,6 +25,7 @@ list is exactly the classes the packages define, with these parents)::
       * InvalidRequestError — events.errors, also a ValueError
         * OffsetBeyondLogEndError — query_api.as_of
         * NoRoomError — query_api.context_types
+        * EditingParameterError — query_api.context_editing
       * DecodeError — events.errors
         * UnknownSchemaError — events.errors
         * CorruptRecordError — events.errors

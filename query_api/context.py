@@ -24,6 +24,7 @@ from events.formats.registry import FORMATS, FormatRegistry
 from events.formats.rendering import Dropped, Rendered, RenderRequest, Selected, Target
 from projectors.tokens import text_message_cost
 from projectors.turns import split_turns
+from query_api.context_editing import edit_turns, edits_of
 from query_api.context_types import (
     Context,
     ContextBudgetExceededError,
@@ -77,7 +78,7 @@ def assemble(
     summary_text = None if summary is None else SUMMARY_HEADER + summary.text
     if summary_text is not None:
         fixed += text_message_cost("system", summary_text, spec, count)
-    turns = _turns(messages, costs, request)
+    turns = _edited_turns(messages, costs, request, fixed, complete=complete)
     budget = request.message_budget
     recent = {m.message_id for m in messages[-CALIBRATION_MESSAGES:]}
     estimate = estimate_for(
@@ -116,6 +117,7 @@ def assemble(
         dropped=rendered.dropped + tuple(Dropped(m, "message", "unservable") for m in unservable),
         estimate=None if estimate is None else replace(estimate, raw_tokens=total),
         units=_units(head, summary, costs, fixed, served),
+        edits=edits_of(served, estimate),
     )
 
 
@@ -129,6 +131,15 @@ def _turns(messages: Sequence[StoredMessage], costs: Costs, request: ContextRequ
         if turn is not None:
             turns.append(turn)
     return turns
+
+
+def _edited_turns(
+    messages: Sequence[StoredMessage], costs: Costs, request: ContextRequest, fixed: int, *, complete: bool
+) -> list[Turn]:
+    """:func:`_turns` as the request's context editing serves them (query_api/context_editing.py)."""
+    if not complete and request.editing.active:
+        raise NeedOlderMessagesError  # the edits are a fold over the whole range
+    return edit_turns(_turns(messages, costs, request), fixed, request.editing, costs)
 
 
 def _fit_estimated(
@@ -189,7 +200,8 @@ def _units(
         # message without images renders the same either way.
         images = s.keep_images if m.image_count or m.blocks else None
         reasoning = s.include_reasoning if m.reasoning_content else None
-        units.append((f"{m.message_id}:{','.join(s.call_ids)}:{images}:{reasoning}", x.cost))
+        edit = "" if x.edit is None else f":{x.edit}"  # an edited message renders otherwise
+        units.append((f"{m.message_id}:{','.join(s.call_ids)}:{images}:{reasoning}{edit}", x.cost))
     return tuple(units)
 
 

@@ -21,7 +21,9 @@ __all__ = [
     "REASONING_POLICIES",
     "Context",
     "ContextBudgetExceededError",
+    "ContextEdit",
     "ContextRequest",
+    "EditingPolicy",
     "ModelSpec",
     "NoRoomError",
     "ReasoningPolicy",
@@ -38,6 +40,42 @@ REASONING_POLICIES: tuple[ReasoningPolicy, ...] = get_args(ReasoningPolicy)  # f
 
 
 @dataclass(frozen=True, slots=True)
+class EditingPolicy:
+    """Context editing (query_api/context_editing.py): what of the range's older turns a context
+    serves cleared. Tool results: on when ``tool_results_trigger`` is set — once the context
+    exceeds that many tokens, the results of the tool uses older than the newest
+    ``tool_results_keep`` are served as a placeholder, never those of the ``tool_results_exclude``
+    tools, and only when at least ``tool_results_at_least`` tokens go at once. Thinking: on when
+    ``thinking_keep_turns`` is set — the reasoning of the turns older than the newest that many
+    is left out, at least ``thinking_at_least`` tokens at once. Part of the request: the same
+    policy over the same history makes the same edits (``as_of`` rebuilds them)."""
+
+    tool_results_trigger: int | None = None
+    tool_results_keep: int = 3
+    tool_results_at_least: int = 0
+    tool_results_exclude: frozenset[str] = frozenset()
+    thinking_keep_turns: int | None = None
+    thinking_at_least: int = 0
+
+    @property
+    def active(self) -> bool:
+        return self.tool_results_trigger is not None or self.thinking_keep_turns is not None
+
+
+NO_EDITING = EditingPolicy()
+
+
+@dataclass(frozen=True, slots=True)
+class ContextEdit:
+    """What one kind of edit changed in a served context: the tokens it saved (in the context's
+    tokens, as ``token_count``) and the messages it changed, in order."""
+
+    kind: Literal["clear_thinking", "clear_tool_results"]
+    cleared_tokens: int
+    messages: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class ContextRequest:
     model: str
     budget_tokens: int
@@ -47,6 +85,7 @@ class ContextRequest:
     image_turns: int = 2  # only the last N turns keep their images
     format: ApiFormat = "chat_completions"  # the provider format the context is rendered in
     cache: bool = False  # anthropic: place cache_control breakpoints
+    editing: EditingPolicy = NO_EDITING  # context editing (query_api/context_editing.py)
 
     @property
     def message_budget(self) -> int:
@@ -83,6 +122,7 @@ class Context:
     dropped: tuple[Dropped, ...] = ()  # what the format could not carry, and why
     estimate: Estimate | None = None  # set when the model has no tokenizer here (query_api/estimates.py)
     units: tuple[tuple[str, int], ...] = ()  # (what, tokens) in order: query_api.cache_prefix compares them
+    edits: tuple[ContextEdit, ...] = ()  # what context editing changed (the request's EditingPolicy)
 
     @property
     def messages(self) -> tuple[dict[str, Any], ...]:

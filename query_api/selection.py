@@ -21,10 +21,13 @@ Count = Callable[[str], int]
 
 @dataclass(slots=True)
 class Served:
-    """A selected message and what it costs in the target's prompt."""
+    """A selected message and what it costs in the target's prompt; ``edit``: the context
+    edit that changed it (query_api/context_editing.py), ``saved`` the tokens that saved."""
 
     selected: Selected
     cost: int
+    edit: str | None = None
+    saved: int = 0
 
 
 @dataclass(slots=True)

@@ -88,6 +88,9 @@ def context_body(
             "dropped_turns": ctx.dropped_turns,
             "dropped": [{"message_id": d.message_id, "what": d.what, "reason": d.reason} for d in ctx.dropped],
             "compressed": ctx.compressed,
+            "edits": [
+                {"kind": e.kind, "cleared_tokens": e.cleared_tokens, "messages": list(e.messages)} for e in ctx.edits
+            ],
             "degraded": inputs.parked,
             "position": {"partition": inputs.partition, "offset": inputs.last_offset},
         }

@@ -80,3 +80,28 @@ async def test_a_real_context_of_each_format_has_the_documented_shape(
     wrong = {**response.json(), "format": "klingon"}
     with pytest.raises(jsonschema.ValidationError):  # the schema tells the formats apart: it can fail
         _check(spec, ok, wrong)
+
+
+async def test_an_edited_context_has_the_documented_edits(
+    in_memory_client: httpx.AsyncClient, spec: dict[str, Any]
+) -> None:
+    last = None
+    for i in range(3):
+        await post(in_memory_client, {"role": "user", "content": f"read file {i}"})
+        call = {"id": f"c{i}", "type": "function", "function": {"name": "read", "arguments": "{}"}}
+        await post(in_memory_client, {"role": "assistant", "content": None, "tool_calls": [call]})
+        last = await post(in_memory_client, {"role": "tool", "tool_call_id": f"c{i}", "content": "line of code " * 50})
+    assert last is not None
+    params = {"model": "gpt-4o", "budget_tokens": 10_000, "min_offset": last["offset"]}
+    editing = {"clear_tool_results_trigger": 0, "clear_tool_results_keep": 1}
+    response = await in_memory_client.get(f"{BASE}/oa/context", params=params | editing, headers=A)
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert [e["kind"] for e in body["edits"]] == ["clear_tool_results"]
+    ok = spec["paths"][CONTEXT_PATH]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
+    _check(spec, ok, body)
+    for wrong in ({**body["edits"][0], "kind": "summarize"}, {**body["edits"][0], "messages": "t1"}):
+        with pytest.raises(jsonschema.ValidationError):
+            _check(spec, ok, {**body, "edits": [wrong]})
+    parameters = {p["name"] for p in spec["paths"][CONTEXT_PATH]["get"]["parameters"]}
+    assert {"clear_tool_results_trigger", "clear_thinking_keep_turns", "editing_defaults"} <= parameters

@@ -48,6 +48,11 @@ def _add_replay(sub: Any) -> None:
     replay.add_argument("--reserve-tokens", type=_offset, default=0, metavar="N", help="kept free for the answer")
     replay.add_argument("--reasoning", choices=REASONING_POLICIES, default="omit")
     replay.add_argument(
+        "--editing",
+        metavar="QUERY",
+        help="context editing, as the context route's parameters (default: CONVLOG_CONTEXT_EDITING; '' for none)",
+    )
+    replay.add_argument(
         "--read-models-version",
         type=_positive,
         metavar="N",
@@ -176,11 +181,19 @@ def _replay(settings: Settings, args: argparse.Namespace) -> int:
     from pgstore.versions import served_policies  # noqa: PLC0415
     from projectors.window import WindowPolicy  # noqa: PLC0415
     from query_api.as_of import BeforeMessage, PolicyAt  # noqa: PLC0415
+    from query_api.context_editing import policy_from_query  # noqa: PLC0415
     from query_api.context_types import ContextRequest  # noqa: PLC0415
 
     key = ConversationKey.parse(args.key)
+    editing = policy_from_query(settings.context_editing if args.editing is None else args.editing)
     request = ContextRequest(
-        args.model, args.budget_tokens, args.reserve_tokens, 0, args.reasoning, settings.window_image_turns
+        args.model,
+        args.budget_tokens,
+        args.reserve_tokens,
+        0,
+        args.reasoning,
+        settings.window_image_turns,
+        editing=editing,
     )
 
     async def run() -> None:

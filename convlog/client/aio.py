@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
@@ -115,10 +115,12 @@ class AsyncConvlogClient:
         min_offset: int | None = None,
         as_of: int | None = None,
         before_message: str | None = None,
+        editing: Mapping[str, str | int] | None = None,
     ) -> Context:
         """The history to send to ``model`` in ``format``, within the budget; ``min_offset`` (an
         append's ``offset``) waits until it is readable; ``as_of`` / ``before_message`` rebuild
-        the context served then."""
+        the context served then; ``editing``: context-editing parameters
+        (``{"clear_tool_results_trigger": 100000, ...}``, docs/http-api.md)."""
         return await self._run(
             calls.context(
                 user_id,
@@ -133,6 +135,7 @@ class AsyncConvlogClient:
                 min_offset=min_offset,
                 as_of=as_of,
                 before_message=before_message,
+                editing=editing,
             )
         )
 

@@ -125,6 +125,7 @@ def context(
     min_offset: int | None,
     as_of: int | None,
     before_message: str | None,
+    editing: Mapping[str, str | int] | None = None,
 ) -> Call[Context]:
     def read(response: httpx.Response) -> Context:
         prefix = response.headers.get(CACHEABLE_PREFIX_HEADER)
@@ -142,6 +143,7 @@ def context(
         as_of=as_of,
         before_message=before_message,
     )
+    params.update(editing or {})  # clear_tool_results_trigger=..., editing_defaults=ignore (docs/http-api.md)
     return Call("GET", _conversation(user_id, conversation_id) + "/context", read, params=params)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
@@ -114,10 +114,12 @@ class ConvlogClient:
         min_offset: int | None = None,
         as_of: int | None = None,
         before_message: str | None = None,
+        editing: Mapping[str, str | int] | None = None,
     ) -> Context:
         """The history to send to ``model`` in ``format``, within the budget; ``min_offset`` (an
         append's ``offset``) waits until it is readable; ``as_of`` / ``before_message`` rebuild
-        the context served then."""
+        the context served then; ``editing``: context-editing parameters
+        (``{"clear_tool_results_trigger": 100000, ...}``, docs/http-api.md)."""
         return self._run(
             calls.context(
                 user_id,
@@ -132,6 +134,7 @@ class ConvlogClient:
                 min_offset=min_offset,
                 as_of=as_of,
                 before_message=before_message,
+                editing=editing,
             )
         )
 

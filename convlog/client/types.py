@@ -29,6 +29,7 @@ ACCOUNTING_KEYS = frozenset(
         "estimate",
         "prompt_cache_key",
         "counted_at_read",
+        "edits",
     }
 )
 """The context body's keys that are not the provider's request fragment."""
@@ -116,6 +117,16 @@ class Dropped:
 
 
 @dataclass(frozen=True, slots=True)
+class ContextEdit:
+    """What one kind of context editing changed (``clear_tool_results``, ``clear_thinking``):
+    the tokens it saved and the messages it changed."""
+
+    kind: str
+    cleared_tokens: int
+    messages: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Position:
     partition: int
     offset: int | None
@@ -145,6 +156,7 @@ class Context:
     cacheable_prefix_tokens: int | None
     raw: Mapping[str, Any] = field(repr=False)
     counted_at_read: bool = False  # the projector stores no counts in ``encoding``: counted when read
+    edits: tuple[ContextEdit, ...] = ()  # what context editing changed (empty: nothing)
 
     @property
     def messages(self) -> Any:
@@ -192,6 +204,9 @@ class Context:
             cacheable_prefix_tokens=None if cacheable_prefix is None else int(cacheable_prefix),
             raw=body,
             counted_at_read=bool(body.get("counted_at_read", False)),
+            edits=tuple(
+                ContextEdit(e["kind"], e["cleared_tokens"], tuple(e["messages"])) for e in body.get("edits", ())
+            ),
         )
 
 

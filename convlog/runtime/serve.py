@@ -41,6 +41,7 @@ from pgstore.versions import live_version, served_policies, version_policies
 from projectors.gc_tuning import projection_gc
 from projectors.positions_watch import PositionsWatch
 from projectors.tokens import model_spec
+from query_api.context_editing import policy_from_query
 from query_api.http import ApiDeps, HttpSettings, create_app
 from query_api.live import QueryService
 from query_api.metrics import Metrics
@@ -137,6 +138,7 @@ def _api_deps(
         reads=reads,
         metrics=metrics,
         image_turns=settings.window_image_turns,
+        editing=policy_from_query(settings.context_editing),
         default_encoding=default_encoding,
         counted_encodings=settings.counted_encodings(),
         # as_of: the window of the version that served the context (live when its event was projected)

@@ -14,6 +14,7 @@ from pydantic import AliasChoices, Field, PrivateAttr, SecretStr, ValidationErro
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from convlog.pydantic_settings_compat import MappingSource
+from convlog.settings.editing import EDITING_EXAMPLE, EditingSpec
 from convlog.settings.tokens import TOKENS_FORMAT, parse_tokens
 from events.errors import ConfigurationError
 from events.producer import DEFAULT_MAX_EVENT_BYTES
@@ -174,6 +175,9 @@ class Settings(BaseSettings):
         "`Convlog-User-Id` header",
     )
     window_image_turns: int = Field(2, ge=0, description="only the last N turns keep their images")
+    context_editing: EditingSpec = Field(
+        None, description=f"a context request's default editing, as query parameters (`{EDITING_EXAMPLE}`)"
+    )
     default_encoding: str = Field(
         "o200k_base", description="tiktoken encoding for models the table does not know (counts are then an estimate)"
     )

@@ -58,6 +58,14 @@ class DroppedItem(BaseModel):
     reason: str
 
 
+class EditItem(BaseModel):
+    """What one kind of context editing changed (docs/http-api.md, "Context editing")."""
+
+    kind: Literal["clear_thinking", "clear_tool_results"]
+    cleared_tokens: int = Field(description="the tokens the edit saved, in the context's encoding")
+    messages: list[str] = Field(description="the ids of the messages it changed, in order")
+
+
 class _Accounting(BaseModel):
     token_count: int = Field(description="the prompt tokens of the fragment, counted or estimated for the model")
     encoding: str
@@ -65,6 +73,7 @@ class _Accounting(BaseModel):
     summary: SummaryRef | None
     dropped_turns: int
     dropped: list[DroppedItem]
+    edits: list[EditItem] = Field(description="what context editing changed (empty: nothing)")
     compressed: bool
     degraded: bool = Field(description="true when a record of the conversation is parked as a dead letter")
     position: Position

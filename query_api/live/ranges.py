@@ -59,6 +59,8 @@ async def assemble_live(
     available = request.message_budget
     hint = (str(key), spec.encoding, available)
     newest = NEWEST_FIRST if rows_needed is None else rows_needed.first(hint)
+    if request.editing.active:
+        newest = None  # the edits are a fold over the whole range (query_api/context_editing.py)
     while True:
         inputs = await reads.context_inputs(key, encoding=spec.encoding, newest=newest)
         if inputs is None:

@@ -19,7 +19,7 @@ from projectors.tokens import DEFAULT_COUNTED
 from projectors.window import WindowPolicy
 from query_api.as_of import BeforeMessage, PolicyAt
 from query_api.cache_prefix import PrefixMemory
-from query_api.context_types import Context, ContextRequest, ModelSpec
+from query_api.context_types import NO_EDITING, Context, ContextRequest, EditingPolicy, ModelSpec
 from query_api.key_refresh import refreshing_keys
 from query_api.live.errors import (
     ConversationNotFoundError,
@@ -70,6 +70,7 @@ class QueryService:
     default_encoding: str = "o200k_base"
     counted_encodings: tuple[str, ...] = DEFAULT_COUNTED  # what the projector stores counts of; others: at read
     image_turns: int = 2
+    editing: EditingPolicy = NO_EDITING  # the context editing a request gets unless it says otherwise
     wait_for_offset_s: float = 5.0
     policy: WindowPolicy = field(default_factory=WindowPolicy)  # as-of rebuilds', unless policy_at is given
     policy_at: PolicyAt | None = None  # the window of the version that served a context as of an event
