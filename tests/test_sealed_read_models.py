@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from events.embedded_log import EmbeddedEventLog
-from events.errors import UnknownKeyError
+from events.errors import UnauthenticSealError, UnknownKeyError
 from events.event_types import SummaryRecorded
 from events.keys import ConversationKey
 from events.producer import ConversationProducer
@@ -394,3 +394,31 @@ def test_a_row_sealer_that_opened_a_key_reads_erased_the_moment_it_is_destroyed(
     opened = sealer.open("transcript", str(conversation), "e1", key_id, sealed)
     assert (opened.values, opened.erased_at) == ({}, destroyed_at)
     assert key_id not in sealer._ciphers
+    assert not sealer._opened._rows  # nothing of the destroyed key's rows is kept
+
+
+def test_rows_opened_again_are_served_from_the_last_opened_and_only_as_sealed() -> None:
+    """A context read again (the next turn's) opens only its new rows; the cache answers only
+    for the exact sealed bytes and binding, so a redaction's reseal, another event's binding or
+    a flipped bit never gets an old row's content."""
+    ring = DictKeyRing()
+    conversation = ConversationKey("t", "u", "c")
+    key_id = ring.create(conversation)
+    sealer = RowSealer(ring, opened_rows_bytes=10_000)
+    sealed = sealer.seal("transcript", str(conversation), "e1", key_id, {"content": '"MARKER"'})
+    assert sealed is not None
+    first = sealer.open("transcript", str(conversation), "e1", key_id, sealed)
+    assert sealer.open("transcript", str(conversation), "e1", key_id, sealed) is first  # served from the cache
+    flipped = bytes([*sealed[:-1], sealed[-1] ^ 1])
+    with pytest.raises(UnauthenticSealError):
+        sealer.open("transcript", str(conversation), "e1", key_id, flipped)
+    with pytest.raises(UnauthenticSealError):  # the same bytes bound to another event: refused, not served
+        sealer.open("transcript", str(conversation), "e2", key_id, sealed)
+    resealed = sealer.seal("transcript", str(conversation), "e1", key_id, {"content": None})
+    assert sealer.open("transcript", str(conversation), "e1", key_id, resealed).values == {}
+    # Bounded by bytes: rows past the bound push the oldest out.
+    for i in range(200):
+        row = sealer.seal("transcript", str(conversation), f"m{i}", key_id, {"content": f'"{"x" * 40}"'})
+        sealer.open("transcript", str(conversation), f"m{i}", key_id, row)
+    assert sealer._opened._bytes <= 10_000
+    assert sealer._opened.get((key_id, "transcript", str(conversation), "e1", sealed)) is None
