@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Iterator
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -54,3 +56,20 @@ async def kafka_service(
 def java_classpath() -> str:
     """The Java example producer's classpath (examples/java-producer, built by Maven; without Maven, skipped)."""
     return classpath_or_skip()
+
+
+@pytest.fixture
+def key_route() -> Iterator[str]:
+    """The key route of docs/producers.md on a local port, with one conversation's key and one
+    token (``KeyRoute`` of tests/kafka/test_java_producer_sealed.py): what the sealed example
+    producers fetch their key from, and ``KeyRoute.calls`` what they asked."""
+    from tests.kafka.test_java_producer_sealed import KeyRoute  # noqa: PLC0415 -- a test module's, for its siblings
+
+    KeyRoute.calls = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), KeyRoute)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import threading
-from collections.abc import AsyncIterator, Iterator
-from http.server import ThreadingHTTPServer
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -52,19 +50,6 @@ TURN_TEXTS = (
 @pytest.fixture(scope="module")
 def binary() -> Path:
     return build_go(go_or_skip())
-
-
-@pytest.fixture
-def key_route() -> Iterator[str]:
-    """The Java test's key route (one conversation's key, one token), served here."""
-    KeyRoute.calls = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), KeyRoute)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 @pytest.fixture

@@ -11,9 +11,8 @@ import asyncio
 import base64
 import json
 import secrets
-import threading
-from collections.abc import AsyncIterator, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import AsyncIterator
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import unquote
 
@@ -167,19 +166,6 @@ class KeyRoute(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 -- the base class's name
         """Quiet: the test asserts on ``calls``."""
-
-
-@pytest.fixture
-def key_route() -> Iterator[str]:
-    KeyRoute.calls = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), KeyRoute)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 @pytest.mark.kafka

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import threading
-from collections.abc import AsyncIterator, Iterator
-from http.server import ThreadingHTTPServer
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -41,19 +39,6 @@ pytestmark = pytest.mark.kafka
 def main_js() -> tuple[str, Path]:
     node, npm = node_or_skip()
     return node, build_ts(node, npm)
-
-
-@pytest.fixture
-def key_route() -> Iterator[str]:
-    """The Java test's key route (one conversation's key, one token), served here."""
-    KeyRoute.calls = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), KeyRoute)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 @pytest.fixture
