@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -119,9 +119,17 @@ async def test_the_go_examples_sealed_records_open_to_the_turn_it_sent(
 async def test_the_go_example_seals_under_the_key_the_api_hands_out(
     binary: Path, kafka_log: KafkaEventLog, kafka_bootstrap: str, key_route: str
 ) -> None:
-    sent = await asyncio.to_thread(
-        produce, binary, kafka_log, kafka_bootstrap, "--key-url", key_route, "--token", TOKEN
+    await check_sealed_under_the_routes_key(
+        lambda *a: produce(binary, kafka_log, kafka_bootstrap, *a), kafka_log, key_route
     )
+
+
+async def check_sealed_under_the_routes_key(
+    run: Callable[..., list[dict[str, Any]]], kafka_log: KafkaEventLog, key_route: str
+) -> None:
+    """An example run with ``--key-url``/``--token`` (``run(*args)``) fetches one key for the
+    whole turn from the test route and seals the turn under it; a refused token writes nothing."""
+    sent = await asyncio.to_thread(run, "--key-url", key_route, "--token", TOKEN)
     path = "/v1/users/employee:42/conversations/oa\\sealed/key"  # the token names the tenant
     assert KeyRoute.calls == [(path, f"Bearer {TOKEN}")]  # one key for the whole turn
     assert_is_the_go_turn(opened(await read_back(kafka_log, sent)))
@@ -129,5 +137,5 @@ async def test_the_go_example_seals_under_the_key_the_api_hands_out(
     # A refused token writes nothing: the example stops before its first record.
     before = await kafka_log.end_offsets()
     with pytest.raises(ExampleError, match="401"):
-        await asyncio.to_thread(produce, binary, kafka_log, kafka_bootstrap, "--key-url", key_route, "--token", "x")
+        await asyncio.to_thread(run, "--key-url", key_route, "--token", "x")
     assert await kafka_log.end_offsets() == before

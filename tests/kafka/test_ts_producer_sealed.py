@@ -19,15 +19,17 @@ import pytest
 from events.errors import UnauthenticSealError
 from events.kafka_log import KafkaEventLog
 from tests import sealed_spec
-from tests.example_producers import TS_EXAMPLE, ExampleError, build_ts, node_or_skip, run_producer
-from tests.kafka.test_go_producer_sealed import assert_is_the_go_turn, opened  # the same turn as Go's
+from tests.example_producers import TS_EXAMPLE, build_ts, node_or_skip, run_producer
+from tests.kafka.test_go_producer_sealed import (  # the same turn as Go's
+    assert_is_the_go_turn,
+    check_sealed_under_the_routes_key,
+    opened,
+)
 from tests.kafka.test_java_producer_sealed import (  # the same conversation, key and test key route
     KEY,
     KEY_ID,
     PARTITIONS,
     SECRET,
-    TOKEN,
-    KeyRoute,
     read_back,
 )
 from tests.support import unique_topic
@@ -78,15 +80,6 @@ async def test_the_ts_examples_sealed_records_open_to_the_turn_it_sent(
 async def test_the_ts_example_seals_under_the_key_the_api_hands_out(
     main_js: tuple[str, Path], kafka_log: KafkaEventLog, kafka_bootstrap: str, key_route: str
 ) -> None:
-    sent = await asyncio.to_thread(
-        produce, main_js, kafka_log, kafka_bootstrap, "--key-url", key_route, "--token", TOKEN
+    await check_sealed_under_the_routes_key(
+        lambda *a: produce(main_js, kafka_log, kafka_bootstrap, *a), kafka_log, key_route
     )
-    path = "/v1/users/employee:42/conversations/oa\\sealed/key"  # the token names the tenant
-    assert KeyRoute.calls == [(path, f"Bearer {TOKEN}")]  # one key for the whole turn
-    assert_is_the_go_turn(opened(await read_back(kafka_log, sent)))
-
-    # A refused token writes nothing: the example stops before its first record.
-    before = await kafka_log.end_offsets()
-    with pytest.raises(ExampleError, match="401"):
-        await asyncio.to_thread(produce, main_js, kafka_log, kafka_bootstrap, "--key-url", key_route, "--token", "x")
-    assert await kafka_log.end_offsets() == before
