@@ -24,6 +24,7 @@ from events.event_types import (
     MediaBlock,
     MessageAppended,
     MessageRedacted,
+    MessagesWithdrawn,
     OpaqueBlock,
     ReasoningBlock,
     SummaryRecorded,
@@ -61,6 +62,13 @@ def validate_event(event: Event, *, stored: bool = False) -> None:
     elif isinstance(body, MessageRedacted):
         _require_id(body.message_id, "message_id")
         _require_text(body.reason, "reason")
+    elif isinstance(body, MessagesWithdrawn):
+        if not body.message_ids:
+            raise InvalidEventError("must name at least one message", field="message_ids")
+        for i, message_id in enumerate(body.message_ids):
+            _require_id(message_id, f"message_ids[{i}]")
+        if body.reason is not None:
+            _require_text(body.reason, "reason")
     elif isinstance(body, SummaryRecorded):
         _require_id(body.summary_id, "summary_id")
         _require_id(body.covers_through_message_id, "covers_through_message_id")
