@@ -264,7 +264,8 @@ class ConversationProducer(EventAppender):
         event_id: str | None = None,
     ) -> Appended:
         """Take messages out of what is served; the audit keeps them whole (MessagesWithdrawn)."""
-        return await self.append(key, MessagesWithdrawn(message_ids=tuple(message_ids), reason=reason), event_id=event_id)
+        body = MessagesWithdrawn(message_ids=tuple(message_ids), reason=reason)
+        return await self.append(key, body, event_id=event_id)
 
     async def clear(self, key: ConversationKey, *, reason: str | None = None, event_id: str | None = None) -> Appended:
         return await self.append(key, ConversationCleared(reason=reason), event_id=event_id)
