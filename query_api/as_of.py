@@ -33,7 +33,7 @@ from events.reading import conversation_events
 from projectors.applied import AppliedHistory, AppliedMessage, apply_decisions
 from projectors.changes import TranscriptRow
 from projectors.context_range import SummaryAt, after_withdrawals, in_range
-from projectors.fold import BatchInputs, BatchOutcome, decode_batch, fold_batch
+from projectors.fold import BatchInputs, BatchOutcome, Decoded, decode_batch, fold_batch
 from projectors.prepare import with_new_keys
 from projectors.row_values import countable_reasoning, countable_text, image_count
 from projectors.state import ConversationState
@@ -120,12 +120,7 @@ async def context_inputs_as_of(
     # an erase recorded later still applies (content is never served again, even for the past),
     # a void conditional erase does not — the projection's own fold and decisions, so the
     # context is the one the read models serve.
-    # A withdrawal (MessagesWithdrawn) is no such decision: the audit keeps the content, so a
-    # context before it serves what was served then — the messages and the summaries it took.
-    everything = fold_batch(decoded, BatchInputs({}), policy=policy)
-    everything.message_withdrawals = [w for w in everything.message_withdrawals if w.offset <= as_of]
-    everything.withdrawals = [w for w in everything.withdrawals if (w.by_withdrawal_at or 0) <= as_of]
-    applied = apply_decisions(everything)
+    applied = _decisions_as_of(decoded, as_of, policy)
     out = fold_batch(decoded[: len(before)], BatchInputs({}), policy=policy)
     k = str(key)
     state = out.states.get(k)
@@ -158,6 +153,16 @@ async def context_inputs_as_of(
         partition=state.last_at[0],
         last_offset=state.last_at[1],
     )
+
+
+def _decisions_as_of(decoded: Sequence[Decoded], as_of: int, policy: WindowPolicy) -> AppliedHistory:
+    """The whole history's decisions but the withdrawals (MessagesWithdrawn) after ``as_of``:
+    no privacy decision, the audit keeps the content, so a context before one serves what was
+    served then — the messages and the summaries it later took out."""
+    everything = fold_batch(decoded, BatchInputs({}), policy=policy)
+    everything.message_withdrawals = [w for w in everything.message_withdrawals if w.offset <= as_of]
+    everything.withdrawals = [w for w in everything.withdrawals if (w.by_withdrawal_at or 0) <= as_of]
+    return apply_decisions(everything)
 
 
 def _summary_after_decisions(state: ConversationState, out: BatchOutcome, applied: AppliedHistory) -> SummaryAt | None:
