@@ -319,3 +319,47 @@ async def test_the_audit_of_an_erased_conversation_withholds_what_was_held_behin
         audit = await in_memory_client.get(f"{BASE}/oa/{path}", headers=A)
         assert audit.status_code == 200, audit.text
         assert "4111" not in audit.text, path
+
+
+async def test_a_withdrawn_tool_call_takes_its_result_out_of_every_format_and_the_audit_keeps_both(
+    in_memory_client: httpx.AsyncClient,
+) -> None:
+    await post(in_memory_client, {"role": "user", "content": "weather in Paris?"})
+    call = {"id": "call_w", "type": "function", "function": {"name": "weather", "arguments": '{"city":"Paris"}'}}
+    asked = await post(
+        in_memory_client, {"role": "assistant", "content": None, "tool_calls": [call], "finish_reason": "tool_calls"}
+    )
+    result = await post(in_memory_client, {"role": "tool", "tool_call_id": "call_w", "content": "sunny, 21C"})
+    await post(in_memory_client, {"role": "assistant", "content": "It is sunny.", "finish_reason": "stop"})
+
+    async def withdraw(ids: list[str], key: str) -> httpx.Response:
+        body = {"message_ids": ids, "reason": "undo"}
+        return await in_memory_client.post(f"{BASE}/oa/withdraw", json=body, headers={**A, "Idempotency-Key": key})
+
+    unknown = await withdraw([asked["message_id"], "never-sent"], "w0")
+    assert (unknown.status_code, unknown.json()["error"]["code"]) == (404, "message_not_found"), unknown.text
+    bad = await in_memory_client.post(f"{BASE}/oa/withdraw", json={"message_ids": []}, headers=A)
+    assert (bad.status_code, bad.json()["error"]["code"]) == (422, "invalid_message_ids")
+    withdrawn = await withdraw([asked["message_id"]], "w1")
+    assert withdrawn.status_code == 202, withdrawn.text
+    assert (await withdraw([asked["message_id"]], "w1")).json() == withdrawn.json()  # a retry: the same event
+    offset = withdrawn.json()["offset"]
+    for fmt, model in (("chat_completions", "gpt-4o"), ("anthropic", "claude-sonnet-4-5"), ("responses", "gpt-5")):
+        params = {"model": model, "budget_tokens": 4000, "min_offset": offset, "format": fmt}
+        response = await in_memory_client.get(f"{BASE}/oa/context", params=params, headers=A)
+        assert response.status_code == 200, response.text
+        text = json.dumps(response.json())
+        assert "call_w" not in text, fmt  # the call and its result: never an orphan
+        assert "sunny, 21C" not in text, fmt
+        assert "It is sunny." in text, fmt
+        assert "weather in Paris?" in text, fmt
+    entries = (await in_memory_client.get(f"{BASE}/oa/messages", headers=A)).json()["messages"]
+    marked = {e["message_id"]: e["withdrawn"] for e in entries}
+    assert marked[asked["message_id"]]["reason"] == "undo"
+    assert marked[result["message_id"]] is None  # not withdrawn itself: served no more as its call is not
+    assert [e["content"] for e in entries if e["message_id"] == result["message_id"]] == ["sunny, 21C"]
+    assert entries[1]["tool_calls"][0]["id"] == "call_w"  # the audit keeps the call whole
+    events = (await in_memory_client.get(f"{BASE}/oa/events", headers=A)).json()["events"]
+    assert events[-1]["event_type"] == "MessagesWithdrawn"
+    assert events[-1]["body"] == {"message_ids": [asked["message_id"]], "reason": "undo"}
+    assert events[1]["body"]["tool_calls"][0]["id"] == "call_w"  # /events withholds nothing of it
