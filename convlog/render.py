@@ -10,7 +10,6 @@ from events.event_types import (
     ImagePart,
     MessageAppended,
     MessageRedacted,
-    MessagesWithdrawn,
     SummaryRecorded,
 )
 from events.keys import ConversationKey
@@ -50,9 +49,6 @@ def describe(event: Event) -> str:
         return f"started   {body.title or ''}"
     if isinstance(body, MessageRedacted):
         return f"redacted  {body.message_id}: {body.reason}"
-    if isinstance(body, MessagesWithdrawn):  # out of what is served; the audit keeps them whole
-        reason = f": {body.reason}" if body.reason else ""
-        return f"withdrawn {', '.join(body.message_ids)}{reason}"
     if isinstance(body, SummaryRecorded):
         return f"summary   through {body.covers_through_message_id}: {preview(body.text)}"
     if isinstance(body, ConversationCleared):

@@ -26,7 +26,6 @@ from events.event_types import (
     MediaBlock,
     MessageAppended,
     MessageRedacted,
-    MessagesWithdrawn,
     OpaqueBlock,
     ReasoningBlock,
     Sealed,
@@ -40,7 +39,7 @@ from events.event_types import (
 from events.event_writer import content_value, sealed_value, tool_call_records, usage_value
 from events.slot_builder import slot_builder
 
-__all__ = ["BODY_SINCE", "FROM_RECORD", "NS", "Record", "body_record"]
+__all__ = ["FROM_RECORD", "NS", "Record", "body_record"]
 
 NS: Final = "convlog.events."
 _NS: Final = NS
@@ -209,10 +208,6 @@ _TO_RECORD: Final[dict[type[Any], tuple[str, Callable[[Any], Record]]]] = {
             "requested_by": b.requested_by,
         },
     ),
-    MessagesWithdrawn: (
-        _NS + "MessagesWithdrawn",
-        lambda b: {"message_ids": list(b.message_ids), "reason": b.reason},
-    ),
 }
 # (record, the writer schema's fingerprint: what a seal's plaintext is encoded with)
 FROM_RECORD: Final[dict[str, Callable[[Record, bytes], EventBody]]] = {
@@ -229,11 +224,7 @@ FROM_RECORD: Final[dict[str, Callable[[Record, bytes], EventBody]]] = {
         subject=r.get("subject"),
         requested_by=r.get("requested_by"),
     ),
-    _NS + "MessagesWithdrawn": lambda r, _: MessagesWithdrawn(message_ids=tuple(r["message_ids"]), reason=r["reason"]),
 }
-# The schema version a body type was added in (not listed: in every version). A codec whose
-# newest schema is older (a test's, an older build's) may lack these: it cannot write them.
-BODY_SINCE: Final[dict[str, int]] = {_NS + "MessagesWithdrawn": 6}
 
 
 def body_record(body: EventBody) -> tuple[str, Record]:

@@ -35,7 +35,7 @@ from fastavro.schema import to_parsing_canonical_form
 
 from events.avro_reader import compile_reader
 from events.avro_writer import compile_writer
-from events.body_records import BODY_SINCE, FROM_RECORD, Record, body_record
+from events.body_records import FROM_RECORD, Record, body_record
 from events.errors import ConfigurationError, CorruptRecordError, InvalidEventError, UnknownSchemaError
 from events.event_types import Event, EventBody
 from events.event_writer import compile_event_writer, micros
@@ -107,9 +107,7 @@ class EventCodec:
         self._current = versions[-1]
         self._known = {v.fingerprint: v for v in versions}  # the current version last: it wins ties
         bodies: list[Any] = next((f["type"] for f in self._current.schema.get("fields", ()) if f["name"] == "body"), [])
-        # A schema may lack a body type added later (an older build's, a test's): it cannot write it.
-        names = {b["name"] if isinstance(b, dict) else b for b in bodies}
-        unknown = (names - set(FROM_RECORD)) | (set(FROM_RECORD) - names - set(BODY_SINCE))
+        unknown = {b["name"] if isinstance(b, dict) else b for b in bodies} ^ set(FROM_RECORD)
         if unknown:
             raise ConfigurationError(f"schema v{self.version} and events.event_types disagree on {sorted(unknown)}")
         self._header = MAGIC + self._current.fingerprint

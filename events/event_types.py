@@ -1,7 +1,7 @@
 """The event types: plain frozen dataclasses, no driver types.
 
 An :class:`Event` is an envelope (id, conversation key, time, producer) around one body. The
-seven bodies are the whole vocabulary of a conversation; the Avro schemas in ``schemas/``
+six bodies are the whole vocabulary of a conversation; the Avro schemas in ``schemas/``
 mirror them field for field.
 """
 
@@ -189,17 +189,6 @@ class MessageRedacted:
 
 
 @dataclass(frozen=True, slots=True)
-class MessagesWithdrawn:
-    """Schema v6: the messages leave what is served (the window, every context, the token budget,
-    the turn count) and keep their content in the audit (the transcript, ``/events``, export),
-    marked withdrawn. Not a privacy tool (that is :class:`MessageRedacted`): an undo, the Agents
-    SDK's ``pop_item``. ``reason`` is an audit note; no content, so it is never sealed."""
-
-    message_ids: tuple[str, ...]
-    reason: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
 class SummaryRecorded:
     summary_id: str
     text: str
@@ -241,13 +230,7 @@ class ConversationErased:
 
 
 EventBody: TypeAlias = (
-    ConversationStarted
-    | MessageAppended
-    | MessageRedacted
-    | SummaryRecorded
-    | ConversationCleared
-    | ConversationErased
-    | MessagesWithdrawn
+    ConversationStarted | MessageAppended | MessageRedacted | SummaryRecorded | ConversationCleared | ConversationErased
 )
 BODY_TYPES: tuple[type[EventBody], ...] = (
     ConversationStarted,
@@ -256,7 +239,6 @@ BODY_TYPES: tuple[type[EventBody], ...] = (
     SummaryRecorded,
     ConversationCleared,
     ConversationErased,
-    MessagesWithdrawn,
 )
 
 

@@ -30,7 +30,6 @@ from events.event_types import (
     FinishReason,
     MessageAppended,
     MessageRedacted,
-    MessagesWithdrawn,
 )
 from events.keys import ConversationKey
 from events.openai_format import (
@@ -254,18 +253,6 @@ class ConversationProducer(EventAppender):
         self, key: ConversationKey, message_id: str, *, reason: str, event_id: str | None = None
     ) -> Appended:
         return await self.append(key, MessageRedacted(message_id=message_id, reason=reason), event_id=event_id)
-
-    async def withdraw(
-        self,
-        key: ConversationKey,
-        message_ids: Sequence[str],
-        *,
-        reason: str | None = None,
-        event_id: str | None = None,
-    ) -> Appended:
-        """Take messages out of what is served; the audit keeps them whole (MessagesWithdrawn)."""
-        body = MessagesWithdrawn(message_ids=tuple(message_ids), reason=reason)
-        return await self.append(key, body, event_id=event_id)
 
     async def clear(self, key: ConversationKey, *, reason: str | None = None, event_id: str | None = None) -> Appended:
         return await self.append(key, ConversationCleared(reason=reason), event_id=event_id)

@@ -24,7 +24,6 @@ from events.event_types import (
     MediaBlock,
     MessageAppended,
     MessageRedacted,
-    MessagesWithdrawn,
     OpaqueBlock,
     ReasoningBlock,
     SummaryRecorded,
@@ -45,15 +44,6 @@ _IMAGE_URL_PREFIXES = ("https://", "http://", "data:image/")
 _MAX_COUNT = (1 << 63) - 1
 
 
-def _check_withdrawal(body: MessagesWithdrawn) -> None:
-    if not body.message_ids:
-        raise InvalidEventError("must name at least one message", field="message_ids")
-    for i, message_id in enumerate(body.message_ids):
-        _require_id(message_id, f"message_ids[{i}]")
-    if body.reason is not None:
-        _require_text(body.reason, "reason")
-
-
 def validate_event(event: Event, *, stored: bool = False) -> None:
     """Raises :class:`InvalidEventError` naming the field. ``stored``: an event read back from the
     log (the fold), whose JSON text may name a key twice — another producer's, or appended before
@@ -71,8 +61,6 @@ def validate_event(event: Event, *, stored: bool = False) -> None:
     elif isinstance(body, MessageRedacted):
         _require_id(body.message_id, "message_id")
         _require_text(body.reason, "reason")
-    elif isinstance(body, MessagesWithdrawn):
-        _check_withdrawal(body)
     elif isinstance(body, SummaryRecorded):
         _require_id(body.summary_id, "summary_id")
         _require_id(body.covers_through_message_id, "covers_through_message_id")

@@ -54,9 +54,9 @@ _KEPT_SUMMARIES: LiteralString = (
     "SELECT x.conversation_key, x.seq, x.epoch, covered.seq AS covers, covered.turn AS covers_turn "
     "FROM {s}.summaries x " + SUMMARY_COVERED + "WHERE x.conversation_key = ANY(%s) AND " + KEPT_TEXT
 )
-_REDACTED_MESSAGES: LiteralString = (  # the partial indexes transcript_redacted and transcript_withdrawn
+_REDACTED_MESSAGES: LiteralString = (  # the partial index transcript_redacted
     "SELECT conversation_key, message_id, seq, epoch, turn, role "
-    "FROM {s}.transcript WHERE conversation_key = ANY(%s) AND (redacted_at IS NOT NULL OR withdrawn_at IS NOT NULL)"
+    "FROM {s}.transcript WHERE conversation_key = ANY(%s) AND redacted_at IS NOT NULL"
 )
 
 

@@ -58,15 +58,7 @@ def move_params(expected: Mapping[int, int], new: Mapping[int, int], notify: tup
 
 def is_plain(out: BatchOutcome) -> bool:
     """Whether ``out`` only inserts rows and upserts states (see the module)."""
-    return not (
-        out.redactions
-        or out.message_withdrawals
-        or out.erasures
-        or out.withdrawals
-        or out.poisoned
-        or out.skipped
-        or out.held
-    )
+    return not (out.redactions or out.erasures or out.withdrawals or out.poisoned or out.skipped or out.held)
 
 
 class BatchStatement:

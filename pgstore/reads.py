@@ -71,14 +71,14 @@ _MESSAGE = (
     "NULL::text, seq, epoch, message_id, role, content::text, name, tool_calls::text, tool_call_id, "
     "reasoning_content, finish_reason, flag, redacted_at IS NOT NULL, erased_at IS NOT NULL, {tokens}, {reasoning}, "
     "image_count, blocks::text, api, provider, model, is_error, (usage ->> 'prompt_tokens')::bigint, "
-    "withdrawn_at IS NOT NULL, event_id, key_id, sealed "
+    "event_id, key_id, sealed "
     "FROM {s}.transcript WHERE conversation_key = %(k)s "
 )
 # The head row's message columns are NULL (their types come from the other branches).
 _HEAD_ROW = (
     "SELECT 0 AS kind, json_build_array(h.epoch, h.last_partition, h.last_offset, h.window_start, h.usable_turns, "
     "h.parked, h.summary_id, h.text, h.covers, h.summary_event, h.summary_key, h.summary_sealed)::text AS head, "
-    "NULL AS seq" + ", NULL" * 25 + " FROM h "
+    "NULL AS seq" + ", NULL" * 24 + " FROM h "
 )
 # The newest %(n)s rows of the range (a budget rarely reaches back far; NULL is LIMIT ALL: every
 # row) by the primary key, the system messages by the partial index transcript_system_messages.
@@ -93,7 +93,7 @@ SELECT t.* FROM {s}.conversations c LEFT JOIN LATERAL (
     SELECT seq, partition, "offset", event_id, message_id, role, content, name, tool_calls, tool_call_id,
            reasoning_content, thinking_duration_ms, finish_reason, model, usage, metadata, occurred_at, epoch,
            flag, tokens_o200k, tokens_cl100k, redacted_at, redaction_reason, erased_at, blocks, provider, api,
-           is_error, key_id, sealed, withdrawn_at, withdrawn_reason
+           is_error, key_id, sealed
       FROM {s}.transcript WHERE conversation_key = c.conversation_key AND seq < %s ORDER BY seq DESC LIMIT %s
 ) t ON true
 WHERE c.conversation_key = %s ORDER BY t.seq DESC"""

@@ -36,15 +36,14 @@ _HEAD = (
 )
 _PENDING = """
 SELECT seq, message_id, role, content, tool_calls, tool_call_id, finish_reason,
-       flag IS NULL AND redacted_at IS NULL AND erased_at IS NULL AND withdrawn_at IS NULL, event_id, key_id, sealed
+       flag IS NULL AND redacted_at IS NULL AND erased_at IS NULL, event_id, key_id, sealed
 FROM {s}.transcript
 WHERE conversation_key = %s AND epoch = %s AND seq > %s AND seq < %s AND role <> 'system'
 ORDER BY seq LIMIT %s"""
-# Every redacted or withdrawn message before the window (a summary records which ones it left out).
+# Every redacted message before the window (a summary records which ones it left out).
 _REDACTED = """
 SELECT seq, message_id FROM {s}.transcript
-WHERE conversation_key = %s AND epoch = %s AND seq < %s AND (redacted_at IS NOT NULL OR withdrawn_at IS NOT NULL)
-ORDER BY seq"""
+WHERE conversation_key = %s AND epoch = %s AND seq < %s AND redacted_at IS NOT NULL ORDER BY seq"""
 
 
 class PostgresSummaryStore:

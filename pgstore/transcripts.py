@@ -19,13 +19,11 @@ from pgstore.sealed import open_dict_row
 from projectors.sealed_rows import RowSealer
 
 # Erased and redacted content is NULL in the read models already; the export's markers say why.
-# Withdrawn content is kept (the audit keeps it), marked by withdrawn_at and withdrawn_reason.
 _EXPORTED = sql.SQL(
     't.conversation_key, c.tenant_id, c.user_id, c.conversation_id, t.seq, t.partition, t."offset", t.event_id, '
     "t.message_id, t.role, t.content, t.name, t.tool_calls, t.tool_call_id, t.reasoning_content, "
     "t.thinking_duration_ms, t.finish_reason, t.model, t.usage, t.metadata, t.occurred_at, t.epoch, t.turn, t.flag, "
-    "t.redacted_at, t.redaction_reason, t.erased_at, t.blocks, t.provider, t.api, t.is_error, t.key_id, t.sealed, "
-    "t.withdrawn_at, t.withdrawn_reason"
+    "t.redacted_at, t.redaction_reason, t.erased_at, t.blocks, t.provider, t.api, t.is_error, t.key_id, t.sealed"
 )
 _FILTERED = sql.SQL(
     "(%(tenant)s::text IS NULL OR c.tenant_id = %(tenant)s) AND (%(user)s::text IS NULL OR c.user_id = %(user)s) "

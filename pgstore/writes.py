@@ -146,17 +146,6 @@ class BatchWriter:
             )
             if not _clears_seal(REDACTION_CLEARS):
                 await reseal_redacted(cur, self.schema, self._sealer, out.redactions)
-        if out.message_withdrawals:  # nothing cleared, nothing to seal again: the audit keeps the content
-            await cur.executemany(
-                self._q(
-                    "UPDATE {s}.transcript SET withdrawn_at = %s, withdrawn_reason = %s "
-                    "WHERE conversation_key = %s AND message_id = %s AND seq < %s AND withdrawn_at IS NULL"
-                ),
-                [
-                    (w.occurred_at, w.reason, w.conversation_key, w.message_id, w.before_seq)
-                    for w in out.message_withdrawals
-                ],
-            )
         if out.withdrawals:
             await cur.execute(
                 self._q(

@@ -29,7 +29,6 @@ class AppliedMessage:
     original: TranscriptRow  # as appended: token counts are taken from it, as at projection time
     redacted: bool = False
     erased: bool = False
-    withdrawn: bool = False  # out of what is served, its content kept (MessagesWithdrawn)
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,24 +39,13 @@ class AppliedHistory:
     summaries: dict[tuple[str, int], SummaryRow]  # text None once withdrawn or erased
 
 
-def _withdraw(
-    out: BatchOutcome, messages: dict[tuple[str, int], AppliedMessage], by_id: dict[tuple[str, str], list[int]]
-) -> None:
-    """Mark the withdrawn rows (schema v6): nothing cleared, the audit keeps the content."""
-    for taken in out.message_withdrawals:
-        for seq in by_id.get((taken.conversation_key, taken.message_id), ()):
-            at = (taken.conversation_key, seq)
-            if seq < taken.before_seq and not (m := messages[at]).withdrawn:
-                messages[at] = replace(m, withdrawn=True)
-
-
 def apply_decisions(out: BatchOutcome) -> AppliedHistory:
-    """Apply ``out``'s redactions, message and summary withdrawals and erasures to its rows (every decision clears
+    """Apply ``out``'s redactions, withdrawals and erasures to its rows (every decision clears
     fields or sets flags only, so their order does not matter — as in the store)."""
     messages = {(r.conversation_key, r.seq): AppliedMessage(r, r) for r in out.transcript}
     summaries = {(s.conversation_key, s.seq): s for s in out.summaries}
     by_id: dict[tuple[str, str], list[int]] = {}
-    if out.redactions or out.message_withdrawals:  # many of them: no scan of every row per decision
+    if out.redactions:  # a long history with many redactions: no scan of every row per redaction
         for r in out.transcript:
             by_id.setdefault((r.conversation_key, r.message_id), []).append(r.seq)
     for redaction in out.redactions:
@@ -65,7 +53,6 @@ def apply_decisions(out: BatchOutcome) -> AppliedHistory:
             at = (redaction.conversation_key, seq)
             if seq < redaction.before_seq and not (m := messages[at]).redacted:
                 messages[at] = replace(m, row=replace(m.row, **_REDACTED), redacted=True)
-    _withdraw(out, messages, by_id)
     for withdrawal in out.withdrawals:
         at = (withdrawal.conversation_key, withdrawal.seq)
         summaries[at] = replace(summaries[at], text=None)

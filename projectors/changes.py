@@ -1,5 +1,5 @@
 """What event application decides, as plain rows and decisions: the transcript and summary rows
-a batch adds, the redactions, message withdrawals, erasures and summary withdrawals it applies, and which fields
+a batch adds, the redactions, erasures and summary withdrawals it applies, and which fields
 each decision empties (stated once: the Postgres writer, the in-memory store and ``as_of`` all
 build from these). Produced by :mod:`projectors.state`; pure."""
 
@@ -82,20 +82,6 @@ class Redaction:
 
 
 @dataclass(frozen=True, slots=True)
-class Withdrawal:
-    """Schema v6 (``MessagesWithdrawn``): the message's rows (every row with its id before
-    ``before_seq``) leave what is served — as a redaction's do — and lose nothing: the audit
-    keeps their content, marked withdrawn."""
-
-    conversation_key: str
-    message_id: str
-    reason: str | None
-    occurred_at: datetime
-    offset: int  # of the withdrawal
-    before_seq: int  # a row appended later with the same id is not withdrawn
-
-
-@dataclass(frozen=True, slots=True)
 class Erasure:
     """The conversation's rows before ``before_seq`` lose what :data:`ERASURE_CLEARS` names, and
     its summaries before it their text."""
@@ -113,9 +99,6 @@ class SummaryWithdrawal:
 
     conversation_key: str
     seq: int
-    # The offset of the MessagesWithdrawn that withdrew it (None: anything else did). Not stored:
-    # ``as_of`` before that offset serves the summary, as it was served then (query_api/as_of.py).
-    by_withdrawal_at: int | None = None
 
 
 # What a redaction and an erasure take from a transcript row: the projection's UPDATEs

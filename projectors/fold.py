@@ -16,19 +16,12 @@ from dataclasses import dataclass, field
 
 from events.codec import EventCodec
 from events.errors import ConvlogError, InvalidEventError
-from events.event_types import (
-    ConversationCleared,
-    ConversationErased,
-    Event,
-    MessageRedacted,
-    MessagesWithdrawn,
-    SummaryRecorded,
-)
+from events.event_types import ConversationCleared, ConversationErased, Event, MessageRedacted, SummaryRecorded
 from events.keys import ConversationKey
 from events.log import Coordinates, LogRecord
 from events.sealing.bodies import is_erased, open_event
 from events.validation import validate_event
-from projectors.changes import Erasure, Redaction, SummaryRow, SummaryWithdrawal, TranscriptRow, Withdrawal
+from projectors.changes import Erasure, Redaction, SummaryRow, SummaryWithdrawal, TranscriptRow
 from projectors.context_range import SummaryAt
 from projectors.errors import InvariantError, ProjectionError
 from projectors.state import ConversationState, MessageAt, apply_event
@@ -114,7 +107,7 @@ class Lookups:
     keys: frozenset[str]
     event_ids: frozenset[tuple[str, str]]
     referenced_messages: frozenset[tuple[str, str]]
-    redacting: frozenset[str] = frozenset()  # with a redaction or a withdrawal: their kept summaries
+    redacting: frozenset[str] = frozenset()  # conversations with a redaction: their kept summaries
     listing: frozenset[str] = frozenset()  # with a summary listing left-out messages: their redactions
 
 
@@ -133,9 +126,6 @@ def lookups(decoded: Sequence[Decoded]) -> Lookups:
         body = d.event.body
         if isinstance(body, MessageRedacted):
             referenced.add((d.key, body.message_id))
-            redacting.add(d.key)
-        elif isinstance(body, MessagesWithdrawn):
-            referenced.update((d.key, message_id) for message_id in body.message_ids)
             redacting.add(d.key)
         elif isinstance(body, SummaryRecorded):
             referenced.add((d.key, body.covers_through_message_id))
@@ -159,7 +149,7 @@ class BatchInputs:
     # rebuilds or verifies; skipped again here instead of parking, so the versions agree.
     skips: Mapping[tuple[int, int], str] = field(default_factory=dict)
     # The stored summaries with text of the lookups' ``redacting`` conversations, and the stored
-    # redacted and withdrawn messages (message_id -> where) of its ``listing`` ones.
+    # redacted messages (message_id -> where) of its ``listing`` ones.
     summaries: Mapping[str, Sequence[SummaryAt]] = field(default_factory=dict)
     redacted: Mapping[str, Sequence[tuple[str, MessageAt]]] = field(default_factory=dict)
 
@@ -170,7 +160,6 @@ class BatchOutcome:
     transcript: list[TranscriptRow] = field(default_factory=list)
     summaries: list[SummaryRow] = field(default_factory=list)
     redactions: list[Redaction] = field(default_factory=list)
-    message_withdrawals: list[Withdrawal] = field(default_factory=list)  # schema v6: MessagesWithdrawn
     erasures: list[Erasure] = field(default_factory=list)
     withdrawals: list[SummaryWithdrawal] = field(default_factory=list)
     applied_event_ids: list[tuple[str, str]] = field(default_factory=list)
@@ -280,12 +269,12 @@ class _Known:
         self._indexed = len(self._rows)
         return self._messages.get((key, message_id), ())
 
-    def record(self, key: str, change: SummaryRow | Redaction | Withdrawal | Erasure | SummaryWithdrawal) -> None:
+    def record(self, key: str, change: SummaryRow | Redaction | Erasure | SummaryWithdrawal) -> None:
         if isinstance(change, SummaryRow):
             covered = self.rows(key, change.covers_through_message_id)[0]  # apply_event checked it
             at = SummaryAt(change.seq, change.epoch, covered.seq, covered.turn)
             self.summaries.setdefault(key, {})[change.seq] = at
-        elif isinstance(change, Redaction | Withdrawal):  # neither may be folded into a summary
+        elif isinstance(change, Redaction):
             rows = self.rows(key, change.message_id)
             self.redacted.setdefault(key, set()).update(
                 (change.message_id, r) for r in rows if r.seq < change.before_seq
@@ -349,8 +338,6 @@ def _apply(
             out.summaries.append(change)
         elif isinstance(change, Redaction):
             out.redactions.append(change)
-        elif isinstance(change, Withdrawal):
-            out.message_withdrawals.append(change)
         elif isinstance(change, SummaryWithdrawal):
             out.withdrawals.append(change)
         else:

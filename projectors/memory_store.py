@@ -155,7 +155,7 @@ class InMemoryProjectionStore:
         redacted: dict[str, list[tuple[str, MessageAt]]] = {}
         for k in look.listing:
             for r in t.transcript.get(k, ()):
-                if r["redacted_at"] is not None or r["withdrawn_at"] is not None:
+                if r["redacted_at"] is not None:
                     redacted.setdefault(k, []).append((r["message_id"], message_at(r)))
         return BatchInputs(
             states={k: t.conversations[k] for k in look.keys if k in t.conversations},
@@ -172,19 +172,11 @@ class InMemoryProjectionStore:
         for row in transcript_copy_rows(out.transcript, self._counter):
             entry: dict[str, Any] = dict(zip(TRANSCRIPT_COLUMNS, row, strict=True))
             entry |= {"redacted_at": None, "redaction_reason": None, "erased_at": None}
-            entry |= {"withdrawn_at": None, "withdrawn_reason": None}
             t.transcript.setdefault(entry["conversation_key"], []).append(entry)
         for row in summary_copy_rows(out.summaries):
             entry = dict(zip(SUMMARY_COLUMNS, row, strict=True)) | {"erased_at": None}
             t.summaries.setdefault(entry["conversation_key"], []).append(entry)
         t.event_ids.update(out.applied_event_ids)
-        self._write_decisions(out)
-        t.conversations.update(out.states)
-        self._write_poison(out)
-
-    def _write_decisions(self, out: BatchOutcome) -> None:
-        """The redactions, message withdrawals, summary withdrawals and erasures, as UPDATEs."""
-        t = self.tables
         for r in out.redactions:
             for m in t.transcript.get(r.conversation_key, ()):
                 if m["message_id"] == r.message_id and m["seq"] < r.before_seq:
@@ -194,10 +186,6 @@ class InMemoryProjectionStore:
                         redacted_at=stamp(m["redacted_at"], r.occurred_at),
                         redaction_reason=m["redaction_reason"] or r.reason,
                     )
-        for taken in out.message_withdrawals:  # nothing cleared: the audit keeps the content
-            for m in t.transcript.get(taken.conversation_key, ()):
-                if m["message_id"] == taken.message_id and m["seq"] < taken.before_seq and m["withdrawn_at"] is None:
-                    m |= {"withdrawn_at": taken.occurred_at, "withdrawn_reason": taken.reason}  # the first one stays
         for w in out.withdrawals:
             _summary(t, w.conversation_key, w.seq)["text"] = None
         for e in out.erasures:
@@ -207,6 +195,8 @@ class InMemoryProjectionStore:
             for x in t.summaries.get(e.conversation_key, ()):
                 if x["seq"] < e.before_seq:
                     x |= {"text": None, "erased_at": stamp(x["erased_at"], e.occurred_at)}
+        t.conversations.update(out.states)
+        self._write_poison(out)
 
     def _write_poison(self, out: BatchOutcome) -> None:
         t = self.tables

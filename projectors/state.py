@@ -21,7 +21,6 @@ from events.event_types import (
     Event,
     MessageAppended,
     MessageRedacted,
-    MessagesWithdrawn,
     SummaryRecorded,
 )
 from events.keys import ConversationKey
@@ -33,11 +32,10 @@ from projectors.changes import (
     SummaryRow,
     SummaryWithdrawal,
     TranscriptRow,
-    Withdrawal,
 )
 from projectors.context_range import SummaryAt, after_withdrawals
 from projectors.errors import InvariantError
-from projectors.message_row import transcript_row
+from projectors.row_values import content_json, tool_calls_json, usage_json
 from projectors.tool_calls import after_message
 from projectors.turns import starts_turn
 from projectors.window import EMPTY_WINDOW, Window, WindowPolicy, on_user_message
@@ -64,8 +62,7 @@ class ConversationState:
     last_at: tuple[int, int] = (-1, -1)  # (partition, offset) of the last event applied
     first_offset: int = -1  # of its first event: reading the conversation back starts there
     # What a context's range is made from (projectors/context_range.py): the current epoch's
-    # current summary, the turns started before the epoch, and the seqs of its redacted (or
-    # withdrawn: neither is a turn) questions.
+    # current summary, the turns started before the epoch, and the seqs of its redacted questions.
     summary: SummaryAt | None = None
     turns_before_epoch: int = 0
     redacted_questions: tuple[int, ...] = ()
@@ -110,12 +107,11 @@ class History(Protocol):
         ...
 
     def redacted(self) -> Iterable[tuple[str, MessageAt]]:
-        """Redacted and withdrawn rows, by message id (asked on a summary that lists the ones it
-        left out only): neither may be folded into a summary."""
+        """Redacted rows, by message id (asked on a summary that lists the ones it left out only)."""
         ...
 
 
-Change: TypeAlias = TranscriptRow | SummaryRow | Redaction | Withdrawal | Erasure | SummaryWithdrawal
+Change: TypeAlias = TranscriptRow | SummaryRow | Redaction | Erasure | SummaryWithdrawal
 
 
 ERASED_REASON = "erased: its key was destroyed"
@@ -131,8 +127,8 @@ def apply_event(
     key_id: str | None = None,
 ) -> tuple[ConversationState, list[Change]]:
     """Fold one event into its conversation: the new state and every row change it makes —
-    the one place where redaction, the withdrawal of messages, erasure (conditional or not),
-    clear and the withdrawal of summaries are decided, and with them the current summary. The store only writes these
+    the one place where redaction, erasure (conditional or not), clear and the withdrawal of
+    summaries are decided, and with them the current summary. The store only writes these
     changes; ``as_of`` applies them in memory (projectors/applied.py).
 
     Raises :class:`InvariantError` for events that cannot be applied (they are dead-lettered
@@ -157,8 +153,6 @@ def apply_event(
     base = replace(state, **common)
     if isinstance(body, MessageRedacted):
         return _apply_redaction(base, event, body, at, history)
-    if isinstance(body, MessagesWithdrawn):
-        return _apply_withdrawal(base, event, body, at, history)
     if isinstance(body, SummaryRecorded):
         if body.sealed is not None:  # erased (its key destroyed): nothing left to serve
             return base, []
@@ -191,6 +185,7 @@ def _apply_erased_message(
 def _apply_redaction(
     base: ConversationState, event: Event, body: MessageRedacted, at: Coordinates, history: History
 ) -> tuple[ConversationState, list[Change]]:
+    key = str(base.key)
     redacted = history.rows(body.message_id)
     if not redacted:
         # A redaction of nothing (a message id the conversation never had, a summary's id; the
@@ -198,51 +193,22 @@ def _apply_redaction(
         # id is taken and it is the conversation's last event — and it changes nothing. Never
         # poison: a privacy action that parks the conversation holds back every later one.
         return base, []
-    redaction = Redaction(str(base.key), body.message_id, body.reason, event.occurred_at, at.offset, base.next_seq)
-    state, withdrawn = _out_of_serving(base, redacted, history, by_withdrawal_at=None)
-    return state, [redaction, *withdrawn]
-
-
-def _apply_withdrawal(
-    base: ConversationState, event: Event, body: MessagesWithdrawn, at: Coordinates, history: History
-) -> tuple[ConversationState, list[Change]]:
-    """Like a redaction for everything served (window, context, budget, turns, summaries) but
-    the rows keep their content. Ids the conversation does not have change nothing (the API
-    answers 404 for one); withdrawing a message again changes nothing either."""
-    key = str(base.key)
-    withdrawals: list[Change] = []
-    rows: list[MessageAt] = []
-    for message_id in dict.fromkeys(body.message_ids):  # in order, once each
-        found = history.rows(message_id)
-        if found:
-            rows.extend(found)
-            withdrawals.append(Withdrawal(key, message_id, body.reason, event.occurred_at, at.offset, base.next_seq))
-    if not rows:
-        return base, []
-    state, withdrawn = _out_of_serving(base, rows, history, by_withdrawal_at=at.offset)
-    return state, [*withdrawals, *withdrawn]
-
-
-def _out_of_serving(
-    base: ConversationState, rows: Sequence[MessageAt], history: History, *, by_withdrawal_at: int | None
-) -> tuple[ConversationState, list[SummaryWithdrawal]]:
-    """What a redaction and a withdrawal both decide for rows that leave what is served: a
-    summary of a row's epoch that covers it may repeat it, so it is withdrawn; the context falls
-    back to the previous summary and the raw turns, and the summarizer folds them again without
-    it. (Every summary the history holds came before in the log.) A question taken out is no
-    turn."""
-    key = str(base.key)
+    # The content leaves every read model: a summary of a redacted row's epoch that covers
+    # it may repeat it, so it is withdrawn; the context falls back to the previous summary
+    # and the raw turns, and the summarizer folds them again without it. (Every summary the
+    # history holds came before the redaction in the log.)
     withdrawn = [
-        SummaryWithdrawal(key, s.seq, by_withdrawal_at)
+        SummaryWithdrawal(key, s.seq)
         for s in history.summaries()
-        if any(r.epoch == s.epoch and r.seq <= s.covers_seq for r in rows)
+        if any(r.epoch == s.epoch and r.seq <= s.covers_seq for r in redacted)
     ]
-    questions = {r.seq for r in rows if r.starts_turn and r.epoch == base.epoch}
+    redaction = Redaction(key, body.message_id, body.reason, event.occurred_at, at.offset, base.next_seq)
+    questions = {r.seq for r in redacted if r.starts_turn and r.epoch == base.epoch}  # a redacted question is no turn
     state = replace(base, redacted_questions=tuple(sorted({*base.redacted_questions, *questions})))
     if withdrawn:
         gone = {w.seq for w in withdrawn}
         state = replace(state, summary=after_withdrawals(state.summary, history.summaries(), gone, state.epoch))
-    return state, withdrawn
+    return state, [redaction, *withdrawn]
 
 
 def _apply_summary(
@@ -337,9 +303,7 @@ def _apply_message(
         turn_count += 1
         last_activity = event.occurred_at
         window = on_user_message(window, seq, policy)
-    row = transcript_row(
-        str(state.key), state.epoch, event, msg, at, seq=seq, turn=turn_count, flag=flag, key_id=key_id
-    )
+    row = _transcript_row(state, event, msg, at, seq=seq, turn=turn_count, flag=flag, key_id=key_id)
     # Spelled out rather than dataclasses.replace(): this runs once per message and replace()
     # costs twice as much (it reads every field back through getattr first).
     new_state = ConversationState(
@@ -367,3 +331,45 @@ def _apply_message(
         key_id=key_id or state.key_id,
     )
     return new_state, [row]
+
+
+def _transcript_row(
+    state: ConversationState,
+    event: Event,
+    msg: MessageAppended,
+    at: Coordinates,
+    *,
+    seq: int,
+    turn: int,
+    flag: str | None,
+    key_id: str | None,
+) -> TranscriptRow:
+    """The transcript row of message ``msg`` (of ``event``, stored at ``at``) as row ``seq``."""
+    return TranscriptRow(
+        conversation_key=str(state.key),
+        seq=seq,
+        partition=at.partition,
+        offset=at.offset,
+        event_id=event.event_id,
+        message_id=msg.message_id,
+        role=msg.role,
+        content=content_json(msg),
+        name=msg.name,
+        tool_calls=tool_calls_json(msg),
+        tool_call_id=msg.tool_call_id,
+        reasoning_content=msg.reasoning_content,
+        thinking_duration_ms=msg.thinking_duration_ms,
+        finish_reason=msg.finish_reason,
+        model=msg.model,
+        usage=usage_json(msg),
+        metadata=dict(msg.metadata),
+        occurred_at=event.occurred_at,
+        epoch=state.epoch,
+        turn=turn,
+        flag=flag,
+        blocks=msg.blocks or None,
+        provider=msg.provider,
+        api=msg.api,
+        is_error=msg.is_error,
+        key_id=key_id,
+    )

@@ -5,8 +5,7 @@ projector's own fold, and applies to those rows the decisions (redactions, erasu
 withdrawals) of the whole history as the store writes them (projectors/applied.py), so the
 context assembled from them is the one served right after that event. The log never forgets,
 but people may: a redaction or an erasure recorded later still applies — such content is
-never served again, even for the past. A withdrawal (``MessagesWithdrawn``) is not a privacy
-decision: before it, the context serves the messages (and the summaries) it later took out.
+never served again, even for the past.
 
 Which window: each read-models version serves with its own (a changed window is a rebuild and a
 switch), so the API passes a :data:`PolicyAt` that names the window of the version live when the
@@ -33,7 +32,7 @@ from events.reading import conversation_events
 from projectors.applied import AppliedHistory, AppliedMessage, apply_decisions
 from projectors.changes import TranscriptRow
 from projectors.context_range import SummaryAt, after_withdrawals, in_range
-from projectors.fold import BatchInputs, BatchOutcome, Decoded, decode_batch, fold_batch
+from projectors.fold import BatchInputs, BatchOutcome, decode_batch, fold_batch
 from projectors.prepare import with_new_keys
 from projectors.row_values import countable_reasoning, countable_text, image_count
 from projectors.state import ConversationState
@@ -120,7 +119,7 @@ async def context_inputs_as_of(
     # an erase recorded later still applies (content is never served again, even for the past),
     # a void conditional erase does not — the projection's own fold and decisions, so the
     # context is the one the read models serve.
-    applied = _decisions_as_of(decoded, as_of, policy)
+    applied = apply_decisions(fold_batch(decoded, BatchInputs({}), policy=policy))
     out = fold_batch(decoded[: len(before)], BatchInputs({}), policy=policy)
     k = str(key)
     state = out.states.get(k)
@@ -153,16 +152,6 @@ async def context_inputs_as_of(
         partition=state.last_at[0],
         last_offset=state.last_at[1],
     )
-
-
-def _decisions_as_of(decoded: Sequence[Decoded], as_of: int, policy: WindowPolicy) -> AppliedHistory:
-    """The whole history's decisions but the withdrawals (MessagesWithdrawn) after ``as_of``:
-    no privacy decision, the audit keeps the content, so a context before one serves what was
-    served then — the messages and the summaries it later took out."""
-    everything = fold_batch(decoded, BatchInputs({}), policy=policy)
-    everything.message_withdrawals = [w for w in everything.message_withdrawals if w.offset <= as_of]
-    everything.withdrawals = [w for w in everything.withdrawals if (w.by_withdrawal_at or 0) <= as_of]
-    return apply_decisions(everything)
 
 
 def _summary_after_decisions(state: ConversationState, out: BatchOutcome, applied: AppliedHistory) -> SummaryAt | None:
@@ -205,5 +194,4 @@ def stored_message(m: AppliedMessage, count: Callable[[str], int]) -> StoredMess
         model=row.model,
         is_error=row.is_error,
         prompt_tokens=(row.usage or {}).get("prompt_tokens"),
-        withdrawn=m.withdrawn,
     )

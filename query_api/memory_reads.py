@@ -219,5 +219,4 @@ def _message(row: dict[str, Any], encoding: str) -> StoredMessage:
         model=r["model"],
         is_error=r["is_error"],
         prompt_tokens=(r["usage"] or {}).get("prompt_tokens"),
-        withdrawn=r["withdrawn_at"] is not None,
     )

@@ -6,7 +6,7 @@ does not wait for the read models), and its stored messages as Responses items.
   ``ConversationStarted`` events recorded (later ones add keys or change values, never remove).
   An erased conversation is gone (OpenAI's deleted one): None.
 - Its items are the messages of the current epoch (since the last clear) that are neither
-  redacted nor withdrawn nor erased nor flagged, in log order, each rendered as the Responses items the
+  redacted nor erased nor flagged, in log order, each rendered as the Responses items the
   Responses renderer serves for it alone (a message appended as Responses items comes back as
   those items). An item keeps the ``id`` it was stored with (``msg_…``, ``fc_…``, ``rs_…``);
   one stored without an id gets one in OpenAI's shape derived from the message that holds it
@@ -35,7 +35,6 @@ from projectors.tokens import text_counter
 from projectors.window import WindowPolicy
 from query_api.as_of import stored_message
 from query_api.context_types import StoredMessage
-from query_api.selection import usable
 
 __all__ = ["ConversationItem", "OpenAIConversation", "fold_conversation", "message_items"]
 
@@ -81,7 +80,7 @@ def fold_conversation(
     items: list[ConversationItem] = []
     for row in out.transcript:
         message = stored_message(applied.messages[(k, row.seq)], count)
-        if row.epoch == state.epoch and usable(message):
+        if row.epoch == state.epoch and not (message.redacted or message.erased or message.flag is not None):
             items.extend(message_items(message))
     created = state.started_at or pairs[0][1].occurred_at
     return OpenAIConversation(int(created.timestamp()), dict(state.metadata), tuple(items), state.open_tool_calls)

@@ -237,8 +237,6 @@ def transcript_entry(r: Mapping[str, Any]) -> dict[str, Any]:
     redacted_at, erased_at = r["redacted_at"], r["erased_at"]
     entry["redacted"] = {"at": redacted_at.isoformat(), "reason": r["redaction_reason"]} if redacted_at else None
     entry["erased_at"] = erased_at.isoformat() if erased_at else None
-    withdrawn_at = r["withdrawn_at"]  # schema v6: out of what is served, its content kept here
-    entry["withdrawn"] = {"at": withdrawn_at.isoformat(), "reason": r["withdrawn_reason"]} if withdrawn_at else None
     for f in _V4_ENTRY_FIELDS:  # a native message's (schema v4): only when set, as most rows have none
         if r[f] is not None:
             entry[f] = r[f]

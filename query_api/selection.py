@@ -66,8 +66,8 @@ class Turn:
 
 
 def usable(m: StoredMessage) -> bool:
-    """Whether a stored message may be served at all (not redacted, withdrawn, erased or flagged)."""
-    return not (m.redacted or m.withdrawn or m.erased or m.flag is not None)
+    """Whether a stored message may be served at all (not redacted, erased or flagged)."""
+    return not (m.redacted or m.erased or m.flag is not None)
 
 
 class Costs:

@@ -38,7 +38,7 @@ class SummaryInputs:
     pending: tuple[PendingMessage, ...]  # non-system messages after ``previous``, before the window
     complete: bool = True  # False: only the oldest pending messages were read (the last turn may be cut)
     withdrawn: int = 0  # summaries of the epoch withdrawn because a message they covered was redacted
-    redacted: tuple[tuple[int, str], ...] = ()  # (seq, message_id) of redacted or withdrawn messages before the window
+    redacted: tuple[tuple[int, str], ...] = ()  # (seq, message_id) of redacted messages before the window
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +50,7 @@ class SummaryJob:
     covers_through_message_id: str
     covers_through_seq: int
     generation: int = 0  # withdrawn summaries so far: a redo after a redaction gets an id of its own
-    excluded: tuple[str, ...] = ()  # redacted or withdrawn messages up to the watermark: recorded as left out
+    excluded: tuple[str, ...] = ()  # redacted messages up to the watermark: recorded as left out
 
     def event_id(self, prompt_version: str) -> str:
         return summary_event_id(self.key, self.covers_through_message_id, prompt_version, generation=self.generation)

@@ -33,7 +33,7 @@ import structlog
 
 from events.codec import EventCodec
 from events.errors import ConvlogError
-from events.event_types import MessageAppended, MessageRedacted, MessagesWithdrawn, SummaryRecorded, tool_calls_ran
+from events.event_types import MessageAppended, MessageRedacted, SummaryRecorded, tool_calls_ran
 from events.keys import ConversationKey
 from events.log import LogRecord
 from events.producer import Appended, ConversationProducer
@@ -181,7 +181,7 @@ class Summarizer:
 
     def _completed_turn(self, record: LogRecord) -> ConversationKey | None:
         """The conversation whose turn this record completes — an assistant message that waits
-        for no tool results — or whose summary a redaction or a withdrawal may have withdrawn (it is redone at
+        for no tool results — or whose summary a redaction may have withdrawn (it is redone at
         once). Records that do not decode are the projection's business.
 
         The body decides, never the ``convlog.event_type`` header: a foreign producer may send
@@ -193,7 +193,7 @@ class Summarizer:
         except ConvlogError:
             return None
         body = event.body
-        if isinstance(body, MessageRedacted | MessagesWithdrawn):  # both withdraw the summaries covering them
+        if isinstance(body, MessageRedacted):
             return event.key
         if not isinstance(body, MessageAppended) or body.role != "assistant":
             return None

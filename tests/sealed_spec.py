@@ -26,9 +26,7 @@ from events.errors import MalformedSealError, UnauthenticSealError
 from events.keys import ConversationKey
 
 REPO: Final = Path(__file__).resolve().parents[1]
-# The version the vectors are written with: sealing came with v5 and v6 seals alike (it added
-# MessagesWithdrawn, a body without content, never sealed).
-SCHEMA_VERSION: Final = 6
+SCHEMA_VERSION: Final = 5  # the version the page specifies sealing for
 SCHEMA_FILE: Final = REPO / "schemas" / f"event.v{SCHEMA_VERSION}.avsc"
 NAMESPACE: Final = "convlog.events."
 PURPOSE: Final = b"convlog-sealed-v1"
@@ -56,7 +54,7 @@ Record = dict[str, Any]
 
 @functools.cache
 def _schemas() -> tuple[Any, dict[str, Any], bytes]:
-    """(the event schema, {short body name: its schema}, the single-object header) of the spec's version."""
+    """(the event schema, {short body name: its schema}, the single-object header) of v5."""
     from events.codec import default_codec  # noqa: PLC0415 - the fingerprint only
 
     raw = json.loads(SCHEMA_FILE.read_text(encoding="utf-8"))
@@ -65,7 +63,7 @@ def _schemas() -> tuple[Any, dict[str, Any], bytes]:
     bodies = {name: parse_schema(named[NAMESPACE + name], named_schemas=dict(named)) for name in SEALED_TYPES}
     codec = default_codec()
     if codec.version != SCHEMA_VERSION:
-        raise AssertionError(f"the sealed spec is v{SCHEMA_VERSION}'s; the codec writes v{codec.version}")
+        raise AssertionError(f"the sealed spec is v5's; the codec writes v{codec.version}")
     return event, bodies, MAGIC + codec.fingerprint
 
 
@@ -86,7 +84,7 @@ def read_value(value: bytes) -> Record:
     """A v5 single-object record as fastavro's value shapes (the body as ``(name, record)``)."""
     event_schema, _, header = _schemas()
     if value[:HEADER_SIZE] != header:
-        raise AssertionError(f"not a v{SCHEMA_VERSION} single-object record: header {value[:HEADER_SIZE].hex()}")
+        raise AssertionError(f"not a v5 single-object record: header {value[:HEADER_SIZE].hex()}")
     stream = io.BytesIO(value[HEADER_SIZE:])
     record = cast(
         "Record",

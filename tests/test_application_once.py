@@ -22,7 +22,7 @@ from psycopg import sql
 from convlog.runtime.serve import Service
 from events.blocks import TextBlock, native_message
 from events.embedded_log import EmbeddedEventLog
-from events.event_types import MessageAppended, MessagesWithdrawn, SummaryRecorded
+from events.event_types import MessageAppended, SummaryRecorded
 from events.keys import ConversationKey
 from events.producer import Appended, ConversationProducer
 from pgstore.reads import PostgresReadModels
@@ -70,7 +70,6 @@ replies = st.one_of(
 )
 events = st.one_of(
     st.tuples(st.just("redact"), st.integers(0, 1000)),
-    st.tuples(st.just("withdraw"), st.lists(st.integers(0, 1000), min_size=1, max_size=2)),  # schema v6
     st.tuples(st.just("summary"), st.integers(0, 1000), st.sampled_from(["none", "all", "missing"])),
     st.tuples(st.just("duplicate")),
     st.tuples(st.just("system"), words),
@@ -175,10 +174,6 @@ class Script:
                 ("redact", message_id, event_id),
             )
             self.redacted.append(message_id)
-        elif kind == "withdraw" and self.message_ids:  # out of what is served, kept in the audit
-            ids = tuple(self.message_ids[i % len(self.message_ids)] for i in step[1])
-            await self._event(MessagesWithdrawn(ids, reason="test"))
-            self.redacted.extend(ids)  # a summary must leave it out as well
         elif kind == "summary" and self.message_ids:
             covers = self.message_ids[step[1] % len(self.message_ids)]
             excluded = {"none": None, "all": tuple(self.redacted), "missing": tuple(self.redacted[1:])}[step[2]]

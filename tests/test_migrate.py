@@ -293,16 +293,13 @@ async def test_migrate_command_writes_to_stdout(fresh_database_url: str, capsys:
 
 
 _V4_COLUMN = re.compile(r"^\s+(blocks|provider|api|is_error)\s.*\n", re.MULTILINE)
-# 0009's and 0010's, last: made after 0004's
-_V9_COLUMN = re.compile(r"^\s+(sealed|key_id|withdrawn_at|withdrawn_reason)\s.*\n", re.MULTILINE)
-_V10_INDEX = re.compile(r"^CREATE INDEX transcript_withdrawn .*\n", re.MULTILINE)  # on 0010's column
+_V9_COLUMN = re.compile(r"^\s+(sealed|key_id)\s.*\n", re.MULTILINE)  # 0009's, last: made after 0004's
 
 
 def _transcript_before_0004(ddl: str) -> str:
-    """read_models.sql with its transcript as before 0004: without the v4 columns, nor 0009's and 0010's."""
+    """read_models.sql with its transcript as before 0004: without the v4 columns, nor 0009's."""
     head, create, rest = ddl.partition("CREATE TABLE {schema}.transcript (")
     table, end, tail = rest.partition("\n);")
-    tail = _V10_INDEX.sub("", tail)
     return head + create + _V9_COLUMN.sub("", _V4_COLUMN.sub("", table)) + end + tail
 
 
@@ -324,7 +321,7 @@ async def test_0004_gives_versions_made_before_it_the_transcript_columns_a_new_v
     assert await migrate(fresh_database_url, target=3) == [1, 2, 3]
     ddl = (resources.files("pgstore") / "sql/read_models.sql").read_text(encoding="utf-8")
     old_ddl = _transcript_before_0004(ddl)
-    assert old_ddl.count("\n") == ddl.count("\n") - 9
+    assert old_ddl.count("\n") == ddl.count("\n") - 6
     async with await psycopg.AsyncConnection.connect(fresh_database_url, autocommit=True) as conn:
         await conn.execute(sql.SQL(old_ddl).format(schema=sql.Identifier("convlog_read_models_v1")))
         await conn.execute(
@@ -337,51 +334,15 @@ async def test_0004_gives_versions_made_before_it_the_transcript_columns_a_new_v
         await migrate(fresh_database_url)  # a version made today records its window policy (0006)
         new = await create_version(conn)
         assert await _columns(conn, "convlog_read_models_v1") == await _columns(conn, new.schema)
-        assert (await _columns(conn, new.schema))[-8:] == [
+        assert (await _columns(conn, new.schema))[-6:] == [
             ("blocks", "json"),
             ("provider", "text"),
             ("api", "text"),
             ("is_error", "boolean"),
             ("sealed", "bytea"),
             ("key_id", "text"),
-            ("withdrawn_at", "timestamp with time zone"),
-            ("withdrawn_reason", "text"),
         ]
         assert await compare(conn, "convlog_read_models_v1", new.schema) == []
-
-
-async def _indexes(conn: psycopg.AsyncConnection[tuple[object, ...]], schema: str) -> list[tuple[object, ...]]:
-    cur = await conn.execute(
-        "SELECT indexname, replace(indexdef, %s, 'S') FROM pg_indexes "
-        "WHERE schemaname = %s AND tablename = 'transcript' ORDER BY indexname",
-        [schema, schema],
-    )
-    return await cur.fetchall()
-
-
-@pg
-async def test_0010_gives_versions_made_before_it_the_withdrawn_columns_and_index(fresh_database_url: str) -> None:
-    """A version made before 0010 (without withdrawn_at, withdrawn_reason and their partial
-    index) gets them as a version made from today's read_models.sql has them, and compares equal."""
-    assert await migrate(fresh_database_url, target=9) == list(range(1, 10))
-    async with await psycopg.AsyncConnection.connect(fresh_database_url, autocommit=True) as conn:
-        old = await create_version(conn)
-        await conn.execute(
-            sql.SQL("ALTER TABLE {}.transcript DROP COLUMN withdrawn_at, DROP COLUMN withdrawn_reason").format(
-                sql.Identifier(old.schema)
-            )
-        )
-        assert "transcript_withdrawn" not in [name for name, _ in await _indexes(conn, old.schema)]
-        assert await migrate(fresh_database_url) == [10]
-        assert await migrate(fresh_database_url) == []  # applied once
-        new = await create_version(conn)
-        assert await _columns(conn, old.schema) == await _columns(conn, new.schema)
-        assert (await _columns(conn, old.schema))[-2:] == [
-            ("withdrawn_at", "timestamp with time zone"),
-            ("withdrawn_reason", "text"),
-        ]
-        assert await _indexes(conn, old.schema) == await _indexes(conn, new.schema)
-        assert await compare(conn, old.schema, new.schema) == []
 
 
 _COUNT_COLUMN = re.compile(r"^(\s+(?:reasoning_)?tokens_(?:o200k|cl100k)\s+integer)(,)", re.MULTILINE)

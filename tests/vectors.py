@@ -32,7 +32,6 @@ from events.event_types import (
     MediaBlock,
     MessageAppended,
     MessageRedacted,
-    MessagesWithdrawn,
     OpaqueBlock,
     ReasoningBlock,
     TextBlock,
@@ -128,7 +127,7 @@ def turn_bodies() -> list[tuple[str, EventBody]]:
 def more_bodies() -> list[tuple[str, EventBody]]:
     """Records beyond the turn, for a producer's encoder to be tested on every shape: a content of
     parts (text and image), the other body types (an erase with schema v5's subject and
-    requested_by, schema v6's withdrawals among them), and native blocks of every kind with their optional fields. Not
+    requested_by among them), and native blocks of every kind with their optional fields. Not
     one conversation's story: each is checked on its own."""
     return [
         (
@@ -204,9 +203,6 @@ def more_bodies() -> list[tuple[str, EventBody]]:
             "user_erased",  # schema v5: one of a user's erases, and who asked for it
             ConversationErased(reason="user request", subject="user", requested_by="tok_support_7"),
         ),
-        # Schema v6: messages out of what is served, kept in the audit; one with no reason.
-        ("messages_withdrawn", MessagesWithdrawn(message_ids=("vec-3", "vec-4"), reason="pop_item")),
-        ("message_withdrawn_no_reason", MessagesWithdrawn(message_ids=("vec-2",))),
     ]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
@@ -189,22 +189,6 @@ class AsyncConvlogClient:
         context served from now on; the audit keeps that it existed."""
         return await self._run(
             calls.redact(user_id, conversation_id, message_id, reason=reason, idempotency_key=idempotency_key)
-        )
-
-    async def withdraw(
-        self,
-        user_id: str,
-        conversation_id: str,
-        message_ids: Sequence[str],
-        *,
-        reason: str | None = None,
-        idempotency_key: str | None = None,
-    ) -> AppendResult:
-        """Withdraw messages (``MessagesWithdrawn``): they leave the window and every context
-        served from now on, and the audit keeps them whole (the transcript marks them
-        ``withdrawn``). Unlike :meth:`redact`, not for privacy: nothing is cleared."""
-        return await self._run(
-            calls.withdraw(user_id, conversation_id, message_ids, reason=reason, idempotency_key=idempotency_key)
         )
 
     async def clear(self, user_id: str, conversation_id: str) -> AppendResult:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 from urllib.parse import quote
@@ -196,25 +196,6 @@ def redact(
     return Call(
         "POST",
         path,
-        _reader(AppendResult.from_json),
-        body=body,
-        headers={"Idempotency-Key": key, "Content-Type": "application/json"},
-    )
-
-
-def withdraw(
-    user_id: str,
-    conversation_id: str,
-    message_ids: Sequence[str],
-    *,
-    reason: str | None,
-    idempotency_key: str | None,
-) -> Call[AppendResult]:
-    key = idempotency_key or str(uuid.uuid4())  # once: a retried withdrawal is the same event
-    body = json.dumps({"message_ids": list(message_ids), "reason": reason}, ensure_ascii=False).encode()
-    return Call(
-        "POST",
-        _conversation(user_id, conversation_id) + "/withdraw",
         _reader(AppendResult.from_json),
         body=body,
         headers={"Idempotency-Key": key, "Content-Type": "application/json"},

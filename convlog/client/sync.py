@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
@@ -186,22 +186,6 @@ class ConvlogClient:
         context served from now on; the audit keeps that it existed."""
         return self._run(
             calls.redact(user_id, conversation_id, message_id, reason=reason, idempotency_key=idempotency_key)
-        )
-
-    def withdraw(
-        self,
-        user_id: str,
-        conversation_id: str,
-        message_ids: Sequence[str],
-        *,
-        reason: str | None = None,
-        idempotency_key: str | None = None,
-    ) -> AppendResult:
-        """Withdraw messages (``MessagesWithdrawn``): they leave the window and every context
-        served from now on, and the audit keeps them whole (the transcript marks them
-        ``withdrawn``). Unlike :meth:`redact`, not for privacy: nothing is cleared."""
-        return self._run(
-            calls.withdraw(user_id, conversation_id, message_ids, reason=reason, idempotency_key=idempotency_key)
         )
 
     def clear(self, user_id: str, conversation_id: str) -> AppendResult:

@@ -230,7 +230,6 @@ class TranscriptMessage:
     redacted: bool
     erased: bool
     raw: Mapping[str, Any] = field(repr=False)
-    withdrawn: bool = False  # out of what is served, its content kept here (schema v6)
 
     @classmethod
     def from_json(cls, m: Mapping[str, Any]) -> TranscriptMessage:
@@ -251,7 +250,6 @@ class TranscriptMessage:
             m.get("redacted") is not None,
             m.get("erased_at") is not None,
             m,
-            m.get("withdrawn") is not None,
         )
 
 

@@ -27,11 +27,10 @@
   input items only. ``get_items(limit=n)`` (or ``session_settings.limit``) is the newest
   items of that list, at most ``n``: the cut moves later (fewer items, never more) until it
   splits nothing — no output whose call was cut, no item whose reasoning was cut.
-- ``pop_item()`` removes the newest served item with a ``MessagesWithdrawn`` event and
-  returns it: it leaves what is served, and the audit transcript keeps it whole (marked
-  ``withdrawn``). An item is part of a stored message: a user message
+- ``pop_item()`` removes the newest served item with a ``MessageRedacted`` event (the audit
+  keeps that it existed) and returns it. An item is part of a stored message: a user message
   or a tool output is one item; an assistant message may be several (reasoning, text, calls).
-  Popping the last item of a several-item message withdraws the message and appends its other
+  Popping the last item of a several-item message redacts the message and appends its other
   served items again as a new message, so exactly one item leaves what is served (a reasoning
   item left last is stored but not served: never a reasoning item without its item). Popping
   an output hides its call too (and the reasoning before it): convlog never serves a call
@@ -123,15 +122,15 @@ class ConvlogSession(SessionABC):
         holder = await self._holder(last, leading=leading and len(served) == 1)
         if holder is None:  # only a summary is left: nothing stored to pop
             return None
-        withdrawn = await self.client.withdraw(self.user_id, self.session_id, [holder.message_id], reason=_POP_REASON)
-        self._wrote(withdrawn.offset)
+        redacted = await self.client.redact(self.user_id, self.session_id, holder.message_id, reason=_POP_REASON)
+        self._wrote(redacted.offset)
         if holder.role != "assistant":
             return cast("TResponseInputItem", last if holder.role != "system" else _system_item(holder))
         left, left_leading = await self._served()
         gone = served[kept_after_pop(served, left, leading=(leading, left_leading)) :]  # the holder's served items
         if len(gone) > 1:  # the other items of the message stay served: a new message holds them
             rest = gone[:-1]
-            await self._append(rest, content=f"pop {withdrawn.last.event_id}")
+            await self._append(rest, content=f"pop {redacted.last.event_id}")
         return cast("TResponseInputItem", gone[-1] if gone else last)
 
     async def clear_session(self) -> None:
@@ -195,9 +194,7 @@ class ConvlogSession(SessionABC):
                     epoch = message.raw.get("epoch")
                 if message.raw.get("epoch") != epoch:
                     return None
-                usable = not (
-                    message.redacted or message.withdrawn or message.erased or message.raw.get("flag") is not None
-                )
+                usable = not (message.redacted or message.erased or message.raw.get("flag") is not None)
                 if usable and _holds(message, item, leading=leading):
                     return message
         return None

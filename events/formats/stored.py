@@ -42,7 +42,6 @@ class StoredMessage:
     model: str | None = None
     is_error: bool | None = None
     prompt_tokens: int | None = None  # usage as reported: the whole prompt that produced this answer
-    withdrawn: bool = False  # schema v6 (MessagesWithdrawn): out of what is served, content kept for the audit
 
 
 @dataclass(frozen=True, slots=True)

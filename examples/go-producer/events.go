@@ -13,11 +13,11 @@ import (
 	"github.com/twmb/avro"
 )
 
-// The schema this producer writes: schemas/event.v6.avsc of the convlog repository, copied
+// The schema this producer writes: schemas/event.v5.avsc of the convlog repository, copied
 // unchanged (a changed name, field, type or symbol is another fingerprint, which convlog
 // dead-letters as unknown_schema; the Python tests check the copy is byte for byte the file).
 //
-//go:embed event.v6.avsc
+//go:embed event.v5.avsc
 var schemaText string
 
 var eventSchema = avro.MustParse(schemaText)

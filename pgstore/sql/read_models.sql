@@ -104,10 +104,6 @@ CREATE TABLE {schema}.transcript (
     -- conversation key `key_id` (projectors/sealed_rows.py); both NULL for a plain record's row.
     sealed                  bytea,
     key_id                  text,
-    -- Schema v6 (MessagesWithdrawn; migration 0010 adds them, last, to versions made before): a
-    -- withdrawn row is out of what is served, like a redacted one, and keeps its content.
-    withdrawn_at            timestamptz,
-    withdrawn_reason        text,
     PRIMARY KEY (conversation_key, seq)
 );
 CREATE INDEX transcript_by_message_id ON {schema}.transcript (conversation_key, message_id);
@@ -115,8 +111,6 @@ CREATE INDEX transcript_by_message_id ON {schema}.transcript (conversation_key, 
 CREATE INDEX transcript_system_messages ON {schema}.transcript (conversation_key, seq) WHERE role = 'system';
 -- Redacted messages: counted without scanning a long history (a redacted question is no turn).
 CREATE INDEX transcript_redacted ON {schema}.transcript (conversation_key, seq) WHERE redacted_at IS NOT NULL;
--- Withdrawn messages, likewise (a summary lists the ones it left out; a withdrawn question is no turn).
-CREATE INDEX transcript_withdrawn ON {schema}.transcript (conversation_key, seq) WHERE withdrawn_at IS NOT NULL;
 
 CREATE TABLE {schema}.summaries (
     conversation_key          text        NOT NULL,

@@ -45,10 +45,9 @@ ROUTE_NEEDS: Mapping[tuple[str, str], Needs] = {
     ("GET", _C + "/summaries"): "read",
     ("GET", _C + "/events"): "read",
     ("GET", PREFIX): "read",
-    # appends, redactions, withdrawals, clears, a conversation's data key
+    # appends, redactions, clears, a conversation's data key
     ("POST", _C + "/messages"): "write",
     ("POST", _C + "/messages/{message_id}/redact"): "write",
-    ("POST", _C + "/withdraw"): "write",
     ("POST", _C + "/clear"): "write",
     ("POST", _C + "/key"): "write",
     # erasures: a conversation, a user

@@ -1,5 +1,4 @@
-"""Appends: messages (idempotent with an ``Idempotency-Key``), a redaction, a withdrawal, a clear, an erase.
-``202 Accepted``
+"""Appends: messages (idempotent with an ``Idempotency-Key``), a redaction, a clear, an erase. ``202 Accepted``
 with each record's partition and offset (``min_offset`` for read-your-writes).
 
 ``POST …/messages?format=<f>`` takes a payload in ``f`` (default ``chat_completions``: today's
@@ -17,7 +16,7 @@ from fastapi.responses import JSONResponse
 
 from events.batches import NativeBatch
 from events.errors import InvalidRequestError, NativeFormatError
-from events.event_types import EventBody, MessageAppended, MessageRedacted, MessagesWithdrawn
+from events.event_types import MessageAppended, MessageRedacted
 from events.formats.registry import APPEND_FORMATS, NATIVE_FORMATS
 from events.keys import ConversationKey
 from events.producer import Appended
@@ -111,31 +110,7 @@ def append_routes(deps: ApiDeps) -> APIRouter:
         reason = (body or {}).get("reason", "redacted through the API")
         if not isinstance(reason, str) or not reason:
             raise ApiError(422, "invalid_reason", "reason must be a non-empty string", field="reason")
-        redaction = MessageRedacted(message_id=message_id, reason=reason)
-        return await _take_out(requests, idempotent, key, redaction, (message_id,), _event_id(idempotency_key))
-
-    @router.post(PREFIX + "/{conversation_id}/withdraw", status_code=202)
-    async def withdraw(
-        user_id: str,
-        conversation_id: str,
-        body: Annotated[dict[str, Any], Body()],
-        authorization: AuthHeader = None,
-        idempotency_key: Annotated[str | None, Header()] = None,
-    ) -> JSONResponse:
-        """``MessagesWithdrawn`` (schema v6): the messages leave what is served — the window,
-        every context in every format, the token budget, the turn count — as redacted ones do,
-        and keep their content in the audit (the transcript marks them ``withdrawn``, ``/events``
-        and export keep them whole). A tool call withdrawn takes its results out with it, and a
-        result withdrawn leaves its call unanswered, so not served either. Body
-        ``{"message_ids": ["..."], "reason": "..."}`` (``reason`` optional). A message id the
-        conversation does not hold in the log is 404 ``message_not_found`` and nothing is
-        appended; withdrawing a message again changes nothing. ``Idempotency-Key`` as on a
-        redaction."""
-        key = requests.key_of(authorization, user_id, conversation_id)
-        withdrawal = _withdrawal(body)
-        return await _take_out(
-            requests, idempotent, key, withdrawal, withdrawal.message_ids, _event_id(idempotency_key)
-        )
+        return await _redact(requests, idempotent, key, message_id, reason, _event_id(idempotency_key))
 
     @router.post(PREFIX + "/{conversation_id}/clear", status_code=202)
     async def clear(user_id: str, conversation_id: str, authorization: AuthHeader = None) -> JSONResponse:
@@ -158,30 +133,28 @@ def append_routes(deps: ApiDeps) -> APIRouter:
     return router
 
 
-async def _take_out(
+async def _redact(
     requests: Requests,
     idempotent: IdempotentAppends,
     key: ConversationKey,
-    body: EventBody,
-    message_ids: tuple[str, ...],
+    message_id: str,
+    reason: str,
     event_id: str | None,
 ) -> JSONResponse:
-    """Append the redaction or the withdrawal once the log shows the conversation holds every
-    message it names (404 for the first it does not); with an ``event_id`` (the
-    Idempotency-Key), only if no other event holds it (409)."""
+    """Append the redaction once the log shows the conversation holds the message (404 else);
+    with an ``event_id`` (the Idempotency-Key), only if no other event holds it (409)."""
     producer, queries = requests.deps.producer, requests.deps.queries
-    built = producer.build(key, body, event_id=event_id)
+    built = producer.build(key, MessageRedacted(message_id=message_id, reason=reason), event_id=event_id)
 
     async def has_message() -> None:
         # From the log (the read models may lag), past records this build cannot decode.
         events = await conversation_records(queries.log, await queries.reads(), key, skip_undecodable=True)
         if not events:
             await queries.held_by_log(key)  # 404 for no conversation
-        held = {e.body.message_id for _, e in events if isinstance(e.body, MessageAppended)}
-        missing = next((m for m in message_ids if m not in held), None)
-        if missing is not None:
-            field = "message_id" if isinstance(body, MessageRedacted) else "message_ids"
-            raise ApiError(404, "message_not_found", f"the conversation has no message {missing!r}", field=field)
+        if not any(isinstance(e.body, MessageAppended) and e.body.message_id == message_id for _, e in events):
+            raise ApiError(
+                404, "message_not_found", f"the conversation has no message {message_id!r}", field="message_id"
+            )
 
     if event_id is None:
         await has_message()
@@ -191,19 +164,6 @@ async def _take_out(
         return accepted((await idempotent.append_batch(key, batch, before_append=has_message))[0])
     except IdempotencyKeyReusedError as e:
         raise _key_reused(e) from e
-
-
-def _withdrawal(body: dict[str, Any]) -> MessagesWithdrawn:
-    """The withdrawal a ``POST …/withdraw`` body asks for (422 for a body that is not one)."""
-    ids = body.get("message_ids")
-    if not isinstance(ids, list) or not ids or not all(isinstance(i, str) and i for i in ids):
-        raise ApiError(
-            422, "invalid_message_ids", "message_ids must be a non-empty list of message ids", field="message_ids"
-        )
-    reason = body.get("reason")
-    if reason is not None and (not isinstance(reason, str) or not reason):
-        raise ApiError(422, "invalid_reason", "reason must be a non-empty string or null", field="reason")
-    return MessagesWithdrawn(message_ids=tuple(ids), reason=reason)
 
 
 def _key_reused(e: IdempotencyKeyReusedError) -> ApiError:

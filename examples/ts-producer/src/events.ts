@@ -6,9 +6,9 @@ import { randomUUID } from "node:crypto";
 import { readFileSync } from "node:fs";
 import avro from "avsc";
 
-/** The schema this producer writes: schemas/event.v6.avsc of the convlog repository, unchanged
+/** The schema this producer writes: schemas/event.v5.avsc of the convlog repository, unchanged
  * (a changed name, field, type or symbol is another fingerprint: dead-lettered as unknown_schema). */
-export const SCHEMA_FILE = new URL("../../event.v6.avsc", import.meta.url);
+export const SCHEMA_FILE = new URL("../../event.v5.avsc", import.meta.url);
 const NS = "convlog.events.";
 /** Optional; if sent, the body's short record name (MessageAppended, not convlog.events.MessageAppended). */
 export const EVENT_TYPE_HEADER = "convlog.event_type";

@@ -50,8 +50,8 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
 public final class ChatEventProducer {
     /** The schema this producer writes: event.v3.avsc (copied in by the build). convlog reads it as v4 with no blocks. */
     static final String SCHEMA_RESOURCE = "/convlog/event.v3.avsc";
-    /** The schema a sealing producer writes: event.v6.avsc, the newest (v5 was the first with {@code sealed}). */
-    static final String SEALED_SCHEMA_RESOURCE = "/convlog/event.v6.avsc";
+    /** The schema a sealing producer writes: event.v5.avsc, the first with {@code sealed}. */
+    static final String SEALED_SCHEMA_RESOURCE = "/convlog/event.v5.avsc";
     /** Optional; if sent, the body's short record name (Schema.getName(), not getFullName()). */
     static final String EVENT_TYPE_HEADER = "convlog.event_type";
     static final int MAX_KEY_PART_LENGTH = 256;
@@ -380,7 +380,7 @@ public final class ChatEventProducer {
         try (InputStream in = ChatEventProducer.class.getResourceAsStream(resource)) {
             if (in == null) {
                 throw new IOException(resource + " is not on the classpath: outside the convlog repository, "
-                        + "copy schemas/event.v3.avsc and event.v6.avsc into src/main/resources/convlog/");
+                        + "copy schemas/event.v3.avsc and event.v5.avsc into src/main/resources/convlog/");
             }
             return new Schema.Parser().parse(in);
         }
